@@ -1,0 +1,26 @@
+"""Writing models back out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import onnx
+
+from .exporters.onnx import export_model
+from .fileio import atomic_output
+from .model import Model
+
+
+def to_onnx(model: Model) -> onnx.ModelProto:
+    """The ONNX ModelProto of ``model``'s IR, with every header field carried over."""
+    return export_model(model.graph, model.proto)
+
+
+def save(model: Model, path, *, force: bool = False) -> Path:
+    """Write ``model`` as ONNX to ``path`` atomically; never over its own source file."""
+    path = Path(path)
+    proto = to_onnx(model)
+    with atomic_output(path, force=force, protect=model.source) as tmp:
+        onnx.save_model(proto, str(tmp))
+    return path

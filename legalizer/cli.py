@@ -1,0 +1,136 @@
+"""``legalize MODEL [OUTPUT] [options]``: parse, call the pipeline, print."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import LegalizeError, UsageError
+from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, run
+from .verify import PROFILES
+
+HELP = """Make MODEL legal for strict compilers: no elementwise op relies on implicit
+broadcasting; every elementwise node is proved legal under MLIR's Broadcastable trait.
+
+\b
+Examples:
+  legalize model.onnx --verify-only                 # check the trait, write nothing
+  legalize model.onnx --verify-only --profile tosa  # also require equal operand ranks
+  legalize model.onnx --verify-only --report r.json # machine-readable report
+
+\b
+Exit status: 0 legal; 1 verification violations; 2 bad input or usage.
+"""
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+
+
+class _Printer:
+    def __init__(self, quiet: bool, verbose: bool, json_out: bool):
+        self.quiet, self.verbose = quiet, verbose
+        # With --json, stdout carries only the report.
+        self.out = Console(stderr=json_out, highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def summary(self, res: RunResult) -> None:
+        rep = res.report
+        for w in rep.warnings:
+            self.err.print(f"legalize: warning: {w}", markup=False)
+        if self.verbose and res.model is not None:
+            from .ir import format_graph
+            self.out.print(format_graph(res.model.graph), markup=False)
+        for v in rep.violations:
+            where = f"graph '{v['graph']}', " if v["graph"] else ""
+            self.out.print(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}", markup=False)
+        if not self.quiet:
+            table = Table(title=f"{rep.input} ({rep.format}, profile {rep.profile})", title_justify="left")
+            table.add_column("nodes", justify="right")
+            table.add_column("elementwise", justify="right")
+            table.add_column("violations", justify="right")
+            table.add_column("runtime constraints", justify="right")
+            table.add_row(str(rep.stats["nodes_in"]), str(rep.stats["elementwise_nodes"]),
+                          str(len(rep.violations)), str(len(rep.constraints)))
+            self.out.print(table)
+            by_code = res.input_verification.by_code() if res.input_verification else {}
+            for code, count in sorted(by_code.items()):
+                self.out.print(f"  {code}: {count}", markup=False)
+            if self.verbose:
+                for c in rep.constraints:
+                    self.out.print(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})", markup=False)
+        n = len(rep.violations)
+        verdict = (f"legal under '{rep.profile}'" if n == 0 else
+                   f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'")
+        self.out.print(f"{rep.input}: {verdict}", markup=False)
+
+
+@app.command(help=HELP, no_args_is_help=True)
+def legalize(
+    model: Path = typer.Argument(..., help="Model file (ONNX), recognized by content.", show_default=False),
+    output: Optional[Path] = typer.Argument(None, help="Output path (default <stem>.legal.<ext>).", show_default=False),
+    out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path.", show_default=False),
+    target: str = typer.Option("tosa", "--target", help="Legal form: tosa or xla."),
+    profile: str = typer.Option("mlir", "--profile", help="Verifier profile for the input: mlir, strict or tosa."),
+    verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
+) -> None:
+    if profile not in PROFILES:
+        raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{profile}'")
+    if target not in ("tosa", "xla"):
+        raise UsageError(f"--target must be tosa or xla, not '{target}'")
+    if not verify_only:
+        raise UsageError("this version of legalize only verifies: pass --verify-only")
+    printer = _Printer(quiet, verbose, json_out)
+    res = run(model, RunOptions(target=target, profile=profile, verify_only=True))
+    printer.summary(res)
+    if report is not None:
+        res.report.write(report)
+    if json_out:
+        sys.stdout.write(res.report.dumps() + "\n")
+    raise typer.Exit(res.exit_code)
+
+
+def _is_usage_error(e: BaseException) -> bool:
+    # typer's click (vendored in new typer, the click package in old) raises these;
+    # both have format_message() and an exit_code.
+    return hasattr(e, "format_message") and hasattr(e, "exit_code")
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Console entry point: user errors are one line on stderr, never a traceback."""
+    try:
+        # Without standalone mode, typer.Exit inside the command becomes the return value.
+        code = app(args=argv, standalone_mode=False, prog_name="legalize")
+    except LegalizeError as e:
+        print(f"legalize: error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        print("legalize: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except MemoryError:
+        print("legalize: error: out of memory", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception as e:  # noqa: BLE001 - the contract: one line, never a traceback
+        if type(e).__name__ == "NoArgsIsHelpError":
+            app(args=["--help"], standalone_mode=False, prog_name="legalize")
+            sys.exit(EXIT_BAD_INPUT)
+        if _is_usage_error(e):
+            print(f"legalize: error: {e.format_message()} (see legalize --help)", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+        print(f"legalize: internal error: {type(e).__name__}: {e} (please report this)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+"""Errors that reach the user as one clear line."""
+
+
+class LegalizeError(Exception):
+    """Base class; ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 2
+
+
+class BadInput(LegalizeError):
+    """A missing, unreadable, corrupt or unsupported input (exit 2)."""
+
+    exit_code = 2
+
+
+class UsageError(LegalizeError):
+    """A wrong combination of options or paths (exit 2)."""
+
+    exit_code = 2

@@ -1,0 +1,1 @@
+"""Exporters: write the IR back out."""

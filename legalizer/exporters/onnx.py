@@ -1,0 +1,163 @@
+"""IR -> ONNX ModelProto.
+
+Everything the IR does not model is carried over from the protos the importer kept:
+the model header (IR version, opsets, metadata, functions, training info), each graph's
+header (name, doc string, quantization annotations), node fields other than inputs,
+outputs and subgraphs, declared value_info, and initializers (external ones stay
+external: their proto, not their data, is copied).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import onnx.numpy_helper
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
+
+from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ..ir.types import TensorType
+
+_NODE_REBUILT = {"input", "output", "attribute"}
+_GRAPH_REBUILT = {"node", "input", "output", "initializer", "sparse_initializer", "value_info"}
+
+
+def _is_repeated(fd) -> bool:
+    # protobuf >= 6 has is_repeated; older versions only label
+    rep = getattr(fd, "is_repeated", None)
+    return rep if rep is not None else fd.label == fd.LABEL_REPEATED
+
+
+def _copy_fields(dst, src, skip) -> None:
+    for fd, val in src.ListFields():
+        if fd.name in skip:
+            continue
+        if _is_repeated(fd):
+            getattr(dst, fd.name).extend(val)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(dst, fd.name).CopyFrom(val)
+        else:
+            setattr(dst, fd.name, val)
+
+
+def elem_type(dtype: Optional[str]) -> int:
+    if dtype is None:
+        return 0
+    return TensorProto.DataType.Value(dtype.upper())
+
+
+def value_info(name: str, t: TensorType) -> ValueInfoProto:
+    vi = ValueInfoProto(name=name)
+    tt = vi.type.tensor_type
+    tt.elem_type = elem_type(t.dtype)
+    if t.shape is not None:
+        shape = tt.shape
+        shape.SetInParent()
+        for d in t.shape:
+            dim = shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            elif isinstance(d, str):
+                dim.dim_param = d
+    return vi
+
+
+def _info_for(v: Value, name: str, declared) -> ValueInfoProto:
+    if declared is not None and declared.name == name:
+        return declared
+    return value_info(name, v.type)
+
+
+def _initializer(n: Node) -> TensorProto:
+    d = n.data
+    if d.proto is not None and not d.sparse:
+        if d.proto.name == n.output.name:
+            return d.proto
+        t = TensorProto()
+        t.CopyFrom(d.proto)
+        t.name = n.output.name
+        return t
+    return onnx.numpy_helper.from_array(d.array, n.output.name)
+
+
+def _export_node(n: Node, out: NodeProto) -> NodeProto:
+    if n.proto is not None:
+        _copy_fields(out, n.proto, _NODE_REBUILT)
+    else:
+        out.op_type = n.op_type
+        if n.domain:
+            out.domain = n.domain
+        if n.name:
+            out.name = n.name
+    out.input.extend(v.name if v is not None else "" for v in n.inputs)
+    # Trailing unused optional outputs may be dropped, inner ones stay as "".
+    out.output.extend(v.name for v in n.outputs)
+    for name, a in n.attrs.items():
+        if isinstance(a, Graph):
+            attr = out.attribute.add(name=name, type=AttributeProto.GRAPH)
+            export_graph(a, attr.g)
+        elif isinstance(a, list):
+            attr = out.attribute.add(name=name, type=AttributeProto.GRAPHS)
+            for g in a:
+                export_graph(g, attr.graphs.add())
+        elif isinstance(a, AttributeProto):
+            out.attribute.append(a)
+        else:
+            out.attribute.append(helper.make_attribute(name, a))
+    return out
+
+
+def export_graph(graph: Graph, gp: Optional[GraphProto] = None) -> GraphProto:
+    """Write ``graph`` into ``gp`` (a new GraphProto if not given)."""
+    gp = GraphProto() if gp is None else gp
+    if graph.proto is not None:
+        _copy_fields(gp, graph.proto, _GRAPH_REBUILT)
+    else:
+        gp.name = graph.name
+    nodes = graph.nodes()
+    inits: List[tuple] = []
+    sparse: List[tuple] = []
+    infos: List[tuple] = []
+    new_infos: List[ValueInfoProto] = []
+    for n in nodes:
+        if n.kind == INPUT:
+            gp.input.append(_info_for(n.output, n.output.name, n.proto))
+            if n.data is not None:
+                inits.append((n.data.index, _initializer(n)))
+        elif n.kind == CONST:
+            if n.data.sparse:
+                sparse.append((n.data.index, n.data.proto))
+            else:
+                inits.append((n.data.index if n.data.proto is not None else 1 << 60, _initializer(n)))
+        elif n.kind == OP:
+            _export_node(n, gp.node.add())
+    for n in graph.outputs:
+        v = n.inputs[0]
+        gp.output.append(_info_for(v, v.name, n.proto))
+    for n in nodes:
+        for v in n.outputs:
+            if v.info is not None and v.info.name == v.name:
+                infos.append((v.info_index, v.info))
+            elif v.info is None and n.kind == OP and v.name and n.proto is None and v.type.shape is not None:
+                new_infos.append(value_info(v.name, v.type))
+    inits.sort(key=lambda t: t[0])
+    gp.initializer.extend(t for _, t in inits)
+    sparse.sort(key=lambda t: t[0])
+    gp.sparse_initializer.extend(t for _, t in sparse)
+    infos.sort(key=lambda t: t[0])
+    gp.value_info.extend(vi for _, vi in infos)
+    gp.value_info.extend(new_infos)
+    return gp
+
+
+def export_model(graph: Graph, header: Optional[ModelProto] = None) -> ModelProto:
+    """The model of ``graph``, with every header field of ``header`` (the imported
+    model) carried over."""
+    m = ModelProto()
+    if header is not None:
+        _copy_fields(m, header, {"graph"})
+    else:
+        m.ir_version = onnx.IR_VERSION
+        for domain, version in graph.opsets.items():
+            m.opset_import.append(helper.make_opsetid(domain, version))
+    export_graph(graph, m.graph)
+    return m

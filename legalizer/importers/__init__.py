@@ -1,0 +1,1 @@
+"""Importers: translate a model file into the IR."""

@@ -1,0 +1,251 @@
+"""ONNX ModelProto -> IR. Translates only; never rewrites.
+
+Types come from ONNX shape inference (non-strict, with data propagation) merged with
+what the model declares; the protos the model declares (value_info, graph inputs and
+outputs, initializers, node attributes) are kept on the IR so that an export with no
+pass in between gives the model back.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import onnx
+import onnx.defs
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
+
+from ..errors import BadInput
+from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ..ir.types import UNKNOWN, TensorType
+from ..ir.constdata import ConstData
+from ..model import Model
+
+_DTYPE_NAMES = {v: k.lower() for k, v in TensorProto.DataType.items()}
+
+
+def dtype_name(elem_type: int) -> Optional[str]:
+    if elem_type == 0:
+        return None
+    return _DTYPE_NAMES.get(elem_type, f"dtype{elem_type}")
+
+
+def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
+    """TypeProto -> TensorType; non-tensor types (sequences, maps, optionals) and
+    missing types are UNKNOWN, as the Broadcastable trait never looks at them.
+    A negative dim is bad input where the model declares it; where shape inference
+    produced it (it sometimes does), it is read as unknown."""
+    if tp is None or tp.WhichOneof("value") != "tensor_type":
+        return UNKNOWN
+    tt = tp.tensor_type
+    dtype = dtype_name(tt.elem_type)
+    if not tt.HasField("shape"):
+        return TensorType(dtype, None)
+    dims = []
+    for d in tt.shape.dim:
+        kind = d.WhichOneof("value")
+        if kind == "dim_value":
+            if d.dim_value < 0:
+                if declared:
+                    raise BadInput(f"{what} has a negative dim {d.dim_value}")
+                dims.append(None)
+            else:
+                dims.append(d.dim_value)
+        elif kind == "dim_param" and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorType(dtype, tuple(dims))
+
+
+def _merge(declared: TensorType, inferred: TensorType) -> TensorType:
+    """The more specific of two types for one value, dim by dim; declared wins ties."""
+    if inferred.shape is None or (declared.shape is not None and len(declared.shape) != len(inferred.shape)):
+        shape = declared.shape
+    elif declared.shape is None:
+        shape = inferred.shape
+    else:
+        shape = tuple(d if d is not None else i for d, i in zip(declared.shape, inferred.shape))
+    return TensorType(declared.dtype or inferred.dtype, shape)
+
+
+class _Importer:
+    def __init__(self, model: ModelProto, inferred: Optional[ModelProto], base_dir: Optional[Path]):
+        self.model = model
+        self.inferred = inferred
+        self.base_dir = base_dir
+        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+        self.local_functions = {(f.domain, f.name) for f in model.functions}
+        self.warnings: List[str] = []
+        self._warned_ops = set()
+        self.pending: Dict[Graph, List[Node]] = {}
+
+    def register(self, graph: Graph) -> None:
+        graph.add_nodes(self.pending.pop(graph))
+        for n in graph.ops():
+            for _, sub in n.subgraphs():
+                self.register(sub)
+
+    # Types of one graph's values: declared (value_info, inputs, outputs) merged with
+    # inferred. Both protos describe the same graph, node for node.
+    def _types(self, g: GraphProto, inf: Optional[GraphProto]) -> Dict[str, TensorType]:
+        types: Dict[str, TensorType] = {}
+        def add(infos, where, declared=True):
+            for vi in infos:
+                if vi.HasField("type"):
+                    t = tensor_type(vi.type, f"{where} '{vi.name}'", declared)
+                    old = types.get(vi.name)
+                    types[vi.name] = t if old is None else _merge(old, t)
+        add(g.input, "graph input")
+        add(g.output, "graph output")
+        add(g.value_info, "value")
+        if inf is not None:
+            add(inf.value_info, "value", declared=False)
+            add(inf.output, "graph output", declared=False)
+        return types
+
+    def _check_op(self, np_: onnx.NodeProto) -> None:
+        domain = "" if np_.domain == "ai.onnx" else np_.domain
+        if (np_.domain, np_.op_type) in self.local_functions:
+            return
+        if domain not in self.opsets:
+            raise BadInput(f"node '{np_.name or np_.output[0] if np_.output else ''}' uses domain "
+                           f"'{np_.domain}' that the model does not import (opset_import)")
+        if onnx.defs.has(np_.op_type, domain):
+            return
+        if domain in ("", "ai.onnx.ml", "ai.onnx.preview.training"):
+            raise BadInput(f"node '{np_.name}' uses unknown op '{np_.op_type}' in the ONNX domain"
+                           f" '{domain or 'ai.onnx'}'")
+        key = (domain, np_.op_type)
+        if key not in self._warned_ops:
+            self._warned_ops.add(key)
+            self.warnings.append(f"op '{domain}.{np_.op_type}' is from a domain legalize does not know;"
+                                 " kept as an opaque node with its declared output types")
+
+    def graph(self, g: GraphProto, inf: Optional[GraphProto], owner: Optional[Node],
+              outer: List[Dict[str, Value]]) -> Graph:
+        """Build one graph; its nodes are registered later, outermost first, by
+        ``_register`` (a subgraph's links to outer values need the outer nodes)."""
+        graph = Graph(g.name, self.opsets, owner)
+        graph.proto = g
+        types = self._types(g, inf)
+        infos = {vi.name: (i, vi) for i, vi in enumerate(g.value_info)}
+        initializers = {t.name: (i, t) for i, t in enumerate(g.initializer)}
+        nodes: List[Node] = []
+        defined: Dict[str, Value] = {}
+
+        def define(name: str, what: str) -> Value:
+            if name in defined:
+                raise BadInput(f"graph '{g.name}': value '{name}' is defined twice ({what})")
+            idx, vi = infos.get(name, (-1, None))
+            v = Value(name, types.get(name, UNKNOWN), info=vi, info_index=idx)
+            defined[name] = v
+            return v
+
+        for vi in g.input:
+            n = Node(INPUT, "$input", name=vi.name, proto=vi)
+            n.outputs = [define(vi.name, "graph input")]
+            if vi.name in initializers:  # an input with a default (IR version < 4 style)
+                idx, t = initializers[vi.name]
+                n.data = ConstData(t, self.base_dir, idx)
+            nodes.append(n)
+        inputs = {vi.name for vi in g.input}
+        for name, (idx, t) in initializers.items():
+            if name in inputs:
+                continue
+            n = Node(CONST, "$const", name=name, proto=t, data=ConstData(t, self.base_dir, idx))
+            v = define(name, "initializer")
+            if v.type.shape is None:
+                v.type = TensorType(dtype_name(t.data_type), tuple(t.dims))
+            n.outputs = [v]
+            nodes.append(n)
+        for idx, st in enumerate(g.sparse_initializer):
+            name = st.values.name
+            n = Node(CONST, "$const", name=name, proto=st, data=ConstData(st, self.base_dir, idx, sparse=True))
+            v = define(name, "sparse initializer")
+            if v.type.shape is None:
+                v.type = TensorType(dtype_name(st.values.data_type), tuple(st.dims))
+            n.outputs = [v]
+            nodes.append(n)
+
+        op_nodes = []
+        inf_nodes = inf.node if inf is not None and len(inf.node) == len(g.node) else None
+        for k, np_ in enumerate(g.node):
+            self._check_op(np_)
+            n = Node(OP, np_.op_type, np_.domain, np_.name, proto=np_)
+            n.outputs = [define(o, f"output of node '{np_.name}'") if o else Value("") for o in np_.output]
+            op_nodes.append((n, np_, inf_nodes[k] if inf_nodes is not None else None))
+            nodes.append(n)
+
+        out_nodes = []
+        for vi in g.output:
+            n = Node(OUTPUT, "$output", name=vi.name, proto=vi)
+            out_nodes.append(n)
+            nodes.append(n)
+
+        # Subgraphs see this graph's values; resolve them after all values are defined.
+        scopes = [defined] + outer
+        for n, np_, inf_np in op_nodes:
+            for a_idx, a in enumerate(np_.attribute):
+                inf_a = inf_np.attribute[a_idx] if inf_np is not None else None
+                if a.type == AttributeProto.GRAPH:
+                    n.attrs[a.name] = self.graph(a.g, inf_a.g if inf_a is not None else None, n, scopes)
+                elif a.type == AttributeProto.GRAPHS:
+                    infs = list(inf_a.graphs) if inf_a is not None else [None] * len(a.graphs)
+                    n.attrs[a.name] = [self.graph(sg, ig, n, scopes) for sg, ig in zip(a.graphs, infs)]
+                else:
+                    n.attrs[a.name] = a
+
+        def resolve(name: str, user: str) -> Optional[Value]:
+            if not name:
+                return None
+            for scope in scopes:
+                v = scope.get(name)
+                if v is not None:
+                    return v
+            raise BadInput(f"graph '{g.name}': {user} uses value '{name}', which no node,"
+                               " input or initializer defines")
+            return v
+
+        for n, np_, _ in op_nodes:
+            n.inputs = [resolve(i, f"node '{np_.name or np_.op_type}'") for i in np_.input]
+        for n in out_nodes:
+            v = resolve(n.name, "graph output")
+            n.inputs = [v]
+            if v.type.shape is None and v.type.dtype is None:
+                v.type = types.get(n.name, UNKNOWN)
+        self.pending[graph] = nodes
+        return graph
+
+
+def _infer(model: ModelProto) -> Optional[ModelProto]:
+    """ONNX shape inference, non-strict, with data propagation; None if it cannot run."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
+        try:
+            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool = True) -> Model:
+    if not model.HasField("graph"):
+        raise BadInput("the model has no graph")
+    if not model.opset_import and model.ir_version >= 3:
+        raise BadInput("the model imports no opset (opset_import is empty)")
+    inferred = _infer(model) if infer else None
+    imp = _Importer(model, inferred, base_dir)
+    graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
+    imp.register(graph)
+    for g in _graphs(graph):
+        g.nodes()  # a cycle is bad input: fail now, not in a pass
+    return Model(graph, "onnx", model, base_dir, warnings=imp.warnings)
+
+
+def _graphs(graph: Graph):
+    yield graph
+    for n in graph.walk():
+        for _, sub in n.subgraphs():
+            yield sub

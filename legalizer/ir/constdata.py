@@ -1,0 +1,82 @@
+"""Constant data: an initializer's proto plus a lazily made numpy view of it.
+
+External data stays on disk: its array is a read-only memory map of the data file, so
+a multi-GB weight is never read into memory just to be imported or written back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import onnx.numpy_helper
+from onnx import TensorProto, helper
+
+from ..errors import BadInput
+
+
+class ConstData:
+    __slots__ = ("proto", "base_dir", "index", "sparse", "_array")
+
+    def __init__(self, proto: Any, base_dir: Optional[Path], index: int = -1, sparse: bool = False,
+                 array: Optional[np.ndarray] = None):
+        self.proto = proto  # TensorProto / SparseTensorProto, or None for a new constant
+        self.base_dir = base_dir
+        self.index = index  # position among the graph's initializers (export order)
+        self.sparse = sparse
+        self._array = array
+
+    @classmethod
+    def from_array(cls, array: np.ndarray) -> "ConstData":
+        return cls(None, None, array=array)
+
+    @property
+    def is_external(self) -> bool:
+        p = self.proto
+        return (isinstance(p, TensorProto) and p.data_location == TensorProto.EXTERNAL)
+
+    def external_info(self) -> dict:
+        return {e.key: e.value for e in self.proto.external_data}
+
+    @property
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = self._load()
+        return self._array
+
+    def _load(self) -> np.ndarray:
+        p = self.proto
+        if self.sparse:
+            dense = onnx.numpy_helper.to_array(p.values)
+            out = np.zeros(tuple(p.dims), dense.dtype)
+            idx = onnx.numpy_helper.to_array(p.indices)
+            if idx.ndim == 1:
+                out.reshape(-1)[idx] = dense
+            else:
+                out[tuple(idx.T)] = dense
+            return out
+        if self.is_external:
+            return self._map_external()
+        return onnx.numpy_helper.to_array(p)
+
+    def _map_external(self) -> np.ndarray:
+        p = self.proto
+        info = self.external_info()
+        base = self.base_dir or Path(".")
+        path = base / info.get("location", "")
+        if not path.is_file():
+            raise BadInput(f"initializer '{p.name}': external data file '{path}' is missing")
+        np_dtype = helper.tensor_dtype_to_np_dtype(p.data_type)
+        shape = tuple(p.dims)
+        offset = int(info.get("offset", 0))
+        count = int(np.prod(shape, dtype=np.int64))
+        if np_dtype.itemsize * count == 0:
+            return np.zeros(shape, np_dtype)
+        size = path.stat().st_size
+        if offset + np_dtype.itemsize * count > size:
+            raise BadInput(f"initializer '{p.name}': external data '{path.name}' is shorter than"
+                           f" the tensor ({offset + np_dtype.itemsize * count} > {size} bytes)")
+        if np_dtype.kind in "fiucb" and np_dtype.itemsize in (1, 2, 4, 8):
+            return np.memmap(path, dtype=np_dtype.newbyteorder("<"), mode="r", offset=offset, shape=shape)
+        return onnx.numpy_helper.to_array(p, str(base))

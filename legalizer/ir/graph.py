@@ -1,0 +1,323 @@
+"""The graph IR: a typed wrapper around a networkx ``DiGraph``.
+
+Every value has a producer node: graph inputs, constants and graph outputs are nodes too
+(kinds ``input``, ``const``, ``output``; ordinary operators are kind ``op``). The ordered
+operand list lives on each ``Node``; the networkx graph holds one edge per (producer,
+consumer) pair with a use count, which is what topological order and reachability need.
+A value of an outer graph used inside a subgraph (If/Loop/Scan bodies) also links its
+producer to the node owning that subgraph, so outer order stays correct.
+
+Passes change a graph only through ``Graph`` methods.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import networkx as nx
+
+from .types import TensorType, UNKNOWN
+
+OP, INPUT, CONST, OUTPUT = "op", "input", "const", "output"
+
+
+@dataclass(eq=False, slots=True)
+class Value:
+    """One SSA value: the ``index``-th output of ``producer``."""
+
+    name: str
+    type: TensorType = UNKNOWN
+    producer: Optional["Node"] = None
+    index: int = 0
+    # The ValueInfoProto the model declared for this value, kept for a lossless export,
+    # and its position among the graph's value_info entries.
+    info: Any = None
+    info_index: int = -1
+
+    @property
+    def shape(self):
+        return self.type.shape
+
+    def __repr__(self) -> str:
+        return f"%{self.name}: {self.type}"
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    """An operator (``kind == "op"``) or a graph input, constant or output.
+
+    ``attrs`` maps attribute names, in their original order, to the attribute's proto,
+    or to a ``Graph`` / list of ``Graph`` for subgraph attributes. ``proto`` is what the
+    node came from (NodeProto, ValueInfoProto, TensorProto), kept for lossless export.
+    """
+
+    kind: str
+    op_type: str
+    domain: str = ""
+    name: str = ""
+    inputs: List[Optional[Value]] = field(default_factory=list)
+    outputs: List[Value] = field(default_factory=list)
+    attrs: Dict[str, Any] = field(default_factory=dict)
+    proto: Any = None
+    data: Any = None  # constants: a ConstData
+    id: int = -1
+    graph: Optional["Graph"] = None
+
+    @property
+    def op(self) -> str:
+        """``Add`` for the default ONNX domain, ``domain.op_type`` otherwise."""
+        if self.domain in ("", "ai.onnx"):
+            return self.op_type
+        return f"{self.domain}.{self.op_type}"
+
+    @property
+    def output(self) -> Value:
+        return self.outputs[0]
+
+    @property
+    def label(self) -> str:
+        """How diagnostics name the node: its name, or its first output's."""
+        if self.name:
+            return self.name
+        for v in self.outputs:
+            if v.name:
+                return v.name
+        if self.kind == OUTPUT and self.inputs and self.inputs[0] is not None:
+            return self.inputs[0].name
+        return f"#{self.id}"
+
+    def subgraphs(self) -> Iterator[Tuple[str, "Graph"]]:
+        for name, a in self.attrs.items():
+            if isinstance(a, Graph):
+                yield name, a
+            elif isinstance(a, list):
+                for g in a:
+                    yield name, g
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} {self.op} {self.label!r}>"
+
+
+class Graph:
+    """A (sub)graph of nodes. ``opsets`` maps domain to opset version; a subgraph
+    shares its model's. ``owner`` is the node whose attribute holds a subgraph."""
+
+    def __init__(self, name: str = "", opsets: Optional[Dict[str, int]] = None,
+                 owner: Optional[Node] = None):
+        self.name = name
+        self.opsets: Dict[str, int] = opsets if opsets is not None else {"": 21}
+        self.owner = owner
+        self.proto: Any = None  # the GraphProto this came from, for its header fields
+        self._nx = nx.DiGraph()
+        self._ids = itertools.count()
+        self._inputs: List[Node] = []
+        self._outputs: List[Node] = []
+        self._names: Dict[str, Value] = {}
+
+    # ---- reading ------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._nx.number_of_nodes()
+
+    @property
+    def inputs(self) -> List[Node]:
+        return list(self._inputs)
+
+    @property
+    def outputs(self) -> List[Node]:
+        return list(self._outputs)
+
+    @property
+    def parent(self) -> Optional["Graph"]:
+        return self.owner.graph if self.owner is not None else None
+
+    def node(self, node_id: int) -> Node:
+        return self._nx.nodes[node_id]["n"]
+
+    def nodes(self) -> List[Node]:
+        """All nodes in deterministic topological order (ties by creation order)."""
+        nodes = self._nx.nodes
+        return [nodes[i]["n"] for i in self._topo_ids()]
+
+    def ops(self) -> List[Node]:
+        return [n for n in self.nodes() if n.kind == OP]
+
+    def constants(self) -> List[Node]:
+        return [d["n"] for _, d in self._nx.nodes(data=True) if d["n"].kind == CONST]
+
+    def walk(self) -> Iterator[Node]:
+        """Every node of this graph and, depth first, of its subgraphs."""
+        for n in self.nodes():
+            yield n
+            for _, g in n.subgraphs():
+                yield from g.walk()
+
+    def value(self, name: str) -> Optional[Value]:
+        """The value of this name, here or in an enclosing graph."""
+        g: Optional[Graph] = self
+        while g is not None:
+            v = g._names.get(name)
+            if v is not None:
+                return v
+            g = g.parent
+        return None
+
+    def users(self, value: Value) -> List[Tuple[Node, int]]:
+        """(node, operand index) for every use of ``value`` in this graph."""
+        prod = value.producer
+        if prod is None or prod.graph is not self:
+            raise ValueError(f"{value!r} is not produced in graph {self.name!r}")
+        out = []
+        for succ in self._nx.successors(prod.id):
+            n = self.node(succ)
+            out.extend((n, i) for i, v in enumerate(n.inputs) if v is value)
+        out.sort(key=lambda t: (t[0].id, t[1]))
+        return out
+
+    def _topo_ids(self) -> List[int]:
+        g = self._nx
+        try:
+            return list(nx.lexicographical_topological_sort(g))
+        except nx.NetworkXUnfeasible:
+            cycle = nx.find_cycle(g)
+            names = " -> ".join(self.node(a).label for a, _ in cycle)
+            from ..errors import BadInput
+            raise BadInput(f"graph '{self.name}' has a cycle: {names}") from None
+
+    # ---- building -------------------------------------------------------------------
+    def fresh_name(self, base: str) -> str:
+        """A value name not used in this graph or any enclosing one."""
+        if self.value(base) is None:
+            return base
+        for i in itertools.count(1):
+            cand = f"{base}_{i}"
+            if self.value(cand) is None:
+                return cand
+        raise AssertionError
+
+    def _register(self, node: Node) -> Node:
+        node.id = next(self._ids)
+        node.graph = self
+        for i, v in enumerate(node.outputs):
+            v.producer, v.index = node, i
+            if v.name:
+                self._names[v.name] = v
+        return node
+
+    def add_nodes(self, nodes: Iterable[Node]) -> List[Node]:
+        """Add many nodes at once (the importers' bulk path). Operands may refer to
+        values of nodes later in the batch; edges are made after all are registered."""
+        nodes = [self._register(n) for n in nodes]
+        self._nx.add_nodes_from((n.id, {"n": n}) for n in nodes)
+        for n in nodes:
+            if n.kind == INPUT:
+                self._inputs.append(n)
+            elif n.kind == OUTPUT:
+                self._outputs.append(n)
+        for n in nodes:
+            for v in n.inputs:
+                if v is not None:
+                    self._link(v, n, +1)
+        return nodes
+
+    def add_node(self, node: Node) -> Node:
+        return self.add_nodes([node])[0]
+
+    def add_op(self, op_type: str, inputs: List[Optional[Value]], output_types: List[TensorType],
+               *, domain: str = "", name: str = "", attrs: Optional[Dict[str, Any]] = None,
+               output_names: Optional[List[str]] = None) -> Node:
+        """Create an operator node; output value names are made fresh from
+        ``output_names`` (or the node name)."""
+        base = name or op_type.lower()
+        names = output_names or [f"{base}_out{i}" if i else f"{base}_out" for i in range(len(output_types))]
+        outs = [Value(self.fresh_name(nm), t) for nm, t in zip(names, output_types)]
+        node = Node(OP, op_type, domain, name, list(inputs), outs, dict(attrs or {}))
+        return self.add_node(node)
+
+    def _link(self, value: Value, user: Node, delta: int) -> None:
+        """Count a use of ``value`` by ``user`` on the edge that orders them: in the
+        producer's graph, from the producer to ``user`` or to the ancestor of ``user``
+        that owns the subgraph it sits in."""
+        prod = value.producer
+        if prod is None:
+            raise ValueError(f"value {value.name!r} has no producer")
+        target = user
+        while target.graph is not prod.graph:
+            owner = target.graph.owner
+            if owner is None:
+                raise ValueError(f"value {value.name!r} is not visible from node {user.label!r}")
+            target = owner
+        g = prod.graph._nx
+        if delta > 0:
+            if g.has_edge(prod.id, target.id):
+                g[prod.id][target.id]["uses"] += 1
+            else:
+                g.add_edge(prod.id, target.id, uses=1)
+        else:
+            data = g[prod.id][target.id]
+            data["uses"] -= 1
+            if data["uses"] == 0:
+                g.remove_edge(prod.id, target.id)
+
+    # ---- mutating -------------------------------------------------------------------
+    def set_input(self, node: Node, index: int, value: Optional[Value]) -> None:
+        old = node.inputs[index]
+        if old is value:
+            return
+        if old is not None:
+            self._link(old, node, -1)
+        node.inputs[index] = value
+        if value is not None:
+            self._link(value, node, +1)
+
+    def set_inputs(self, node: Node, values: List[Optional[Value]]) -> None:
+        for v in node.inputs:
+            if v is not None:
+                self._link(v, node, -1)
+        node.inputs = list(values)
+        for v in node.inputs:
+            if v is not None:
+                self._link(v, node, +1)
+
+    def replace_all_uses_with(self, old: Value, new: Value,
+                              keep: Callable[[Node], bool] = lambda n: False) -> int:
+        """Point every use of ``old`` in this graph at ``new`` (except users for which
+        ``keep`` is true). A graph output keeps its name: ``new`` takes it over."""
+        count = 0
+        for user, i in self.users(old):
+            if user is new.producer or keep(user):
+                continue
+            if user.kind == OUTPUT and new.name != old.name:
+                self.rename(old, self.fresh_name(old.name + "_orig"))
+                self.rename(new, user.proto.name if user.proto is not None else old.name)
+            self.set_input(user, i, new)
+            count += 1
+        return count
+
+    def rename(self, value: Value, name: str) -> None:
+        if self._names.get(value.name) is value:
+            del self._names[value.name]
+        value.name = name
+        value.info = None  # the declared ValueInfoProto named the old value
+        self._names[name] = value
+
+    def remove_node(self, node: Node) -> None:
+        """Remove a node whose outputs are unused."""
+        for v in node.outputs:
+            if v.name and self._names.get(v.name) is v:
+                if any(True for _ in self._nx.successors(node.id)):
+                    raise ValueError(f"cannot remove {node!r}: its outputs are still used")
+                del self._names[v.name]
+        for v in node.inputs:
+            if v is not None:
+                self._link(v, node, -1)
+        self._nx.remove_node(node.id)
+        if node.kind == INPUT:
+            self._inputs.remove(node)
+        elif node.kind == OUTPUT:
+            self._outputs.remove(node)
+        node.graph = None
+
+    def has_uses(self, node: Node) -> bool:
+        return self._nx.out_degree(node.id) > 0

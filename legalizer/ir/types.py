@@ -1,0 +1,73 @@
+"""Tensor types of the IR: a dtype and a shape of dims.
+
+A dim is an ``int`` (static), a ``str`` (a symbol: equal symbols are equal sizes,
+different symbols are unknown relative to each other) or ``None`` (``?``, dynamic and
+anonymous). A shape is a tuple of dims, or ``None`` for an unranked tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple, Union
+
+Dim = Union[int, str, None]
+Shape = Optional[Tuple[Dim, ...]]
+
+
+def is_static(dim: Dim) -> bool:
+    return isinstance(dim, int)
+
+
+def is_dynamic(dim: Dim) -> bool:
+    return not isinstance(dim, int)
+
+
+def dim_str(dim: Dim) -> str:
+    if dim is None:
+        return "?"
+    return str(dim)
+
+
+def shape_str(shape: Shape) -> str:
+    """MLIR-style shape: ``4x?x3``, ``*`` for unranked, empty for rank 0."""
+    if shape is None:
+        return "*"
+    return "x".join(dim_str(d) for d in shape)
+
+
+def shape_strs(shape: Shape) -> Optional[list]:
+    """Shape as the report writes it: a list of strings, ``None`` for unranked."""
+    if shape is None:
+        return None
+    return [dim_str(d) for d in shape]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """``dtype`` is the ONNX element type name (``float32``, ``int64``, ...) or
+    ``None`` when unknown; ``shape`` as above."""
+
+    dtype: Optional[str]
+    shape: Shape = None
+
+    @property
+    def rank(self) -> Optional[int]:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_ranked(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    def with_shape(self, shape: Shape) -> "TensorType":
+        return TensorType(self.dtype, None if shape is None else tuple(shape))
+
+    def __str__(self) -> str:
+        dims = shape_str(self.shape)
+        return f"tensor<{dims + 'x' if dims else ''}{self.dtype or '?'}>"
+
+
+UNKNOWN = TensorType(None, None)

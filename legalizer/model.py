@@ -1,0 +1,23 @@
+"""A loaded model: its IR plus what the IR does not model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .ir.graph import Graph
+
+
+@dataclass
+class Model:
+    graph: Graph
+    format: str  # "onnx" | "tflite"
+    proto: Any = None  # the imported ModelProto (header fields, functions, ...)
+    base_dir: Optional[Path] = None  # where external data is resolved
+    source: Optional[Path] = None
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def opsets(self) -> Dict[str, int]:
+        return self.graph.opsets

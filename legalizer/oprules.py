@@ -1,0 +1,98 @@
+"""The op tables of ``rules/``: which ops broadcast and how.
+
+The tables ship inside the wheel as the package ``legalizer.rules``; users may add their
+own files (custom ops) with ``load_rules(extra=[path])``. A malformed table is a loud,
+named error.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Iterable, Mapping, Optional
+
+from .errors import BadInput
+
+CATEGORIES = ("binary", "ternary", "variadic", "unidirectional")
+BROADCASTS = ("multidirectional", "unidirectional")
+LEGACY = (None, "attr", "equal", "unidirectional")
+ARITY = {"binary": (2, 2), "ternary": (3, 3), "variadic": (1, None), "unidirectional": (2, 2)}
+
+
+@dataclass(frozen=True)
+class OpRule:
+    op: str
+    category: str
+    broadcast: str
+    numpy_since: int = 1
+    legacy: Optional[str] = None
+    broadcasts: tuple = ()
+    binary: Optional[str] = None
+    targets: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def arity(self) -> tuple:
+        return ARITY[self.category]
+
+    def mode_at(self, opset: int) -> str:
+        """How the op broadcasts at this opset version: ``numpy`` or its legacy rule."""
+        if opset >= self.numpy_since or self.legacy is None:
+            return "numpy"
+        return self.legacy
+
+
+def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
+    def bad(why: str) -> BadInput:
+        return BadInput(f"{source}: op '{op}': {why}")
+
+    category = table.get("category")
+    if category not in CATEGORIES:
+        raise bad(f"category must be one of {', '.join(CATEGORIES)}, not {category!r}")
+    broadcast = table.get("broadcast", "multidirectional")
+    if broadcast not in BROADCASTS:
+        raise bad(f"broadcast must be one of {', '.join(BROADCASTS)}, not {broadcast!r}")
+    legacy = table.get("legacy")
+    if legacy not in LEGACY:
+        raise bad(f"legacy must be one of {', '.join(str(x) for x in LEGACY if x)}, not {legacy!r}")
+    broadcasts = tuple(table.get("broadcasts", ()))
+    if broadcast == "unidirectional" and not broadcasts:
+        raise bad("a unidirectional op must list the operands that broadcast (`broadcasts`)")
+    targets = {k: v for k, v in table.items() if k in ("stablehlo", "tosa", "tflite")}
+    return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
+                  broadcasts, table.get("binary"), targets)
+
+
+def parse_rules(text: str, source: str) -> dict:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{source}: not a valid TOML rules table: {e}") from None
+    return {op: _rule_from_table(op, t, source) for op, t in data.items()}
+
+
+def _builtin_text(name: str) -> str:
+    try:
+        return (resources.files("legalizer.rules") / name).read_text()
+    except (ModuleNotFoundError, FileNotFoundError):
+        # Running from a source tree that was not installed: rules/ is beside the package.
+        return (Path(__file__).resolve().parent.parent / "rules" / name).read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def builtin_rules(frontend: str = "onnx") -> Mapping[str, OpRule]:
+    return parse_rules(_builtin_text(f"{frontend}.toml"), f"rules/{frontend}.toml")
+
+
+def load_rules(frontend: str = "onnx", extra: Iterable[str | Path] = ()) -> dict:
+    rules = dict(builtin_rules(frontend))
+    for path in extra:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise BadInput(f"{path}: cannot read rules table: {e.strerror}") from None
+        rules.update(parse_rules(text, str(path)))
+    return rules

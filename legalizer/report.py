@@ -1,0 +1,64 @@
+"""The JSON report (DESIGN.md, "Report JSON"): one schema for every run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .verify import VerifyResult
+
+SCHEMA = 1
+
+STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
+             "broadcasts_made_explicit", "constants_folded", "runtime_broadcast_checks",
+             "runtime_broadcast_checks_elided")
+
+
+@dataclass
+class Report:
+    input: str
+    format: str
+    target: str
+    profile: str
+    output: Optional[str] = None
+    outputs: Dict[str, str] = field(default_factory=dict)
+    stats: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in STAT_KEYS})
+    violations: List[dict] = field(default_factory=list)
+    constraints: List[dict] = field(default_factory=list)
+    check: Dict[str, Any] = field(default_factory=lambda: {"ran": False})
+    timings_s: Dict[str, float] = field(default_factory=dict)
+    warnings: List[str] = field(default_factory=list)
+
+    def add_verification(self, result: VerifyResult, stage: str) -> None:
+        for d in result.violations:
+            d.stage = stage
+            self.violations.append(d.to_json())
+        if stage == "input":
+            self.stats["nodes_in"] = result.nodes
+            self.stats["elementwise_nodes"] = result.elementwise_nodes
+            self.constraints = result.constraints.to_json()
+        else:
+            self.stats["nodes_out"] = result.nodes
+
+    def to_json(self) -> dict:
+        from . import __version__
+
+        return {
+            "schema": SCHEMA, "tool_version": __version__,
+            "input": self.input, "output": self.output, "format": self.format,
+            "outputs": self.outputs, "target": self.target, "profile": self.profile,
+            "stats": self.stats, "violations": self.violations, "constraints": self.constraints,
+            "check": self.check, "timings_s": {k: round(v, 6) for k, v in self.timings_s.items()},
+            "warnings": self.warnings,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    def write(self, path: Path) -> None:
+        from .fileio import atomic_output
+
+        with atomic_output(Path(path), force=True) as tmp:
+            tmp.write_text(self.dumps() + "\n")

@@ -1,0 +1,233 @@
+"""The Broadcastable trait's Verify (spec/broadcastable-trait.md) over a whole graph.
+
+Profiles (DESIGN.md):
+- ``mlir``: the spec's table; an inferred ``?`` against a static result dim is allowed.
+- ``strict``: as ``mlir``, but that dynamic-to-static cast is an error.
+- ``tosa``: as ``mlir``, plus every ranked operand has the result's rank.
+
+Each op's broadcasting rule comes from ``rules/`` and the model's opset: numpy-style
+(multidirectional or unidirectional), or a legacy rule of opset < 7/8 (``attr``: the
+``broadcast``/``axis`` attributes, an InDim broadcast of operand 1 into operand 0;
+``equal``: no broadcasting at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from onnx import helper
+
+from ..ir.graph import OP, Graph, Node
+from ..ir.types import Shape, dim_str, shape_str
+from ..oprules import OpRule, builtin_rules
+from ..shapes import (IncompatibleDims, dim_labels, equality_constraint, expand_rank,
+                      infer_result_shape)
+from .diagnostics import MESSAGES, ConstraintSet, Diagnostic, quoted
+
+PROFILES = ("mlir", "strict", "tosa")
+
+
+@dataclass
+class VerifyResult:
+    violations: List[Diagnostic] = field(default_factory=list)
+    constraints: ConstraintSet = field(default_factory=ConstraintSet)
+    nodes: int = 0
+    elementwise_nodes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def by_code(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        for d in self.violations:
+            out[d.code] = out.get(d.code, 0) + 1
+        return out
+
+
+class _NodeCheck:
+    """Verification of one node: collects its diagnostics and constraints."""
+
+    def __init__(self, node: Node, rule: OpRule, profile: str, result: VerifyResult,
+                 graph_path: str, stage: str):
+        self.node, self.rule, self.profile = node, rule, profile
+        self.result, self.graph_path, self.stage = result, graph_path, stage
+        self.operands = [v for v in node.inputs if v is not None]
+        self.shapes: List[Shape] = [v.type.shape for v in self.operands]
+        self.result_shape: Shape = node.outputs[0].type.shape if node.outputs else None
+
+    def labels(self) -> List[Optional[List[str]]]:
+        return [dim_labels(v.name, v.type.shape) if v.type.shape is not None else None for v in self.operands]
+
+    def error(self, code: str, detail: str = "", dim: Optional[int] = None, **fmt) -> None:
+        text = MESSAGES[code].format(**fmt)
+        if detail:
+            text = f"{text}: {detail}"
+        self.result.violations.append(Diagnostic(
+            code, self.node.label, self.node.op, text, list(self.shapes), self.result_shape,
+            dim, self.graph_path, self.stage))
+
+    def constrain(self, constraints) -> None:
+        for _, c in constraints:
+            self.result.constraints.add(c, self.node.label)
+
+    # -- the steps of Verify -----------------------------------------------------------
+    def infer(self, shapes: Sequence[Shape], labels) -> Tuple[bool, Shape]:
+        """InferResultShape: (False, None) after reporting operands that cannot broadcast."""
+        try:
+            inference = infer_result_shape(shapes, labels)
+        except IncompatibleDims as e:
+            rank = max(len(s) for s in shapes if s is not None)
+            clash = " but ".join(
+                f"operand #{i} {quoted(shapes[i])} has {d} at dim {e.axis - (rank - len(shapes[i]))}"
+                for i, d in ((e.operand0, e.dim0), (e.operand1, e.dim1)))
+            self.error("incompatible-operands", clash, dim=e.axis)
+            return False, None
+        self.constrain(inference.constraints)
+        return True, inference.shape
+
+    def check_result(self, inferred: Shape) -> None:
+        actual = self.result_shape
+        if inferred is None or actual is None:
+            return
+        fmt = {"result": quoted(actual), "inferred": quoted(inferred)}
+        if len(inferred) != len(actual):
+            self.error("result-rank-mismatch", f"rank {len(actual)} vs {len(inferred)}", **fmt)
+            return
+        for k, (i, a) in enumerate(zip(inferred, actual)):
+            if not isinstance(a, int):
+                continue
+            if isinstance(i, int):
+                if i != a:
+                    self.error("result-incompatible", f"dim {k} is {a} in the result but {i} in the broadcast",
+                               dim=k, **fmt)
+            elif self.profile == "strict":
+                self.error("result-dynamic-to-static",
+                           f"dim {k} is static {a} in the result but dynamic {dim_str(i)} in the broadcast",
+                           dim=k, **fmt)
+
+    def check_ranks(self) -> None:
+        if self.profile != "tosa":
+            return
+        ranks = {len(s) for s in self.shapes + [self.result_shape] if s is not None}
+        if len(ranks) > 1:
+            self.error("operand-rank-mismatch",
+                       "(" + ", ".join(quoted(s) for s in self.shapes) + f") -> {quoted(self.result_shape)}")
+
+
+def _numpy(c: _NodeCheck) -> None:
+    if c.rule.broadcast == "unidirectional":
+        _unidirectional(c, c.shapes, c.labels())
+        return
+    ok, inferred = c.infer(c.shapes, c.labels())
+    if ok:
+        c.check_result(inferred)
+    c.check_ranks()
+
+
+def _unidirectional(c: _NodeCheck, shapes: Sequence[Shape], labels) -> None:
+    """Operands in ``rule.broadcasts`` broadcast to operand 0, whose shape the result has."""
+    target = shapes[0]
+    if target is None:
+        c.check_ranks()
+        return
+    for i in c.rule.broadcasts or (1,):
+        if i >= len(shapes) or shapes[i] is None:
+            continue
+        s = shapes[i]
+        if len(s) > len(target):
+            c.error("not-unidirectional", f"{quoted(c.shapes[i])} has a higher rank than {quoted(target)}",
+                    operand=i)
+            continue
+        padded = expand_rank(s, len(target))
+        lab = ["1"] * (len(target) - len(s)) + list(labels[i] if labels[i] else dim_labels(f"#{i}", s))
+        for k, (t, d) in enumerate(zip(target, padded)):
+            if d == 1 or (d == t and d is not None):
+                continue
+            if isinstance(t, int) and isinstance(d, int):
+                c.error("not-unidirectional", f"dim {k} is {d} in {quoted(c.shapes[i])} but {t} in {quoted(target)}",
+                        dim=k, operand=i)
+                continue
+            eq = equality_constraint(t, d, labels[0][k], lab[k])
+            if eq is not None:
+                c.result.constraints.add(eq, c.node.label)
+    c.check_result(target)
+    c.check_ranks()
+
+
+def _legacy_attr(c: _NodeCheck) -> None:
+    """Opset < 7 ``broadcast``/``axis``: operand 1 goes into operand 0 at ``axis``."""
+    attrs = {name: helper.get_attribute_value(a) for name, a in c.node.attrs.items()
+             if name in ("broadcast", "axis")}
+    if not attrs.get("broadcast", 0):
+        _legacy_equal(c)
+        return
+    a, b = (c.shapes + [None, None])[:2]
+    if a is None or b is None:
+        return
+    axis = attrs.get("axis", len(a) - len(b))
+    if axis < 0 or axis + len(b) > len(a):
+        c.error("legacy-axis", f"axis {axis} places {quoted(b)} outside {quoted(a)}")
+        return
+    placed = (1,) * axis + tuple(b) + (1,) * (len(a) - axis - len(b))
+    own = dim_labels(c.operands[1].name, b)
+    labels = [dim_labels(c.operands[0].name, a), ["1"] * axis + own + ["1"] * (len(a) - axis - len(b))]
+    _unidirectional(c, [a, placed], labels)
+
+
+def _legacy_equal(c: _NodeCheck) -> None:
+    """No broadcasting: all operands have one shape, which is the result's."""
+    ranked = [(i, s) for i, s in enumerate(c.shapes) if s is not None]
+    if not ranked:
+        return
+    labels = c.labels()
+    i0, s0 = ranked[0]
+    merged = list(s0)
+    for i, s in ranked[1:]:
+        if len(s) != len(s0):
+            c.error("shape-mismatch", f"operand #{i0} {quoted(s0)} and operand #{i} {quoted(s)} differ in rank")
+            return
+        for k, (d0, d1) in enumerate(zip(s0, s)):
+            if isinstance(d0, int) and isinstance(d1, int):
+                if d0 != d1:
+                    c.error("shape-mismatch", f"dim {k} is {d0} in operand #{i0} and {d1} in operand #{i}", dim=k)
+                    return
+                continue
+            eq = equality_constraint(d0, d1, labels[i0][k], labels[i][k])
+            if eq is not None:
+                c.result.constraints.add(eq, c.node.label)
+            if isinstance(d1, int) or merged[k] is None:
+                merged[k] = d1
+    c.check_result(tuple(merged))
+    c.check_ranks()
+
+
+_MODES: Dict[str, Callable[[_NodeCheck], None]] = {
+    "numpy": _numpy,
+    "attr": _legacy_attr,
+    "equal": _legacy_equal,
+    "unidirectional": lambda c: _unidirectional(c, c.shapes, c.labels()),
+}
+
+
+def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpRule]] = None,
+           stage: str = "input", result: Optional[VerifyResult] = None, _path: str = "") -> VerifyResult:
+    """Verify every broadcasting node of ``graph`` and its subgraphs."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
+    rules = builtin_rules("onnx") if rules is None else rules
+    result = VerifyResult() if result is None else result
+    for node in graph.nodes():
+        if node.kind != OP:
+            continue
+        result.nodes += 1
+        rule = rules.get(node.op)
+        if rule is not None and node.outputs:
+            result.elementwise_nodes += 1
+            version = graph.opsets.get(node.domain, graph.opsets.get("", 1))
+            _MODES[rule.mode_at(version)](_NodeCheck(node, rule, profile, result, _path, stage))
+        for attr, sub in node.subgraphs():
+            sub_path = f"{_path}/{node.label}.{attr}" if _path else f"{node.label}.{attr}"
+            verify(sub, profile, rules, stage, result, sub_path)
+    return result
