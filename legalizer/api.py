@@ -7,8 +7,7 @@ from typing import Optional
 
 import onnx
 
-from .exporters.onnx import export_model
-from .fileio import atomic_output
+from .exporters.onnx import export_model, save_model
 from .model import Model
 
 
@@ -18,9 +17,6 @@ def to_onnx(model: Model) -> onnx.ModelProto:
 
 
 def save(model: Model, path, *, force: bool = False) -> Path:
-    """Write ``model`` as ONNX to ``path`` atomically; never over its own source file."""
-    path = Path(path)
-    proto = to_onnx(model)
-    with atomic_output(path, force=force, protect=model.source) as tmp:
-        onnx.save_model(proto, str(tmp))
-    return path
+    """Write ``model`` as ONNX to ``path`` atomically; never over its own source file.
+    External data stays external (see ``exporters.onnx.save_model``)."""
+    return save_model(to_onnx(model), Path(path), model.base_dir, force=force, protect=model.source)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -9,8 +10,10 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .errors import LegalizeError, UsageError
+from .fileio import check_output_path
 from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, run
 from .verify import PROFILES
 
@@ -30,25 +33,77 @@ Exit status: 0 legal; 1 verification violations; 2 bad input or usage.
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
 
 
+def one_line(text: str) -> str:
+    """``text`` as one printable line: control characters (a newline in a node name of
+    a corrupt model, say) are escaped, never printed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text).strip())
+
+
+# A model this big gets a progress indicator (stderr a terminal, no -q, no --json).
+LARGE_FILE_BYTES = 1 << 20
+LARGE_NODE_COUNT = 20_000
+
+
+class _Progress:
+    """The ``on_stage`` callback of ``pipeline.run``: a transient spinner on stderr,
+    naming the stage, for large models only; ``close`` before printing anything."""
+
+    LABELS = {"load": "loading", "verify": "verifying"}
+
+    def __init__(self, enabled: bool, name: str):
+        self.enabled, self.name = enabled, name
+        self.progress = None
+        self.task = None
+
+    def __call__(self, stage: str, size: dict) -> None:
+        large = size.get("bytes", 0) >= LARGE_FILE_BYTES or size.get("nodes", 0) >= LARGE_NODE_COUNT
+        if not self.enabled or (self.progress is None and not large):
+            return
+        what = f"{self.LABELS.get(stage, stage)} {self.name}"
+        if "bytes" in size:
+            what += f" ({size['bytes'] / 1e6:.1f} MB)"
+        if "nodes" in size:
+            what += f" ({size['nodes']:,} nodes)"
+        if self.progress is None:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                                     TimeElapsedColumn(),
+                                     console=Console(stderr=True, highlight=False, emoji=False),
+                                     transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task(one_line(what), total=None)
+        else:
+            self.progress.update(self.task, description=one_line(what), refresh=True)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
 class _Printer:
     def __init__(self, quiet: bool, verbose: bool, json_out: bool):
         self.quiet, self.verbose = quiet, verbose
         # With --json, stdout carries only the report.
-        self.out = Console(stderr=json_out, highlight=False, soft_wrap=True)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.out = Console(stderr=json_out, highlight=False, soft_wrap=True, emoji=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
     def summary(self, res: RunResult) -> None:
         rep = res.report
-        for w in rep.warnings:
-            self.err.print(f"legalize: warning: {w}", markup=False)
+        if not self.quiet:
+            for w in rep.warnings:
+                self.err.print(one_line(f"legalize: warning: {w}"), markup=False)
         if self.verbose and res.model is not None:
             from .ir import format_graph
             self.out.print(format_graph(res.model.graph), markup=False)
         for v in rep.violations:
-            where = f"graph '{v['graph']}', " if v["graph"] else ""
-            self.out.print(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}", markup=False)
+            where = f"graph '{v['graph']}', " if v.get("graph") else ""
+            self.out.print(one_line(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}"), markup=False)
         if not self.quiet:
-            table = Table(title=f"{rep.input} ({rep.format}, profile {rep.profile})", title_justify="left")
+            # Text, not str: a '[' in a file name is not rich markup.
+            table = Table(title=Text(one_line(f"{rep.input} ({rep.format}, profile {rep.profile})")),
+                          title_justify="left")
             table.add_column("nodes", justify="right")
             table.add_column("elementwise", justify="right")
             table.add_column("violations", justify="right")
@@ -61,11 +116,12 @@ class _Printer:
                 self.out.print(f"  {code}: {count}", markup=False)
             if self.verbose:
                 for c in rep.constraints:
-                    self.out.print(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})", markup=False)
+                    self.out.print(one_line(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})"),
+                                   markup=False)
         n = len(rep.violations)
         verdict = (f"legal under '{rep.profile}'" if n == 0 else
                    f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'")
-        self.out.print(f"{rep.input}: {verdict}", markup=False)
+        self.out.print(one_line(f"{rep.input}: {verdict}"), markup=False)
 
 
 @app.command(help=HELP, no_args_is_help=True)
@@ -88,11 +144,21 @@ def legalize(
         raise UsageError(f"--target must be tosa or xla, not '{target}'")
     if not verify_only:
         raise UsageError("this version of legalize only verifies: pass --verify-only")
+    if output is not None or out_opt is not None:
+        raise UsageError("--verify-only writes no model: leave out OUTPUT and -o")
+    if quiet and verbose:
+        raise UsageError("-q and -v cannot be used together")
+    if report is not None:  # fail before the work, not after it
+        check_output_path(report, force=True, protect=model)
     printer = _Printer(quiet, verbose, json_out)
-    res = run(model, RunOptions(target=target, profile=profile, verify_only=True))
+    progress = _Progress(sys.stderr.isatty() and not quiet and not json_out, model.name)
+    try:
+        res = run(model, RunOptions(target=target, profile=profile, verify_only=True), on_stage=progress)
+    finally:
+        progress.close()
     printer.summary(res)
     if report is not None:
-        res.report.write(report)
+        res.report.write(report, protect=model)
     if json_out:
         sys.stdout.write(res.report.dumps() + "\n")
     raise typer.Exit(res.exit_code)
@@ -110,10 +176,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
         code = app(args=argv, standalone_mode=False, prog_name="legalize")
     except LegalizeError as e:
-        print(f"legalize: error: {e}", file=sys.stderr)
+        print(one_line(f"legalize: error: {e}"), file=sys.stderr)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except BrokenPipeError:  # `legalize ... | head`: the reader has gone; so do we
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_BAD_INPUT)
     except (typer.Abort, KeyboardInterrupt):
         print("legalize: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -125,9 +194,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             app(args=["--help"], standalone_mode=False, prog_name="legalize")
             sys.exit(EXIT_BAD_INPUT)
         if _is_usage_error(e):
-            print(f"legalize: error: {e.format_message()} (see legalize --help)", file=sys.stderr)
+            print(one_line(f"legalize: error: {e.format_message()} (see legalize --help)"), file=sys.stderr)
             sys.exit(EXIT_BAD_INPUT)
-        print(f"legalize: internal error: {type(e).__name__}: {e} (please report this)", file=sys.stderr)
+        print(one_line(f"legalize: internal error: {type(e).__name__}: {e} (please report this)"), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 
 from .errors import BadInput, UsageError
 from .model import Model
@@ -17,12 +18,50 @@ from .model import Model
 FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
 
 
+# Formats recognized by content that this version does not read: what to tell the user.
+NOT_SUPPORTED = {
+    "tflite": "a TFLite model, which this version of legalize does not support yet (ONNX only)",
+    "mlir": "MLIR text, which this version of legalize does not support yet (ONNX only)",
+    "mlirbc": "MLIR bytecode, which this version of legalize does not support yet (ONNX only)",
+    "pt2": "a torch.export archive (.pt2), which this version of legalize does not support yet;"
+           " export the model with torch.onnx.export and pass the .onnx file",
+    "torch": "a PyTorch checkpoint (torch.save), which holds weights, not a graph;"
+             " export the model with torch.onnx.export and pass the .onnx file",
+    "zip": "a zip archive, not a model file",
+    "npy": "a NumPy array file, not a model file",
+    "hdf5": "an HDF5 file (a Keras .h5 model?), which legalize does not read;"
+            " convert the model to ONNX or TFLite first",
+}
+
+
+def _zip_kind(path: Path) -> str:
+    """A zip is a torch.export archive, a torch.save checkpoint, or something else."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return "zip"
+    leaves = {n.rstrip("/").rsplit("/", 1)[-1] for n in names}
+    if leaves & {"archive_format", "serialized_exported_program.json"}:
+        return "pt2"
+    if "data.pkl" in leaves:
+        return "torch"
+    return "zip"
+
+
 def sniff(path: Path) -> str:
     """The model format of ``path``, from its content; BadInput if it is none."""
     if not path.exists():
         raise BadInput(f"{path}: no such file")
     if path.is_dir():
+        if (path / "saved_model.pb").exists():
+            raise BadInput(f"{path}: is a TensorFlow SavedModel, which legalize does not read;"
+                           " convert it to TFLite or ONNX first")
         raise BadInput(f"{path}: is a directory, not a model file")
+    if not path.is_file():  # a FIFO or a device would block or never end
+        raise BadInput(f"{path}: is not a regular file")
     try:
         with open(path, "rb") as f:
             head = f.read(64)
@@ -35,11 +74,25 @@ def sniff(path: Path) -> str:
     if head.startswith(b"ML\xefR"):
         return "mlirbc"
     if head.startswith(b"PK\x03\x04"):
-        return "pt2"
+        return _zip_kind(path)
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return "hdf5"
     text = head.lstrip()
     if text.startswith((b"module", b"func.func", b"#map", b"//", b"\"builtin.module\"")):
         return "mlir"
     return "onnx"
+
+
+def _looks_like_text(head: bytes) -> bool:
+    import codecs
+
+    try:  # not final: ``head`` may end inside a character
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def load_onnx_proto(path: Path) -> onnx.ModelProto:
@@ -47,13 +100,44 @@ def load_onnx_proto(path: Path) -> onnx.ModelProto:
     try:
         model = onnx.load_model(str(path), load_external_data=False)
     except (DecodeError, RuntimeWarning, ValueError) as e:
+        with open(path, "rb") as f:
+            head = f.read(256)
+        if _looks_like_text(head[:200]):
+            raise BadInput(f"{path}: is a text file, not an ONNX model") from None
         raise BadInput(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'protobuf decode failed'})") from None
     except OSError as e:
         raise BadInput(f"{path}: cannot read: {e.strerror}") from None
     if not model.HasField("graph") or model.ir_version <= 0:
         raise BadInput(f"{path}: not an ONNX model ({size} bytes that parse as no ModelProto"
                        " with a graph and an IR version)")
+    bad = _invalid_string_field(model)
+    if bad is not None:
+        raise BadInput(f"{path}: not a valid ONNX model (string field '{bad}' is not valid UTF-8)")
     return model
+
+
+def _is_repeated(f: FieldDescriptor) -> bool:
+    rep = getattr(f, "is_repeated", None)  # protobuf >= 5.29; ``label`` is gone in 6.x
+    return rep if rep is not None else f.label == FieldDescriptor.LABEL_REPEATED
+
+
+def _invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
+    """The path of the first string field that is not valid UTF-8, else None.
+
+    ONNX is proto2, so the parser accepts any bytes in a string field and the Python
+    API then hands back ``bytes`` instead of ``str`` (names, op types, domains), which
+    would break everything downstream. About 3% of the import time; tensor payloads
+    are bytes fields and are not looked at."""
+    for f, v in msg.ListFields():
+        if f.type == FieldDescriptor.TYPE_STRING:
+            if any(type(s) is bytes for s in (v if _is_repeated(f) else (v,))):
+                return where + f.name
+        elif f.type == FieldDescriptor.TYPE_MESSAGE:
+            for i, sub in enumerate(v if _is_repeated(f) else (v,)):
+                bad = _invalid_string_field(sub, f"{where}{f.name}[{i}]." if _is_repeated(f) else f"{where}{f.name}.")
+                if bad is not None:
+                    return bad
+    return None
 
 
 def load(path, infer: bool = True) -> Model:
@@ -63,11 +147,14 @@ def load(path, infer: bool = True) -> Model:
     if fmt == "onnx":
         from .importers.onnx import import_model
 
-        model = import_model(load_onnx_proto(path), path.resolve().parent, infer=infer)
+        proto = load_onnx_proto(path)
+        try:
+            model = import_model(proto, path.resolve().parent, infer=infer)
+        except BadInput as e:  # the importer knows the graph, not the file: name it
+            raise BadInput(f"{path}: {e}") from None
         model.source = path
         return model
-    names = {"tflite": "TFLite", "mlir": "MLIR text", "mlirbc": "MLIR bytecode", "pt2": "a torch.export archive"}
-    raise BadInput(f"{path}: is {names[fmt]}; this version of legalize reads ONNX models only")
+    raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
 
 
 @contextmanager
@@ -78,18 +165,46 @@ def atomic_output(path: Path, *, force: bool = False, protect: Optional[Path] = 
     never overwritten; an existing ``path`` needs ``force``.
     """
     path = Path(path)
-    if protect is not None and path.exists() and Path(protect).exists() and path.resolve() == Path(protect).resolve():
+    check_output_path(path, force=force, protect=protect)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        # mkstemp makes the file private (0600); the result gets the usual permissions.
+        os.chmod(tmp_path, _file_mode(path))
+        yield tmp_path
+        os.replace(tmp_path, path)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def _file_mode(path: Path) -> int:
+    """The permissions of the file we replace, else those of a new file (umask)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def check_output_path(path: Path, *, force: bool = False, protect: Optional[Path] = None) -> None:
+    """UsageError unless ``path`` can be written by ``atomic_output``. Call it before
+    the work, so that a bad output path fails at once and with nothing written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory")
+    if protect is not None and path.exists() and Path(protect).exists() and os.path.samefile(path, protect):
         raise UsageError(f"{path}: refusing to overwrite the input model")
     if path.exists() and not force:
         raise UsageError(f"{path}: already exists (use --force to replace it)")
     if not path.parent.exists():
         raise UsageError(f"{path.parent}: output directory does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.replace(tmp_path, path)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+    if not path.parent.is_dir():
+        raise UsageError(f"{path.parent}: is not a directory")

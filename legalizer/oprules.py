@@ -18,7 +18,7 @@ from .errors import BadInput
 
 CATEGORIES = ("binary", "ternary", "variadic", "unidirectional")
 BROADCASTS = ("multidirectional", "unidirectional")
-LEGACY = (None, "attr", "equal", "unidirectional")
+LEGACY = (None, "attr", "equal", "unidirectional", "channel")
 ARITY = {"binary": (2, 2), "ternary": (3, 3), "variadic": (1, None), "unidirectional": (2, 2)}
 
 

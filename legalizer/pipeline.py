@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -14,6 +15,11 @@ from .report import Report
 from .verify import VerifyResult, verify
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
+
+# Called as each stage starts, with what is known of its size: "load" gets
+# {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
+# progress from it; the API ignores it.
+StageCallback = Callable[[str, Dict[str, int]], None]
 
 
 @dataclass
@@ -33,9 +39,10 @@ class RunResult:
 
 
 @contextmanager
-def _timed(timings: Dict[str, float], stage: str, on_stage: Optional[Callable[[str], None]]) -> Iterator[None]:
+def _timed(timings: Dict[str, float], stage: str, on_stage: Optional[StageCallback],
+           **size: int) -> Iterator[None]:
     if on_stage is not None:
-        on_stage(stage)
+        on_stage(stage, size)
     t0 = time.perf_counter()
     try:
         yield
@@ -43,15 +50,22 @@ def _timed(timings: Dict[str, float], stage: str, on_stage: Optional[Callable[[s
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
 
 
-def run(path: Path, options: RunOptions, on_stage: Optional[Callable[[str], None]] = None) -> RunResult:
+def _file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # load() says what is wrong with it
+
+
+def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load and verify ``path`` (legalization comes with the passes). Raises
     LegalizeError for bad input; violations are in the result, with exit code 1."""
     timings: Dict[str, float] = {}
-    with _timed(timings, "load", on_stage):
+    with _timed(timings, "load", on_stage, bytes=_file_size(path)):
         model = load(path)
     report = Report(input=str(path), format=model.format, target=options.target, profile=options.profile)
     report.warnings.extend(model.warnings)
-    with _timed(timings, "verify", on_stage):
+    with _timed(timings, "verify", on_stage, nodes=len(model.graph)):
         result = verify(model.graph, options.profile)
     report.add_verification(result, "input")
     report.timings_s = timings

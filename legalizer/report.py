@@ -11,6 +11,11 @@ from .verify import VerifyResult
 
 SCHEMA = 1
 
+# The keys of one violation in the report: DESIGN.md's, plus two additions documented
+# in the README: "dim" (the failing dim, or null) and "graph" (the subgraph path, "" for
+# the main graph).
+VIOLATION_KEYS = ("code", "node", "op", "message", "operand_shapes", "result_shape", "stage", "dim", "graph")
+
 STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
              "broadcasts_made_explicit", "constants_folded", "runtime_broadcast_checks",
              "runtime_broadcast_checks_elided")
@@ -29,7 +34,7 @@ class Report:
     constraints: List[dict] = field(default_factory=list)
     check: Dict[str, Any] = field(default_factory=lambda: {"ran": False})
     timings_s: Dict[str, float] = field(default_factory=dict)
-    warnings: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)  # an addition to DESIGN.md's schema
 
     def add_verification(self, result: VerifyResult, stage: str) -> None:
         for d in result.violations:
@@ -48,17 +53,21 @@ class Report:
         return {
             "schema": SCHEMA, "tool_version": __version__,
             "input": self.input, "output": self.output, "format": self.format,
-            "outputs": self.outputs, "target": self.target, "profile": self.profile,
-            "stats": self.stats, "violations": self.violations, "constraints": self.constraints,
-            "check": self.check, "timings_s": {k: round(v, 6) for k, v in self.timings_s.items()},
-            "warnings": self.warnings,
+            "outputs": dict(self.outputs), "target": self.target, "profile": self.profile,
+            "stats": {k: int(self.stats[k]) for k in STAT_KEYS},
+            "violations": [{k: v[k] for k in VIOLATION_KEYS} for v in self.violations],
+            "constraints": self.constraints,
+            "check": self.check, "timings_s": {k: round(float(v), 6) for k, v in self.timings_s.items()},
+            "warnings": list(self.warnings),
         }
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)
 
-    def write(self, path: Path) -> None:
+    def write(self, path: Path, protect: Optional[Path] = None) -> None:
+        """Write the report atomically; an existing report is replaced, ``protect``
+        (the input model) never."""
         from .fileio import atomic_output
 
-        with atomic_output(Path(path), force=True) as tmp:
-            tmp.write_text(self.dumps() + "\n")
+        with atomic_output(Path(path), force=True, protect=protect) as tmp:
+            tmp.write_text(self.dumps() + "\n", encoding="utf-8")

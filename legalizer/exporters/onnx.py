@@ -4,16 +4,20 @@ Everything the IR does not model is carried over from the protos the importer ke
 the model header (IR version, opsets, metadata, functions, training info), each graph's
 header (name, doc string, quantization annotations), node fields other than inputs,
 outputs and subgraphs, declared value_info, and initializers (external ones stay
-external: their proto, not their data, is copied).
+external: their proto, not their data, is copied). ``save_model`` writes a model file,
+moving external data beside it when it goes to another folder.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from pathlib import Path
+from typing import Iterator, List, Optional
 
 import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
+from ..errors import BadInput
+from ..fileio import atomic_output
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import TensorType
 
@@ -139,6 +143,7 @@ def export_graph(graph: Graph, gp: Optional[GraphProto] = None) -> GraphProto:
                 infos.append((v.info_index, v.info))
             elif v.info is None and n.kind == OP and v.name and n.proto is None and v.type.shape is not None:
                 new_infos.append(value_info(v.name, v.type))
+    infos.extend(graph.foreign_value_info)
     inits.sort(key=lambda t: t[0])
     gp.initializer.extend(t for _, t in inits)
     sparse.sort(key=lambda t: t[0])
@@ -161,3 +166,105 @@ def export_model(graph: Graph, header: Optional[ModelProto] = None) -> ModelProt
             m.opset_import.append(helper.make_opsetid(domain, version))
     export_graph(graph, m.graph)
     return m
+
+
+def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, force: bool = False,
+               protect: Optional[Path] = None) -> Path:
+    """Write ``proto`` to ``path`` atomically (``atomic_output``'s rules).
+
+    External tensors stay external. Their locations are relative to ``base_dir`` (the
+    input model's folder): written into that same folder, the model references the
+    input's data files as they are; written elsewhere, the data is copied, streamed
+    from the input's files, into ``<output name>.data`` beside the output, and the
+    tensors point there. ``proto`` itself is left as it is.
+    """
+    path = Path(path)
+    base = Path(base_dir) if base_dir is not None else Path(".")
+    relocate = (path.parent.resolve() != base.resolve()
+                and any(t.data_location == TensorProto.EXTERNAL for t in _tensors(proto)))
+    with atomic_output(path, force=force, protect=protect) as tmp:
+        if relocate:
+            copy = ModelProto()
+            copy.CopyFrom(proto)  # usually small: its big tensors are the external ones
+            data = path.with_name(path.name + ".data")
+            with atomic_output(data, force=force) as tmp_data:
+                _copy_external([t for t in _tensors(copy) if t.data_location == TensorProto.EXTERNAL],
+                               base, tmp_data, data.name)
+                onnx.save_model(copy, str(tmp))
+        else:
+            onnx.save_model(proto, str(tmp))
+    return path
+
+
+_CHUNK = 1 << 24
+
+
+def _copy_external(tensors: List[TensorProto], base: Path, dst: Path, location: str) -> None:
+    """Copy each tensor's external bytes from its file under ``base`` into ``dst``, in
+    chunks (a multi-GB weight is never in memory at once), once for tensors that share
+    them, and point the tensor at ``location`` (``dst``'s final name)."""
+    copied = {}
+    with open(dst, "wb") as out:
+        for t in tensors:
+            info = {e.key: e.value for e in t.external_data}
+            src = base / info.get("location", "")
+            offset = int(info.get("offset", 0))
+            length = int(info["length"]) if "length" in info else None  # None: to the file's end
+            key = (src, offset, length)
+            if key not in copied:
+                start = out.tell()
+                try:
+                    with open(src, "rb") as f:
+                        f.seek(offset)
+                        left = length
+                        while left is None or left > 0:
+                            chunk = f.read(_CHUNK if left is None else min(_CHUNK, left))
+                            if not chunk:
+                                break
+                            out.write(chunk)
+                            if left is not None:
+                                left -= len(chunk)
+                except OSError as e:
+                    raise BadInput(f"initializer '{t.name}': cannot read external data '{src}':"
+                                   f" {e.strerror}") from None
+                if left:
+                    raise BadInput(f"initializer '{t.name}': external data '{src}' is shorter than"
+                                   f" its length ({offset + length} bytes)")
+                copied[key] = (start, out.tell() - start)
+            start, size = copied[key]
+            rest = [(e.key, e.value) for e in t.external_data if e.key not in ("location", "offset", "length")]
+            del t.external_data[:]
+            for k, v in [("location", location), ("offset", str(start)), ("length", str(size))] + rest:
+                t.external_data.add(key=k, value=v)
+
+
+def _tensors(proto: ModelProto) -> Iterator[TensorProto]:
+    """Every TensorProto of the model that can hold data: initializers (sparse ones'
+    parts too) and tensor attributes, in every graph, subgraph and function."""
+    def of_nodes(nodes):
+        for n in nodes:
+            for a in n.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                yield from a.tensors
+                for st in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
+                    yield st.values
+                    yield st.indices
+                if a.HasField("g"):
+                    yield from of_graph(a.g)
+                for g in a.graphs:
+                    yield from of_graph(g)
+
+    def of_graph(g):
+        yield from g.initializer
+        for st in g.sparse_initializer:
+            yield st.values
+            yield st.indices
+        yield from of_nodes(g.node)
+
+    yield from of_graph(proto.graph)
+    for f in proto.functions:
+        yield from of_nodes(f.node)
+    for ti in proto.training_info:
+        yield from of_graph(ti.initialization)
+        yield from of_graph(ti.algorithm)

@@ -17,6 +17,7 @@ import onnx.defs
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 
 from ..errors import BadInput
+from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
 from ..ir.constdata import ConstData
@@ -180,6 +181,8 @@ class _Importer:
 
         out_nodes = []
         for vi in g.output:
+            if not vi.name:
+                raise BadInput(f"graph '{g.name}': a graph output has no name")
             n = Node(OUTPUT, "$output", name=vi.name, proto=vi)
             out_nodes.append(n)
             nodes.append(n)
@@ -215,6 +218,10 @@ class _Importer:
             n.inputs = [v]
             if v.type.shape is None and v.type.dtype is None:
                 v.type = types.get(n.name, UNKNOWN)
+        # value_info entries no value of this graph took (naming a value of an enclosing
+        # or nested graph, or nothing, or repeated): valid ONNX, kept for the export.
+        taken = {v.info_index for v in defined.values()}
+        graph.foreign_value_info = [(i, vi) for i, vi in enumerate(g.value_info) if i not in taken]
         self.pending[graph] = nodes
         return graph
 
@@ -237,8 +244,9 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         raise BadInput("the model imports no opset (opset_import is empty)")
     inferred = _infer(model) if infer else None
     imp = _Importer(model, inferred, base_dir)
-    graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
-    imp.register(graph)
+    with paused_gc():
+        graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
+        imp.register(graph)
     for g in _graphs(graph):
         g.nodes()  # a cycle is bad input: fail now, not in a pass
     return Model(graph, "onnx", model, base_dir, warnings=imp.warnings)

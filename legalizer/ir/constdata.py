@@ -16,6 +16,12 @@ from onnx import TensorProto, helper
 from ..errors import BadInput
 
 
+# Element types stored packed, several to a byte: their data is not itemsize * count
+# bytes and cannot be memory-mapped as it is; onnx reads and unpacks them.
+_PACKED = {getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2",
+                                              "FLOAT6E2M3", "FLOAT6E3M2") if hasattr(TensorProto, n)}
+
+
 class ConstData:
     __slots__ = ("proto", "base_dir", "index", "sparse", "_array")
 
@@ -71,12 +77,20 @@ class ConstData:
         shape = tuple(p.dims)
         offset = int(info.get("offset", 0))
         count = int(np.prod(shape, dtype=np.int64))
-        if np_dtype.itemsize * count == 0:
+        if count == 0:
             return np.zeros(shape, np_dtype)
-        size = path.stat().st_size
-        if offset + np_dtype.itemsize * count > size:
-            raise BadInput(f"initializer '{p.name}': external data '{path.name}' is shorter than"
-                           f" the tensor ({offset + np_dtype.itemsize * count} > {size} bytes)")
-        if np_dtype.kind in "fiucb" and np_dtype.itemsize in (1, 2, 4, 8):
+        # ml_dtypes' types (bfloat16, float8) are kind "V", and map as well as numpy's.
+        if np_dtype.kind in "fiucbV" and np_dtype.itemsize in (1, 2, 4, 8, 16) and p.data_type not in _PACKED:
+            size = path.stat().st_size
+            if offset + np_dtype.itemsize * count > size:
+                raise BadInput(f"initializer '{p.name}': external data '{path.name}' is shorter than"
+                               f" the tensor ({offset + np_dtype.itemsize * count} > {size} bytes)")
             return np.memmap(path, dtype=np_dtype.newbyteorder("<"), mode="r", offset=offset, shape=shape)
-        return onnx.numpy_helper.to_array(p, str(base))
+        # A copy: older onnx releases load the data into the proto they are given, which would
+        # then be exported with its data inline as well as external.
+        t = TensorProto()
+        t.CopyFrom(p)
+        try:
+            return onnx.numpy_helper.to_array(t, str(base))
+        except (ValueError, OSError) as e:
+            raise BadInput(f"initializer '{p.name}': cannot read external data '{path.name}': {e}") from None

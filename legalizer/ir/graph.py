@@ -12,6 +12,7 @@ Passes change a graph only through ``Graph`` methods.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -110,11 +111,15 @@ class Graph:
         self.opsets: Dict[str, int] = opsets if opsets is not None else {"": 21}
         self.owner = owner
         self.proto: Any = None  # the GraphProto this came from, for its header fields
+        # value_info entries naming no value of this graph (an outer or inner value, or
+        # nothing), kept with their positions so an export gives them back.
+        self.foreign_value_info: List[Tuple[int, Any]] = []
         self._nx = nx.DiGraph()
         self._ids = itertools.count()
         self._inputs: List[Node] = []
         self._outputs: List[Node] = []
         self._names: Dict[str, Value] = {}
+        self._order: Optional[List[int]] = None  # cached topological order
 
     # ---- reading ------------------------------------------------------------------
     def __len__(self) -> int:
@@ -133,18 +138,18 @@ class Graph:
         return self.owner.graph if self.owner is not None else None
 
     def node(self, node_id: int) -> Node:
-        return self._nx.nodes[node_id]["n"]
+        return self._nx._node[node_id]["n"]
 
     def nodes(self) -> List[Node]:
         """All nodes in deterministic topological order (ties by creation order)."""
-        nodes = self._nx.nodes
-        return [nodes[i]["n"] for i in self._topo_ids()]
+        data = self._nx._node
+        return [data[i]["n"] for i in self._topo_ids()]
 
     def ops(self) -> List[Node]:
         return [n for n in self.nodes() if n.kind == OP]
 
     def constants(self) -> List[Node]:
-        return [d["n"] for _, d in self._nx.nodes(data=True) if d["n"].kind == CONST]
+        return [d["n"] for d in self._nx._node.values() if d["n"].kind == CONST]
 
     def walk(self) -> Iterator[Node]:
         """Every node of this graph and, depth first, of its subgraphs."""
@@ -176,14 +181,34 @@ class Graph:
         return out
 
     def _topo_ids(self) -> List[int]:
-        g = self._nx
-        try:
-            return list(nx.lexicographical_topological_sort(g))
-        except nx.NetworkXUnfeasible:
-            cycle = nx.find_cycle(g)
+        """Kahn's algorithm, smallest id first among ready nodes; cached until the
+        graph changes. Imported graphs are usually already in order: that is checked
+        in one pass over the edges and costs no sort."""
+        if self._order is not None:
+            return self._order
+        succ = self._nx._succ
+        if all(u < v for u, nbrs in succ.items() for v in nbrs):
+            self._order = sorted(succ)
+            return self._order
+        pred = self._nx._pred
+        indegree = {n: len(p) for n, p in pred.items()}
+        ready = [n for n, d in indegree.items() if d == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            n = heapq.heappop(ready)
+            order.append(n)
+            for m in succ[n]:
+                indegree[m] -= 1
+                if indegree[m] == 0:
+                    heapq.heappush(ready, m)
+        if len(order) != len(indegree):
+            cycle = nx.find_cycle(self._nx, [n for n, d in indegree.items() if d > 0])
             names = " -> ".join(self.node(a).label for a, _ in cycle)
             from ..errors import BadInput
-            raise BadInput(f"graph '{self.name}' has a cycle: {names}") from None
+            raise BadInput(f"graph '{self.name}' has a cycle: {names}")
+        self._order = order
+        return order
 
     # ---- building -------------------------------------------------------------------
     def fresh_name(self, base: str) -> str:
@@ -208,6 +233,7 @@ class Graph:
     def add_nodes(self, nodes: Iterable[Node]) -> List[Node]:
         """Add many nodes at once (the importers' bulk path). Operands may refer to
         values of nodes later in the batch; edges are made after all are registered."""
+        self._order = None
         nodes = [self._register(n) for n in nodes]
         self._nx.add_nodes_from((n.id, {"n": n}) for n in nodes)
         for n in nodes:
@@ -248,6 +274,7 @@ class Graph:
             if owner is None:
                 raise ValueError(f"value {value.name!r} is not visible from node {user.label!r}")
             target = owner
+        prod.graph._order = None
         g = prod.graph._nx
         if delta > 0:
             if g.has_edge(prod.id, target.id):
@@ -289,8 +316,9 @@ class Graph:
             if user is new.producer or keep(user):
                 continue
             if user.kind == OUTPUT and new.name != old.name:
-                self.rename(old, self.fresh_name(old.name + "_orig"))
-                self.rename(new, user.proto.name if user.proto is not None else old.name)
+                name = old.name
+                self.rename(old, self.fresh_name(name + "_orig"))
+                self.rename(new, name)
             self.set_input(user, i, new)
             count += 1
         return count
@@ -313,6 +341,7 @@ class Graph:
             if v is not None:
                 self._link(v, node, -1)
         self._nx.remove_node(node.id)
+        self._order = None
         if node.kind == INPUT:
             self._inputs.remove(node)
         elif node.kind == OUTPUT:

@@ -109,15 +109,31 @@ def infer_result_shape(shapes: Sequence[Shape], labels: Optional[Sequence[Option
     if not ranked:
         return Inference(None, [])
     rank = max(len(s) for _, s in ranked)
+    if all(type(d) is int for _, s in ranked for d in s):
+        return Inference(_static_broadcast(ranked, rank), [])
+    # Most dynamic nodes need no constraint (N against 1, N against N): infer without
+    # naming dims first, and name them only if a constraint turns up.
+    try:
+        return _infer(ranked, rank, None)
+    except _NeedLabels:
+        return _infer(ranked, rank, labels if labels is not None else [None] * (ranked[-1][0] + 1))
+
+
+class _NeedLabels(Exception):
+    pass
+
+
+def _infer(ranked, rank: int, labels) -> Inference:
+    named = labels is not None
     first_i, first = ranked[0]
     acc = list(expand_rank(first, rank))
     # For each result axis: which operand the accumulated dim comes from and its label.
     origin = [first_i] * rank
-    acc_labels = _expanded_labels(labels, first_i, first, rank)
+    acc_labels = _expanded_labels(labels, first_i, first, rank) if named else None
     constraints: List[Tuple[int, Constraint]] = []
     for i, s in ranked[1:]:
         dims = expand_rank(s, rank)
-        lab = _expanded_labels(labels, i, s, rank)
+        lab = _expanded_labels(labels, i, s, rank) if named else None
         for ax in range(rank):
             d0, d1 = acc[ax], dims[ax]
             if d0 == d1 and d0 is not None:
@@ -126,14 +142,47 @@ def infer_result_shape(shapes: Sequence[Shape], labels: Optional[Sequence[Option
                 d = infer_dim(d0, d1)
             except ValueError:
                 raise IncompatibleDims(ax, d0, d1, origin[ax], i) from None
+            if isinstance(d1, int) and d1 != 1:
+                origin[ax] = i
+            acc[ax] = d
+            if not named:
+                if _constrained(d0, d1):
+                    raise _NeedLabels
+                continue
             c = broadcast_constraint(d0, d1, acc_labels[ax], lab[ax])
             if c is not None:
                 constraints.append((ax, c))
-            if isinstance(d1, int) and d1 != 1:
-                origin[ax] = i
             acc_labels[ax] = _label_after(d, d0, d1, acc_labels[ax], lab[ax])
-            acc[ax] = d
     return Inference(tuple(acc), constraints)
+
+
+def _constrained(d0: Dim, d1: Dim) -> bool:
+    """Whether ``broadcast_constraint`` would give a constraint for these dims."""
+    s0, s1 = isinstance(d0, int), isinstance(d1, int)
+    if s0 and s1:
+        return False
+    if s0 or s1:
+        return (d0 if s0 else d1) != 1
+    return d0 is None or d0 != d1
+
+
+def _static_broadcast(ranked, rank: int) -> Tuple[int, ...]:
+    """InferResultShape when every dim is static (the common case): no labels, no
+    constraints."""
+    acc = [1] * rank
+    origin = [ranked[0][0]] * rank
+    for i, s in ranked:
+        off = rank - len(s)
+        for k, d in enumerate(s):
+            ax = k + off
+            a = acc[ax]
+            if d == a or d == 1:
+                continue
+            if a == 1:
+                acc[ax], origin[ax] = d, i
+            else:
+                raise IncompatibleDims(ax, a, d, origin[ax], i)
+    return tuple(acc)
 
 
 def _label_after(d: Dim, d0: Dim, d1: Dim, label0: str, label1: str) -> str:

@@ -8,7 +8,7 @@ Profiles (DESIGN.md):
 Each op's broadcasting rule comes from ``rules/`` and the model's opset: numpy-style
 (multidirectional or unidirectional), or a legacy rule of opset < 7/8 (``attr``: the
 ``broadcast``/``axis`` attributes, an InDim broadcast of operand 1 into operand 0;
-``equal``: no broadcasting at all).
+``equal``: no broadcasting at all; ``channel``: PRelu-6's per-channel slope).
 """
 
 from __future__ import annotations
@@ -46,6 +46,21 @@ class VerifyResult:
         return out
 
 
+class _Labels:
+    """Constraint names of each operand's dims, made only when a constraint needs them
+    (most nodes are static and never ask)."""
+
+    def __init__(self, operands):
+        self.operands = operands
+        self.made: Dict[int, Optional[List[str]]] = {}
+
+    def __getitem__(self, i: int) -> Optional[List[str]]:
+        if i not in self.made:
+            v = self.operands[i]
+            self.made[i] = dim_labels(v.name, v.type.shape) if v.type.shape is not None else None
+        return self.made[i]
+
+
 class _NodeCheck:
     """Verification of one node: collects its diagnostics and constraints."""
 
@@ -57,8 +72,8 @@ class _NodeCheck:
         self.shapes: List[Shape] = [v.type.shape for v in self.operands]
         self.result_shape: Shape = node.outputs[0].type.shape if node.outputs else None
 
-    def labels(self) -> List[Optional[List[str]]]:
-        return [dim_labels(v.name, v.type.shape) if v.type.shape is not None else None for v in self.operands]
+    def labels(self) -> "_Labels":
+        return _Labels(self.operands)
 
     def error(self, code: str, detail: str = "", dim: Optional[int] = None, **fmt) -> None:
         text = MESSAGES[code].format(**fmt)
@@ -122,8 +137,20 @@ def _numpy(c: _NodeCheck) -> None:
         return
     ok, inferred = c.infer(c.shapes, c.labels())
     if ok:
+        if inferred is not None and None in c.shapes:
+            inferred = _with_unranked(inferred, c.result_shape)
         c.check_result(inferred)
     c.check_ranks()
+
+
+def _with_unranked(inferred: Shape, result: Shape) -> Shape:
+    """The ranked operands' broadcast as a bound on the result when some operand is
+    unranked: that operand may have any rank and dims (ONNX runs ``Mul(*, 3x4) ->
+    2x3x4``), so the result's extra leading dims and the dims where the ranked operands
+    have 1 are unknown (``?``). A result of lower rank is still an error."""
+    if result is None or len(result) < len(inferred):
+        return inferred
+    return (None,) * (len(result) - len(inferred)) + tuple(None if d == 1 else d for d in inferred)
 
 
 def _unidirectional(c: _NodeCheck, shapes: Sequence[Shape], labels) -> None:
@@ -176,6 +203,17 @@ def _legacy_attr(c: _NodeCheck) -> None:
     _unidirectional(c, [a, placed], labels)
 
 
+def _legacy_channel(c: _NodeCheck) -> None:
+    """PRelu-1/6: a rank-1 slope of size > 1 is per channel, axis 1 of X."""
+    x, slope = (c.shapes + [None, None])[:2]
+    if x is None or slope is None or len(slope) != 1 or slope[0] == 1 or len(x) < 2:
+        _unidirectional(c, c.shapes, c.labels())
+        return
+    placed = (1, slope[0]) + (1,) * (len(x) - 2)
+    labels = [dim_labels(c.operands[0].name, x), ["1"] + dim_labels(c.operands[1].name, slope) + ["1"] * (len(x) - 2)]
+    _unidirectional(c, [x, placed], labels)
+
+
 def _legacy_equal(c: _NodeCheck) -> None:
     """No broadcasting: all operands have one shape, which is the result's."""
     ranked = [(i, s) for i, s in enumerate(c.shapes) if s is not None]
@@ -208,6 +246,7 @@ _MODES: Dict[str, Callable[[_NodeCheck], None]] = {
     "attr": _legacy_attr,
     "equal": _legacy_equal,
     "unidirectional": lambda c: _unidirectional(c, c.shapes, c.labels()),
+    "channel": _legacy_channel,
 }
 
 
