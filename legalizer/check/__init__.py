@@ -1,0 +1,1 @@
+"""Numeric checks: original against legalized, on onnxruntime."""

@@ -1,0 +1,240 @@
+"""Numeric check on onnxruntime: run the original and the legalized model on the same
+inputs, for each binding of the dynamic input dims, and compare every output.
+
+Inputs are synthesized per dtype with a fixed seed (or given). Dynamic dims get a
+small size and 1 (where the original accepts 1, so runtime broadcasting runs); with
+several dynamic dims, every combination up to ``max_bindings``, then a seeded sample.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper
+
+SMALL = 3  # the "small size" a dynamic dim gets besides 1
+
+
+@dataclass
+class OutputResult:
+    name: str
+    ok: bool
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "ok": self.ok}
+        if self.detail:
+            out["detail"] = self.detail
+        return out
+
+
+@dataclass
+class BindingResult:
+    dims: Dict[str, int]
+    ok: bool
+    outputs: List[OutputResult] = field(default_factory=list)
+    skipped: str = ""  # why this binding was not compared (the original rejects it)
+
+    def to_json(self) -> dict:
+        out = {"dims": self.dims, "ok": self.ok, "outputs": [o.to_json() for o in self.outputs]}
+        if self.skipped:
+            out["skipped"] = self.skipped
+        return out
+
+
+@dataclass
+class CheckResult:
+    ran: bool
+    provider: str
+    bindings: List[BindingResult] = field(default_factory=list)
+    error: str = ""  # the check could not compare (e.g. the original does not run)
+
+    @property
+    def ok(self) -> bool:
+        compared = [b for b in self.bindings if not b.skipped]
+        return self.ran and bool(compared) and all(b.ok for b in compared)
+
+    def to_json(self) -> dict:
+        out = {"ran": self.ran, "provider": self.provider, "ok": self.ok,
+               "bindings": [b.to_json() for b in self.bindings]}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def providers(choice: str = "auto") -> List[str]:
+    """Execution providers for ``cpu``, ``cuda`` or ``auto`` (CUDA when present)."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if choice == "cpu":
+        return ["CPUExecutionProvider"]
+    if choice == "cuda":
+        if "CUDAExecutionProvider" not in available:
+            from ..errors import UsageError
+            raise UsageError("--provider cuda: onnxruntime has no CUDAExecutionProvider here"
+                             " (install onnxruntime-gpu instead of onnxruntime; see the README)")
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def session(model, provider_list: Sequence[str]):
+    """An onnxruntime session for a ModelProto or a model path (a path resolves
+    external data beside the model)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    return ort.InferenceSession(source, opts, providers=list(provider_list))
+
+
+# -- inputs ---------------------------------------------------------------------------
+
+def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
+    """(input name, dim key, axis) for every dynamic dim of the graph inputs; a dim
+    key is the symbol, or ``input[axis]`` for an anonymous dim."""
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if d.HasField("dim_value"):
+                continue
+            out.append((vi.name, d.dim_param or f"{vi.name}[{k}]", k))
+    return out
+
+
+def bindings_for(model: onnx.ModelProto, fixed: Mapping[str, int], max_bindings: int = 8,
+                 seed: int = 0) -> List[Dict[str, int]]:
+    """Dim bindings to run: every combination of {1, SMALL} over the free dynamic dims
+    up to ``max_bindings`` (then a seeded sample that keeps all-SMALL and all-1)."""
+    keys = sorted({key for _, key, _ in _dims_of(model)} - set(fixed))
+    if not keys:
+        return [dict(fixed)]
+    combos = list(itertools.product([SMALL, 1], repeat=len(keys))) if len(keys) <= 16 else []
+    if not combos or len(combos) > max_bindings:
+        rng = random.Random(seed)
+        sample = {tuple([SMALL] * len(keys)), tuple([1] * len(keys))}
+        while len(sample) < max_bindings:
+            sample.add(tuple(rng.choice([SMALL, 1]) for _ in keys))
+        combos = sorted(sample, reverse=True)
+    return [dict(fixed, **dict(zip(keys, c))) for c in combos]
+
+
+def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[str, np.ndarray],
+               seed: int = 0) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds: Dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        if vi.name in given:
+            feeds[vi.name] = given[vi.name]
+            continue
+        tt = vi.type.tensor_type
+        shape = []
+        for k, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                shape.append(d.dim_value)
+            else:
+                shape.append(dims.get(d.dim_param or f"{vi.name}[{k}]", SMALL))
+        feeds[vi.name] = _random(rng, tt.elem_type, tuple(shape))
+    return feeds
+
+
+def _random(rng, elem_type: int, shape) -> np.ndarray:
+    if elem_type == onnx.TensorProto.STRING:
+        words = np.array(["alpha", "beta", "gamma", "delta"], dtype=object)
+        return rng.choice(words, size=shape)
+    dtype = helper.tensor_dtype_to_np_dtype(elem_type)
+    # np.asarray: a rank-0 draw is a numpy scalar, which onnxruntime does not take.
+    if dtype == np.bool_:
+        return np.asarray(rng.random(shape) < 0.5)
+    if np.issubdtype(dtype, np.integer):
+        # Small positive ints: safe as divisors, exponents and most indices.
+        return np.asarray(rng.integers(1, 3, size=shape), dtype)
+    return np.asarray(rng.standard_normal(shape), dtype)
+
+
+# -- comparison -----------------------------------------------------------------------
+
+def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol: float) -> OutputResult:
+    expected, got = np.asarray(expected), np.asarray(got)
+    if expected.shape != got.shape:
+        return OutputResult(name, False, detail=f"shape {got.shape} != {expected.shape}")
+    if expected.dtype != got.dtype:
+        return OutputResult(name, False, detail=f"dtype {got.dtype} != {expected.dtype}")
+    if expected.dtype.kind in "fc":
+        e, g = expected.astype(np.float64), got.astype(np.float64)
+        nan_e, nan_g = np.isnan(e), np.isnan(g)
+        if not np.array_equal(nan_e, nan_g):
+            return OutputResult(name, False, float("nan"), float("nan"), "NaNs at different positions")
+        mask = ~nan_e
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(mask, np.abs(e - g), 0.0)
+            diff = np.where(np.isinf(e) & (e == g), 0.0, diff)
+            denom = np.abs(e)
+            rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1), diff)
+        max_abs = float(diff.max()) if diff.size else 0.0
+        max_rel = float(rel.max()) if rel.size else 0.0
+        ok = bool(np.all(diff <= atol + rtol * np.abs(e)) or diff.size == 0)
+        return OutputResult(name, ok, max_abs, max_rel)
+    same = bool(np.array_equal(expected, got))
+    if expected.dtype.kind in "iub" and expected.size:
+        diff = np.abs(expected.astype(np.float64) - got.astype(np.float64))
+        return OutputResult(name, same, float(diff.max()), 0.0)
+    return OutputResult(name, same)
+
+
+def check(original: onnx.ModelProto, legalized: onnx.ModelProto, *, provider: str = "auto",
+          dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
+          rtol: float = 1e-5, atol: float = 1e-6, max_bindings: int = 8, seed: int = 0) -> CheckResult:
+    """Run both models for each dim binding and compare their outputs."""
+    provider_list = providers(provider)
+    try:
+        ref = session(original, provider_list)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
+        return CheckResult(False, provider_list[0], error=f"the original does not load on onnxruntime: {_first_line(e)}")
+    try:
+        new = session(legalized, provider_list)
+    except Exception as e:  # noqa: BLE001
+        return CheckResult(True, provider_list[0], error=f"the legalized model does not load on onnxruntime: {_first_line(e)}")
+    used = ref.get_providers()[0]
+    result = CheckResult(True, used)
+    out_names = [o.name for o in ref.get_outputs()]
+    for binding in bindings_for(original, dims or {}, max_bindings, seed):
+        feeds = synthesize(original, binding, inputs or {}, seed)
+        try:
+            expected = ref.run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - the original rejects this binding
+            result.bindings.append(BindingResult(binding, True, skipped=f"original fails: {_first_line(e)}"))
+            continue
+        try:
+            got = new.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            result.bindings.append(BindingResult(binding, False, [OutputResult(n, False, detail=_first_line(e))
+                                                                   for n in out_names]))
+            continue
+        outs = [compare(n, e, g, rtol, atol) for n, e, g in zip(out_names, expected, got)]
+        result.bindings.append(BindingResult(binding, all(o.ok for o in outs), outs))
+    if not any(not b.skipped for b in result.bindings):
+        result.error = "the original model fails on onnxruntime for every input binding tried"
+        result.ran = False
+    return result
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

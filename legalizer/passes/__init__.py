@@ -1,0 +1,11 @@
+"""Passes over the IR. Each takes (graph, ctx) and returns whether it changed the graph."""
+
+from .base import PassContext, PassManager, PassResult
+from .dce import dead_code_elimination
+from .equalize_ranks import equalize_ranks
+from .split_variadic import split_variadic
+
+TOSA_PIPELINE = (split_variadic, equalize_ranks, dead_code_elimination)
+
+__all__ = ["PassContext", "PassManager", "PassResult", "TOSA_PIPELINE", "dead_code_elimination",
+           "equalize_ranks", "split_variadic"]

@@ -1,0 +1,59 @@
+"""Pass infrastructure: a pass rewrites one graph and says whether it changed it; the
+manager runs passes over a graph and all its subgraphs, in order."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, List, Mapping, Optional
+
+from ..ir.graph import Graph
+from ..oprules import OpRule, builtin_rules
+
+
+@dataclass
+class PassResult:
+    graph: Graph
+    modified: bool
+
+
+@dataclass
+class PassContext:
+    """What passes share: the target, the op table, and the counters that end up in
+    the report's stats."""
+
+    target: str = "tosa"
+    rules: Mapping[str, OpRule] = field(default_factory=lambda: builtin_rules("onnx"))
+    stats: Counter = field(default_factory=Counter)
+    assume_dynamic_not_one: bool = False
+
+
+PassFn = Callable[[Graph, PassContext], bool]
+
+
+class PassManager:
+    """Runs each pass on every graph (outer first, then subgraphs, depth first). With
+    ``debug``, ``check`` runs after every pass and its failures name the pass."""
+
+    def __init__(self, passes: Iterable[PassFn], debug: bool = False,
+                 check: Optional[Callable[[Graph, str], None]] = None):
+        self.passes: List[PassFn] = list(passes)
+        self.debug = debug
+        self.check = check
+
+    def run(self, graph: Graph, ctx: PassContext) -> PassResult:
+        modified = False
+        for p in self.passes:
+            for g in _graphs(graph):
+                modified |= bool(p(g, ctx))
+            if self.debug and self.check is not None:
+                self.check(graph, getattr(p, "__name__", str(p)))
+        return PassResult(graph, modified)
+
+
+def _graphs(graph: Graph) -> List[Graph]:
+    out = [graph]
+    for n in graph.walk():
+        for _, sub in n.subgraphs():
+            out.append(sub)
+    return out

@@ -1,0 +1,119 @@
+"""The tosa passes: each rewrite runs before and after on onnxruntime, the result
+passes onnx.checker and has no violation under the tosa profile."""
+
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+import numpy as np
+
+import legalizer
+from legalizer.check.ort import check
+from legalizer.importers.onnx import import_model
+from legalizer.passes import TOSA_PIPELINE, PassContext, PassManager
+
+F = TensorProto.FLOAT
+
+
+def legalize_proto(model: onnx.ModelProto):
+    m = import_model(model)
+    ctx = PassContext()
+    PassManager(TOSA_PIPELINE).run(m.graph, ctx)
+    assert legalizer.verify(m.graph, "tosa").violations == []
+    out = legalizer.to_onnx(m)
+    onnx.checker.check_model(out, full_check=True)
+    res = check(model, out, provider="cpu")
+    assert res.ok, res.to_json()
+    compared = [b for b in res.bindings if not b.skipped]
+    return m, out, ctx, compared
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def vi(name, shape, t=F):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_activation_operand_gets_unsqueeze(opset):
+    m = model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
+              [vi("x", ["N", 3, 4]), vi("b", [4])], [vi("y", ["N", 3, 4])], opset=opset)
+    ir, out, ctx, compared = legalize_proto(m)
+    assert ctx.stats["reshapes_inserted"] == 1 and ctx.stats["constants_folded"] == 0
+    (unsq,) = [n for n in out.graph.node if n.op_type == "Unsqueeze"]
+    assert unsq.input[0] == "b"
+    add = [n for n in ir.graph.ops() if n.op == "Add"][0]
+    assert add.inputs[1].type.shape == (1, 1, 4)
+    assert {b["N"] for b in (c.dims for c in compared)} == {1, 3}
+
+
+def test_constants_fold_and_old_ones_go():
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "s")]
+    m = model([helper.make_node("Add", ["x", "b"], ["t"], name="add"),
+               helper.make_node("Mul", ["t", "s"], ["y"], name="mul")],
+              [vi("x", ["N", 4])], [vi("y", ["N", 4])], inits)
+    ir, out, ctx, _ = legalize_proto(m)
+    assert ctx.stats["constants_folded"] == 2 and ctx.stats["reshapes_inserted"] == 0
+    assert {t.name: list(t.dims) for t in out.graph.initializer} == {"b_r2": [1, 4], "s_r2": [1, 1]}
+    assert [n.op_type for n in out.graph.node] == ["Add", "Mul"]
+
+
+def test_shared_operand_expanded_once():
+    m = model([helper.make_node("Add", ["x", "b"], ["t"], name="a1"),
+               helper.make_node("Sub", ["t", "b"], ["y"], name="a2")],
+              [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])])
+    _, out, ctx, _ = legalize_proto(m)
+    assert ctx.stats["reshapes_inserted"] == 1
+    assert [n.op_type for n in out.graph.node] == ["Unsqueeze", "Add", "Sub"]
+
+
+def test_where_ternary_and_bool_condition():
+    m = model([helper.make_node("Where", ["c", "x", "z"], ["y"], name="w")],
+              [vi("c", [4], TensorProto.BOOL), vi("x", [2, 1, 4]), vi("z", ["K", 1])], [vi("y", [2, "K", 4])])
+    ir, out, ctx, compared = legalize_proto(m)
+    assert ctx.stats["reshapes_inserted"] == 2
+    w = [n for n in ir.graph.ops() if n.op == "Where"][0]
+    assert [v.type.shape for v in w.inputs] == [(1, 1, 4), (2, 1, 4), (1, "K", 1)]
+    assert len(compared) == 2
+
+
+def test_prelu_slope_unidirectional():
+    slope = numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32).reshape(3, 1, 1), "slope")
+    m = model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")],
+              [vi("x", ["N", 3, 5, 5])], [vi("y", ["N", 3, 5, 5])], [slope])
+    ir, out, ctx, _ = legalize_proto(m)
+    assert ctx.stats["constants_folded"] == 1
+    assert [list(t.dims) for t in out.graph.initializer] == [[1, 3, 1, 1]]
+
+
+@pytest.mark.parametrize("op,n", [("Sum", 3), ("Max", 4), ("Min", 3), ("Mean", 3)])
+def test_variadic_split_into_binary_chain(op, n):
+    shapes = [["N", 1, 4], [4], [3, 1], [1]][:n]
+    m = model([helper.make_node(op, [f"x{i}" for i in range(n)], ["y"], name="v")],
+              [vi(f"x{i}", s) for i, s in enumerate(shapes)], [vi("y", ["N", 3, 4])])
+    ir, out, ctx, compared = legalize_proto(m)
+    ops = [n_.op_type for n_ in out.graph.node if n_.op_type != "Unsqueeze"]
+    binary = {"Sum": "Add", "Mean": "Add"}.get(op, op)
+    assert ops == [binary] * (n - 1) + (["Div"] if op == "Mean" else [])
+    assert all(len(n_.input) == 2 for n_ in out.graph.node if n_.op_type != "Unsqueeze")
+    assert out.graph.output[0].name == "y" and out.graph.node[-1].output[0] == "y"
+    assert len(compared) == 2
+
+
+def test_subgraph_nodes_legalized():
+    then = helper.make_graph([helper.make_node("Add", ["x", "b"], ["t"], name="inner")], "then", [],
+                             [vi("t", [2, 3])])
+    other = helper.make_graph([helper.make_node("Sub", ["x", "b"], ["e"], name="inner_else")], "else", [],
+                              [vi("e", [2, 3])])
+    m = model([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+              [vi("c", [], TensorProto.BOOL), vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])])
+    ir, out, ctx, _ = legalize_proto(m)
+    assert ctx.stats["reshapes_inserted"] == 2
+    branches = {a.name: [n.op_type for n in a.g.node] for a in out.graph.node[0].attribute}
+    assert branches == {"then_branch": ["Unsqueeze", "Add"], "else_branch": ["Unsqueeze", "Sub"]}
