@@ -16,7 +16,9 @@ def to_onnx(model: Model) -> onnx.ModelProto:
     return export_model(model.graph, model.proto)
 
 
-def save(model: Model, path, *, force: bool = False) -> Path:
+def save(model: Model, path, *, force: bool = False, inspect=None) -> Path:
     """Write ``model`` as ONNX to ``path`` atomically; never over its own source file.
-    External data stays external (see ``exporters.onnx.save_model``)."""
-    return save_model(to_onnx(model), Path(path), model.base_dir, force=force, protect=model.source)
+    External data stays external (see ``exporters.onnx.save_model``, also for
+    ``inspect``, a look at the written file before it takes its name)."""
+    return save_model(to_onnx(model), Path(path), model.base_dir, force=force, protect=model.source,
+                      inspect=inspect)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import typer
 from rich.console import Console
@@ -14,20 +14,27 @@ from rich.text import Text
 
 from .errors import LegalizeError, UsageError
 from .fileio import check_output_path
-from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, run
+from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run
+from .transform import TARGETS
 from .verify import PROFILES
 
 HELP = """Make MODEL legal for strict compilers: no elementwise op relies on implicit
-broadcasting; every elementwise node is proved legal under MLIR's Broadcastable trait.
+broadcasting, every elementwise node is proved legal under MLIR's Broadcastable trait,
+and the result is checked against the original on onnxruntime.
 
 \b
 Examples:
+  legalize model.onnx                               # writes model.legal.onnx (tosa form)
+  legalize model.onnx out.onnx --force              # choose the output; replace it
+  legalize model.onnx --dim N=1 --dim N=8           # bind dynamic dims for the check
+  legalize model.onnx --input x=x.npy --rtol 1e-3   # check with your own data
   legalize model.onnx --verify-only                 # check the trait, write nothing
   legalize model.onnx --verify-only --profile tosa  # also require equal operand ranks
-  legalize model.onnx --verify-only --report r.json # machine-readable report
+  legalize model.onnx --report r.json               # machine-readable report
 
 \b
-Exit status: 0 legal; 1 verification violations; 2 bad input or usage.
+Exit status: 0 legal (and checked); 1 verification violations or a numeric mismatch
+(nothing is written then); 2 bad input or usage.
 """
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,8 +90,8 @@ class _Progress:
 
 
 class _Printer:
-    def __init__(self, quiet: bool, verbose: bool, json_out: bool):
-        self.quiet, self.verbose = quiet, verbose
+    def __init__(self, quiet: bool, verbose: bool, json_out: bool, legalizing: bool = False):
+        self.quiet, self.verbose, self.legalizing = quiet, verbose, legalizing
         # With --json, stdout carries only the report.
         self.out = Console(stderr=json_out, highlight=False, soft_wrap=True, emoji=False)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
@@ -99,8 +106,9 @@ class _Printer:
             self.out.print(format_graph(res.model.graph), markup=False)
         for v in rep.violations:
             where = f"graph '{v['graph']}', " if v.get("graph") else ""
+            where = ("in the output, " if v["stage"] == "output" else "") + where
             self.out.print(one_line(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}"), markup=False)
-        if not self.quiet:
+        if not self.quiet and res.output_verification is None:
             # Text, not str: a '[' in a file name is not rich markup.
             table = Table(title=Text(one_line(f"{rep.input} ({rep.format}, profile {rep.profile})")),
                           title_justify="left")
@@ -114,14 +122,103 @@ class _Printer:
             by_code = res.input_verification.by_code() if res.input_verification else {}
             for code, count in sorted(by_code.items()):
                 self.out.print(f"  {code}: {count}", markup=False)
+        if not self.quiet:
             if self.verbose:
                 for c in rep.constraints:
                     self.out.print(one_line(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})"),
                                    markup=False)
-        n = len(rep.violations)
-        verdict = (f"legal under '{rep.profile}'" if n == 0 else
-                   f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'")
-        self.out.print(one_line(f"{rep.input}: {verdict}"), markup=False)
+        if self.legalizing:
+            self.legalize_summary(res)
+        self.out.print(one_line(f"{rep.input}: {self.verdict(res)}"), markup=False)
+
+    def verdict(self, res: RunResult) -> str:
+        rep = res.report
+        stages = {}
+        for v in rep.violations:
+            stages[v["stage"]] = stages.get(v["stage"], 0) + 1
+        if stages.get("input"):
+            n = stages["input"]
+            return f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'" + \
+                ("; not legalized, nothing written" if self.legalizing else "")
+        if not self.legalizing:
+            return f"legal under '{rep.profile}'"
+        if stages.get("output"):
+            n = stages["output"]
+            return (f"the legalized model has {n} violation{'s' if n != 1 else ''} under '{rep.target}'"
+                    " (a legalize bug: please report it); nothing written")
+        chk = res.check
+        if chk is not None and chk.ran and not chk.ok:
+            return "the legalized model computes different outputs (FAILED above); nothing written"
+        where = f" -> {rep.output}" if rep.output else ""
+        if chk is None:
+            return f"legalized for '{rep.target}'{where} (not checked: --no-check)"
+        if not chk.ran:
+            return f"legalized for '{rep.target}'{where} (not checked: {chk.error})"
+        return f"legalized for '{rep.target}'{where}, outputs match on {chk.provider}"
+
+    def legalize_summary(self, res: RunResult) -> None:
+        """The main job's table: ops before and after, what was inserted, the check."""
+        rep = res.report
+        if not self.quiet and res.output_verification is not None:
+            table = Table(title=Text(one_line(f"{rep.input} ({rep.format}) -> target {rep.target}")),
+                          title_justify="left")
+            table.add_column("", justify="left")
+            table.add_column("before", justify="right")
+            table.add_column("after", justify="right")
+            st = rep.stats
+            table.add_row("nodes", str(st["nodes_in"]), str(st["nodes_out"]))
+            for op in sorted(set(res.ops_before) | set(res.ops_after)):
+                if res.ops_before[op] != res.ops_after[op]:
+                    table.add_row(Text(f"  {op}"), str(res.ops_before[op]), str(res.ops_after[op]))
+            n_in = sum(1 for v in rep.violations if v["stage"] == "input")
+            n_out = sum(1 for v in rep.violations if v["stage"] == "output")
+            table.add_row("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})")
+            self.out.print(table)
+            self.out.print(f"reshapes inserted: {st['reshapes_inserted']}, constants folded: "
+                           f"{st['constants_folded']}, runtime constraints: {len(rep.constraints)}", markup=False)
+        chk = res.check
+        if chk is not None and chk.ran:
+            skipped = [b for b in chk.bindings if b.skipped]
+            for b in chk.bindings:
+                dims = ", ".join(f"{k}={v}" for k, v in b.dims.items()) or "static shapes"
+                if b.skipped:
+                    if self.verbose:
+                        self.out.print(one_line(f"SKIPPED | {dims} | {b.skipped}"), markup=False)
+                    continue
+                for o in b.outputs:
+                    if self.quiet and o.ok:
+                        continue
+                    status = "PASSED" if o.ok else "FAILED"
+                    detail = o.detail or f"max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
+                    self.out.print(one_line(f"{status} | Output: '{o.name}' | {dims} | {detail}"), markup=False)
+            if skipped and not self.verbose and not self.quiet:
+                self.out.print(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: the original model"
+                               " rejects them (-v shows why)", markup=False)
+
+
+def _parse_dims(items: List[str]) -> Dict[str, int]:
+    dims = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.strip().isdigit():
+            raise UsageError(f"--dim expects NAME=SIZE with SIZE a non-negative integer, not '{item}'")
+        dims[name] = int(value)
+    return dims
+
+
+def _parse_inputs(items: List[str]) -> Dict[str, object]:
+    import numpy as np
+
+    arrays = {}
+    for item in items:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise UsageError(f"--input expects NAME=FILE.npy, not '{item}'")
+        try:
+            arrays[name] = np.load(file, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--input {name}: cannot read '{file}' as a .npy array: {e}") from None
+    return arrays
 
 
 @app.command(help=HELP, no_args_is_help=True)
@@ -132,6 +229,14 @@ def legalize(
     target: str = typer.Option("tosa", "--target", help="Legal form: tosa or xla."),
     profile: str = typer.Option("mlir", "--profile", help="Verifier profile for the input: mlir, strict or tosa."),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
+    do_check: bool = typer.Option(True, "--check/--no-check", help="Compare original and result on onnxruntime."),
+    provider: str = typer.Option("auto", "--provider", help="Execution provider for the check: auto, cpu or cuda."),
+    dim: List[str] = typer.Option([], "--dim", help="NAME=SIZE: bind a dynamic input dim for the check (repeatable).",
+                                  show_default=False),
+    input_: List[str] = typer.Option([], "--input", help="NAME=FILE.npy: feed this array to the check (repeatable).",
+                                     show_default=False),
+    rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance of the check."),
+    atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance of the check."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
@@ -140,20 +245,31 @@ def legalize(
 ) -> None:
     if profile not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{profile}'")
-    if target not in ("tosa", "xla"):
-        raise UsageError(f"--target must be tosa or xla, not '{target}'")
-    if not verify_only:
-        raise UsageError("this version of legalize only verifies: pass --verify-only")
-    if output is not None or out_opt is not None:
+    if target not in TARGETS:
+        raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{target}'")
+    if provider not in ("auto", "cpu", "cuda"):
+        raise UsageError(f"--provider must be auto, cpu or cuda, not '{provider}'")
+    if output is not None and out_opt is not None:
+        raise UsageError("give the output path once: OUTPUT or -o, not both")
+    output = output if output is not None else out_opt
+    if verify_only and output is not None:
         raise UsageError("--verify-only writes no model: leave out OUTPUT and -o")
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
-    if report is not None:  # fail before the work, not after it
+    options = RunOptions(target=target, profile=profile, verify_only=verify_only, force=force, check=do_check,
+                         provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
+                         rtol=rtol, atol=atol)
+    # Fail on a bad output or report path before the work, not after it.
+    if not verify_only:
+        options.output = output if output is not None else default_output(model)
+        if model.exists():
+            check_output_path(options.output, force=force, protect=model)
+    if report is not None:
         check_output_path(report, force=True, protect=model)
-    printer = _Printer(quiet, verbose, json_out)
+    printer = _Printer(quiet, verbose, json_out, legalizing=not verify_only)
     progress = _Progress(sys.stderr.isatty() and not quiet and not json_out, model.name)
     try:
-        res = run(model, RunOptions(target=target, profile=profile, verify_only=True), on_stage=progress)
+        res = run(model, options, on_stage=progress)
     finally:
         progress.close()
     printer.summary(res)

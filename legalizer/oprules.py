@@ -31,6 +31,7 @@ class OpRule:
     legacy: Optional[str] = None
     broadcasts: tuple = ()
     binary: Optional[str] = None
+    onto: str = "operand0"  # what unidirectional operands broadcast onto: operand0 | result
     targets: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -57,12 +58,15 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
     legacy = table.get("legacy")
     if legacy not in LEGACY:
         raise bad(f"legacy must be one of {', '.join(str(x) for x in LEGACY if x)}, not {legacy!r}")
-    broadcasts = tuple(table.get("broadcasts", ()))
+    broadcasts = tuple(table.get("broadcasts", (1,) if legacy == "attr" else ()))
+    onto = table.get("onto", "operand0")
+    if onto not in ("operand0", "result"):
+        raise bad(f"onto must be operand0 or result, not {onto!r}")
     if broadcast == "unidirectional" and not broadcasts:
         raise bad("a unidirectional op must list the operands that broadcast (`broadcasts`)")
     targets = {k: v for k, v in table.items() if k in ("stablehlo", "tosa", "tflite")}
     return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
-                  broadcasts, table.get("binary"), targets)
+                  broadcasts, table.get("binary"), onto, targets)
 
 
 def parse_rules(text: str, source: str) -> dict:

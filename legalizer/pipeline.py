@@ -7,14 +7,21 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional
+from collections import Counter
+from typing import Any, Callable, Dict, Iterator, Optional
 
+from .api import save
+from .check.ort import CheckResult, check
 from .fileio import load
 from .model import Model
-from .report import Report
+from .report import STAT_KEYS, Report
+from .transform import legalize
 from .verify import VerifyResult, verify
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
+
+# The output is always verified under its target's profile.
+TARGET_PROFILE = {"tosa": "tosa", "xla": "mlir"}
 
 # Called as each stage starts, with what is known of its size: "load" gets
 # {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
@@ -27,6 +34,14 @@ class RunOptions:
     target: str = "tosa"
     profile: str = "mlir"
     verify_only: bool = False
+    output: Optional[Path] = None  # default: <stem>.legal.<ext> beside the input
+    force: bool = False
+    check: bool = True
+    provider: str = "auto"
+    dims: Dict[str, int] = field(default_factory=dict)
+    inputs: Dict[str, Any] = field(default_factory=dict)
+    rtol: float = 1e-4
+    atol: float = 1e-5
 
 
 @dataclass
@@ -36,6 +51,24 @@ class RunResult:
     input_verification: Optional[VerifyResult] = None
     exit_code: int = EXIT_OK
     timings: Dict[str, float] = field(default_factory=dict)
+    output_verification: Optional[VerifyResult] = None
+    check: Optional[CheckResult] = None
+    ops_before: Counter = field(default_factory=Counter)
+    ops_after: Counter = field(default_factory=Counter)
+
+
+class _CheckFailed(Exception):
+    """Raised inside the save to keep a model that computes something else unwritten."""
+
+
+def default_output(path: Path) -> Path:
+    """``model.onnx`` -> ``model.legal.onnx`` beside it."""
+    suffix = path.suffix if path.suffix else ".onnx"
+    return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")
+
+
+def _op_counts(model: Model) -> Counter:
+    return Counter(n.op for n in model.graph.walk() if n.kind == "op")
 
 
 @contextmanager
@@ -58,16 +91,57 @@ def _file_size(path: Path) -> int:
 
 
 def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
-    """Load and verify ``path`` (legalization comes with the passes). Raises
-    LegalizeError for bad input; violations are in the result, with exit code 1."""
+    """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
+    onnxruntime and write it. Raises LegalizeError for bad input; violations and
+    mismatches are in the result, with exit code 1, and then nothing is written."""
     timings: Dict[str, float] = {}
     with _timed(timings, "load", on_stage, bytes=_file_size(path)):
         model = load(path)
     report = Report(input=str(path), format=model.format, target=options.target, profile=options.profile)
     report.warnings.extend(model.warnings)
+    report.timings_s = timings
     with _timed(timings, "verify", on_stage, nodes=len(model.graph)):
         result = verify(model.graph, options.profile)
     report.add_verification(result, "input")
-    report.timings_s = timings
-    exit_code = EXIT_VIOLATIONS if result.violations else EXIT_OK
-    return RunResult(report, model, result, exit_code, timings)
+    res = RunResult(report, model, result, EXIT_VIOLATIONS if result.violations else EXIT_OK, timings)
+    if options.verify_only or result.violations:
+        return res  # a model that violates the trait is not legalized
+
+    output = Path(options.output) if options.output is not None else default_output(path)
+    res.ops_before = _op_counts(model)
+    with _timed(timings, "passes", on_stage, nodes=len(model.graph)):
+        done = legalize(model, options.target)
+    report.warnings.extend(done.warnings)
+    for key in STAT_KEYS:
+        if key in done.stats:
+            report.stats[key] = int(done.stats[key])
+    res.ops_after = _op_counts(model)
+    with _timed(timings, "verify", on_stage, nodes=len(model.graph)):
+        out_result = verify(model.graph, TARGET_PROFILE[options.target])
+    res.output_verification = out_result
+    report.add_verification(out_result, "output")
+    if out_result.violations:
+        res.exit_code = EXIT_VIOLATIONS
+        return res
+
+    def run_check(written: Path) -> None:
+        with _timed(timings, "check", on_stage):
+            res.check = check(path, written, provider=options.provider, dims=options.dims,
+                              inputs=options.inputs, rtol=options.rtol, atol=options.atol)
+        report.check = res.check.to_json()
+        if res.check.ran and not res.check.ok:
+            raise _CheckFailed
+        if not res.check.ran:
+            report.warnings.append(f"the numeric check did not run: {res.check.error}")
+
+    t0 = time.perf_counter()
+    try:
+        save(model, output, force=options.force, inspect=run_check if options.check else None)
+    except _CheckFailed:
+        res.exit_code = EXIT_VIOLATIONS
+        return res
+    finally:
+        timings["save"] = time.perf_counter() - t0 - timings.get("check", 0.0)
+    report.output = str(output)
+    report.outputs = {"onnx": str(output)}
+    return res

@@ -3,12 +3,34 @@
 
 Run from the repository root: ``python scripts/make_models.py``. Deterministic: the
 same files come out each time (fixed seeds, no timestamps).
+
+Two kinds of model:
+
+- hand-made with ``onnx.helper`` (``mlp_bias``, ``dynamic_broadcast``,
+  ``incompatible_add``): always made;
+- small PyTorch modules exported with ``torch.onnx.export``, each twice: with the
+  dynamo exporter (``*.dynamo.onnx``: symbolic dims such as ``batch`` and ``seq`` on
+  the inputs) and with the TorchScript exporter (``*.torchscript.onnx``: static
+  shapes). These need the ``torch`` extra (``pip install -e '.[torch]'``: the pinned
+  torch and onnxscript; another version exports other bytes); without it they are
+  skipped, with one line saying so. The exported files are committed, so nothing else
+  needs torch.
+
+The exported models keep their weights inside the ``.onnx`` file. The dynamo exporter
+annotates every node with its FX node, name scopes and Python stack trace (file paths
+of the machine that ran it); those annotations and all doc strings are stripped so
+that a rerun anywhere gives the same bytes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import logging
+import warnings
 from pathlib import Path
+from typing import Callable, Dict, Tuple
 
 import numpy as np
 import onnx
@@ -92,12 +114,240 @@ MODELS = {
 }
 
 
+# ---- PyTorch modules, exported with torch.onnx.export --------------------------------
+#
+# torch is optional: everything below imports it lazily. The modules are small (widths
+# 16 to 96) so that each file stays a few tens of KiB.
+
+TORCH_OPSET = 18  # the dynamo exporter's own opset in torch 2.13 (no version conversion)
+SEED = 0
+# The versions that made the committed files (the ``torch`` extra in pyproject.toml pins
+# the same); other versions export other bytes.
+PINNED = {"torch": "2.13.0", "onnxscript": "0.7.2"}
+
+
+def version_mismatch() -> str:
+    """'' when the installed torch and onnxscript are the pinned ones, else what differs."""
+    from importlib import metadata
+
+    out = []
+    for pkg, want in PINNED.items():
+        try:
+            have = metadata.version(pkg).split("+")[0]
+        except metadata.PackageNotFoundError:
+            continue
+        if have != want:
+            out.append(f"{pkg} {have} (pinned {want})")
+    return ", ".join(out)
+
+
+def _torch_modules() -> Dict[str, Tuple[Callable, Callable]]:
+    """name -> (make the module, make its example inputs and dynamic shapes)."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class TransformerBlock(nn.Module):
+        """Pre-LN transformer block: self-attention with a float additive mask [S,S]
+        added to the scaled scores [B,H,S,S], an explicit rank-1 bias on the fused QKV
+        projection, LayerNorm, a GELU MLP, residuals."""
+
+        def __init__(self, d_model: int = 32, n_heads: int = 2, d_ff: int = 64):
+            super().__init__()
+            self.n_heads, self.d_head = n_heads, d_model // n_heads
+            self.scale = self.d_head ** -0.5
+            self.ln1 = nn.LayerNorm(d_model)
+            self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+            self.qkv_bias = nn.Parameter(0.02 * torch.randn(3 * d_model))  # [3D]: x + bias
+            self.proj = nn.Linear(d_model, d_model)
+            self.ln2 = nn.LayerNorm(d_model)
+            self.fc1 = nn.Linear(d_model, d_ff)
+            self.fc2 = nn.Linear(d_ff, d_model)
+
+        def forward(self, x, mask):
+            b, s, d = x.shape
+            qkv = self.qkv(self.ln1(x)) + self.qkv_bias
+            q, k, v = qkv.split(d, dim=-1)
+            q, k, v = (t.reshape(b, s, self.n_heads, self.d_head).transpose(1, 2) for t in (q, k, v))
+            scores = (q @ k.transpose(-2, -1)) * self.scale + mask  # [B,H,S,S] * [] + [S,S]
+            o = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, s, d)
+            x = x + self.proj(o)
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class MLP(nn.Module):
+        """Two dense layers: the first without its own bias, followed by an explicit
+        ``h + bias`` with a rank-1 parameter (an ONNX Add [N,32] + [32]); the second a
+        plain nn.Linear."""
+
+        def __init__(self, d_in: int = 16, d_hidden: int = 32, d_out: int = 8):
+            super().__init__()
+            self.fc1 = nn.Linear(d_in, d_hidden, bias=False)
+            self.bias = nn.Parameter(0.1 * torch.randn(d_hidden))
+            self.fc2 = nn.Linear(d_hidden, d_out)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x) + self.bias))
+
+    class SmallCNN(nn.Module):
+        """conv -> per-channel scale [C,1,1] times [N,C,H,W] -> ReLU -> conv -> ReLU ->
+        global average pool -> linear."""
+
+        def __init__(self, c_in: int = 3, c: int = 8, n_classes: int = 4):
+            super().__init__()
+            self.conv1 = nn.Conv2d(c_in, c, 3, padding=1)
+            self.scale = nn.Parameter(1.0 + 0.1 * torch.randn(c, 1, 1))
+            self.conv2 = nn.Conv2d(c, c, 3, padding=1)
+            self.fc = nn.Linear(c, n_classes)
+
+        def forward(self, x):
+            h = torch.relu(self.conv1(x) * self.scale)
+            h = torch.relu(self.conv2(h))
+            return self.fc(h.mean(dim=(2, 3)))
+
+    def transformer_inputs():
+        Dim = torch.export.Dim
+        batch, seq = Dim("batch"), Dim("seq")
+        s = 5
+        x = torch.randn(2, s, 32)
+        mask = torch.triu(torch.full((s, s), -1e4), diagonal=1)  # causal, additive
+        return (x, mask), ["x", "mask"], {"x": {0: batch, 1: seq}, "mask": {0: seq, 1: seq}}
+
+    def mlp_inputs():
+        return (torch.randn(4, 16),), ["x"], {"x": {0: torch.export.Dim("batch")}}
+
+    def cnn_inputs():
+        Dim = torch.export.Dim
+        return ((torch.randn(2, 3, 8, 8),), ["x"],
+                {"x": {0: Dim("batch"), 2: Dim("height"), 3: Dim("width")}})
+
+    return {
+        "transformer_block": (TransformerBlock, transformer_inputs),
+        "mlp": (MLP, mlp_inputs),
+        "small_cnn": (SmallCNN, cnn_inputs),
+    }
+
+
+TORCH_MODELS = [f"{name}.{exporter}.onnx"
+                for name in ("transformer_block", "mlp", "small_cnn")
+                for exporter in ("dynamo", "torchscript")]
+
+
+def _strip(m: onnx.ModelProto) -> onnx.ModelProto:
+    """Drop what differs from one run or machine to the next: the exporter's per-node
+    annotations (FX node, name scopes, stack traces with file paths) and doc strings."""
+    def graph(g: onnx.GraphProto) -> None:
+        g.doc_string = ""
+        del g.metadata_props[:]
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            v.doc_string = ""
+            del v.metadata_props[:]
+        for t in g.initializer:
+            t.doc_string = ""
+            del t.metadata_props[:]
+        for n in g.node:
+            n.doc_string = ""
+            del n.metadata_props[:]
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graph(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sub in a.graphs:
+                        graph(sub)
+
+    m.doc_string = ""
+    del m.metadata_props[:]
+    graph(m.graph)
+    for f in m.functions:
+        f.doc_string = ""
+        del f.metadata_props[:]
+        for n in f.node:
+            n.doc_string = ""
+            del n.metadata_props[:]
+    return m
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporters print progress lines and warnings; keep the script's own output to
+    one line per file."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
+
+
+def _export(name: str, exporter: str) -> onnx.ModelProto:
+    import torch
+
+    make, inputs = _torch_modules()[name]
+    torch.manual_seed(SEED)
+    module = make().eval()
+    args, input_names, dynamic_shapes = inputs()
+    with torch.no_grad(), _quiet():
+        if exporter == "dynamo":
+            program = torch.onnx.export(module, args, dynamo=True, input_names=input_names,
+                                        output_names=["y"], opset_version=TORCH_OPSET,
+                                        dynamic_shapes=dynamic_shapes, external_data=False,
+                                        optimize=True, verbose=False)
+            proto = program.model_proto
+        else:
+            buf = io.BytesIO()
+            torch.onnx.export(module, args, buf, dynamo=False, input_names=input_names,
+                              output_names=["y"], opset_version=TORCH_OPSET,
+                              do_constant_folding=True, verbose=False)
+            proto = onnx.load_from_string(buf.getvalue())
+    proto = _strip(proto)
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def torch_models() -> Tuple[Dict[str, Callable[[], onnx.ModelProto]], str]:
+    """The torch-exported models this environment can make, and why the others are
+    skipped ('' when none is)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return {}, "torch is not installed (pip install -e '.[torch]')"
+    makers = {}
+    for fname in TORCH_MODELS:
+        name, exporter, _ = fname.split(".")
+        makers[fname] = (lambda n=name, e=exporter: _export(n, e))
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        for fname in TORCH_MODELS:
+            if ".dynamo." in fname:
+                del makers[fname]
+        return makers, "onnxscript (needed by the dynamo exporter) is not installed (pip install -e '.[torch]')"
+    return makers, ""
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models")
+    ap.add_argument("--only", choices=["all", "helper", "torch"], default="all",
+                    help="make only the onnx.helper models or only the torch-exported ones")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, make in MODELS.items():
+    makers: Dict[str, Callable[[], onnx.ModelProto]] = {}
+    if args.only in ("all", "helper"):
+        makers.update(MODELS)
+    if args.only in ("all", "torch"):
+        made, why = torch_models()
+        skipped = [f for f in TORCH_MODELS if f not in made]
+        if skipped:
+            print(f"skipped {', '.join(skipped)}: {why}")
+        if made and version_mismatch():
+            print(f"note: {version_mismatch()}: the exported files may differ from the committed ones")
+        makers.update(made)
+    for name, make in makers.items():
         onnx.save(make(), str(args.out / name))
         print(f"wrote {args.out / name}")
 

@@ -11,7 +11,7 @@ moving external data beside it when it goes to another folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
@@ -86,12 +86,11 @@ def _initializer(n: Node) -> TensorProto:
 def _export_node(n: Node, out: NodeProto) -> NodeProto:
     if n.proto is not None:
         _copy_fields(out, n.proto, _NODE_REBUILT)
-    else:
-        out.op_type = n.op_type
-        if n.domain:
-            out.domain = n.domain
-        if n.name:
-            out.name = n.name
+    # The IR's identity fields win over the proto's (a pass may have changed them);
+    # set only where they differ, so an unchanged node keeps its exact bytes.
+    for field, value in (("op_type", n.op_type), ("domain", n.domain), ("name", n.name)):
+        if getattr(out, field) != value:
+            setattr(out, field, value)
     out.input.extend(v.name if v is not None else "" for v in n.inputs)
     # Trailing unused optional outputs may be dropped, inner ones stay as "".
     out.output.extend(v.name for v in n.outputs)
@@ -169,7 +168,7 @@ def export_model(graph: Graph, header: Optional[ModelProto] = None) -> ModelProt
 
 
 def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, force: bool = False,
-               protect: Optional[Path] = None) -> Path:
+               protect: Optional[Path] = None, inspect: Optional[Callable[[Path], None]] = None) -> Path:
     """Write ``proto`` to ``path`` atomically (``atomic_output``'s rules).
 
     External tensors stay external. Their locations are relative to ``base_dir`` (the
@@ -177,6 +176,10 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
     input's data files as they are; written elsewhere, the data is copied, streamed
     from the input's files, into ``<output name>.data`` beside the output, and the
     tensors point there. ``proto`` itself is left as it is.
+
+    ``inspect`` gets the written file (a temporary name beside ``path``, with its
+    external data in place) before it is renamed onto ``path``; if it raises, nothing
+    is left behind.
     """
     path = Path(path)
     base = Path(base_dir) if base_dir is not None else Path(".")
@@ -191,8 +194,16 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
                 _copy_external([t for t in _tensors(copy) if t.data_location == TensorProto.EXTERNAL],
                                base, tmp_data, data.name)
                 onnx.save_model(copy, str(tmp))
+            try:
+                if inspect is not None:
+                    inspect(tmp)
+            except BaseException:
+                data.unlink()  # the model it belongs to is not written either
+                raise
         else:
             onnx.save_model(proto, str(tmp))
+            if inspect is not None:
+                inspect(tmp)
     return path
 
 

@@ -19,7 +19,7 @@ def equalize_ranks(graph: Graph, ctx: PassContext) -> bool:
             continue
         if rule.broadcast == "unidirectional":
             targets = [i for i in rule.broadcasts if i < len(node.inputs)]
-            ref = node.inputs[0]
+            ref = node.outputs[0] if rule.onto == "result" else node.inputs[0]
             if ref is None or ref.type.shape is None:
                 continue
             rank = len(ref.type.shape)

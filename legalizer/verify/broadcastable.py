@@ -133,7 +133,7 @@ class _NodeCheck:
 
 def _numpy(c: _NodeCheck) -> None:
     if c.rule.broadcast == "unidirectional":
-        _unidirectional(c, c.shapes, c.labels())
+        _unidirectional(c)
         return
     ok, inferred = c.infer(c.shapes, c.labels())
     if ok:
@@ -153,65 +153,91 @@ def _with_unranked(inferred: Shape, result: Shape) -> Shape:
     return (None,) * (len(result) - len(inferred)) + tuple(None if d == 1 else d for d in inferred)
 
 
-def _unidirectional(c: _NodeCheck, shapes: Sequence[Shape], labels) -> None:
-    """Operands in ``rule.broadcasts`` broadcast to operand 0, whose shape the result has."""
-    target = shapes[0]
+def _target(c: _NodeCheck) -> Tuple[Shape, Optional[List[str]]]:
+    """What the broadcasting operands of a unidirectional op broadcast onto: operand 0,
+    or the result (Gemm's C onto A*B)."""
+    if c.rule.onto == "result":
+        shape = c.result_shape
+        name = c.node.outputs[0].name
+    else:
+        shape = c.shapes[0] if c.shapes else None
+        name = c.operands[0].name if c.operands else ""
+    return shape, (dim_labels(name, shape) if shape is not None else None)
+
+
+def _unidirectional(c: _NodeCheck, placed: Optional[Dict[int, Tuple[Shape, List[str]]]] = None) -> None:
+    """Operands in ``rule.broadcasts`` broadcast onto the target, whose shape the result
+    has. ``placed`` gives an operand's shape already placed at the target's rank (the
+    legacy forms), with its dim labels."""
+    target, target_labels = _target(c)
     if target is None:
         c.check_ranks()
         return
-    for i in c.rule.broadcasts or (1,):
-        if i >= len(shapes) or shapes[i] is None:
+    labels = c.labels()
+    for i in c.rule.broadcasts:
+        if i >= len(c.shapes) or c.shapes[i] is None:
             continue
-        s = shapes[i]
-        if len(s) > len(target):
-            c.error("not-unidirectional", f"{quoted(c.shapes[i])} has a higher rank than {quoted(target)}",
-                    operand=i)
-            continue
-        padded = expand_rank(s, len(target))
-        lab = ["1"] * (len(target) - len(s)) + list(labels[i] if labels[i] else dim_labels(f"#{i}", s))
-        for k, (t, d) in enumerate(zip(target, padded)):
+        if placed and i in placed:
+            s, lab = placed[i]
+        else:
+            s = c.shapes[i]
+            if len(s) > len(target):
+                c.error("not-unidirectional", f"{quoted(s)} has a higher rank than {quoted(target)}", operand=i)
+                continue
+            lab = ["1"] * (len(target) - len(s)) + labels[i]
+            s = expand_rank(s, len(target))
+        for k, (t, d) in enumerate(zip(target, s)):
             if d == 1 or (d == t and d is not None):
                 continue
             if isinstance(t, int) and isinstance(d, int):
                 c.error("not-unidirectional", f"dim {k} is {d} in {quoted(c.shapes[i])} but {t} in {quoted(target)}",
                         dim=k, operand=i)
                 continue
-            eq = equality_constraint(t, d, labels[0][k], lab[k])
+            eq = equality_constraint(t, d, target_labels[k], lab[k])
             if eq is not None:
                 c.result.constraints.add(eq, c.node.label)
-    c.check_result(target)
+    if c.rule.onto != "result":
+        c.check_result(target)
     c.check_ranks()
 
 
 def _legacy_attr(c: _NodeCheck) -> None:
-    """Opset < 7 ``broadcast``/``axis``: operand 1 goes into operand 0 at ``axis``."""
+    """Opset < 7 ``broadcast``/``axis``: the broadcasting operand (operand 1; Gemm's C)
+    goes into the target at ``axis``; ``broadcast=0`` allows no broadcasting."""
     attrs = {name: helper.get_attribute_value(a) for name, a in c.node.attrs.items()
              if name in ("broadcast", "axis")}
+    i = c.rule.broadcasts[0]
+    target, _ = _target(c)
+    b = c.shapes[i] if i < len(c.shapes) else None
+    if target is None or b is None:
+        return
     if not attrs.get("broadcast", 0):
+        if c.rule.onto == "result":  # Gemm-6 without broadcast: C is exactly (M, N)
+            placed = {i: (tuple(b), c.labels()[i])} if len(b) == len(target) else None
+            if placed is None:
+                c.error("shape-mismatch", f"{quoted(b)} is not the result's shape {quoted(target)}", operand=i)
+                return
+            _unidirectional(c, placed)
+            return
         _legacy_equal(c)
         return
-    a, b = (c.shapes + [None, None])[:2]
-    if a is None or b is None:
+    axis = attrs.get("axis", len(target) - len(b))
+    if axis < 0 or axis + len(b) > len(target):
+        c.error("legacy-axis", f"axis {axis} places {quoted(b)} outside {quoted(target)}")
         return
-    axis = attrs.get("axis", len(a) - len(b))
-    if axis < 0 or axis + len(b) > len(a):
-        c.error("legacy-axis", f"axis {axis} places {quoted(b)} outside {quoted(a)}")
-        return
-    placed = (1,) * axis + tuple(b) + (1,) * (len(a) - axis - len(b))
-    own = dim_labels(c.operands[1].name, b)
-    labels = [dim_labels(c.operands[0].name, a), ["1"] * axis + own + ["1"] * (len(a) - axis - len(b))]
-    _unidirectional(c, [a, placed], labels)
+    after = len(target) - axis - len(b)
+    placed = (1,) * axis + tuple(b) + (1,) * after
+    _unidirectional(c, {i: (placed, ["1"] * axis + c.labels()[i] + ["1"] * after)})
 
 
 def _legacy_channel(c: _NodeCheck) -> None:
     """PRelu-1/6: a rank-1 slope of size > 1 is per channel, axis 1 of X."""
     x, slope = (c.shapes + [None, None])[:2]
     if x is None or slope is None or len(slope) != 1 or slope[0] == 1 or len(x) < 2:
-        _unidirectional(c, c.shapes, c.labels())
+        _unidirectional(c)
         return
-    placed = (1, slope[0]) + (1,) * (len(x) - 2)
-    labels = [dim_labels(c.operands[0].name, x), ["1"] + dim_labels(c.operands[1].name, slope) + ["1"] * (len(x) - 2)]
-    _unidirectional(c, [x, placed], labels)
+    after = len(x) - 2
+    _unidirectional(c, {1: ((1, slope[0]) + (1,) * after, ["1"] + c.labels()[1] + ["1"] * after)})
 
 
 def _legacy_equal(c: _NodeCheck) -> None:
@@ -245,7 +271,7 @@ _MODES: Dict[str, Callable[[_NodeCheck], None]] = {
     "numpy": _numpy,
     "attr": _legacy_attr,
     "equal": _legacy_equal,
-    "unidirectional": lambda c: _unidirectional(c, c.shapes, c.labels()),
+    "unidirectional": _unidirectional,
     "channel": _legacy_channel,
 }
 

@@ -1,0 +1,44 @@
+"""The README's two set-up commands are what .ci/run runs, and its sessions show what
+the tool prints today."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands():
+    text = (ROOT / "README.md").read_text()
+    setup = text.split("## Set-up", 1)[1].split("###", 1)[0]
+    return re.findall(r"```bash\n(.*?)\n```", setup, re.S)
+
+
+def test_ci_runs_exactly_the_readme_commands():
+    commands = readme_commands()
+    assert len(commands) == 2
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in commands:
+        assert command in ci
+
+
+def test_readme_sessions_match_the_tool(tmp_path):
+    """Every `$ legalize ...` block's last line is what the tool prints now."""
+    text = (ROOT / "README.md").read_text()
+    sessions = re.findall(r"```console\n\$ (legalize [^\n]*)\n(.*?)```", text, re.S)
+    assert len(sessions) >= 3
+    for command, shown in sessions:
+        args = command.split()[1:]
+        if "--verify-only" not in args:
+            args += ["-o", str(tmp_path / "out.onnx"), "--force"]
+        p = subprocess.run([sys.executable, "-m", "legalizer.cli", *args], capture_output=True, text=True,
+                           cwd=ROOT, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"}, timeout=300)
+        last = shown.strip().splitlines()[-1]
+        got = p.stdout.strip().splitlines()[-1]
+        if "--verify-only" not in command:
+            got = got.replace(str(tmp_path / "out.onnx"), "models/" + Path(args[0]).stem + ".legal.onnx")
+        assert got == last, command
+        for line in shown.strip().splitlines():
+            if line.startswith(("error:", "PASSED", "constraint:")):
+                assert line in p.stdout, (command, line)
