@@ -13,6 +13,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from .errors import BadInput, UsageError
+from .protoutil import is_repeated
 from .model import Model
 
 FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
@@ -116,11 +117,6 @@ def load_onnx_proto(path: Path) -> onnx.ModelProto:
     return model
 
 
-def _is_repeated(f: FieldDescriptor) -> bool:
-    rep = getattr(f, "is_repeated", None)  # protobuf >= 5.29; ``label`` is gone in 6.x
-    return rep if rep is not None else f.label == FieldDescriptor.LABEL_REPEATED
-
-
 def _invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
     """The path of the first string field that is not valid UTF-8, else None.
 
@@ -130,11 +126,11 @@ def _invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
     are bytes fields and are not looked at."""
     for f, v in msg.ListFields():
         if f.type == FieldDescriptor.TYPE_STRING:
-            if any(type(s) is bytes for s in (v if _is_repeated(f) else (v,))):
+            if any(type(s) is bytes for s in (v if is_repeated(f) else (v,))):
                 return where + f.name
         elif f.type == FieldDescriptor.TYPE_MESSAGE:
-            for i, sub in enumerate(v if _is_repeated(f) else (v,)):
-                bad = _invalid_string_field(sub, f"{where}{f.name}[{i}]." if _is_repeated(f) else f"{where}{f.name}.")
+            for i, sub in enumerate(v if is_repeated(f) else (v,)):
+                bad = _invalid_string_field(sub, f"{where}{f.name}[{i}]." if is_repeated(f) else f"{where}{f.name}.")
                 if bad is not None:
                     return bad
     return None

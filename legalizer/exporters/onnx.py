@@ -19,34 +19,24 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 from ..errors import BadInput
 from ..fileio import atomic_output
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ..ir.dtypes import elem_type
 from ..ir.types import TensorType
+from ..protoutil import is_repeated
 
 _NODE_REBUILT = {"input", "output", "attribute"}
 _GRAPH_REBUILT = {"node", "input", "output", "initializer", "sparse_initializer", "value_info"}
-
-
-def _is_repeated(fd) -> bool:
-    # protobuf >= 6 has is_repeated; older versions only label
-    rep = getattr(fd, "is_repeated", None)
-    return rep if rep is not None else fd.label == fd.LABEL_REPEATED
 
 
 def _copy_fields(dst, src, skip) -> None:
     for fd, val in src.ListFields():
         if fd.name in skip:
             continue
-        if _is_repeated(fd):
+        if is_repeated(fd):
             getattr(dst, fd.name).extend(val)
         elif fd.type == fd.TYPE_MESSAGE:
             getattr(dst, fd.name).CopyFrom(val)
         else:
             setattr(dst, fd.name, val)
-
-
-def elem_type(dtype: Optional[str]) -> int:
-    if dtype is None:
-        return 0
-    return TensorProto.DataType.Value(dtype.upper())
 
 
 def value_info(name: str, t: TensorType) -> ValueInfoProto:

@@ -21,16 +21,8 @@ from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
 from ..ir.constdata import ConstData
+from ..ir.dtypes import dtype_name
 from ..model import Model
-
-_DTYPE_NAMES = {v: k.lower() for k, v in TensorProto.DataType.items()}
-
-
-def dtype_name(elem_type: int) -> Optional[str]:
-    if elem_type == 0:
-        return None
-    return _DTYPE_NAMES.get(elem_type, f"dtype{elem_type}")
-
 
 def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
     """TypeProto -> TensorType; non-tensor types (sequences, maps, optionals) and

@@ -9,19 +9,14 @@ import numpy as np
 from onnx import helper
 
 from ..ir.constdata import ConstData
+from ..ir.dtypes import dtype_of_array
 from ..ir.graph import CONST, Graph, Node, Value
 from ..ir.types import TensorType
 from .base import PassContext
 
 
-def dtype_name(np_dtype) -> str:
-    from ..importers.onnx import dtype_name as onnx_name
-
-    return onnx_name(helper.np_dtype_to_tensor_dtype(np.dtype(np_dtype)))
-
-
 def add_const(graph: Graph, base: str, array: np.ndarray) -> Value:
-    v = Value(graph.fresh_name(base), TensorType(dtype_name(array.dtype), tuple(array.shape)))
+    v = Value(graph.fresh_name(base), TensorType(dtype_of_array(array), tuple(array.shape)))
     graph.add_node(Node(CONST, "$const", name=v.name, outputs=[v], data=ConstData.from_array(array)))
     return v
 

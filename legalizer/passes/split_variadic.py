@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.dtypes import numpy_dtype
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..shapes import IncompatibleDims, infer_result_shape
@@ -57,9 +58,4 @@ def split_variadic(graph: Graph, ctx: PassContext) -> bool:
 
 
 def _count_const(graph: Graph, node: Node, n: int) -> Value:
-    from onnx import helper
-
-    from ..exporters.onnx import elem_type
-
-    np_dtype = helper.tensor_dtype_to_np_dtype(elem_type(node.output.type.dtype or "float"))
-    return add_const(graph, f"{node.name or node.output.name}_count", np.array(n, np_dtype))
+    return add_const(graph, f"{node.name or node.output.name}_count", np.array(n, numpy_dtype(node.output.type.dtype)))
