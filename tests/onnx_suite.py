@@ -35,6 +35,9 @@ class Case:
     path: Optional[str] = None  # the .onnx file, for wheel models
     _model: Optional[onnx.ModelProto] = None
     _feeds: Optional[List[Dict[str, Any]]] = None  # None: synthesize from the input types
+    refs: Optional[List[list]] = None  # node tests: the reference outputs of each data set
+    rtol: float = 1e-3  # the case's tolerances (onnx's TestCase defaults)
+    atol: float = 1e-7
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -73,7 +76,8 @@ def node_cases() -> List[Case]:
     for t in sorted(tests, key=lambda t: t.name):
         names = [vi.name for vi in t.model.graph.input]
         feeds = [dict(zip(names, inputs)) for inputs, _ in t.data_sets]
-        out.append(Case(t.name, None, t.model, feeds))
+        refs = [list(outputs) for _, outputs in t.data_sets]
+        out.append(Case(t.name, None, t.model, feeds, refs, t.rtol, t.atol))
     return out
 
 
@@ -191,7 +195,31 @@ def _ort_tensor(a: np.ndarray, elem_type: Optional[int]) -> Any:
     if elem_type is None:
         elem_type = helper.np_dtype_to_tensor_dtype(a.dtype)
     bits = np.ascontiguousarray(a).view(np.dtype(f"u{a.dtype.itemsize}"))
+    width = _SUB_BYTE.get(elem_type)
+    if width:
+        bits = _packed(bits, width)
     return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, elem_type)
+
+
+# Element types narrower than a byte, by bit width (INT2/UINT2 from onnx 1.20).
+_SUB_BYTE = {getattr(onnx.TensorProto, n): w for n, w in
+             (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+             if hasattr(onnx.TensorProto, n)}
+
+
+def _packed(bits: np.ndarray, width: int) -> np.ndarray:
+    """onnxruntime reads a sub-byte tensor packed (element 0 in the lowest bits of byte 0)
+    from the start of the array it is given, whose shape is the logical one: ml_dtypes
+    keep one element a byte, so pack them into the front of an array of that shape."""
+    per = 8 // width
+    flat = (bits.ravel() & ((1 << width) - 1)).astype(np.uint8)
+    flat = np.pad(flat, (0, -flat.size % per))
+    packed = np.zeros(flat.size // per, np.uint8)
+    for k in range(per):
+        packed |= flat[k::per] << (k * width)
+    out = np.zeros(bits.shape, np.uint8)
+    out.reshape(-1)[: packed.size] = packed
+    return out
 
 
 def _from_ort(v: Any) -> Any:

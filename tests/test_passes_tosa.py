@@ -21,6 +21,9 @@ def legalize_proto(model: onnx.ModelProto):
     assert legalizer.verify(m.graph, "tosa").violations == []
     out = legalizer.to_onnx(m)
     onnx.checker.check_model(out, full_check=True)
+    # every graph input and output keeps its name, dtype and shape
+    assert list(out.graph.input) == list(model.graph.input)
+    assert list(out.graph.output) == list(model.graph.output)
     res = check(model, out, provider="cpu")
     assert res.ok, res.to_json()
     compared = [b for b in res.bindings if not b.skipped]
@@ -117,3 +120,24 @@ def test_subgraph_nodes_legalized():
     assert ctx.stats["reshapes_inserted"] == 2
     branches = {a.name: [n.op_type for n in a.g.node] for a in out.graph.node[0].attribute}
     assert branches == {"then_branch": ["Unsqueeze", "Add"], "else_branch": ["Unsqueeze", "Sub"]}
+
+
+def test_unranked_operand_rank_taken_from_result():
+    # Mul(<*>, <5>) -> <2x3x5> (onnx.shape_inference leaves a computed-axes ReduceMean
+    # unranked): the result's rank is the broadcast rank, so W becomes 1x1x5.
+    w = numpy_helper.from_array(np.arange(5, dtype=np.float32), "w")
+    axes = helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([2], np.int64)))
+    m = model([axes, helper.make_node("Identity", ["x"], ["xi"]),
+               helper.make_node("ReduceMean", ["xi", "axes"], ["r"], keepdims=1),
+               helper.make_node("Mul", ["r", "w"], ["y"], name="mul")],
+              [vi("x", [2, 3, 5])], [vi("y", [2, 3, 5])], [w], opset=18)
+    ir = import_model(m)
+    r = [n for n in ir.graph.ops() if n.op == "ReduceMean"][0].output
+    r.type = r.type.with_shape(None)  # as onnx leaves it when the axes are computed
+    ctx = PassContext()
+    PassManager(TOSA_PIPELINE).run(ir.graph, ctx)
+    mul = [n for n in ir.graph.ops() if n.op == "Mul"][0]
+    assert mul.inputs[1].type.shape == (1, 1, 5)
+    assert legalizer.verify(ir.graph, "tosa").violations == []
+    out = legalizer.to_onnx(ir)
+    assert check(m, out, provider="cpu").ok

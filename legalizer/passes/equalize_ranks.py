@@ -25,7 +25,10 @@ def equalize_ranks(graph: Graph, ctx: PassContext) -> bool:
             rank = len(ref.type.shape)
         else:
             targets = list(range(len(node.inputs)))
-            ranks = [len(v.type.shape) for v in node.inputs if v is not None and v.type.shape is not None]
+            # The result's rank counts too: with an unranked operand it may be the only
+            # witness of the broadcast rank (Mul(<*>, <5>) -> <2x3x5>).
+            ranks = [len(v.type.shape) for v in node.inputs + node.outputs[:1]
+                     if v is not None and v.type.shape is not None]
             if not ranks:
                 continue
             rank = max(ranks)
