@@ -140,6 +140,40 @@ def bench(path: Path, repeat: int) -> dict:
     return row
 
 
+def latency(path: Path, runs: int = 50, warmup: int = 5) -> dict:
+    """onnxruntime CPU latency of the legalized (tosa) model over the original's: same
+    synthesized inputs, same session options (1 intra-op thread), median of ``runs``
+    interleaved runs after ``warmup``."""
+    import time
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    import legalizer
+    from legalizer.check.ort import bindings_for, synthesize
+    from legalizer.transform import legalize
+
+    original = onnx.load(str(path))
+    model = legalizer.load(path)
+    legalize(model, "tosa")
+    legal = legalizer.to_onnx(model)
+    feeds = synthesize(original, bindings_for(original, {})[0], {})
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 4
+    sessions = [ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                for m in (original, legal)]
+    times = [[], []]
+    for i in range(warmup + runs):
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):  # A B B A: drift hits both alike
+            t0 = time.perf_counter()
+            sessions[k].run(None, feeds)
+            if i >= warmup:
+                times[k].append(time.perf_counter() - t0)
+    orig_ms, legal_ms = (float(np.median(t)) * 1e3 for t in times)
+    return {"model": path.name, "original_ms": orig_ms, "legalized_ms": legal_ms, "ratio": legal_ms / orig_ms}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=100_000)
@@ -163,8 +197,16 @@ def main() -> None:
                   f"{r['onnx.load_rss_mb']:.0f} → {r['legalize_rss_mb']:.0f}", f"{r['rss/onnx.load']:.2f}×",
                   f"{r['onnx.load+save_s']:.3f}", f"{r['legalize_s']:.3f}", f"{r['legalize/(load+save)']:.1f}×")
     Console(width=200).print(t)
+    lat = [latency(ROOT / "models" / name) for name in
+           ("transformer_block.dynamo.onnx", "transformer_block.torchscript.onnx", "small_cnn.dynamo.onnx")]
+    t = Table(title="onnxruntime CPU latency, tosa form over original (median of 50 interleaved runs)")
+    for col in ("model", "original ms", "legalized ms", "ratio"):
+        t.add_column(col, justify="right")
+    for r in lat:
+        t.add_row(r["model"], f"{r['original_ms']:.4f}", f"{r['legalized_ms']:.4f}", f"{r['ratio']:.3f}")
+    Console(width=200).print(t)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        args.json.write_text(json.dumps({"models": rows, "latency": lat}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -141,3 +141,17 @@ def test_unranked_operand_rank_taken_from_result():
     assert legalizer.verify(ir.graph, "tosa").violations == []
     out = legalizer.to_onnx(ir)
     assert check(m, out, provider="cpu").ok
+
+
+def test_constant_op_operands_fold_like_initializers():
+    # TorchScript exports scalars as Constant ops: they fold at compile time too, and
+    # the Constant nodes they came from go.
+    c = helper.make_node("Constant", [], ["half"], value_float=0.5)
+    t = helper.make_node("Constant", [], ["bias"], value=numpy_helper.from_array(np.arange(4, dtype=np.float32)))
+    m = model([c, t, helper.make_node("Mul", ["x", "half"], ["h"], name="mul"),
+               helper.make_node("Add", ["bias", "h"], ["y"], name="add")],
+              [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])])
+    _, out, ctx, _ = legalize_proto(m)
+    assert ctx.stats["constants_folded"] == 2 and ctx.stats["reshapes_inserted"] == 0
+    assert [n.op_type for n in out.graph.node] == ["Mul", "Add"]
+    assert {t.name: list(t.dims) for t in out.graph.initializer} == {"half_r3": [1, 1, 1], "bias_r3": [1, 1, 4]}

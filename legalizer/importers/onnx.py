@@ -121,6 +121,7 @@ class _Importer:
         """Build one graph; its nodes are registered later, outermost first, by
         ``_register`` (a subgraph's links to outer values need the outer nodes)."""
         graph = Graph(g.name, self.opsets, owner)
+        graph.ir_version = self.model.ir_version
         graph.proto = g
         types = self._types(g, inf)
         infos = {vi.name: (i, vi) for i, vi in enumerate(g.value_info)}

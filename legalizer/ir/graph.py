@@ -111,6 +111,9 @@ class Graph:
         self.opsets: Dict[str, int] = opsets if opsets is not None else {"": 21}
         self.owner = owner
         self.proto: Any = None  # the GraphProto this came from, for its header fields
+        # The model's IR version: below 4, every initializer must also be a graph input,
+        # so new constants are Constant ops there (see passes.rewrite.add_const).
+        self.ir_version: int = 10
         # value_info entries naming no value of this graph (an outer or inner value, or
         # nothing), kept with their positions so an export gives them back.
         self.foreign_value_info: List[Tuple[int, Any]] = []

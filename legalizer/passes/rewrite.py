@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
+import onnx.numpy_helper
 from onnx import helper
 
 from ..ir.constdata import ConstData
@@ -16,13 +17,41 @@ from .base import PassContext
 
 
 def add_const(graph: Graph, base: str, array: np.ndarray) -> Value:
-    v = Value(graph.fresh_name(base), TensorType(dtype_of_array(array), tuple(array.shape)))
-    graph.add_node(Node(CONST, "$const", name=v.name, outputs=[v], data=ConstData.from_array(array)))
+    """A new constant: an initializer, or a ``Constant`` op in models of IR version < 4
+    (whose initializers must all be graph inputs too, which would make them overridable)."""
+    name = graph.fresh_name(base)
+    t = TensorType(dtype_of_array(array), tuple(array.shape))
+    if graph.ir_version < 4:
+        attr = helper.make_attribute("value", onnx.numpy_helper.from_array(np.asarray(array), name))
+        return graph.add_op("Constant", [], [t], name=name, attrs={"value": attr}, output_names=[name]).output
+    v = Value(name, t)
+    graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=ConstData.from_array(array)))
     return v
 
 
 def int64_const(graph: Graph, base: str, values: Sequence[int]) -> Value:
     return add_const(graph, base, np.asarray(list(values), np.int64))
+
+
+_CONSTANT_ATTRS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                   "value_ints": np.int64}
+
+
+def constant_array(value: Value) -> Optional[np.ndarray]:
+    """The compile-time value of ``value``: an initializer's data, or a ``Constant``
+    op's (TorchScript exports scalars that way); None if it is not constant."""
+    prod = value.producer
+    if prod is None:
+        return None
+    if prod.kind == CONST and prod.data is not None and not prod.data.sparse:
+        return np.asarray(prod.data.array)
+    if prod.kind == "op" and prod.op == "Constant" and len(prod.attrs) == 1:
+        (name, attr), = prod.attrs.items()
+        if name == "value":
+            return onnx.numpy_helper.to_array(attr.t)
+        if name in _CONSTANT_ATTRS:
+            return np.asarray(helper.get_attribute_value(attr), _CONSTANT_ATTRS[name])
+    return None
 
 
 class RankExpander:
@@ -40,10 +69,10 @@ class RankExpander:
         hit = self.cache.get(key)
         if hit is not None:
             return hit
-        prod = value.producer
         base = f"{value.name}_r{len(new_shape)}"
-        if prod is not None and prod.kind == CONST and prod.data is not None and not prod.data.sparse:
-            out = add_const(self.graph, base, np.asarray(prod.data.array).reshape(new_shape))
+        array = constant_array(value)
+        if array is not None:
+            out = add_const(self.graph, base, array.reshape(new_shape))
             self.ctx.stats["constants_folded"] += 1
         else:
             if self.opset >= 13:
