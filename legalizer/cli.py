@@ -25,6 +25,7 @@ and the result is checked against the original on onnxruntime.
 \b
 Examples:
   legalize model.onnx                               # writes model.legal.onnx (tosa form)
+  legalize model.onnx --target xla                  # no implicit broadcasting at all
   legalize model.onnx out.onnx --force              # choose the output; replace it
   legalize model.onnx --dim N=1 --dim N=8           # bind dynamic dims for the check
   legalize model.onnx --input x=x.npy --rtol 1e-3   # check with your own data
@@ -226,7 +227,8 @@ def legalize(
     model: Path = typer.Argument(..., help="Model file (ONNX), recognized by content.", show_default=False),
     output: Optional[Path] = typer.Argument(None, help="Output path (default <stem>.legal.<ext>).", show_default=False),
     out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path.", show_default=False),
-    target: str = typer.Option("tosa", "--target", help="Legal form: tosa or xla."),
+    target: str = typer.Option("tosa", "--target", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
+                                                        "(every broadcast explicit: Unsqueeze + Expand)."),
     profile: str = typer.Option("mlir", "--profile", help="Verifier profile for the input: mlir, strict or tosa."),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
     do_check: bool = typer.Option(True, "--check/--no-check", help="Compare original and result on onnxruntime."),
@@ -235,6 +237,9 @@ def legalize(
                                   show_default=False),
     input_: List[str] = typer.Option([], "--input", help="NAME=FILE.npy: feed this array to the check (repeatable).",
                                      show_default=False),
+    not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
+                                 help="Strict symbolic mode: no dynamic dim is 1 at run time, so no runtime "
+                                      "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
     rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance of the check."),
     atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance of the check."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
@@ -258,7 +263,7 @@ def legalize(
         raise UsageError("-q and -v cannot be used together")
     options = RunOptions(target=target, profile=profile, verify_only=verify_only, force=force, check=do_check,
                          provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
-                         rtol=rtol, atol=atol)
+                         rtol=rtol, atol=atol, assume_dynamic_not_one=not_one)
     # Fail on a bad output or report path before the work, not after it.
     if not verify_only:
         options.output = output if output is not None else default_output(model)

@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Any, Callable, Dict, Iterator, Optional
 
 from .api import save
-from .check.ort import CheckResult, check
+from .check.ort import CheckResult, check, choices_from_constraints
 from .fileio import load
 from .model import Model
 from .report import STAT_KEYS, Report
@@ -21,7 +21,7 @@ from .verify import VerifyResult, verify
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 
 # The output is always verified under its target's profile.
-TARGET_PROFILE = {"tosa": "tosa", "xla": "mlir"}
+TARGET_PROFILE = {"tosa": "tosa", "xla": "xla"}
 
 # Called as each stage starts, with what is known of its size: "load" gets
 # {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
@@ -42,6 +42,7 @@ class RunOptions:
     inputs: Dict[str, Any] = field(default_factory=dict)
     rtol: float = 1e-4
     atol: float = 1e-5
+    assume_dynamic_not_one: bool = False
 
 
 @dataclass
@@ -101,7 +102,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     report.warnings.extend(model.warnings)
     report.timings_s = timings
     with _timed(timings, "verify", on_stage, nodes=len(model.graph)):
-        result = verify(model.graph, options.profile)
+        result = verify(model.graph, options.profile, assume_dynamic_not_one=options.assume_dynamic_not_one)
     report.add_verification(result, "input")
     res = RunResult(report, model, result, EXIT_VIOLATIONS if result.violations else EXIT_OK, timings)
     if options.verify_only or result.violations:
@@ -110,7 +111,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     output = Path(options.output) if options.output is not None else default_output(path)
     res.ops_before = _op_counts(model)
     with _timed(timings, "passes", on_stage, nodes=len(model.graph)):
-        done = legalize(model, options.target)
+        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
     report.warnings.extend(done.warnings)
     for key in STAT_KEYS:
         if key in done.stats:
@@ -127,7 +128,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     def run_check(written: Path) -> None:
         with _timed(timings, "check", on_stage):
             res.check = check(path, written, provider=options.provider, dims=options.dims,
-                              inputs=options.inputs, rtol=options.rtol, atol=options.atol)
+                              inputs=options.inputs, rtol=options.rtol, atol=options.atol,
+                              not_one=options.assume_dynamic_not_one,
+                              choices=choices_from_constraints([c["text"] for c in report.constraints]))
         report.check = res.check.to_json()
         if res.check.ran and not res.check.ok:
             raise _CheckFailed

@@ -10,12 +10,14 @@ import onnx
 
 from .errors import BadInput, UsageError
 from .model import Model
-from .passes import TOSA_PIPELINE, PassContext, PassManager, legacy_broadcast
+from .passes import TOSA_PIPELINE, XLA_PIPELINE, PassContext, PassManager, legacy_broadcast
 
 TARGETS = ("tosa", "xla")
-PIPELINES = {"tosa": TOSA_PIPELINE}
+PIPELINES = {"tosa": TOSA_PIPELINE, "xla": XLA_PIPELINE}
 # Opset 7 is the first with numpy-style broadcasting; legacy models are raised to it.
 NUMPY_OPSET = 7
+# The lowest opset each target's output needs: xla's uses Expand (8) and Where (9).
+MIN_OPSET = {"tosa": NUMPY_OPSET, "xla": 9}
 
 
 @dataclass
@@ -25,13 +27,16 @@ class LegalizeResult:
     warnings: list
 
 
-def legalize(model: Model, target: str = "tosa", *, debug: bool = False) -> LegalizeResult:
-    """Rewrite ``model`` in place into ``target``'s legal form; return what changed."""
+def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
+             assume_dynamic_not_one: bool = False) -> LegalizeResult:
+    """Rewrite ``model`` in place into ``target``'s legal form; return what changed.
+    ``assume_dynamic_not_one`` is the strict symbolic mode: no dynamic dim is 1 at run
+    time, so no runtime broadcast computation is emitted for one."""
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
     if target not in PIPELINES:
         raise UsageError(f"target '{target}' is not implemented in this version of legalize (use --target tosa)")
-    ctx = PassContext(target=target)
+    ctx = PassContext(target=target, assume_dynamic_not_one=assume_dynamic_not_one)
     check = None
     if debug:
         from .verify import verify
@@ -43,7 +48,9 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False) -> Lega
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
     PassManager([legacy_broadcast], debug=debug, check=check).run(model.graph, ctx)
-    warnings = _raise_opset(model) if _has_legacy_nodes(model, ctx) else []
+    opset = model.graph.opsets.get("", MIN_OPSET[target])
+    needed = MIN_OPSET[target] if _has_legacy_nodes(model, ctx) or _has_broadcasting_ops(model, ctx) else opset
+    warnings = _raise_opset(model, needed) if opset < needed else []
     PassManager(PIPELINES[target], debug=debug, check=check).run(model.graph, ctx)
     return LegalizeResult(model, ctx.stats, warnings)
 
@@ -62,20 +69,25 @@ def _has_legacy_nodes(model: Model, ctx: PassContext) -> bool:
     return False
 
 
-def _raise_opset(model: Model) -> list:
-    """After the legacy broadcasts are explicit, convert the model to opset 7 with
-    onnx's version converter (the other ops' changes between versions are its job),
+def _has_broadcasting_ops(model: Model, ctx: PassContext) -> bool:
+    return any(ctx.rules.get(n.op) is not None for n in model.graph.walk())
+
+
+def _raise_opset(model: Model, version: int) -> list:
+    """Convert the model to ``version`` with onnx's version converter (the other ops'
+    changes between versions are its job), after the legacy broadcasts are explicit,
     and import the result."""
     from .api import to_onnx
     from .importers.onnx import import_model
 
     proto = to_onnx(model)
     try:
-        converted = onnx.version_converter.convert_version(proto, NUMPY_OPSET)
+        converted = onnx.version_converter.convert_version(proto, version)
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
         return [f"the model stays at opset {model.graph.opsets.get('', 1)}: onnx's version converter"
-                f" cannot raise it to {NUMPY_OPSET} ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
+                f" cannot raise it to {version} ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
     new = import_model(converted, model.base_dir)
     model.graph, model.proto = new.graph, new.proto
-    return [f"opset raised from {proto.opset_import[0].version if proto.opset_import else '?'} to {NUMPY_OPSET}:"
-            " legacy broadcast attributes have no equivalent below it"]
+    old = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), "?")
+    return [f"opset raised from {old} to {version} by onnx's version converter: the legal form needs"
+            f" opset {version} ({'numpy broadcasting' if version == NUMPY_OPSET else 'Expand and Where'})"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -117,19 +118,48 @@ def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
     return out
 
 
+_BCAST = re.compile(r"^(\S+) == (\d+) or \1 == 1$")
+_EQUAL = re.compile(r"^(\S+) == (\d+)$")
+
+
+def choices_from_constraints(texts: Sequence[str]) -> Dict[str, List[int]]:
+    """Sizes a dynamic dim may take, read off the verifier's runtime constraints
+    (``x[0] == 2 or x[0] == 1``: 2 or 1; ``N == 4``: 4). A dim's key is its symbol or
+    ``input[axis]``, the same as the constraints name it."""
+    out: Dict[str, List[int]] = {}
+    for text in texts:
+        m = _BCAST.match(text)
+        if m:
+            out[m.group(1)] = [int(m.group(2)), 1]
+            continue
+        m = _EQUAL.match(text)
+        if m:
+            out[m.group(1)] = [int(m.group(2))]
+    return out
+
+
 def bindings_for(model: onnx.ModelProto, fixed: Mapping[str, int], max_bindings: int = 8,
-                 seed: int = 0) -> List[Dict[str, int]]:
-    """Dim bindings to run: every combination of {1, SMALL} over the free dynamic dims
-    up to ``max_bindings`` (then a seeded sample that keeps all-SMALL and all-1)."""
+                 seed: int = 0, not_one: bool = False,
+                 choices: Optional[Mapping[str, List[int]]] = None) -> List[Dict[str, int]]:
+    """Dim bindings to run: every combination of each free dynamic dim's sizes - its
+    ``choices``, else {SMALL, 1} (just SMALL with ``not_one``, strict symbolic mode,
+    where no dynamic dim is 1) - up to ``max_bindings``, then a seeded sample that
+    keeps the first and the last combination (all large, all small)."""
     keys = sorted({key for _, key, _ in _dims_of(model)} - set(fixed))
     if not keys:
         return [dict(fixed)]
-    combos = list(itertools.product([SMALL, 1], repeat=len(keys))) if len(keys) <= 16 else []
-    if not combos or len(combos) > max_bindings:
+    default = [SMALL] if not_one else [SMALL, 1]
+    options = [list((choices or {}).get(k, default)) for k in keys]
+    total = 1
+    for o in options:
+        total *= len(o)
+    if total <= max_bindings:
+        combos = list(itertools.product(*options))
+    else:
         rng = random.Random(seed)
-        sample = {tuple([SMALL] * len(keys)), tuple([1] * len(keys))}
+        sample = {tuple(o[0] for o in options), tuple(o[-1] for o in options)}
         while len(sample) < max_bindings:
-            sample.add(tuple(rng.choice([SMALL, 1]) for _ in keys))
+            sample.add(tuple(rng.choice(o) for o in options))
         combos = sorted(sample, reverse=True)
     return [dict(fixed, **dict(zip(keys, c))) for c in combos]
 
@@ -202,7 +232,8 @@ def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol:
 
 def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
           inputs: Optional[Mapping[str, np.ndarray]] = None, rtol: float = 1e-5, atol: float = 1e-6,
-          max_bindings: int = 8, seed: int = 0, declared: Optional[onnx.ModelProto] = None) -> CheckResult:
+          max_bindings: int = 8, seed: int = 0, declared: Optional[onnx.ModelProto] = None,
+          not_one: bool = False, choices: Optional[Mapping[str, List[int]]] = None) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that)."""
@@ -225,7 +256,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
         return CheckResult(True, used, error=f"the legalized model does not load on onnxruntime: {_first_line(e)}")
     result = CheckResult(True, used)
     out_names = [o.name for o in ref.get_outputs()]
-    for binding in bindings_for(declared, dims or {}, max_bindings, seed):
+    for binding in bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices):
         feeds = synthesize(declared, binding, inputs or {}, seed)
         try:
             expected = ref.run(None, feeds)

@@ -3,11 +3,14 @@
 from .base import PassContext, PassManager, PassResult
 from .dce import dead_code_elimination
 from .equalize_ranks import equalize_ranks
+from .explicit_broadcast import explicit_broadcast, lower_broadcast_in_dim
 from .legacy_broadcast import legacy_broadcast
 from .split_variadic import split_variadic
 
 # legacy_broadcast runs before these, in legalizer.transform (it may raise the opset).
 TOSA_PIPELINE = (split_variadic, equalize_ranks, dead_code_elimination)
+XLA_PIPELINE = (split_variadic, explicit_broadcast, lower_broadcast_in_dim, dead_code_elimination)
 
-__all__ = ["PassContext", "PassManager", "PassResult", "TOSA_PIPELINE", "dead_code_elimination",
+__all__ = ["PassContext", "PassManager", "PassResult", "TOSA_PIPELINE", "XLA_PIPELINE",
+           "explicit_broadcast", "lower_broadcast_in_dim", "dead_code_elimination",
            "equalize_ranks", "legacy_broadcast", "split_variadic"]

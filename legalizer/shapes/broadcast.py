@@ -52,9 +52,10 @@ def infer_dim(d0: Dim, d1: Dim) -> Dim:
     return d0 if (d0 is not None and d0 == d1) else None
 
 
-def broadcast_constraint(d0: Dim, d1: Dim, label0: str, label1: str) -> Optional[Constraint]:
+def broadcast_constraint(d0: Dim, d1: Dim, label0: str, label1: str, not_one: bool = False) -> Optional[Constraint]:
     """The condition under which ``d0`` and ``d1`` broadcast, if it is not known at
-    compile time (``None`` when it is)."""
+    compile time (``None`` when it is). With ``not_one`` (strict symbolic mode) a dynamic
+    dim is never 1, so it must equal the other dim."""
     s0, s1 = isinstance(d0, int), isinstance(d1, int)
     if s0 and s1:
         return None
@@ -62,10 +63,14 @@ def broadcast_constraint(d0: Dim, d1: Dim, label0: str, label1: str) -> Optional
         (dyn, k) = (label1, d0) if s0 else (label0, d1)
         if k == 1:
             return None
+        if not_one:
+            return Constraint(f"{dyn} == {k}", ("eq", dyn, str(k)))
         return Constraint(f"{dyn} == {k} or {dyn} == 1", ("bcast", dyn, k))
     if d0 is not None and d0 == d1:
         return None
     a, b = sorted((label0, label1))
+    if not_one:
+        return Constraint(f"{a} == {b}", ("eq", a, b))
     return Constraint(f"{a} == {b} or {a} == 1 or {b} == 1", ("bcast", a, b))
 
 
@@ -99,7 +104,7 @@ class Inference:
 
 
 def infer_result_shape(shapes: Sequence[Shape], labels: Optional[Sequence[Optional[List[str]]]] = None,
-                       ) -> Inference:
+                       not_one: bool = False) -> Inference:
     """The spec's InferResultShape over any number of operands, unranked ones skipped.
 
     ``labels[i]`` names operand i's dims in constraints. Raises ``IncompatibleDims`` with
@@ -114,16 +119,16 @@ def infer_result_shape(shapes: Sequence[Shape], labels: Optional[Sequence[Option
     # Most dynamic nodes need no constraint (N against 1, N against N): infer without
     # naming dims first, and name them only if a constraint turns up.
     try:
-        return _infer(ranked, rank, None)
+        return _infer(ranked, rank, None, not_one)
     except _NeedLabels:
-        return _infer(ranked, rank, labels if labels is not None else [None] * (ranked[-1][0] + 1))
+        return _infer(ranked, rank, labels if labels is not None else [None] * (ranked[-1][0] + 1), not_one)
 
 
 class _NeedLabels(Exception):
     pass
 
 
-def _infer(ranked, rank: int, labels) -> Inference:
+def _infer(ranked, rank: int, labels, not_one: bool = False) -> Inference:
     named = labels is not None
     first_i, first = ranked[0]
     acc = list(expand_rank(first, rank))
@@ -142,6 +147,8 @@ def _infer(ranked, rank: int, labels) -> Inference:
                 d = infer_dim(d0, d1)
             except ValueError:
                 raise IncompatibleDims(ax, d0, d1, origin[ax], i) from None
+            if not_one and d is None:  # two dynamic dims, neither 1: they are equal
+                d = d0 if d0 is not None else d1
             if isinstance(d1, int) and d1 != 1:
                 origin[ax] = i
             acc[ax] = d
@@ -149,7 +156,7 @@ def _infer(ranked, rank: int, labels) -> Inference:
                 if _constrained(d0, d1):
                     raise _NeedLabels
                 continue
-            c = broadcast_constraint(d0, d1, acc_labels[ax], lab[ax])
+            c = broadcast_constraint(d0, d1, acc_labels[ax], lab[ax], not_one)
             if c is not None:
                 constraints.append((ax, c))
             acc_labels[ax] = _label_after(d, d0, d1, acc_labels[ax], lab[ax])

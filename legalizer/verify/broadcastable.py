@@ -4,6 +4,8 @@ Profiles (DESIGN.md):
 - ``mlir``: the spec's table; an inferred ``?`` against a static result dim is allowed.
 - ``strict``: as ``mlir``, but that dynamic-to-static cast is an error.
 - ``tosa``: as ``mlir``, plus every ranked operand has the result's rank.
+- ``xla``: as ``mlir``, plus no implicit broadcasting at all: the operands have one shape
+  (a unidirectional op's broadcasting operands, their target's).
 
 Each op's broadcasting rule comes from ``rules/`` and the model's opset: numpy-style
 (multidirectional or unidirectional), or a legacy rule of opset < 7/8 (``attr``: the
@@ -25,7 +27,7 @@ from ..shapes import (IncompatibleDims, dim_labels, equality_constraint, expand_
                       infer_result_shape)
 from .diagnostics import MESSAGES, ConstraintSet, Diagnostic, quoted
 
-PROFILES = ("mlir", "strict", "tosa")
+PROFILES = ("mlir", "strict", "tosa", "xla")
 
 
 @dataclass
@@ -65,7 +67,8 @@ class _NodeCheck:
     """Verification of one node: collects its diagnostics and constraints."""
 
     def __init__(self, node: Node, rule: OpRule, profile: str, result: VerifyResult,
-                 graph_path: str, stage: str):
+                 graph_path: str, stage: str, not_one: bool = False):
+        self.not_one = not_one
         self.node, self.rule, self.profile = node, rule, profile
         self.result, self.graph_path, self.stage = result, graph_path, stage
         self.operands = [v for v in node.inputs if v is not None]
@@ -91,7 +94,7 @@ class _NodeCheck:
     def infer(self, shapes: Sequence[Shape], labels) -> Tuple[bool, Shape]:
         """InferResultShape: (False, None) after reporting operands that cannot broadcast."""
         try:
-            inference = infer_result_shape(shapes, labels)
+            inference = infer_result_shape(shapes, labels, self.not_one)
         except IncompatibleDims as e:
             rank = max(len(s) for s in shapes if s is not None)
             clash = " but ".join(
@@ -123,12 +126,24 @@ class _NodeCheck:
                            dim=k, **fmt)
 
     def check_ranks(self) -> None:
-        if self.profile != "tosa":
-            return
-        ranks = {len(s) for s in self.shapes + [self.result_shape] if s is not None}
-        if len(ranks) > 1:
-            self.error("operand-rank-mismatch",
-                       "(" + ", ".join(quoted(s) for s in self.shapes) + f") -> {quoted(self.result_shape)}")
+        """The target profiles' extra rule: ``tosa``, equal ranks; ``xla``, no implicit
+        broadcast at all (each broadcasting operand has exactly its target's shape)."""
+        if self.profile == "tosa":
+            ranks = {len(s) for s in self.shapes + [self.result_shape] if s is not None}
+            if len(ranks) > 1:
+                self.error("operand-rank-mismatch",
+                           "(" + ", ".join(quoted(s) for s in self.shapes) + f") -> {quoted(self.result_shape)}")
+        elif self.profile == "xla":
+            if self.rule.broadcast == "unidirectional":
+                target = self.result_shape if self.rule.onto == "result" else (self.shapes[0] if self.shapes else None)
+                pairs = [(i, target) for i in self.rule.broadcasts if i < len(self.shapes)]
+            else:
+                pairs = [(i, self.shapes[0]) for i in range(1, len(self.shapes))]
+            for i, target in pairs:
+                s = self.shapes[i]
+                if s is not None and target is not None and tuple(s) != tuple(target):
+                    self.error("implicit-broadcast", f"{quoted(s)} is broadcast implicitly to {quoted(target)}",
+                               operand=i)
 
 
 def _numpy(c: _NodeCheck) -> None:
@@ -277,8 +292,11 @@ _MODES: Dict[str, Callable[[_NodeCheck], None]] = {
 
 
 def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpRule]] = None,
-           stage: str = "input", result: Optional[VerifyResult] = None, _path: str = "") -> VerifyResult:
-    """Verify every broadcasting node of ``graph`` and its subgraphs."""
+           stage: str = "input", result: Optional[VerifyResult] = None, _path: str = "",
+           assume_dynamic_not_one: bool = False) -> VerifyResult:
+    """Verify every broadcasting node of ``graph`` and its subgraphs. With
+    ``assume_dynamic_not_one`` (strict symbolic mode) no dynamic dim is 1, so runtime
+    constraints become equalities."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
     rules = builtin_rules("onnx") if rules is None else rules
@@ -291,8 +309,8 @@ def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpR
         if rule is not None and node.outputs:
             result.elementwise_nodes += 1
             version = graph.opsets.get(node.domain, graph.opsets.get("", 1))
-            _MODES[rule.mode_at(version)](_NodeCheck(node, rule, profile, result, _path, stage))
+            _MODES[rule.mode_at(version)](_NodeCheck(node, rule, profile, result, _path, stage, assume_dynamic_not_one))
         for attr, sub in node.subgraphs():
             sub_path = f"{_path}/{node.label}.{attr}" if _path else f"{node.label}.{attr}"
-            verify(sub, profile, rules, stage, result, sub_path)
+            verify(sub, profile, rules, stage, result, sub_path, assume_dynamic_not_one)
     return result

@@ -18,6 +18,7 @@ MESSAGES = {
     "not-unidirectional": "operand #{operand} is not unidirectionally broadcastable to operand #0",
     "shape-mismatch": "operands don't have the same shape",
     "legacy-axis": "broadcast axis out of range",
+    "implicit-broadcast": "operand #{operand} is not the shape of the operation",
 }
 
 

@@ -1,0 +1,234 @@
+"""``xla`` target: no implicit broadcasting at all. Every operand of a broadcasting op
+whose shape is not provably the result's goes through an explicit
+``BroadcastInDim(operand, result_shape) {broadcast_dimensions}`` (spec/xla-broadcasting.txt:
+InDim broadcasting), so every operand has exactly the result's shape.
+
+The result shape is a constant when it is static. With dynamic dims it is computed at
+run time, dim by dim (the RFC's "fully dynamic broadcasting"): a static dim is a
+constant, a dim known equal to one operand's (a symbol, or the only dynamic operand
+dim with the others 1) is taken from that operand's ``Shape`` directly, and only a dim
+between two operands that may each be 1 at run time needs a computation,
+``d = Where(a == 1, b, a)`` - a runtime broadcast check. In strict symbolic mode
+(``assume_dynamic_not_one``) a dynamic dim is never 1, so dynamic operand dims must be
+equal and that check is elided: the dim is taken from the first of them.
+
+``lower_broadcast_in_dim`` then writes each BroadcastInDim as ONNX ``Unsqueeze`` +
+``Expand``; StableHLO keeps it as ``broadcast_in_dim``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from onnx import helper
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.types import Dim, TensorType
+from ..shapes import IncompatibleDims, infer_result_shape
+from .base import PassContext
+from .rewrite import RankExpander, int64_const
+
+DOMAIN = "ai.legalize"
+BROADCAST_IN_DIM = "BroadcastInDim"
+
+
+def _same_shape(a, b) -> bool:
+    """Provably the same shape: equal ranks, each dim equal static or the same symbol."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x == y and x is not None for x, y in zip(a, b))
+
+
+class _ShapeBuilder:
+    """Builds the runtime value of one result shape from the operands' ``Shape``s."""
+
+    def __init__(self, graph: Graph, ctx: PassContext, cache: Dict[int, Value]):
+        self.graph, self.ctx, self.cache = graph, ctx, cache
+
+    def shape_of(self, v: Value) -> Value:
+        hit = self.cache.get(id(v))
+        if hit is None:
+            node = self.graph.add_op("Shape", [v], [TensorType("int64", (len(v.type.shape),))],
+                                     name=self.graph.fresh_name(f"{v.name}_shape"), output_names=[f"{v.name}_shape"])
+            hit = self.cache[id(v)] = node.output
+        return hit
+
+    def dim_of(self, v: Value, axis: int) -> Value:
+        """``Shape(v)[axis]`` as a 1-element int64 vector."""
+        base = f"{v.name}_dim{axis}"
+        idx = int64_const(self.graph, base + "_index", [axis])
+        return self.graph.add_op("Gather", [self.shape_of(v), idx], [TensorType("int64", (1,))],
+                                 name=self.graph.fresh_name(base), output_names=[base]).output
+
+    def broadcast_dims(self, a: Value, b: Value, base: str) -> Value:
+        """``Where(a == 1, b, a)``: numpy's broadcast of two runtime dims."""
+        g = self.graph
+        one = int64_const(g, base + "_one", [1])
+        is_one = g.add_op("Equal", [a, one], [TensorType("bool", (1,))], name=g.fresh_name(base + "_is1"),
+                          output_names=[base + "_is1"]).output
+        return g.add_op("Where", [is_one, b, a], [TensorType("int64", (1,))], name=g.fresh_name(base),
+                        output_names=[base]).output
+
+
+Source = Tuple[Value, int, Dim]  # (operand, its axis, the dim it has there)
+
+
+def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]], exact: bool,
+                 builder: _ShapeBuilder, ctx: PassContext) -> Optional[Value]:
+    """The runtime value of ``target`` (None when it is static: a constant does).
+    ``sources[k]`` lists the operand dims that broadcast to result dim k; with ``exact``
+    each of them is known to equal it."""
+    rank = len(target)
+    if all(isinstance(d, int) for d in target):
+        return None
+    pieces: List[Value] = []
+    static_run: List[int] = []
+    base = node.name or node.output.name
+
+    def flush():
+        if static_run:
+            pieces.append(int64_const(builder.graph, f"{base}_dims", static_run))
+            static_run.clear()
+
+    for k, d in enumerate(target):
+        if isinstance(d, int):
+            static_run.append(d)
+            continue
+        flush()
+        # The operands dynamic at k (the others are 1 there, or d would be static).
+        dyn = [src for src in sources[k] if not isinstance(src[2], int)]
+        same = [src for src in dyn if src[2] is not None and src[2] == d]
+        if exact or same or len(dyn) == 1:
+            v, axis, _ = (same or dyn)[0]
+            pieces.append(builder.dim_of(v, axis))
+            continue
+        if ctx.assume_dynamic_not_one:
+            # strict symbolic: no dynamic dim is 1, so all of them are equal
+            v, axis, _ = dyn[0]
+            pieces.append(builder.dim_of(v, axis))
+            ctx.stats["runtime_broadcast_checks_elided"] += len(dyn) - 1
+            continue
+        acc = builder.dim_of(dyn[0][0], dyn[0][1])
+        for v, axis, _ in dyn[1:]:
+            acc = builder.broadcast_dims(acc, builder.dim_of(v, axis), f"{base}_bcast{k}")
+            ctx.stats["runtime_broadcast_checks"] += 1
+        pieces.append(acc)
+    flush()
+    if len(pieces) == 1:
+        return pieces[0]
+    g = builder.graph
+    return g.add_op("Concat", pieces, [TensorType("int64", (rank,))], name=g.fresh_name(f"{base}_shape"),
+                    attrs={"axis": helper.make_attribute("axis", 0)}, output_names=[f"{base}_shape"]).output
+
+
+def _operand_sources(operands: Sequence[Value], rank: int) -> List[List[Source]]:
+    out: List[List[Source]] = [[] for _ in range(rank)]
+    for v in operands:
+        off = rank - len(v.type.shape)
+        for axis, dim in enumerate(v.type.shape):
+            out[axis + off].append((v, axis, dim))
+    return out
+
+
+def _gemm_sources(node: Node) -> Optional[List[List[Source]]]:
+    """Gemm's result (M, N): M is A's dim 0 (1 with transA), N is B's dim 1 (0 with transB)."""
+    a, b = node.inputs[0], node.inputs[1]
+    if a is None or b is None or a.type.shape is None or b.type.shape is None:
+        return None
+    trans = {k: helper.get_attribute_value(v) for k, v in node.attrs.items() if k in ("transA", "transB")}
+    ma, nb = (1 if trans.get("transA") else 0), (0 if trans.get("transB") else 1)
+    return [[(a, ma, a.type.shape[ma])], [(b, nb, b.type.shape[nb])]]
+
+
+# Ops whose broadcasting operands go onto the result: where each result dim comes from.
+RESULT_DIM_SOURCES = {"Gemm": _gemm_sources}
+
+
+def _plan(node: Node, rule):
+    """(operand indices to broadcast, the shape they go to, where its dims come from,
+    whether each source equals its dim exactly) - or None when it cannot be known."""
+    if rule.broadcast == "unidirectional":
+        idx = [i for i in rule.broadcasts if i < len(node.inputs) and node.inputs[i] is not None]
+        if rule.onto == "result":
+            shape = node.outputs[0].type.shape
+            find = RESULT_DIM_SOURCES.get(node.op)
+            sources = find(node) if find is not None else None
+            if shape is None or sources is None or len(sources) != len(shape):
+                return None
+            return idx, tuple(shape), sources, True
+        ref = node.inputs[0]
+        if ref is None or ref.type.shape is None:
+            return None
+        shape = tuple(ref.type.shape)
+        return idx, shape, _operand_sources([ref], len(shape)), True
+    operands = [v for v in node.inputs if v is not None]
+    if any(v.type.shape is None for v in operands):
+        return None
+    try:
+        shape = infer_result_shape([v.type.shape for v in operands]).shape
+    except IncompatibleDims:
+        return None  # the input verification has said so
+    return [i for i, v in enumerate(node.inputs) if v is not None], shape, _operand_sources(operands, len(shape)), False
+
+
+def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
+    changed = False
+    builder = _ShapeBuilder(graph, ctx, {})
+    for node in graph.ops():
+        rule = ctx.rules.get(node.op)
+        if rule is None or rule.mode_at(graph.opsets.get(node.domain, 1)) != "numpy":
+            continue
+        plan = _plan(node, rule)
+        if plan is None:
+            continue
+        idx, target, sources, exact = plan
+        if any(node.inputs[i].type.shape is None or len(node.inputs[i].type.shape) > len(target) for i in idx):
+            continue
+        todo = [i for i in idx if not _same_shape(node.inputs[i].type.shape, target)]
+        if not todo:
+            continue
+        dims_value = _result_dims(node, target, sources, exact, builder, ctx)
+        if dims_value is None:
+            dims_value = int64_const(graph, f"{node.name or node.output.name}_shape", [int(d) for d in target])
+        for i in todo:
+            v = node.inputs[i]
+            r = len(v.type.shape)
+            bcast = graph.add_op(
+                BROADCAST_IN_DIM, [v, dims_value], [v.type.with_shape(target)], domain=DOMAIN,
+                name=graph.fresh_name(f"{v.name}_bcast"), output_names=[f"{v.name}_bcast"],
+                attrs={"broadcast_dimensions": helper.make_attribute(
+                    "broadcast_dimensions", list(range(len(target) - r, len(target))))})
+            graph.set_input(node, i, bcast.output)
+            ctx.stats["broadcasts_made_explicit"] += 1
+        changed = True
+    return changed
+
+
+def lower_broadcast_in_dim(graph: Graph, ctx: PassContext) -> bool:
+    """BroadcastInDim -> ``Unsqueeze`` (the dims not in broadcast_dimensions; folded for
+    constants) + ``Expand``."""
+    expander = RankExpander(graph, ctx)
+    changed = False
+    for node in graph.ops():
+        if node.domain != DOMAIN or node.op_type != BROADCAST_IN_DIM:
+            continue
+        v, shape_value = node.inputs
+        out_shape = node.output.type.shape
+        dims = list(helper.get_attribute_value(node.attrs["broadcast_dimensions"]))
+        if len(dims) < len(out_shape):
+            missing = tuple(k for k in range(len(out_shape)) if k not in dims)
+            placed = [1] * len(out_shape)
+            for src, dst in enumerate(dims):
+                placed[dst] = v.type.shape[src]
+            before = ctx.stats["reshapes_inserted"]
+            v = expander.expand(v, missing, tuple(placed))
+            ctx.stats["reshapes_inserted"] = before  # counted as part of the broadcast
+        expand = graph.add_op("Expand", [v, shape_value], [node.output.type], name=node.name,
+                              output_names=[node.output.name + "_x"])
+        name = node.output.name
+        graph.replace_all_uses_with(node.output, expand.output)
+        graph.remove_node(node)
+        graph.rename(expand.output, name)
+        changed = True
+    return changed
