@@ -175,8 +175,12 @@ class _Printer:
             n_out = sum(1 for v in rep.violations if v["stage"] == "output")
             table.add_row("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})")
             self.out.print(table)
-            self.out.print(f"reshapes inserted: {st['reshapes_inserted']}, constants folded: "
-                           f"{st['constants_folded']}, runtime constraints: {len(rep.constraints)}", markup=False)
+            line = (f"reshapes inserted: {st['reshapes_inserted']}, constants folded: {st['constants_folded']}, "
+                    f"runtime constraints: {len(rep.constraints)}")
+            if rep.target == "xla":
+                line = (f"broadcasts made explicit: {st['broadcasts_made_explicit']}, runtime broadcast checks: "
+                        f"{st['runtime_broadcast_checks']} (elided: {st['runtime_broadcast_checks_elided']}), " + line)
+            self.out.print(line, markup=False)
         chk = res.check
         if chk is not None and chk.ran:
             skipped = [b for b in chk.bindings if b.skipped]

@@ -155,3 +155,26 @@ def test_cuda_check(tmp_path):
     p = legalize(src, "--provider", "cuda", "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["check"]["provider"] == "CUDAExecutionProvider"
+
+
+@pytest.mark.parametrize("strict, emitted, elided", [(False, 2, 0), (True, 0, 2)])
+def test_xla_target_counts_runtime_checks(tmp_path, strict, emitted, elided):
+    src = copy_model("dynamic_broadcast.onnx", tmp_path)
+    args = [src, "--target", "xla", "--json", "-q"] + (["--assume-dynamic-not-one"] if strict else [])
+    p = legalize(*args)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["target"] == "xla"
+    st = rep["stats"]
+    assert (st["runtime_broadcast_checks"], st["runtime_broadcast_checks_elided"]) == (emitted, elided)
+    assert st["broadcasts_made_explicit"] == 6
+    assert rep["check"]["ok"]
+    compared = [b for b in rep["check"]["bindings"] if not b.get("skipped")]
+    # the constraints give the sizes each dim may take: every binding is one the model accepts
+    assert len(compared) == len(rep["check"]["bindings"]) == (1 if strict else 8)
+    if strict:
+        assert {c["text"] for c in rep["constraints"]} >= {"M == N", "b[0] == 2"}
+    out = legalizer.load(tmp_path / "dynamic_broadcast.legal.onnx")
+    assert legalizer.verify(out.graph, "xla").violations == []
+    ops = {n.op for n in out.graph.ops()}
+    assert {"Expand", "Shape", "Gather"} <= ops and ("Where" in ops) == (not strict)

@@ -191,6 +191,9 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
         dims_value = _result_dims(node, target, sources, exact, builder, ctx)
         if dims_value is None:
             dims_value = int64_const(graph, f"{node.name or node.output.name}_shape", [int(d) for d in target])
+        # A dim computed at run time gets a symbol of its own, so the broadcast operands
+        # are visibly one shape, in the IR and in the value_info of the written model.
+        target = tuple(f"{node.label}_bcast{k}" if d is None else d for k, d in enumerate(target))
         for i in todo:
             v = node.inputs[i]
             r = len(v.type.shape)
