@@ -1,6 +1,8 @@
 """legalize: make ML model graphs legal for strict compilers.
 
-Public API: ``load``, ``save``, ``verify``, and the IR (``Graph``).
+Public API: ``load`` a model file into the IR, ``verify`` its broadcasting ops under a
+profile, ``legalize`` it in place for a target, ``save`` it (or ``to_onnx``), and
+``check`` original against result on onnxruntime; the IR itself is ``Graph``.
 """
 
 from .errors import BadInput, LegalizeError, UsageError
@@ -9,8 +11,10 @@ from .ir import Graph, Node, TensorType, Value
 from .model import Model
 from .verify import VerifyResult, verify
 from .api import save, to_onnx
+from .transform import legalize
+from .check.ort import check
 
 __version__ = "0.1.0"
 
-__all__ = ["load", "save", "to_onnx", "verify", "Graph", "Node", "Value", "TensorType", "Model",
-           "VerifyResult", "LegalizeError", "BadInput", "UsageError", "__version__"]
+__all__ = ["load", "save", "to_onnx", "verify", "legalize", "check", "Graph", "Node", "Value", "TensorType",
+           "Model", "VerifyResult", "LegalizeError", "BadInput", "UsageError", "__version__"]

@@ -42,3 +42,11 @@ def test_readme_sessions_match_the_tool(tmp_path):
         for line in shown.strip().splitlines():
             if line.startswith(("error:", "PASSED", "constraint:")):
                 assert line in p.stdout, (command, line)
+
+
+def test_readme_library_example_runs(tmp_path, monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    monkeypatch.chdir(ROOT)
+    exec(compile(code.replace("/tmp/", f"{tmp_path}/"), "README.md", "exec"), {})  # noqa: S102
+    assert (tmp_path / "mlp_bias.legal.onnx").exists()
