@@ -235,18 +235,14 @@ TORCH_MODELS = [f"{name}.{exporter}.onnx"
 def _strip(m: onnx.ModelProto) -> onnx.ModelProto:
     """Drop what differs from one run or machine to the next: the exporter's per-node
     annotations (FX node, name scopes, stack traces with file paths) and doc strings."""
-    def graph(g: onnx.GraphProto) -> None:
-        g.doc_string = ""
-        del g.metadata_props[:]
-        for v in list(g.input) + list(g.output) + list(g.value_info):
-            v.doc_string = ""
-            del v.metadata_props[:]
-        for t in g.initializer:
-            t.doc_string = ""
-            del t.metadata_props[:]
-        for n in g.node:
-            n.doc_string = ""
-            del n.metadata_props[:]
+    def clear(*protos) -> None:
+        for p in protos:
+            p.doc_string = ""
+            del p.metadata_props[:]
+
+    def nodes(ns) -> None:
+        for n in ns:
+            clear(n)
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
                     graph(a.g)
@@ -254,15 +250,15 @@ def _strip(m: onnx.ModelProto) -> onnx.ModelProto:
                     for sub in a.graphs:
                         graph(sub)
 
-    m.doc_string = ""
-    del m.metadata_props[:]
+    def graph(g: onnx.GraphProto) -> None:
+        clear(g, *g.input, *g.output, *g.value_info, *g.initializer)
+        nodes(g.node)
+
+    clear(m)
     graph(m.graph)
     for f in m.functions:
-        f.doc_string = ""
-        del f.metadata_props[:]
-        for n in f.node:
-            n.doc_string = ""
-            del n.metadata_props[:]
+        clear(f)
+        nodes(f.node)
     return m
 
 
