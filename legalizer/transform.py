@@ -86,6 +86,10 @@ def _raise_opset(model: Model, version: int) -> list:
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
         return [f"the model stays at opset {model.graph.opsets.get('', 1)}: onnx's version converter"
                 f" cannot raise it to {version} ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
+    # The converter runs shape inference, which renames anonymous dims of the graph
+    # outputs (and may refine them); the outputs keep their declarations.
+    for out, declared in zip(converted.graph.output, proto.graph.output):
+        out.CopyFrom(declared)
     new = import_model(converted, model.base_dir)
     model.graph, model.proto = new.graph, new.proto
     old = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), "?")

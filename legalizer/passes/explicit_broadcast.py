@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from onnx import helper
+from onnx import AttributeProto, helper
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import Dim, TensorType
@@ -200,8 +200,11 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
             bcast = graph.add_op(
                 BROADCAST_IN_DIM, [v, dims_value], [v.type.with_shape(target)], domain=DOMAIN,
                 name=graph.fresh_name(f"{v.name}_bcast"), output_names=[f"{v.name}_bcast"],
+                # attr_type: a rank-0 operand has no broadcast dimensions, and onnx cannot
+                # infer the type of an empty list
                 attrs={"broadcast_dimensions": helper.make_attribute(
-                    "broadcast_dimensions", list(range(len(target) - r, len(target))))})
+                    "broadcast_dimensions", list(range(len(target) - r, len(target))),
+                    attr_type=AttributeProto.INTS)})
             graph.set_input(node, i, bcast.output)
             ctx.stats["broadcasts_made_explicit"] += 1
         changed = True
