@@ -10,7 +10,8 @@ import onnx
 
 from .errors import BadInput, UsageError
 from .model import Model
-from .passes import TOSA_PIPELINE, XLA_PIPELINE, PassContext, PassManager, legacy_broadcast
+from .passes import (TOSA_PIPELINE, XLA_PIPELINE, PassContext, PassManager, legacy_broadcast,
+                     needs_explicit_broadcast)
 
 TARGETS = ("tosa", "xla")
 PIPELINES = {"tosa": TOSA_PIPELINE, "xla": XLA_PIPELINE}
@@ -34,8 +35,6 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     time, so no runtime broadcast computation is emitted for one."""
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
-    if target not in PIPELINES:
-        raise UsageError(f"target '{target}' is not implemented in this version of legalize (use --target tosa)")
     ctx = PassContext(target=target, assume_dynamic_not_one=assume_dynamic_not_one)
     check = None
     if debug:
@@ -48,9 +47,10 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
     PassManager([legacy_broadcast], debug=debug, check=check).run(model.graph, ctx)
-    opset = model.graph.opsets.get("", MIN_OPSET[target])
-    needed = MIN_OPSET[target] if _has_legacy_nodes(model, ctx) or _has_broadcasting_ops(model, ctx) else opset
-    warnings = _raise_opset(model, needed) if opset < needed else []
+    warnings = _raise_opset(model, NUMPY_OPSET) if _has_legacy_nodes(model, ctx) else []
+    # xla's explicit broadcasts need Expand and Where: raise the opset only if there are any
+    if model.graph.opsets.get("", MIN_OPSET[target]) < MIN_OPSET[target] and needs_explicit_broadcast(model.graph, ctx):
+        warnings += _raise_opset(model, MIN_OPSET[target])
     PassManager(PIPELINES[target], debug=debug, check=check).run(model.graph, ctx)
     return LegalizeResult(model, ctx.stats, warnings)
 
@@ -69,10 +69,6 @@ def _has_legacy_nodes(model: Model, ctx: PassContext) -> bool:
     return False
 
 
-def _has_broadcasting_ops(model: Model, ctx: PassContext) -> bool:
-    return any(ctx.rules.get(n.op) is not None for n in model.graph.walk())
-
-
 def _raise_opset(model: Model, version: int) -> list:
     """Convert the model to ``version`` with onnx's version converter (the other ops'
     changes between versions are its job), after the legacy broadcasts are explicit,
@@ -81,17 +77,21 @@ def _raise_opset(model: Model, version: int) -> list:
     from .importers.onnx import import_model
 
     proto = to_onnx(model)
+    old = model.graph.opsets.get("", 1)
     try:
         converted = onnx.version_converter.convert_version(proto, version)
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
-        return [f"the model stays at opset {model.graph.opsets.get('', 1)}: onnx's version converter"
-                f" cannot raise it to {version} ({str(e).splitlines()[0] if str(e) else type(e).__name__})"]
+        raise BadInput(f"the legal form needs opset {version}, and onnx's version converter cannot raise this"
+                       f" opset-{old} model to it ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if list(converted.graph.input) != list(proto.graph.input):
+        # e.g. Scan-8 -> Scan-9 drops the batch axis of the inputs: not the same model
+        raise BadInput(f"the legal form needs opset {version}, and onnx's version converter changes this"
+                       f" opset-{old} model's inputs when raising it; convert the model yourself first")
     # The converter runs shape inference, which renames anonymous dims of the graph
     # outputs (and may refine them); the outputs keep their declarations.
     for out, declared in zip(converted.graph.output, proto.graph.output):
         out.CopyFrom(declared)
     new = import_model(converted, model.base_dir)
     model.graph, model.proto = new.graph, new.proto
-    old = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), "?")
     return [f"opset raised from {old} to {version} by onnx's version converter: the legal form needs"
             f" opset {version} ({'numpy broadcasting' if version == NUMPY_OPSET else 'Expand and Where'})"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Conformance of ``legalize --target tosa`` over the ONNX test corpus.
+"""Conformance of ``legalize --target tosa|xla`` over the ONNX test corpus.
 
 Every ONNX node test (``onnx.backend.test.loader.load_model_tests(kind="node")``) and
 every model of the onnx wheel's ``light``, ``pytorch-converted``, ``pytorch-operator``
@@ -8,8 +8,9 @@ and ``simple`` folders goes through:
 1. import (``legalizer.load`` for files, ``importers.onnx.import_model`` for the
    in-memory node tests) and ``verify(graph, "mlir")``: an input with violations is a
    category of its own and is not legalized;
-2. ``transform.legalize(model, "tosa")``, then
-   (a) ``verify(graph, "tosa")`` must report no violation;
+2. ``transform.legalize(model, TARGET, assume_dynamic_not_one=...)``, then
+   (a) ``verify(graph, PROFILE)`` must report no violation, where PROFILE is the
+       target's profile (``tosa``: equal ranks; ``xla``: no implicit broadcasting);
    (b) ``onnx.checker.check_model(out, full_check=True)`` must pass whenever it
        passes on the original;
    (c) the legalized model's outputs on onnxruntime (CPU) must equal the reference
@@ -28,9 +29,14 @@ opset-6 model raised to opset 7 by legalize) it is still compared with the refer
 outputs and counted. Where onnxruntime itself disagrees with the reference on the
 original, the legalized model must agree with the original instead.
 
+With ``--assume-dynamic-not-one`` (strict symbolic mode) the cases are legalized as if
+no dynamic dim were 1 at run time (``xla`` elides its runtime broadcast checks); they are
+still fed the corpus's own inputs and compared with its reference outputs.
+
 Usage:
-  python scripts/conformance.py [--filter SUBSTR] [--json PATH] [-j N]
-  python scripts/conformance.py --latency [--runs 30] [--warmup 5] [--threads 1]
+  python scripts/conformance.py [--target tosa|xla] [--assume-dynamic-not-one]
+                                [--filter SUBSTR] [--json PATH] [-j N]
+  python scripts/conformance.py --latency [--target tosa|xla] [--runs 30] [--warmup 5] [--threads 1]
 
 Exit status: 0 iff no failure is attributable to legalize (an exception in it, a
 verification failure after it, a checker regression, a legalized model that fails
@@ -69,8 +75,11 @@ import onnx_suite as suite  # noqa: E402
 SUITES = ("node",) + suite.WHEEL_FOLDERS
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-7
 
+TARGETS = ("tosa", "xla")
+# The verifier profile each target's output must be legal under.
+TARGET_PROFILE = {"tosa": "tosa", "xla": "xla"}
 # Reasons that are failures of legalize (everything else is a property of the case).
-ATTRIBUTABLE = ("exception in", "violations under tosa after legalize", "onnx.checker fails on legalized",
+ATTRIBUTABLE = ("exception in", "violations under", "onnx.checker fails on legalized",
                 "legalized model fails on onnxruntime", "output mismatch", "legalize modified its input",
                 "worker crashed")
 
@@ -237,13 +246,14 @@ def _exc(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
-def run_case(name: str) -> dict:
+def run_case(name: str, target: str = "tosa", assume_dynamic_not_one: bool = False) -> dict:
     import legalizer
     from legalizer.importers.onnx import import_model
     from legalizer.transform import legalize
 
     case = suite.case_by_name(name)
-    r: Dict[str, Any] = {"name": name, "suite": suite_of(case), "legalized": False, "legal_tosa": None,
+    r: Dict[str, Any] = {"name": name, "suite": suite_of(case), "target": target,
+                         "profile": TARGET_PROFILE[target], "legalized": False, "legal": None,
                          "checker_original": None, "checker_ok": None, "outputs_equal": None,
                          "original_runs": None, "legalized_runs": None, "reason": None,
                          "attributable": False, "problems": [], "notes": [], "detail": "",
@@ -256,7 +266,8 @@ def run_case(name: str) -> dict:
             r["detail"] = detail
 
     try:
-        _run_case(case, r, problem, legalizer, import_model, legalize)
+        _run_case(case, r, problem, legalizer, import_model,
+                  functools.partial(legalize, target=target, assume_dynamic_not_one=assume_dynamic_not_one))
     except Exception as e:  # noqa: BLE001 - a bug of this script is a finding too
         problem(f"exception in conformance script: {type(e).__name__}", traceback.format_exc()[-800:])
     first_bad = [p for p in r["problems"] if attributable(p)]
@@ -291,19 +302,19 @@ def _run_case(case, r, problem, legalizer, import_model, legalize) -> None:
         return problem("input has violations under mlir", str(before.violations[0]))
 
     try:
-        done = legalize(model, "tosa")
+        done = legalize(model)
     except Exception as e:  # noqa: BLE001
         return problem(f"exception in legalize: {type(e).__name__}", _exc(e))
     r["legalized"] = True
     r["warnings"] = list(done.warnings)
     r["stats"] = {k: int(v) for k, v in done.stats.items() if v}
     try:
-        after = legalizer.verify(model.graph, "tosa")
+        after = legalizer.verify(model.graph, r["profile"])
     except Exception as e:  # noqa: BLE001
         return problem(f"exception in verify: {type(e).__name__}", _exc(e))
-    r["legal_tosa"] = not after.violations
+    r["legal"] = not after.violations
     if after.violations:
-        problem("violations under tosa after legalize", str(after.violations[0]))
+        problem(f"violations under {r['profile']} after legalize", str(after.violations[0]))
     try:
         out = legalizer.to_onnx(model)
     except Exception as e:  # noqa: BLE001
@@ -360,18 +371,21 @@ def _opset(m: onnx.ModelProto) -> Optional[int]:
 
 
 # ---- running many ---------------------------------------------------------------------
-def _crashed(name: str, why: str) -> dict:
+def _crashed(name: str, why: str, target: str = "tosa") -> dict:
     case = suite.case_by_name(name)
-    return {"name": name, "suite": suite_of(case), "legalized": False, "legal_tosa": None,
+    return {"name": name, "suite": suite_of(case), "target": target, "profile": TARGET_PROFILE[target],
+            "legalized": False, "legal": None,
             "checker_original": None, "checker_ok": None, "outputs_equal": None, "reason": "worker crashed",
             "attributable": True, "problems": ["worker crashed"], "notes": [], "detail": why, "seconds": 0.0}
 
 
-def run_all(names: List[str], jobs: int, progress=None) -> List[dict]:
+def run_all(names: List[str], jobs: int, progress=None, target: str = "tosa",
+            assume_dynamic_not_one: bool = False) -> List[dict]:
+    one = functools.partial(run_case, target=target, assume_dynamic_not_one=assume_dynamic_not_one)
     if jobs <= 1:
         out = []
         for n in names:
-            out.append(run_case(n))
+            out.append(one(n))
             if progress:
                 progress(out[-1])
         return out
@@ -379,7 +393,7 @@ def run_all(names: List[str], jobs: int, progress=None) -> List[dict]:
     results: Dict[str, dict] = {}
     try:
         with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
-            for f in as_completed([pool.submit(run_case, n) for n in names]):
+            for f in as_completed([pool.submit(one, n) for n in names]):
                 r = f.result()
                 results[r["name"]] = r
                 if progress:
@@ -388,22 +402,26 @@ def run_all(names: List[str], jobs: int, progress=None) -> List[dict]:
         # A worker died (a crash in onnxruntime?): run what is left one at a time, each
         # in its own process, so that the culprit is named.
         for n in [n for n in names if n not in results]:
-            results[n] = _isolated(ctx, n)
+            results[n] = _isolated(ctx, n, one, target)
             if progress:
                 progress(results[n])
     return [results[n] for n in names]
 
 
-def _isolated(ctx, name: str) -> dict:
+def _isolated(ctx, name: str, one=run_case, target: str = "tosa") -> dict:
     with ProcessPoolExecutor(1, mp_context=ctx) as pool:
         try:
-            return pool.submit(run_case, name).result()
+            return pool.submit(one, name).result()
         except BrokenProcessPool as e:
-            return _crashed(name, f"the process running it died: {e}")
+            return _crashed(name, f"the process running it died: {e}", target)
 
 
 # ---- report ----------------------------------------------------------------------------
-COUNTS = ("cases", "legalized", "legal_tosa", "checker_ok", "outputs_equal", "failures")
+COUNTS = ("cases", "legalized", "legal", "checker_ok", "outputs_equal", "failures")
+# legalize's stats summed over the cases of a suite (runtime_broadcast_checks: the
+# Where(a == 1, b, a) dims xla emits; _elided: those strict symbolic mode left out).
+STATS = ("reshapes_inserted", "broadcasts_made_explicit", "constants_folded", "runtime_broadcast_checks",
+         "runtime_broadcast_checks_elided")
 ORT_FAILS = "original does not run on onnxruntime"
 
 
@@ -441,25 +459,29 @@ def summarize(results: List[dict]) -> Dict[str, dict]:
             "legalized": sum(bool(r["legalized"]) for r in rs),
             "rewritten": sum(bool(r.get("rewritten")) for r in rs),
             "rewritten_and_equal": sum(bool(r.get("rewritten")) and r["outputs_equal"] is True for r in rs),
-            "legal_tosa": sum(r["legal_tosa"] is True for r in rs),
+            "legal": sum(r["legal"] is True for r in rs),
             "checker_ok": sum(r["checker_ok"] is True for r in rs),
             "checker_original_ok": sum(r["checker_original"] is True for r in rs),
             "outputs_equal": sum(r["outputs_equal"] is True for r in rs),
             "failures": sum(r["attributable"] for r in rs),
             "original_fails_on_ort": sum(r.get("original_runs") is False for r in rs),
             "reasons": dict(collections.Counter(r["reason"] for r in rs if r["reason"]).most_common()),
+            "stats": {k: sum(int(r.get("stats", {}).get(k, 0)) for r in rs) for k in STATS},
         }
     return rows
 
 
-def print_table(rows: Dict[str, dict], seconds: float, jobs: int) -> None:
+def print_table(rows: Dict[str, dict], seconds: float, jobs: int, target: str = "tosa",
+                assume_dynamic_not_one: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 150)
-    table = Table(title=f"legalize --target tosa over the ONNX test corpus ({seconds:.0f} s, {jobs} processes)")
+    flags = f"--target {target}" + (" --assume-dynamic-not-one" if assume_dynamic_not_one else "")
+    table = Table(title=f"legalize {flags} over the ONNX test corpus ({seconds:.0f} s, {jobs} processes)")
     table.add_column("suite", style="bold")
-    heads = ("cases", "legalized", "legal under tosa", "checker ok", "outputs equal", "legalize failures",
+    heads = ("cases", "legalized", f"legal under {TARGET_PROFILE[target]}", "checker ok", "outputs equal",
+             "legalize failures",
              "original fails on onnxruntime", "rewritten (equal)")
     for head in heads:
         table.add_column(head, justify="right")
@@ -481,8 +503,18 @@ def print_table(rows: Dict[str, dict], seconds: float, jobs: int) -> None:
         by.add_row(label, *(str(rows[k]["reasons"].get(reason, "")) for k in suites))
     if reasons:
         console.print(by)
-    console.print("rewritten: cases legalize changed (reshapes inserted, constants folded, variadic ops split,"
-                  " legacy broadcasts made explicit, ...); in parentheses those whose outputs are equal")
+    console.print("rewritten: cases legalize changed (reshapes inserted, broadcasts made explicit, constants"
+                  " folded, variadic ops split, legacy broadcasts made explicit, ...); in parentheses those whose"
+                  " outputs are equal")
+    stats = Table(title="legalize's stats, summed over the cases")
+    stats.add_column("stat")
+    for key in suites:
+        stats.add_column(key, justify="right", style="bold" if key == "total" else None)
+    for k in STATS:
+        stats.add_row(k, *(str(rows[s]["stats"][k]) for s in suites))
+    console.print(stats)
+    console.print("runtime_broadcast_checks: result dims computed at run time as Where(a == 1, b, a);"
+                  " _elided: those strict symbolic mode (--assume-dynamic-not-one) left out")
     console.print("checker ok: legalized models that pass onnx.checker.check_model(full_check=True); originals"
                   " that pass it: " + ", ".join(f"{k} {v['checker_original_ok']}" for k, v in rows.items()))
 
@@ -499,9 +531,11 @@ def print_failures(results: List[dict], limit: int = 60) -> None:
 OPT_LEVELS = ("all", "extended", "basic", "none")
 
 
-def latency(cases: List[suite.Case], runs: int, warmup: int, threads: int, opt: str = "all") -> List[dict]:
-    """Median onnxruntime latency of each model, original and legalized, on the same
-    input and session options, run interleaved (A B B A ...) so drift hits both."""
+def latency(cases: List[suite.Case], runs: int, warmup: int, threads: int, opt: str = "all",
+            target: str = "tosa", assume_dynamic_not_one: bool = False) -> List[dict]:
+    """Median onnxruntime latency of each model, original and legalized (to ``target``),
+    on the same input and session options, run interleaved (A B B A ...) so drift hits
+    both."""
     import onnxruntime as ort
 
     import legalizer
@@ -511,7 +545,7 @@ def latency(cases: List[suite.Case], runs: int, warmup: int, threads: int, opt: 
     rows = []
     for case in cases:
         model = legalizer.load(case.path) if case.path else import_model(case.model)
-        legalize(model, "tosa")
+        legalize(model, target, assume_dynamic_not_one=assume_dynamic_not_one)
         out = legalizer.to_onnx(model)
         feeds, *_ = case_data(case)
         feed = {k: suite._ort_value(v) for k, v in feeds[0].items()}
@@ -546,11 +580,12 @@ def latency(cases: List[suite.Case], runs: int, warmup: int, threads: int, opt: 
     return rows
 
 
-def print_latency(rows: List[dict], runs: int, warmup: int, threads: int, opt: str = "all") -> None:
+def print_latency(rows: List[dict], runs: int, warmup: int, threads: int, opt: str = "all",
+                  target: str = "tosa") -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"onnxruntime CPU latency, legalized vs original (median of {runs} interleaved runs"
+    table = Table(title=f"onnxruntime CPU latency, {target} form vs original (median of {runs} interleaved runs"
                         f" after {warmup} warm-up, intra-op threads {threads or 'default'}, graph optimizations {opt})")
     for head, just in (("model", "left"), ("nodes orig", "right"), ("nodes legal", "right"),
                        ("original ms", "right"), ("legalized ms", "right"), ("ratio", "right")):
@@ -573,6 +608,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the per-case results here")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every case as it finishes")
+    ap.add_argument("--target", choices=TARGETS, default="tosa", help="legal form (default tosa); the output is"
+                    " verified under the target's profile")
+    ap.add_argument("--assume-dynamic-not-one", action="store_true",
+                    help="strict symbolic mode: no dynamic dim is 1 at run time")
     ap.add_argument("--latency", action="store_true", help="measure onnxruntime latency of the light models"
                     " (or the --filter cases), original vs legalized, instead")
     ap.add_argument("--runs", type=int, default=30)
@@ -584,10 +623,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.latency:
         cases = [c for c in (all_cases(args.filter) if args.filter else suite.wheel_cases())
                  if args.filter or c.name.startswith("light/")]
-        rows = latency(cases, args.runs, args.warmup, args.threads, args.opt)
-        print_latency(rows, args.runs, args.warmup, args.threads, args.opt)
+        rows = latency(cases, args.runs, args.warmup, args.threads, args.opt, args.target,
+                       args.assume_dynamic_not_one)
+        print_latency(rows, args.runs, args.warmup, args.threads, args.opt, args.target)
         if args.json:
-            Path(args.json).write_text(json.dumps({"latency": rows}, indent=1))
+            Path(args.json).write_text(json.dumps({"target": args.target, "latency": rows}, indent=1))
         return 0
 
     t0 = time.perf_counter()
@@ -605,16 +645,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"{'FAIL' if r['attributable'] else 'ok  '} {r['name']} {r['seconds']:.2f}s"
                   f"{': ' + r['reason'] if r['reason'] else ''}", file=sys.stderr, flush=True)
 
-    results = run_all(names, args.jobs, progress)
+    results = run_all(names, args.jobs, progress, args.target, args.assume_dynamic_not_one)
     seconds = time.perf_counter() - t0
     rows = summarize(results)
-    print_table(rows, seconds, args.jobs)
+    print_table(rows, seconds, args.jobs, args.target, args.assume_dynamic_not_one)
     print_failures(results)
     slowest = sorted(results, key=lambda r: -r["seconds"])[:5]
     print(f"{len(results)} cases in {seconds:.1f} s with {args.jobs} processes; slowest: "
           + ", ".join(f"{r['name']} {r['seconds']:.1f}s" for r in slowest))
     if args.json:
-        Path(args.json).write_text(json.dumps({"schema": 1, "seconds": round(seconds, 1), "jobs": args.jobs,
+        Path(args.json).write_text(json.dumps({"schema": 1, "target": args.target,
+                                               "profile": TARGET_PROFILE[args.target],
+                                               "assume_dynamic_not_one": args.assume_dynamic_not_one,
+                                               "seconds": round(seconds, 1), "jobs": args.jobs,
                                                "summary": rows, "cases": results}, indent=1, default=str))
     return 1 if rows["total"]["failures"] else 0
 

@@ -155,3 +155,20 @@ def test_constant_op_operands_fold_like_initializers():
     assert ctx.stats["constants_folded"] == 2 and ctx.stats["reshapes_inserted"] == 0
     assert [n.op_type for n in out.graph.node] == ["Mul", "Add"]
     assert {t.name: list(t.dims) for t in out.graph.initializer} == {"half_r3": [1, 1, 1], "bias_r3": [1, 1, 4]}
+
+
+def test_xla_raises_the_opset_only_when_it_broadcasts():
+    # An opset-8 model whose Add needs no broadcast stays at opset 8 under xla; one that
+    # broadcasts is raised to 9 (Expand, Where) and keeps its declared interface.
+    same = model([helper.make_node("Add", ["x", "x"], ["y"], name="add")], [vi("x", [2, 3])], [vi("y", [2, 3])], opset=8)
+    m = import_model(same)
+    legalizer.legalize(m, "xla")
+    assert legalizer.to_onnx(m).opset_import[0].version == 8
+    bcast = model([helper.make_node("Add", ["x", "b"], ["y"], name="add")], [vi("x", ["N", 3]), vi("b", [3])],
+                  [vi("y", ["N", 3])], opset=8)
+    m = import_model(bcast)
+    res = legalizer.legalize(m, "xla")
+    out = legalizer.to_onnx(m)
+    assert out.opset_import[0].version == 9 and any("opset raised from 8 to 9" in w for w in res.warnings)
+    assert list(out.graph.input) == list(bcast.graph.input) and list(out.graph.output) == list(bcast.graph.output)
+    assert check(bcast, out, provider="cpu").ok

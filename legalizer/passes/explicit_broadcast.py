@@ -25,19 +25,12 @@ from onnx import AttributeProto, helper
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import Dim, TensorType
-from ..shapes import IncompatibleDims, infer_result_shape
+from ..shapes import IncompatibleDims, infer_result_shape, same_shape
 from .base import PassContext
 from .rewrite import RankExpander, int64_const
 
 DOMAIN = "ai.legalize"
 BROADCAST_IN_DIM = "BroadcastInDim"
-
-
-def _same_shape(a, b) -> bool:
-    """Provably the same shape: equal ranks, each dim equal static or the same symbol."""
-    if a is None or b is None or len(a) != len(b):
-        return False
-    return all(x == y and x is not None for x, y in zip(a, b))
 
 
 class _ShapeBuilder:
@@ -172,6 +165,29 @@ def _plan(node: Node, rule):
     return [i for i, v in enumerate(node.inputs) if v is not None], shape, _operand_sources(operands, len(shape)), False
 
 
+def _todo(node: Node, rule):
+    """(plan, operand indices to broadcast) of one node, or None if it needs nothing."""
+    plan = _plan(node, rule)
+    if plan is None:
+        return None
+    idx, target = plan[0], plan[1]
+    if any(node.inputs[i].type.shape is None or len(node.inputs[i].type.shape) > len(target) for i in idx):
+        return None
+    todo = [i for i in idx if not same_shape(node.inputs[i].type.shape, target)]
+    return (plan, todo) if todo else None
+
+
+def needs_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
+    """Whether ``explicit_broadcast`` would rewrite anything in ``graph`` or its subgraphs
+    (it needs opset 9's Expand and Where; a model below that is raised only then)."""
+    for node in graph.walk():
+        rule = ctx.rules.get(node.op)
+        if rule is not None and node.kind == "op" and \
+                rule.mode_at(node.graph.opsets.get(node.domain, 1)) == "numpy" and _todo(node, rule):
+            return True
+    return False
+
+
 def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     changed = False
     builder = _ShapeBuilder(graph, ctx, {})
@@ -179,15 +195,10 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
         rule = ctx.rules.get(node.op)
         if rule is None or rule.mode_at(graph.opsets.get(node.domain, 1)) != "numpy":
             continue
-        plan = _plan(node, rule)
-        if plan is None:
+        found = _todo(node, rule)
+        if found is None:
             continue
-        idx, target, sources, exact = plan
-        if any(node.inputs[i].type.shape is None or len(node.inputs[i].type.shape) > len(target) for i in idx):
-            continue
-        todo = [i for i in idx if not _same_shape(node.inputs[i].type.shape, target)]
-        if not todo:
-            continue
+        (idx, target, sources, exact), todo = found
         dims_value = _result_dims(node, target, sources, exact, builder, ctx)
         if dims_value is None:
             dims_value = int64_const(graph, f"{node.name or node.output.name}_shape", [int(d) for d in target])

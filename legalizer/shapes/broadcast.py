@@ -84,6 +84,14 @@ def equality_constraint(d0: Dim, d1: Dim, label0: str, label1: str) -> Optional[
     return Constraint(f"{a} == {b}", ("eq", a, b))
 
 
+def same_shape(a: Shape, b: Shape) -> bool:
+    """Provably the same shape: equal ranks, each dim an equal static size or the same
+    symbol (an anonymous ``?`` is never known to equal anything)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x == y and x is not None for x, y in zip(a, b))
+
+
 def expand_rank(shape: Sequence[Dim], rank: int) -> Tuple[Dim, ...]:
     """The spec's ExpandRank: prepend 1s up to ``rank``."""
     return (1,) * (rank - len(shape)) + tuple(shape)

@@ -24,7 +24,7 @@ from ..ir.graph import OP, Graph, Node
 from ..ir.types import Shape, dim_str, shape_str
 from ..oprules import OpRule, builtin_rules
 from ..shapes import (IncompatibleDims, dim_labels, equality_constraint, expand_rank,
-                      infer_result_shape)
+                      infer_result_shape, same_shape)
 from .diagnostics import MESSAGES, ConstraintSet, Diagnostic, quoted
 
 PROFILES = ("mlir", "strict", "tosa", "xla")
@@ -141,7 +141,7 @@ class _NodeCheck:
                 pairs = [(i, self.shapes[0]) for i in range(1, len(self.shapes))]
             for i, target in pairs:
                 s = self.shapes[i]
-                if s is not None and target is not None and tuple(s) != tuple(target):
+                if s is not None and target is not None and not same_shape(s, target):
                     self.error("implicit-broadcast", f"{quoted(s)} is broadcast implicitly to {quoted(target)}",
                                operand=i)
 
