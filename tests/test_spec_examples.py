@@ -91,3 +91,14 @@ def test_symbols_equal_and_different():
     # Different symbols are never assumed equal: the result cannot be claimed static.
     strict = verify_proto(op_model("Add", ["Nx3xf32", "Mx3xf32"], "5x3xf32"), "strict")
     assert [d.code for d in strict.violations] == ["result-dynamic-to-static"]
+
+
+def test_shape_expressions_are_symbols():
+    # Expressions that shape inference writes as dim_params ('4*B', 'S+1') are symbols:
+    # the same expression is the same size; different ones are never assumed equal.
+    same = verify_proto(op_model("Add", ["S+1x4*Bxf32", "S+1x1xf32"], "S+1x4*Bxf32"))
+    assert same.ok and len(same.constraints) == 0
+    diff = verify_proto(op_model("Add", ["S+1x3xf32", "Sx3xf32"], "?x3xf32"))
+    assert [c["text"] for c in diff.constraints.to_json()] == ["S == S+1 or S == 1 or S+1 == 1"]
+    static = verify_proto(op_model("Mul", ["4*Bxf32", "8xf32"], "8xf32"))
+    assert [c["text"] for c in static.constraints.to_json()] == ["4*B == 8 or 4*B == 1"]
