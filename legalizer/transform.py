@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
 
 import onnx
 
@@ -36,14 +35,7 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     if target not in TARGETS:
         raise UsageError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
     ctx = PassContext(target=target, assume_dynamic_not_one=assume_dynamic_not_one)
-    check = None
-    if debug:
-        from .verify import verify
-
-        def check(graph, pass_name):  # noqa: F811 - the debug hook of PassManager
-            bad = verify(graph, "mlir").violations
-            if bad:
-                raise AssertionError(f"after pass {pass_name}: {bad[0]}")
+    check = _verify_after_pass if debug else None
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
     PassManager([legacy_broadcast], debug=debug, check=check).run(model.graph, ctx)
@@ -53,6 +45,15 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
         warnings += _raise_opset(model, MIN_OPSET[target])
     PassManager(PIPELINES[target], debug=debug, check=check).run(model.graph, ctx)
     return LegalizeResult(model, ctx.stats, warnings)
+
+
+def _verify_after_pass(graph, pass_name: str) -> None:
+    """The debug hook of PassManager: a pass must never make a legal graph illegal."""
+    from .verify import verify
+
+    bad = verify(graph, "mlir").violations
+    if bad:
+        raise AssertionError(f"after pass {pass_name}: {bad[0]}")
 
 
 def _has_legacy_nodes(model: Model, ctx: PassContext) -> bool:

@@ -1,6 +1,5 @@
 """The Graph API: building, typed values, mutation, order, printing."""
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 

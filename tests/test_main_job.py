@@ -11,11 +11,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 import legalizer
 from legalizer import pipeline, transform
-from legalizer.ir.graph import OP
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"

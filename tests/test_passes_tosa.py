@@ -172,3 +172,19 @@ def test_xla_raises_the_opset_only_when_it_broadcasts():
     assert out.opset_import[0].version == 9 and any("opset raised from 8 to 9" in w for w in res.warnings)
     assert list(out.graph.input) == list(bcast.graph.input) and list(out.graph.output) == list(bcast.graph.output)
     assert check(bcast, out, provider="cpu").ok
+
+
+def test_debug_mode_names_the_pass_that_broke_the_graph(monkeypatch):
+    from legalizer import transform
+
+    def bad_pass(graph, ctx):
+        """Makes the Add's operands incompatible."""
+        add = [n for n in graph.ops() if n.op == "Add"][0]
+        add.inputs[1].type = add.inputs[1].type.with_shape((7,))
+        return True
+
+    monkeypatch.setitem(transform.PIPELINES, "tosa", (bad_pass,))
+    m = import_model(model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
+                           [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])]))
+    with pytest.raises(AssertionError, match="after pass bad_pass: .*'Add' op operands don't have broadcast"):
+        legalizer.legalize(m, "tosa", debug=True)

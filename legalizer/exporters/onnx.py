@@ -18,7 +18,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 
 from ..errors import BadInput
 from ..fileio import atomic_output
-from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..ir.dtypes import elem_type
 from ..ir.types import TensorType
 from ..protoutil import is_repeated

@@ -8,13 +8,12 @@ pass in between gives the model back.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import onnx
 import onnx.defs
-from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
+from onnx import AttributeProto, GraphProto, ModelProto, TypeProto
 
 from ..errors import BadInput
 from ..ir.gc import paused_gc

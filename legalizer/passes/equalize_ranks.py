@@ -5,7 +5,7 @@ dims. Afterwards broadcasting happens only through dims of size 1, as TOSA allow
 
 from __future__ import annotations
 
-from ..ir.graph import OP, Graph
+from ..ir.graph import Graph
 from .base import PassContext
 from .rewrite import RankExpander
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 from onnx import AttributeProto, helper
 
 from ..ir.graph import Graph, Node, Value

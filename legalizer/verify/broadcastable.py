@@ -21,7 +21,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from onnx import helper
 
 from ..ir.graph import OP, Graph, Node
-from ..ir.types import Shape, dim_str, shape_str
+from ..ir.types import Shape, dim_str
 from ..oprules import OpRule, builtin_rules
 from ..shapes import (IncompatibleDims, dim_labels, equality_constraint, expand_rank,
                       infer_result_shape, same_shape)
