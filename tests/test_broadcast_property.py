@@ -36,6 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 import legalizer
 from legalizer.importers.onnx import import_model
 from legalizer.pipeline import EXIT_VIOLATIONS, RunOptions, run
+from runtime_forms import check_legal_at_run_time, probe, session
 
 SEED = 20240611
 CASES = 800  # single-node models
@@ -44,16 +45,6 @@ CHUNKS = 8
 BINDINGS = 6  # random bindings drawn per model and mode (duplicates dropped)
 CPU = ["CPUExecutionProvider"]
 
-
-def session(model: onnx.ModelProto, providers):
-    """An onnxruntime session on one thread: the models are tiny, and a thread pool per
-    session only spins."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 4
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=providers)
 
 OPS = [("Add", 2), ("Mul", 2), ("Sub", 2), ("Where", 3), ("Sum", 1), ("Sum", 2), ("Sum", 3),
        ("Max", 1), ("Max", 2), ("Max", 3)]
@@ -313,39 +304,6 @@ def legalize_net(net: Net, model: onnx.ModelProto, target: str, strict: bool):
     return out, done.stats
 
 
-def probe(out: onnx.ModelProto):
-    """``out`` with the operands of each broadcasting op as extra graph outputs, so their
-    runtime shapes can be checked: the target's legal form must hold at run time, not
-    only in the declared types (onnx's Expand broadcasts both ways, so an Expand to a
-    wrong shape can still leave the op to broadcast implicitly and compute numpy's
-    result). Returns the model and [(operand names, result name)]."""
-    p = onnx.ModelProto()
-    p.CopyFrom(out)
-    types = {v.name: v.type.tensor_type.elem_type for v in
-             list(onnx.shape_inference.infer_shapes(out).graph.value_info) + list(out.graph.input)}
-    types.update({t.name: t.data_type for t in out.graph.initializer})
-    nodes = [(list(n.input), n.output[0]) for n in p.graph.node if n.op_type in NUMPY]
-    have = {o.name for o in p.graph.output}
-    for name in dict.fromkeys(x for ins, o in nodes for x in ins + [o]):
-        if name not in have:
-            p.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
-    return p, nodes
-
-
-def check_legal_at_run_time(target, nodes, names, results, where):
-    """xla: every operand has the result's shape; tosa: the result's rank, and each dim
-    the result's or 1."""
-    got = dict(zip(names, results))
-    for ins, o in nodes:
-        shape = got[o].shape
-        for x in ins:
-            if target == "xla":
-                assert got[x].shape == shape, f"{where}: {x} is {got[x].shape} at {o} of {shape}"
-            else:
-                assert got[x].ndim == len(shape) and all(d in (1, r) for d, r in zip(got[x].shape, shape)), \
-                    f"{where}: {x} is {got[x].shape} at {o} of {shape}"
-
-
 def raises(sess, feeds) -> Optional[str]:
     try:
         sess.run(None, feeds)
@@ -358,7 +316,7 @@ def raises(sess, feeds) -> Optional[str]:
 def check_bindings(net: Net, ref, out, target: str, strict: bool, counts: Counter):
     rng = random.Random(net.index * 7 + strict)
     data = np.random.default_rng(net.index)
-    out, nodes = probe(out)
+    out, nodes = probe(out, NUMPY)
     assert nodes, net
     new = session(out, CPU)
     names = [o.name for o in new.get_outputs()]
