@@ -233,7 +233,7 @@ def legalize(
     out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path.", show_default=False),
     target: str = typer.Option("tosa", "--target", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
                                                         "(every broadcast explicit: Unsqueeze + Expand)."),
-    profile: str = typer.Option("mlir", "--profile", help="Verifier profile for the input: mlir, strict or tosa."),
+    profile: str = typer.Option("mlir", "--profile", help="Verifier profile for the input: mlir, strict, tosa or xla."),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
     do_check: bool = typer.Option(True, "--check/--no-check", help="Compare original and result on onnxruntime."),
     provider: str = typer.Option("auto", "--provider", help="Execution provider for the check: auto, cpu or cuda."),

@@ -188,3 +188,31 @@ def test_debug_mode_names_the_pass_that_broke_the_graph(monkeypatch):
                            [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])]))
     with pytest.raises(AssertionError, match="after pass bad_pass: .*'Add' op operands don't have broadcast"):
         legalizer.legalize(m, "tosa", debug=True)
+
+
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+def test_split_variadic_output_used_inside_a_subgraph(target):
+    then = helper.make_graph([helper.make_node("Neg", ["s"], ["t"])], "then", [], [vi("t", [2, 3])])
+    other = helper.make_graph([helper.make_node("Abs", ["s"], ["e"])], "else", [], [vi("e", [2, 3])])
+    m = model([helper.make_node("Sum", ["a", "b", "c"], ["s"], name="sum"),
+               helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other)],
+              [vi("cond", [], TensorProto.BOOL), vi("a", [2, 3]), vi("b", [3]), vi("c", [2, 1])], [vi("y", [2, 3])])
+    ir = import_model(m)
+    legalizer.legalize(ir, target)
+    assert legalizer.verify(ir.graph, target).violations == []
+    out = legalizer.to_onnx(ir)
+    onnx.checker.check_model(out, full_check=True)
+    assert check(m, out, provider="cpu").ok
+
+
+def test_ai_onnx_domain_is_the_default_domain():
+    # A node whose domain is spelled "ai.onnx" reads the default opset (17), not opset 1:
+    # PRelu keeps numpy's rule (slope on the last axis), not PRelu-6's per-channel one.
+    slope = numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32), "slope")
+    m = model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu", domain="ai.onnx")],
+              [vi("x", [2, 3, 3])], [vi("y", [2, 3, 3])], [slope])
+    ir = import_model(m)
+    legalizer.legalize(ir, "tosa")
+    prelu = [n for n in ir.graph.ops() if n.op == "PRelu"][0]
+    assert prelu.inputs[1].type.shape == (1, 1, 3)
+    assert check(m, legalizer.to_onnx(ir), provider="cpu").ok

@@ -101,6 +101,10 @@ def session(model, provider_list: Sequence[str]):
     return ort.InferenceSession(source, opts, providers=list(provider_list))
 
 
+class CheckUnavailable(Exception):
+    """The check cannot make inputs for this model."""
+
+
 # -- inputs ---------------------------------------------------------------------------
 
 def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
@@ -175,6 +179,9 @@ def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[s
         if vi.name in given:
             feeds[vi.name] = given[vi.name]
             continue
+        if vi.type.WhichOneof("value") != "tensor_type":
+            kind = (vi.type.WhichOneof("value") or "untyped").replace("_type", "")
+            raise CheckUnavailable(f"input '{vi.name}' is a {kind}, and the check makes tensor inputs only")
         tt = vi.type.tensor_type
         shape = []
         for k, d in enumerate(tt.shape.dim):
@@ -257,7 +264,10 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     result = CheckResult(True, used)
     out_names = [o.name for o in ref.get_outputs()]
     for binding in bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices):
-        feeds = synthesize(declared, binding, inputs or {}, seed)
+        try:
+            feeds = synthesize(declared, binding, inputs or {}, seed)
+        except CheckUnavailable as e:
+            return CheckResult(False, used, error=str(e))
         try:
             expected = ref.run(None, feeds)
         except Exception as e:  # noqa: BLE001 - the original rejects this binding

@@ -172,7 +172,8 @@ class Graph:
         return None
 
     def users(self, value: Value) -> List[Tuple[Node, int]]:
-        """(node, operand index) for every use of ``value`` in this graph."""
+        """(node, operand index) for every use of ``value``: in this graph, then inside
+        its nodes' subgraphs (captured values)."""
         prod = value.producer
         if prod is None or prod.graph is not self:
             raise ValueError(f"{value!r} is not produced in graph {self.name!r}")
@@ -180,7 +181,11 @@ class Graph:
         for succ in self._nx.successors(prod.id):
             n = self.node(succ)
             out.extend((n, i) for i, v in enumerate(n.inputs) if v is value)
-        out.sort(key=lambda t: (t[0].id, t[1]))
+            # a use inside n's subgraphs links the value to n: find those uses too
+            for _, sub in n.subgraphs():
+                for inner in sub.walk():
+                    out.extend((inner, i) for i, v in enumerate(inner.inputs) if v is value)
+        out.sort(key=lambda t: (t[0].graph is not self, t[0].id, t[1]))
         return out
 
     def _topo_ids(self) -> List[int]:
@@ -214,6 +219,11 @@ class Graph:
         return order
 
     # ---- building -------------------------------------------------------------------
+    def opset_of(self, node: Node) -> int:
+        """The opset version ``node`` is read at ("ai.onnx" is the default domain)."""
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        return self.opsets.get(domain, self.opsets.get("", 1) if domain == "" else 1)
+
     def fresh_name(self, base: str) -> str:
         """A value name not used in this graph or any enclosing one."""
         if self.value(base) is None:
@@ -322,7 +332,7 @@ class Graph:
                 name = old.name
                 self.rename(old, self.fresh_name(name + "_orig"))
                 self.rename(new, name)
-            self.set_input(user, i, new)
+            user.graph.set_input(user, i, new)
             count += 1
         return count
 

@@ -15,7 +15,7 @@ def equalize_ranks(graph: Graph, ctx: PassContext) -> bool:
     changed = False
     for node in graph.ops():
         rule = ctx.rules.get(node.op)
-        if rule is None or rule.mode_at(graph.opsets.get(node.domain, 1)) not in ("numpy", "unidirectional"):
+        if rule is None or rule.mode_at(graph.opset_of(node)) not in ("numpy", "unidirectional"):
             continue
         if rule.broadcast == "unidirectional":
             targets = [i for i in rule.broadcasts if i < len(node.inputs)]

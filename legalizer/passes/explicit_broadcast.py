@@ -182,7 +182,7 @@ def needs_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     for node in graph.walk():
         rule = ctx.rules.get(node.op)
         if rule is not None and node.kind == "op" and \
-                rule.mode_at(node.graph.opsets.get(node.domain, 1)) == "numpy" and _todo(node, rule):
+                rule.mode_at(node.graph.opset_of(node)) == "numpy" and _todo(node, rule):
             return True
     return False
 
@@ -192,7 +192,7 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     builder = _ShapeBuilder(graph, ctx, {})
     for node in graph.ops():
         rule = ctx.rules.get(node.op)
-        if rule is None or rule.mode_at(graph.opsets.get(node.domain, 1)) != "numpy":
+        if rule is None or rule.mode_at(graph.opset_of(node)) != "numpy":
             continue
         found = _todo(node, rule)
         if found is None:

@@ -19,7 +19,7 @@ def legacy_broadcast(graph: Graph, ctx: PassContext) -> bool:
     changed = False
     for node in graph.ops():
         rule = ctx.rules.get(node.op)
-        mode = rule.mode_at(graph.opsets.get(node.domain, 1)) if rule is not None else None
+        mode = rule.mode_at(graph.opset_of(node)) if rule is not None else None
         if mode == "channel":
             changed |= _place_channel(graph, node, expander, ctx)
             continue

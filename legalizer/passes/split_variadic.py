@@ -28,7 +28,7 @@ def split_variadic(graph: Graph, ctx: PassContext) -> bool:
         rule = ctx.rules.get(node.op)
         if rule is None or rule.category != "variadic":
             continue
-        if rule.mode_at(graph.opsets.get(node.domain, 1)) != "numpy":
+        if rule.mode_at(graph.opset_of(node)) != "numpy":
             continue
         operands = [v for v in node.inputs if v is not None]
         if len(operands) <= 2:

@@ -308,7 +308,7 @@ def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpR
         rule = rules.get(node.op)
         if rule is not None and node.outputs:
             result.elementwise_nodes += 1
-            version = graph.opsets.get(node.domain, graph.opsets.get("", 1))
+            version = graph.opset_of(node)
             _MODES[rule.mode_at(version)](_NodeCheck(node, rule, profile, result, _path, stage, assume_dynamic_not_one))
         for attr, sub in node.subgraphs():
             sub_path = f"{_path}/{node.label}.{attr}" if _path else f"{node.label}.{attr}"
