@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Iterator, Optional
 from .api import save
 from .check.ort import CheckResult, check, choices_from_constraints
 from .fileio import load
+from .ir.graph import OP
 from .model import Model
 from .report import STAT_KEYS, Report
 from .transform import legalize
@@ -69,7 +70,7 @@ def default_output(path: Path) -> Path:
 
 
 def _op_counts(model: Model) -> Counter:
-    return Counter(n.op for n in model.graph.walk() if n.kind == "op")
+    return Counter(n.op for n in model.graph.walk() if n.kind == OP)
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from onnx import AttributeProto, helper
 
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import Dim, TensorType
 from ..shapes import IncompatibleDims, infer_result_shape, same_shape
 from .base import PassContext
@@ -181,7 +181,7 @@ def needs_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     (it needs opset 9's Expand and Where; a model below that is raised only then)."""
     for node in graph.walk():
         rule = ctx.rules.get(node.op)
-        if rule is not None and node.kind == "op" and \
+        if rule is not None and node.kind == OP and \
                 rule.mode_at(node.graph.opset_of(node)) == "numpy" and _todo(node, rule):
             return True
     return False

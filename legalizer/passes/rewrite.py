@@ -11,7 +11,7 @@ from onnx import helper
 
 from ..ir.constdata import ConstData
 from ..ir.dtypes import dtype_of_array
-from ..ir.graph import CONST, Graph, Node, Value
+from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import TensorType
 from .base import PassContext
 
@@ -45,7 +45,7 @@ def constant_array(value: Value) -> Optional[np.ndarray]:
         return None
     if prod.kind == CONST and prod.data is not None and not prod.data.sparse:
         return np.asarray(prod.data.array)
-    if prod.kind == "op" and prod.op == "Constant" and len(prod.attrs) == 1:
+    if prod.kind == OP and prod.op == "Constant" and len(prod.attrs) == 1:
         (name, attr), = prod.attrs.items()
         if name == "value":
             return onnx.numpy_helper.to_array(attr.t)
