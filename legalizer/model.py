@@ -17,6 +17,14 @@ class Model:
     base_dir: Optional[Path] = None  # where external data is resolved
     source: Optional[Path] = None
     warnings: List[str] = field(default_factory=list)
+    # A TFLite model's subgraphs in file order (signatures, WHILE/IF bodies called by
+    # index); ``graph`` is subgraphs[0]. Empty for ONNX, which has one top-level graph.
+    subgraphs: List[Graph] = field(default_factory=list)
+
+    @property
+    def graphs(self) -> List[Graph]:
+        """Every top-level graph, ``graph`` first."""
+        return list(self.subgraphs) if self.subgraphs else [self.graph]
 
     @property
     def opsets(self) -> Dict[str, int]:

@@ -16,10 +16,14 @@ from typing import Iterable, Mapping, Optional
 
 from .errors import BadInput
 
-CATEGORIES = ("binary", "ternary", "variadic", "unidirectional")
+BROADCASTING = ("binary", "ternary", "variadic", "unidirectional")
+# Ops that do not broadcast, listed (TFLite) for their options table and ONNX form.
+CATEGORIES = BROADCASTING + ("unary", "other")
 BROADCASTS = ("multidirectional", "unidirectional")
+FRONTENDS = ("onnx", "tflite")
 LEGACY = (None, "attr", "equal", "unidirectional", "channel")
-ARITY = {"binary": (2, 2), "ternary": (3, 3), "variadic": (1, None), "unidirectional": (2, 2)}
+ARITY = {"binary": (2, 2), "ternary": (3, 3), "variadic": (1, None), "unidirectional": (2, 2),
+         "unary": (1, 1), "other": (0, None)}
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,12 @@ class OpRule:
     binary: Optional[str] = None
     onto: str = "operand0"  # what unidirectional operands broadcast onto: operand0 | result
     targets: Mapping[str, str] = field(default_factory=dict)
+    options: Optional[str] = None  # TFLite: the BuiltinOptions table of the op
+    onnx: Optional[str] = None  # TFLite: the ONNX op computing the same, if one does
+
+    @property
+    def broadcasting(self) -> bool:
+        return self.category in BROADCASTING
 
     @property
     def arity(self) -> tuple:
@@ -66,15 +76,18 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
         raise bad("a unidirectional op must list the operands that broadcast (`broadcasts`)")
     targets = {k: v for k, v in table.items() if k in ("stablehlo", "tosa", "tflite")}
     return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
-                  broadcasts, table.get("binary"), onto, targets)
+                  broadcasts, table.get("binary"), onto, targets, table.get("options"), table.get("onnx"))
 
 
-def parse_rules(text: str, source: str) -> dict:
+def parse_rules(text: str, source: str, domain: str = "") -> dict:
+    """The tables of ``text``, keyed as ``Node.op`` names the ops: ``ADD`` of domain
+    ``tflite`` is ``tflite.ADD``."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{source}: not a valid TOML rules table: {e}") from None
-    return {op: _rule_from_table(op, t, source) for op, t in data.items()}
+    prefix = f"{domain}." if domain else ""
+    return {prefix + op: _rule_from_table(prefix + op, t, source) for op, t in data.items()}
 
 
 def _builtin_text(name: str) -> str:
@@ -86,11 +99,23 @@ def _builtin_text(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def builtin_rules(frontend: str = "onnx") -> Mapping[str, OpRule]:
-    return parse_rules(_builtin_text(f"{frontend}.toml"), f"rules/{frontend}.toml")
+def frontend_rules(frontend: str) -> Mapping[str, OpRule]:
+    """Every table of one frontend's file, broadcasting or not."""
+    return parse_rules(_builtin_text(f"{frontend}.toml"), f"rules/{frontend}.toml",
+                       "" if frontend == "onnx" else frontend)
 
 
-def load_rules(frontend: str = "onnx", extra: Iterable[str | Path] = ()) -> dict:
+@functools.lru_cache(maxsize=None)
+def builtin_rules(frontend: Optional[str] = None) -> Mapping[str, OpRule]:
+    """The broadcasting ops of one frontend, or (by default) of all of them: what the
+    verifier and the passes look ops up in, by ``Node.op``."""
+    out = {}
+    for f in ((frontend,) if frontend else FRONTENDS):
+        out.update((k, r) for k, r in frontend_rules(f).items() if r.broadcasting)
+    return out
+
+
+def load_rules(frontend: Optional[str] = None, extra: Iterable[str | Path] = ()) -> dict:
     rules = dict(builtin_rules(frontend))
     for path in extra:
         path = Path(path)
@@ -98,5 +123,5 @@ def load_rules(frontend: str = "onnx", extra: Iterable[str | Path] = ()) -> dict
             text = path.read_text()
         except OSError as e:
             raise BadInput(f"{path}: cannot read rules table: {e.strerror}") from None
-        rules.update(parse_rules(text, str(path)))
+        rules.update((k, r) for k, r in parse_rules(text, str(path)).items() if r.broadcasting)
     return rules

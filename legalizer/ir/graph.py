@@ -36,6 +36,8 @@ class Value:
     # and its position among the graph's value_info entries.
     info: Any = None
     info_index: int = -1
+    # Quantization parameters (TFLite tensors): an ``ir.types.Quantization`` or None.
+    quant: Any = None
 
     @property
     def shape(self):
@@ -114,6 +116,10 @@ class Graph:
         # The model's IR version: below 4, every initializer must also be a graph input,
         # so new constants are Constant ops there (see passes.rewrite.add_const).
         self.ir_version: int = 10
+        # The op set the graph's nodes come from: "onnx", or "tflite" (ops in domain
+        # "tflite", named as the flatbuffer's BuiltinOperator). Passes build new nodes
+        # in this frontend's ops (see passes.rewrite).
+        self.frontend: str = owner.graph.frontend if owner is not None and owner.graph is not None else "onnx"
         # value_info entries naming no value of this graph (an outer or inner value, or
         # nothing), kept with their positions so an export gives them back.
         self.foreign_value_info: List[Tuple[int, Any]] = []

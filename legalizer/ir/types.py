@@ -7,8 +7,8 @@ anonymous). A shape is a tuple of dims, or ``None`` for an unranked tensor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from dataclasses import dataclass, replace
+from typing import Any, Optional, Tuple, Union
 
 Dim = Union[int, str, None]
 Shape = Optional[Tuple[Dim, ...]]
@@ -71,3 +71,24 @@ class TensorType:
 
 
 UNKNOWN = TensorType(None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """Affine quantization of a tensor (TFLite's QuantizationParameters): real =
+    scale * (q - zero_point), per tensor (one scale) or per axis along
+    ``quantized_dimension``. ``extra`` keeps what the IR does not model (min/max,
+    custom details) for a lossless export."""
+
+    scale: Tuple[float, ...] = ()
+    zero_point: Tuple[int, ...] = ()
+    quantized_dimension: int = 0
+    extra: Any = None
+
+    @property
+    def per_axis(self) -> bool:
+        return len(self.scale) > 1
+
+    def with_axis_shift(self, k: int) -> "Quantization":
+        """The parameters of the same data with ``k`` 1-dims prepended."""
+        return replace(self, quantized_dimension=self.quantized_dimension + k) if self.per_axis else self

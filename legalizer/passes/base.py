@@ -23,7 +23,7 @@ class PassContext:
     the report's stats."""
 
     target: str = "tosa"
-    rules: Mapping[str, OpRule] = field(default_factory=lambda: builtin_rules("onnx"))
+    rules: Mapping[str, OpRule] = field(default_factory=lambda: builtin_rules())
     stats: Counter = field(default_factory=Counter)
     assume_dynamic_not_one: bool = False
 

@@ -299,7 +299,7 @@ def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpR
     constraints become equalities."""
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
-    rules = builtin_rules("onnx") if rules is None else rules
+    rules = builtin_rules() if rules is None else rules
     result = VerifyResult() if result is None else result
     for node in graph.nodes():
         if node.kind != OP:
