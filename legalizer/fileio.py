@@ -21,9 +21,8 @@ FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
 
 # Formats recognized by content that this version does not read: what to tell the user.
 NOT_SUPPORTED = {
-    "tflite": "a TFLite model, which this version of legalize does not support yet (ONNX only)",
-    "mlir": "MLIR text, which this version of legalize does not support yet (ONNX only)",
-    "mlirbc": "MLIR bytecode, which this version of legalize does not support yet (ONNX only)",
+    "mlir": "MLIR text, which this version of legalize does not support yet (ONNX and TFLite only)",
+    "mlirbc": "MLIR bytecode, which this version of legalize does not support yet (ONNX and TFLite only)",
     "pt2": "a torch.export archive (.pt2), which this version of legalize does not support yet;"
            " export the model with torch.onnx.export and pass the .onnx file",
     "torch": "a PyTorch checkpoint (torch.save), which holds weights, not a graph;"
@@ -150,6 +149,10 @@ def load(path, infer: bool = True) -> Model:
             raise BadInput(f"{path}: {e}") from None
         model.source = path
         return model
+    if fmt == "tflite":
+        from .importers.tflite import load_tflite
+
+        return load_tflite(path)
     raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
 
 

@@ -39,6 +39,7 @@ class OpRule:
     targets: Mapping[str, str] = field(default_factory=dict)
     options: Optional[str] = None  # TFLite: the BuiltinOptions table of the op
     onnx: Optional[str] = None  # TFLite: the ONNX op computing the same, if one does
+    version: int = 1  # TFLite: the opcode version a new node of this op is written with
 
     @property
     def broadcasting(self) -> bool:
@@ -76,7 +77,8 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
         raise bad("a unidirectional op must list the operands that broadcast (`broadcasts`)")
     targets = {k: v for k, v in table.items() if k in ("stablehlo", "tosa", "tflite")}
     return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
-                  broadcasts, table.get("binary"), onto, targets, table.get("options"), table.get("onnx"))
+                  broadcasts, table.get("binary"), onto, targets, table.get("options"), table.get("onnx"),
+                  int(table.get("version", 1)))
 
 
 def parse_rules(text: str, source: str, domain: str = "") -> dict:

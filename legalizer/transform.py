@@ -36,6 +36,10 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
         raise UsageError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
     ctx = PassContext(target=target, assume_dynamic_not_one=assume_dynamic_not_one)
     check = _verify_after_pass if debug else None
+    if model.format == "tflite":  # no opsets, no legacy forms; every subgraph
+        for graph in model.graphs:
+            PassManager(PIPELINES[target], debug=debug, check=check).run(graph, ctx)
+        return LegalizeResult(model, ctx.stats, [])
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
     PassManager([legacy_broadcast], debug=debug, check=check).run(model.graph, ctx)

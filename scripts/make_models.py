@@ -8,6 +8,8 @@ Two kinds of model:
 
 - hand-made with ``onnx.helper`` (``mlp_bias``, ``dynamic_broadcast``,
   ``incompatible_add``): always made;
+- TFLite models in ``tflite/`` (``scripts/tflite_models.py``), built without
+  TensorFlow by legalize's own flatbuffer writer: always made;
 - small PyTorch modules exported with ``torch.onnx.export``, each twice: with the
   dynamo exporter (``*.dynamo.onnx``: symbolic dims such as ``batch`` and ``seq`` on
   the inputs) and with the TorchScript exporter (``*.torchscript.onnx``: static
@@ -328,8 +330,8 @@ def torch_models() -> Tuple[Dict[str, Callable[[], onnx.ModelProto]], str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models")
-    ap.add_argument("--only", choices=["all", "helper", "torch"], default="all",
-                    help="make only the onnx.helper models or only the torch-exported ones")
+    ap.add_argument("--only", choices=["all", "helper", "torch", "tflite"], default="all",
+                    help="make only the onnx.helper models, the torch-exported ones or the TFLite ones")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     makers: Dict[str, Callable[[], onnx.ModelProto]] = {}
@@ -346,6 +348,14 @@ def main() -> None:
     for name, make in makers.items():
         onnx.save(make(), str(args.out / name))
         print(f"wrote {args.out / name}")
+    if args.only in ("all", "tflite"):
+        from legalizer.exporters.tflite import to_tflite
+        from tflite_models import tflite_models
+
+        (args.out / "tflite").mkdir(exist_ok=True)
+        for name, make in tflite_models().items():
+            (args.out / "tflite" / name).write_bytes(to_tflite(make()))
+            print(f"wrote {args.out / 'tflite' / name}")
 
 
 if __name__ == "__main__":

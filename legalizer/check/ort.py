@@ -88,15 +88,18 @@ def providers(choice: str = "auto") -> List[str]:
     return ["CPUExecutionProvider"]
 
 
-def session(model, provider_list: Sequence[str]):
+def session(model, provider_list: Sequence[str], basic: bool = False):
     """An onnxruntime session for a ModelProto or a model path (a path resolves
-    external data beside the model)."""
+    external data beside the model). ``basic`` keeps to onnxruntime's basic graph
+    optimizations (no QDQ fusion into integer kernels)."""
     import onnxruntime as ort
 
     # Quiet: a binding the original rejects is an expected outcome, reported by us.
     ort.set_default_logger_severity(4)
     opts = ort.SessionOptions()
     opts.log_severity_level = 4
+    if basic:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     return ort.InferenceSession(source, opts, providers=list(provider_list))
 

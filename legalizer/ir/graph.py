@@ -95,9 +95,10 @@ class Node:
         for name, a in self.attrs.items():
             if isinstance(a, Graph):
                 yield name, a
-            elif isinstance(a, list):
+            elif isinstance(a, list):  # (a TFLite attr may be a list of numbers)
                 for g in a:
-                    yield name, g
+                    if isinstance(g, Graph):
+                        yield name, g
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.op} {self.label!r}>"

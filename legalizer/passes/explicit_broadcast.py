@@ -26,7 +26,8 @@ from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import Dim, TensorType
 from ..shapes import IncompatibleDims, infer_result_shape, same_shape
 from .base import PassContext
-from .rewrite import RankExpander, int64_const
+from .frontend_ops import ops_for
+from .rewrite import RankExpander, index_const
 
 DOMAIN = "ai.legalize"
 BROADCAST_IN_DIM = "BroadcastInDim"
@@ -37,30 +38,30 @@ class _ShapeBuilder:
 
     def __init__(self, graph: Graph, ctx: PassContext, cache: Dict[int, Value]):
         self.graph, self.ctx, self.cache = graph, ctx, cache
+        self.ops = ops_for(graph)
+        self.index_type = TensorType(self.ops.index_dtype, (1,))
 
     def shape_of(self, v: Value) -> Value:
         hit = self.cache.get(id(v))
         if hit is None:
-            node = self.graph.add_op("Shape", [v], [TensorType("int64", (len(v.type.shape),))],
-                                     name=self.graph.fresh_name(f"{v.name}_shape"), output_names=[f"{v.name}_shape"])
-            hit = self.cache[id(v)] = node.output
+            hit = self.cache[id(v)] = self.ops.shape(self.graph, v, f"{v.name}_shape")
         return hit
 
     def dim_of(self, v: Value, axis: int) -> Value:
-        """``Shape(v)[axis]`` as a 1-element int64 vector."""
+        """``Shape(v)[axis]`` as a 1-element vector."""
         base = f"{v.name}_dim{axis}"
-        idx = int64_const(self.graph, base + "_index", [axis])
-        return self.graph.add_op("Gather", [self.shape_of(v), idx], [TensorType("int64", (1,))],
-                                 name=self.graph.fresh_name(base), output_names=[base]).output
+        idx = index_const(self.graph, base + "_index", [axis])
+        return self.ops.gather(self.graph, self.shape_of(v), idx, base)
 
     def broadcast_dims(self, a: Value, b: Value, base: str) -> Value:
         """``Where(a == 1, b, a)``: numpy's broadcast of two runtime dims."""
-        g = self.graph
-        one = int64_const(g, base + "_one", [1])
-        is_one = g.add_op("Equal", [a, one], [TensorType("bool", (1,))], name=g.fresh_name(base + "_is1"),
-                          output_names=[base + "_is1"]).output
-        return g.add_op("Where", [is_one, b, a], [TensorType("int64", (1,))], name=g.fresh_name(base),
-                        output_names=[base]).output
+        one = index_const(self.graph, base + "_one", [1])
+        is_one = self.ops.equal(self.graph, a, one, base + "_is1")
+        return self.ops.where(self.graph, is_one, b, a, base)
+
+    def concat(self, pieces: List[Value], base: str) -> Value:
+        rank = sum(p.type.shape[0] for p in pieces)
+        return self.ops.concat(self.graph, pieces, TensorType(self.ops.index_dtype, (rank,)), base)
 
 
 Source = Tuple[Value, int, Dim]  # (operand, its axis, the dim it has there)
@@ -71,7 +72,6 @@ def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]
     """The runtime value of ``target`` (None when it is static: a constant does).
     ``sources[k]`` lists the operand dims that broadcast to result dim k; with ``exact``
     each of them is known to equal it."""
-    rank = len(target)
     if all(isinstance(d, int) for d in target):
         return None
     pieces: List[Value] = []
@@ -80,7 +80,7 @@ def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]
 
     def flush():
         if static_run:
-            pieces.append(int64_const(builder.graph, f"{base}_dims", static_run))
+            pieces.append(index_const(builder.graph, f"{base}_dims", static_run))
             static_run.clear()
 
     for k, d in enumerate(target):
@@ -109,9 +109,7 @@ def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]
     flush()
     if len(pieces) == 1:
         return pieces[0]
-    g = builder.graph
-    return g.add_op("Concat", pieces, [TensorType("int64", (rank,))], name=g.fresh_name(f"{base}_shape"),
-                    attrs={"axis": helper.make_attribute("axis", 0)}, output_names=[f"{base}_shape"]).output
+    return builder.concat(pieces, f"{base}_shape")
 
 
 def _operand_sources(operands: Sequence[Value], rank: int) -> List[List[Source]]:
@@ -200,7 +198,7 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
         (idx, target, sources, exact), todo = found
         dims_value = _result_dims(node, target, sources, exact, builder, ctx)
         if dims_value is None:
-            dims_value = int64_const(graph, f"{node.name or node.output.name}_shape", [int(d) for d in target])
+            dims_value = index_const(graph, f"{node.name or node.output.name}_shape", [int(d) for d in target])
         # A dim computed at run time gets a symbol of its own, so the broadcast operands
         # are visibly one shape, in the IR and in the value_info of the written model.
         target = tuple(f"{node.label}_bcast{k}" if d is None else d for k, d in enumerate(target))
@@ -210,20 +208,30 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
             bcast = graph.add_op(
                 BROADCAST_IN_DIM, [v, dims_value], [v.type.with_shape(target)], domain=DOMAIN,
                 name=graph.fresh_name(f"{v.name}_bcast"), output_names=[f"{v.name}_bcast"],
-                # attr_type: a rank-0 operand has no broadcast dimensions, and onnx cannot
-                # infer the type of an empty list
-                attrs={"broadcast_dimensions": helper.make_attribute(
-                    "broadcast_dimensions", list(range(len(target) - r, len(target))),
-                    attr_type=AttributeProto.INTS)})
+                attrs={"broadcast_dimensions": _dims_attr(graph, list(range(len(target) - r, len(target))))})
+            bcast.output.quant = v.quant
             graph.set_input(node, i, bcast.output)
             ctx.stats["broadcasts_made_explicit"] += 1
         changed = True
     return changed
 
 
+def _dims_attr(graph: Graph, dims: List[int]):
+    """``broadcast_dimensions`` as the graph's nodes hold attributes: an ONNX
+    AttributeProto (attr_type given: a rank-0 operand has none, and onnx cannot infer
+    the type of an empty list), or a list in a TFLite graph."""
+    if graph.frontend == "onnx":
+        return helper.make_attribute("broadcast_dimensions", dims, attr_type=AttributeProto.INTS)
+    return dims
+
+
+def _read_dims_attr(attr) -> List[int]:
+    return list(attr) if isinstance(attr, list) else list(helper.get_attribute_value(attr))
+
+
 def lower_broadcast_in_dim(graph: Graph, ctx: PassContext) -> bool:
     """BroadcastInDim -> ``Unsqueeze`` (the dims not in broadcast_dimensions; folded for
-    constants) + ``Expand``."""
+    constants) + ``Expand``; in TFLite, ``RESHAPE`` + ``BROADCAST_TO``."""
     expander = RankExpander(graph, ctx)
     changed = False
     for node in graph.ops():
@@ -231,7 +239,7 @@ def lower_broadcast_in_dim(graph: Graph, ctx: PassContext) -> bool:
             continue
         v, shape_value = node.inputs
         out_shape = node.output.type.shape
-        dims = list(helper.get_attribute_value(node.attrs["broadcast_dimensions"]))
+        dims = _read_dims_attr(node.attrs["broadcast_dimensions"])
         if len(dims) < len(out_shape):
             missing = tuple(k for k in range(len(out_shape)) if k not in dims)
             placed = [1] * len(out_shape)
@@ -240,11 +248,11 @@ def lower_broadcast_in_dim(graph: Graph, ctx: PassContext) -> bool:
             before = ctx.stats["reshapes_inserted"]
             v = expander.expand(v, missing, tuple(placed))
             ctx.stats["reshapes_inserted"] = before  # counted as part of the broadcast
-        expand = graph.add_op("Expand", [v, shape_value], [node.output.type], name=node.name,
-                              output_names=[node.output.name + "_x"])
+        expanded = ops_for(graph).broadcast_to(graph, v, shape_value, node.output.type, node.name,
+                                               node.output.name + "_x")
         name = node.output.name
-        graph.replace_all_uses_with(node.output, expand.output)
+        graph.replace_all_uses_with(node.output, expanded)
         graph.remove_node(node)
-        graph.rename(expand.output, name)
+        graph.rename(expanded, name)
         changed = True
     return changed

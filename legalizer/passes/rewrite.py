@@ -1,5 +1,6 @@
 """Building blocks the passes share: new constants, rank expansion of a value (folded
-for constants, an ``Unsqueeze`` otherwise), with one expansion per (value, rank)."""
+for constants, an ``Unsqueeze`` or ``RESHAPE`` otherwise), with one expansion per
+(value, rank)."""
 
 from __future__ import annotations
 
@@ -9,28 +10,21 @@ import numpy as np
 import onnx.numpy_helper
 from onnx import helper
 
-from ..ir.constdata import ConstData
-from ..ir.dtypes import dtype_of_array
-from ..ir.graph import CONST, OP, Graph, Node, Value
-from ..ir.types import TensorType
+from ..ir.dtypes import numpy_dtype
+from ..ir.graph import CONST, OP, Graph, Value
+from ..ir.types import Quantization
 from .base import PassContext
+from .frontend_ops import _placed_quant, ops_for
 
 
-def add_const(graph: Graph, base: str, array: np.ndarray) -> Value:
-    """A new constant: an initializer, or a ``Constant`` op in models of IR version < 4
-    (whose initializers must all be graph inputs too, which would make them overridable)."""
-    name = graph.fresh_name(base)
-    t = TensorType(dtype_of_array(array), tuple(array.shape))
-    if graph.ir_version < 4:
-        attr = helper.make_attribute("value", onnx.numpy_helper.from_array(np.asarray(array), name))
-        return graph.add_op("Constant", [], [t], name=name, attrs={"value": attr}, output_names=[name]).output
-    v = Value(name, t)
-    graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=ConstData.from_array(array)))
-    return v
+def add_const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None) -> Value:
+    """A new constant in ``graph``'s frontend (see ``frontend_ops``)."""
+    return ops_for(graph).const(graph, base, array, quant)
 
 
-def int64_const(graph: Graph, base: str, values: Sequence[int]) -> Value:
-    return add_const(graph, base, np.asarray(list(values), np.int64))
+def index_const(graph: Graph, base: str, values: Sequence[int]) -> Value:
+    """A shape or index vector, in the integer type the frontend's shape ops take."""
+    return add_const(graph, base, np.asarray(list(values), numpy_dtype(ops_for(graph).index_dtype)))
 
 
 _CONSTANT_ATTRS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
@@ -60,7 +54,6 @@ class RankExpander:
     def __init__(self, graph: Graph, ctx: PassContext):
         self.graph, self.ctx = graph, ctx
         self.cache: Dict[Tuple[int, Tuple[int, ...]], Value] = {}
-        self.opset = graph.opsets.get("", 1)
 
     def expand(self, value: Value, axes: Tuple[int, ...], new_shape: Tuple) -> Value:
         """``value`` with size-1 dims inserted at ``axes`` (of the result), giving
@@ -72,18 +65,11 @@ class RankExpander:
         base = f"{value.name}_r{len(new_shape)}"
         array = constant_array(value)
         if array is not None:
-            out = add_const(self.graph, base, array.reshape(new_shape))
+            out = add_const(self.graph, base, array.reshape(new_shape),
+                            _placed_quant(value.quant, axes, len(new_shape)))
             self.ctx.stats["constants_folded"] += 1
         else:
-            if self.opset >= 13:
-                node = self.graph.add_op("Unsqueeze", [value, int64_const(self.graph, base + "_axes", axes)],
-                                         [value.type.with_shape(new_shape)], name=self.graph.fresh_name(base),
-                                         output_names=[base])
-            else:
-                node = self.graph.add_op("Unsqueeze", [value], [value.type.with_shape(new_shape)],
-                                         attrs={"axes": helper.make_attribute("axes", list(axes))},
-                                         name=self.graph.fresh_name(base), output_names=[base])
-            out = node.output
+            out = ops_for(self.graph).expand_rank(self.graph, value, axes, new_shape, base)
             self.ctx.stats["reshapes_inserted"] += 1
         self.cache[key] = out
         return out

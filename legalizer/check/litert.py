@@ -1,0 +1,318 @@
+"""Run .tflite models on LiteRT (the ``ai-edge-litert`` package), for the numeric check
+of TFLite models: original and legalized run on the same inputs and kernels.
+
+    run_tflite(path_or_bytes, {"x": array}, subgraph=0)      -> {tensor name: array}
+    input_specs(path_or_bytes, subgraph=0)                    -> [InputSpec(name, dtype, shape_signature, quantization)]
+    LiteRTModel(path_or_bytes)                                 -> loads once; .run(...), .input_specs(...)
+
+``subgraph`` is a subgraph index or a SignatureDef key. Inputs are given, and outputs
+come back, keyed by tensor name (a signature's own input names are accepted too).
+A dynamic dim (-1 in ``shape_signature``) is resized to the given array's size; a static
+dim must match.
+
+Kernels: the interpreter is made with ``BUILTIN_WITHOUT_DEFAULT_DELEGATES`` and one
+thread. LiteRT's default (AUTO/BUILTIN) applies the XNNPACK delegate to the graph, which
+partitions, fuses and reorders float work differently depending on the graph around
+each op, so the original and the legalized graph (which has extra RESHAPEs) could get
+slightly different float results for the same computation. Without default delegates
+every op runs on TFLite's own builtin kernel, single-threaded and deterministic.
+``kernels="reference"`` picks BUILTIN_REF (TFLite's reference kernels: slower, the most
+literal reading of each op) instead.
+
+Failures are one line: ``CheckUnavailable`` when ai-edge-litert is not installed,
+``LiteRTError`` (``.stage`` is load, resize, allocate, set, invoke or get) when LiteRT
+rejects the model or the inputs.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+
+import numpy as np
+
+from .ort import CheckUnavailable
+
+INSTALL_HINT = "install the litert extra: pip install 'legalize[litert]'"
+
+Source = Union[str, "os.PathLike[str]", bytes, bytearray]
+
+
+class LiteRTError(RuntimeError):
+    """LiteRT rejected the model or the inputs; the message is one line."""
+
+    def __init__(self, stage: str, message: str):
+        super().__init__(f"LiteRT {stage} failed: {message}")
+        self.stage = stage
+        self.reason = message
+
+
+class InputSpec(NamedTuple):
+    name: str
+    dtype: np.dtype
+    shape_signature: List[int]  # -1 for a dynamic dim
+    quantization: Tuple[float, int]  # (scale, zero_point); (0.0, 0) when not quantized
+
+
+def litert_available() -> bool:
+    """Whether ai-edge-litert's interpreter can be imported."""
+    try:
+        _interpreter_module()
+    except CheckUnavailable:
+        return False
+    return True
+
+
+def _interpreter_module():
+    try:
+        from ai_edge_litert import interpreter
+    except ImportError as e:  # also a broken install (missing shared library)
+        raise CheckUnavailable(f"the TFLite check needs ai-edge-litert ({INSTALL_HINT}): {_one_line(e)}") from None
+    return interpreter
+
+
+def _one_line(e: BaseException, limit: int = 400) -> str:
+    """LiteRT's messages span lines ('...not broadcastable.' / 'Node number 0 (ADD)
+    failed to prepare.'): keep each distinct line, joined into one."""
+    lines = []
+    for line in str(e).splitlines():
+        line = line.strip()
+        if line and line not in lines:
+            lines.append(line)
+    text = "; ".join(lines) or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class LiteRTModel:
+    """One loaded .tflite model (path or bytes) on a LiteRT interpreter."""
+
+    def __init__(self, source: Source, *, kernels: str = "builtin", num_threads: int = 1):
+        mod = _interpreter_module()
+        resolver = {
+            "builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            "reference": mod.OpResolverType.BUILTIN_REF,
+        }.get(kernels)
+        if resolver is None:
+            raise ValueError(f"kernels must be 'builtin' or 'reference', not {kernels!r}")
+        self._content: Optional[bytes] = None
+        if isinstance(source, (bytes, bytearray)):
+            self._content = bytes(source)
+            kwargs = {"model_content": self._content}
+            self.label = "<bytes>"
+        else:
+            path = os.fspath(source)
+            if not os.path.isfile(path):
+                raise LiteRTError("load", f"no such file: {path}")
+            kwargs = {"model_path": path}
+            self.label = path
+        try:
+            self.interpreter = mod.Interpreter(experimental_op_resolver_type=resolver,
+                                               num_threads=num_threads, **kwargs)
+        except Exception as e:  # noqa: BLE001 - LiteRT's words are the reason
+            raise LiteRTError("load", _one_line(e)) from None
+        try:
+            self._signatures = self.interpreter.get_signature_list() or {}
+        except Exception:  # noqa: BLE001
+            self._signatures = {}
+        self._subgraph_of_sig: Dict[str, int] = {}
+        for key in self._signatures:
+            try:
+                self._subgraph_of_sig[key] = int(
+                    self.interpreter._interpreter.GetSubgraphIndexFromSignature(key))  # noqa: SLF001
+            except Exception:  # noqa: BLE001
+                pass
+
+    # -- choosing what to run ------------------------------------------------------
+
+    @property
+    def signatures(self) -> List[str]:
+        return list(self._signatures)
+
+    def _target(self, subgraph: Union[int, str]) -> "_Target":
+        if isinstance(subgraph, str):
+            if subgraph not in self._signatures:
+                have = ", ".join(self._signatures) or "none"
+                raise LiteRTError("load", f"no signature '{subgraph}' in {self.label} (signatures: {have})")
+            return _SignatureTarget(self, subgraph)
+        if subgraph == 0:
+            return _PrimaryTarget(self)
+        for key, index in self._subgraph_of_sig.items():
+            if index == subgraph:
+                return _SignatureTarget(self, key)
+        return _SubgraphTarget(self, subgraph)
+
+    # -- public API ----------------------------------------------------------------
+
+    def input_specs(self, subgraph: Union[int, str] = 0) -> List[InputSpec]:
+        return [_spec(d) for _, d in self._target(subgraph).inputs()]
+
+    def output_names(self, subgraph: Union[int, str] = 0) -> List[str]:
+        return [d["name"] for _, d in self._target(subgraph).outputs()]
+
+    def run(self, inputs: Mapping[str, np.ndarray], subgraph: Union[int, str] = 0) -> Dict[str, np.ndarray]:
+        target = self._target(subgraph)
+        declared = target.inputs()  # [(key, details)]: key is what the runner is fed by
+        feeds = _match_inputs(declared, inputs)
+        for (key, d), value in zip(declared, feeds):
+            _check_fits(d, value)
+        try:
+            return target.run(list(zip(declared, feeds)))
+        except LiteRTError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise LiteRTError(getattr(e, "_stage", "invoke"), _one_line(e)) from None
+
+
+def _spec(d) -> InputSpec:
+    sig = d.get("shape_signature")
+    sig = list(d["shape"]) if sig is None or len(sig) != len(d["shape"]) else list(sig)
+    scale, zp = d.get("quantization", (0.0, 0))
+    return InputSpec(d["name"], np.dtype(d["dtype"]), [int(v) for v in sig], (float(scale), int(zp)))
+
+
+def _match_inputs(declared, inputs: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+    """The given arrays in declared order, by tensor name (or signature input name)."""
+    out = []
+    used = set()
+    for key, d in declared:
+        for name in (d["name"], key):
+            if name in inputs:
+                out.append(np.asarray(inputs[name]))
+                used.add(name)
+                break
+        else:
+            raise LiteRTError("set", f"no value given for input '{d['name']}'")
+    extra = sorted(set(inputs) - used)
+    if extra:
+        raise LiteRTError("set", f"unknown input(s): {', '.join(extra)} (inputs: "
+                          f"{', '.join(d['name'] for _, d in declared)})")
+    return out
+
+
+def _check_fits(d, value: np.ndarray) -> None:
+    spec = _spec(d)
+    if value.dtype != spec.dtype:
+        raise LiteRTError("set", f"input '{spec.name}' is {spec.dtype}, got {value.dtype}")
+    if value.ndim != len(spec.shape_signature) or any(
+            s != -1 and s != v for s, v in zip(spec.shape_signature, value.shape)):
+        raise LiteRTError("resize", f"input '{spec.name}' has shape signature {spec.shape_signature},"
+                          f" got shape {list(value.shape)}")
+
+
+def _staged(stage: str, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001
+        raise LiteRTError(stage, _one_line(e)) from None
+
+
+class _Target:
+    def __init__(self, model: LiteRTModel):
+        self.model = model
+        self.it = model.interpreter
+
+
+class _PrimaryTarget(_Target):
+    """Subgraph 0 through the interpreter's public API."""
+
+    def inputs(self):
+        return [(d["name"], d) for d in self.it.get_input_details()]
+
+    def outputs(self):
+        return [(d["name"], d) for d in self.it.get_output_details()]
+
+    def run(self, feeds):
+        it = self.it
+        for (_, d), value in feeds:
+            if list(d["shape"]) != list(value.shape):
+                # strict=True: LiteRT itself refuses to change a static dim.
+                _staged("resize", it.resize_tensor_input, d["index"], list(value.shape), True)
+        _staged("allocate", it.allocate_tensors)
+        for (_, d), value in feeds:
+            _staged("set", it.set_tensor, d["index"], value)
+        _staged("invoke", it.invoke)
+        return {d["name"]: _staged("get", it.get_tensor, d["index"]) for d in it.get_output_details()}
+
+
+class _SignatureTarget(_Target):
+    """A SignatureDef, through get_signature_runner (its own subgraph and names)."""
+
+    def __init__(self, model: LiteRTModel, key: str):
+        super().__init__(model)
+        self.key = key
+        self.runner = _staged("load", model.interpreter.get_signature_runner, key)
+
+    def inputs(self):
+        return list(self.runner.get_input_details().items())
+
+    def outputs(self):
+        return list(self.runner.get_output_details().items())
+
+    def run(self, feeds):
+        # The runner resizes every input to the array's shape (strict=False), allocates
+        # and invokes; _check_fits has already kept static dims as they are.
+        result = _staged("invoke", lambda: self.runner(**{key: value for (key, _), value in feeds}))
+        names = dict((key, d["name"]) for key, d in self.outputs())
+        return {names.get(k, k): v for k, v in result.items()}
+
+
+class _SubgraphTarget(_Target):
+    """A subgraph with no SignatureDef (k > 0): LiteRT's Python API has no public entry
+    for it, so this drives the interpreter wrapper with the subgraph index, as the
+    signature runner does, and reads the subgraph's inputs/outputs from the flatbuffer."""
+
+    def __init__(self, model: LiteRTModel, index: int):
+        super().__init__(model)
+        self.index = index
+        self.wrapper = getattr(model.interpreter, "_interpreter", None)
+        count = _staged("load", self.wrapper.NumSubgraphs) if self.wrapper is not None else 0
+        if self.wrapper is None or not 0 <= index < count:
+            raise LiteRTError("load", f"no subgraph {index} in {model.label} ({count} subgraphs)")
+        self._ins, self._outs = _io_indices(model, index)
+
+    def _details(self, idx):
+        return _staged("load", self.it._get_tensor_details, idx, self.index)  # noqa: SLF001
+
+    def inputs(self):
+        return [(d["name"], d) for d in (self._details(i) for i in self._ins)]
+
+    def outputs(self):
+        return [(d["name"], d) for d in (self._details(i) for i in self._outs)]
+
+    def run(self, feeds):
+        w, k = self.wrapper, self.index
+        for (_, d), value in feeds:
+            _staged("resize", w.ResizeInputTensor, d["index"], np.array(value.shape, np.int32), False, k)
+        _staged("allocate", w.AllocateTensors, k)
+        for (_, d), value in feeds:
+            _staged("set", w.SetTensor, d["index"], value, k)
+        _staged("invoke", w.Invoke, k)
+        return {d["name"]: _staged("get", w.GetTensor, d["index"], k) for _, d in self.outputs()}
+
+
+def _io_indices(model: LiteRTModel, index: int) -> Tuple[List[int], List[int]]:
+    import tflite
+
+    data = model._content  # noqa: SLF001
+    if data is None:
+        with open(model.label, "rb") as f:
+            data = f.read()
+    sg = tflite.Model.GetRootAs(data, 0).Subgraphs(index)
+    ins = [int(v) for v in sg.InputsAsNumpy()] if sg.InputsLength() else []
+    outs = [int(v) for v in sg.OutputsAsNumpy()] if sg.OutputsLength() else []
+    return ins, outs
+
+
+# -- functions -------------------------------------------------------------------------
+
+def run_tflite(source: Source, inputs: Mapping[str, np.ndarray], *, subgraph: Union[int, str] = 0,
+               kernels: str = "builtin") -> Dict[str, np.ndarray]:
+    """Run a .tflite model (path or bytes) once on ``inputs`` (tensor name -> array);
+    ``subgraph`` is an index or a signature key. Returns tensor name -> array."""
+    return LiteRTModel(source, kernels=kernels).run(inputs, subgraph)
+
+
+def input_specs(source: Source, *, subgraph: Union[int, str] = 0) -> List[InputSpec]:
+    """(name, numpy dtype, shape_signature with -1, (scale, zero_point)) of each input,
+    in the interpreter's order, for input synthesis."""
+    return LiteRTModel(source).input_specs(subgraph)

@@ -1,0 +1,144 @@
+"""The numeric check of a TFLite model: the original on LiteRT is the reference; the
+legalized ``.tflite`` on LiteRT and the legalized model's ONNX form on onnxruntime
+must both agree with it, per subgraph and per binding of the dynamic input dims.
+
+Floats agree within the tolerances; a quantized output within one quantization step
+(LiteRT's integer kernels and onnxruntime's float-then-requantize round differently,
+and an inserted RESHAPE can change which kernels onnxruntime fuses).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+import numpy as np
+
+from ..ir.dtypes import elem_type
+from ..ir.graph import Graph
+from ..model import Model
+from .ort import (SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, _random,
+                  compare, providers, session)
+
+# A dynamic dim is checked at a small size, then at 1 (where runtime broadcasting runs).
+SIZES = (SMALL, 1)
+ORT, LITERT = "onnxruntime", "LiteRT"
+
+
+def _dim_key(name: str, axis: int) -> str:
+    return f"{name}[{axis}]"
+
+
+def _bindings(graph: Graph, fixed: Mapping[str, int]) -> List[Dict[str, int]]:
+    keys = [_dim_key(n.output.name, a) for n in graph.inputs if n.output.type.shape is not None
+            for a, d in enumerate(n.output.type.shape) if not isinstance(d, int)]
+    if not keys:
+        return [{}]
+    return [{k: int(fixed.get(k, size)) for k in keys} for size in SIZES if size != SIZES[-1] or
+            any(k not in fixed for k in keys)]
+
+
+def _inputs(graph: Graph, binding: Mapping[str, int], given: Mapping[str, np.ndarray], seed: int) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for n in graph.inputs:
+        v = n.output
+        if v.name in given:
+            feeds[v.name] = np.asarray(given[v.name])
+            continue
+        if v.type.shape is None or v.type.dtype is None:
+            raise CheckUnavailable(f"input '{v.name}' has no known rank or type; give it with --input")
+        shape = tuple(d if isinstance(d, int) else binding[_dim_key(v.name, a)] for a, d in enumerate(v.type.shape))
+        if v.quant is not None and v.type.dtype in ("int8", "uint8", "int16"):
+            info = np.iinfo(v.type.dtype)  # the whole quantized range, not just 1..2
+            feeds[v.name] = rng.integers(info.min, info.max + 1, shape).astype(v.type.dtype)
+        else:
+            feeds[v.name] = _random(rng, elem_type(v.type.dtype), shape)
+    return feeds
+
+
+def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, rtol: float, atol: float) -> OutputResult:
+    if quantized and np.asarray(expected).dtype == np.asarray(got).dtype and np.asarray(expected).dtype.kind in "iu":
+        e, g = np.asarray(expected).astype(np.int64), np.asarray(got).astype(np.int64)
+        if e.shape != g.shape:
+            return OutputResult(name, False, detail=f"shape {g.shape} != {e.shape}")
+        diff = float(np.abs(e - g).max()) if e.size else 0.0
+        return OutputResult(name, diff <= 1, diff, 0.0, "" if diff <= 1 else "more than one quantization step")
+    return compare(name, expected, got, rtol, atol)
+
+
+def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
+                 dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
+                 rtol: float = 1e-5, atol: float = 1e-6, seed: int = 0) -> CheckResult:
+    """Compare ``legalized`` (written from ``model``) with ``original`` as above.
+    Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``."""
+    from ..exporters.tflite_onnx import tflite_to_onnx
+    from .litert import LiteRTError, LiteRTModel, litert_available
+
+    if not litert_available():
+        return CheckResult(False, LITERT, error="ai-edge-litert is not installed: install the litert extra:"
+                                                 " pip install 'legalize[litert]'")
+    try:
+        ref, new = LiteRTModel(str(original)), LiteRTModel(str(legalized))
+    except LiteRTError as e:
+        return CheckResult(False, LITERT, error=str(e))
+    provider_list = providers(provider)
+    result = CheckResult(True, f"{LITERT} + {ORT} {provider_list[0]}")
+    notes = []
+    for k, graph in enumerate(model.graphs):
+        try:
+            # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
+            # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
+            # a scalar") and would compute int8 ops in integer kernels, not as written.
+            ort_session = session(tflite_to_onnx(model, subgraph=k), provider_list, basic=True)
+        except CheckUnavailable as e:
+            ort_session = None
+            notes.append(f"subgraph '{graph.name}' not run on onnxruntime: {e}")
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own words
+            ort_session = None
+            notes.append(f"subgraph '{graph.name}': its ONNX form does not load on onnxruntime: {_first_line(e)}")
+        quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
+        # onnxruntime computes quantized ops in float and requantizes: a float output
+        # downstream of them agrees within one step of the coarsest quantization.
+        step = max((max(v.quant.scale) for n in graph.nodes() for v in n.outputs
+                    if v.quant is not None and v.quant.scale), default=0.0)
+        prefix = f"{graph.name}/" if len(model.graphs) > 1 else ""
+        for binding in _bindings(graph, dims or {}):
+            try:
+                feeds = _inputs(graph, binding, inputs or {}, seed)
+            except CheckUnavailable as e:
+                return CheckResult(False, result.provider, error=str(e))
+            label = {f"{prefix}{key}": v for key, v in binding.items()}
+            try:
+                expected = ref.run(feeds, k)
+            except LiteRTError as e:
+                result.bindings.append(BindingResult(label, True, skipped=f"original fails: {e}"))
+                continue
+            outs: List[OutputResult] = []
+            runs = [(LITERT, lambda: new.run(feeds, k))]
+            if ort_session is not None:
+                names = [o.name for o in ort_session.get_outputs()]
+                runs.append((ORT, lambda: dict(zip(names, ort_session.run(None, feeds)))))
+            for runtime, run in runs:
+                try:
+                    got = run()
+                except Exception as e:  # noqa: BLE001 - the runtime's own words
+                    outs += [OutputResult(f"{prefix}{n} ({runtime})", False, detail=_first_line(e)) for n in expected]
+                    continue
+                for n, e in expected.items():
+                    name = f"{prefix}{n} ({runtime})"
+                    if n not in got:
+                        outs.append(OutputResult(name, False, detail="missing from the legalized model's outputs"))
+                    else:
+                        tol = max(atol, step) if runtime == ORT else atol
+                        outs.append(_compare(name, e, got[n], quantized.get(n, False), rtol, tol))
+            result.bindings.append(BindingResult(label, all(o.ok for o in outs), outs))
+    if not any(not b.skipped for b in result.bindings):
+        result.ran = False
+        result.error = "the original model fails on LiteRT for every input binding tried: " + \
+            (result.bindings[0].skipped if result.bindings else "")
+    if notes:
+        result.error = "; ".join(notes) if result.ran else result.error
+        if not any(o.name.endswith(f"({ORT})") for b in result.bindings for o in b.outputs):
+            result.provider = LITERT  # the summary names only what ran
+    return result

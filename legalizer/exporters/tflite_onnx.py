@@ -1,0 +1,853 @@
+"""TFLite-dialect IR -> an equivalent ONNX ModelProto, so a TFLite model (legalized or
+not) can run on onnxruntime.
+
+One TFLite subgraph becomes one ONNX graph. The boundary keeps TFLite's names, dtypes,
+shapes and NHWC layout (a dynamic dim becomes a dim_param); convolutions and pools go
+through NCHW inside (Transpose, Conv, Transpose back).
+
+Quantized tensors are computed in float: a quantized operand is read through
+``DequantizeLinear`` (a quantized constant is dequantized at export) and a quantized
+result written through ``QuantizeLinear``. An int8 model thus runs as its float
+equivalent; LiteRT's integer kernels round differently, by about one quantization step,
+and so may onnxruntime where it fuses DequantizeLinear -> op -> QuantizeLinear into an
+integer kernel.
+
+Elementwise ops with an ONNX twin come from ``rules/tflite.toml`` (its ``onnx`` key);
+every other op is a small function registered in ``_OPS``. An op without a translation
+does not stop the walk: all of them are collected and the translation fails with one
+line naming each (``CheckUnavailable``), never returning a partial model.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..check.ort import CheckUnavailable
+from ..ir.dtypes import elem_type, numpy_dtype
+from ..ir.graph import CONST, Graph, Node, Value
+from ..ir.types import Quantization, TensorType
+from ..model import Model
+from ..oprules import frontend_rules
+from .onnx import value_info
+
+# Opset 20 has Gelu. Opset 21 adds int16 Quantize/DequantizeLinear, but onnxruntime
+# 1.31 fails to load an int8 DequantizeLinear -> Transpose there (its transpose optimizer
+# makes a QuantizeLinear whose output_dtype contradicts its zero point): 21 is used only
+# for graphs with int16 quantized tensors.
+DEFAULT_OPSET, INT16_OPSET = 20, 21
+MIN_OPSET = 18  # axes as inputs of every Reduce*, BitwiseXor, Split's num_outputs
+
+_BIG = int(np.iinfo(np.int64).max)  # a Slice bound meaning "to the end" (onnx clamps it)
+_FLOATS = ("float", "float16", "double", "bfloat16")
+_ELEMENTWISE = ("unary", "binary", "ternary", "unidirectional")
+_SAME, _VALID = 0, 1  # tflite.Padding
+
+
+class _NoForm(Exception):
+    """The node has no ONNX form; the message names the part that has none, if not
+    the op itself."""
+
+
+def _quant(v: Value) -> Optional[Quantization]:
+    """The quantization ``v`` is read through: only an integer tensor with a scale is
+    quantized (float tensors may carry min/max statistics, which change nothing)."""
+    q = v.quant
+    if q is None or not q.scale or v.type.dtype in _FLOATS:
+        return None
+    return q
+
+
+def _const(v: Optional[Value]) -> Optional[np.ndarray]:
+    prod = None if v is None else v.producer
+    if prod is not None and prod.kind == CONST and prod.data is not None:
+        return np.asarray(prod.data.array)
+    return None
+
+
+def _dequantized(data: np.ndarray, q: Quantization) -> np.ndarray:
+    """What DequantizeLinear computes: (q - zero_point) * scale, in float32."""
+    zp = np.asarray(q.zero_point or (0,), np.int64)
+    scale = np.asarray(q.scale, np.float32)
+    if q.per_axis:
+        shape = [1] * data.ndim
+        shape[q.quantized_dimension] = -1
+        zp, scale = np.broadcast_to(zp, scale.shape).reshape(shape), scale.reshape(shape)
+    else:
+        zp, scale = zp[0], scale[0]
+    return (data.astype(np.int64) - zp).astype(np.float32) * scale
+
+
+def _attr(n: Node, key: str, default=0):
+    """A builtin option; a missing key is the schema default."""
+    return n.attrs.get(key, default)
+
+
+class _Emitter:
+    """The ONNX graph being written, and where each IR value went in it."""
+
+    def __init__(self, graph: Graph, opset: int):
+        self.graph, self.opset = graph, opset
+        self.nodes: List[onnx.NodeProto] = []
+        self.inits: List[TensorProto] = []
+        self.names: Dict[int, str] = {}  # id(Value) -> the ONNX tensor of its stored data
+        self._real: Dict[int, str] = {}  # id(Value) -> its dequantized form
+        self._reserved: Dict[int, str] = {}  # id(Value) -> its name as a graph output
+        self._taken: set = set()
+        self._node_names: set = set()
+        self._small: Dict[tuple, str] = {}  # small constants, shared
+        self.label = ""
+        self._op_start = 0
+        self._fresh: set = set()  # tensors made by the op being translated
+
+    # ---- names ----------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        base = base or "t"
+        name, k = base, 0
+        while name in self._taken:
+            k += 1
+            name = f"{base}_{k}"
+        self._taken.add(name)
+        return name
+
+    def reserve_boundary(self) -> None:
+        """Graph inputs and outputs keep their TFLite names: claim them first."""
+        for n in self.graph.inputs:
+            self._taken.add(n.output.name)
+            self.names[id(n.output)] = n.output.name
+        for n in self.graph.outputs:
+            v = n.inputs[0]
+            if id(v) not in self.names:
+                self._reserved[id(v)] = v.name
+                self._taken.add(v.name)
+
+    def _name_for(self, v: Value) -> str:
+        return self._reserved.get(id(v)) or self.fresh(v.name)
+
+    # ---- nodes and constants -----------------------------------------------------------
+    def begin(self, n: Node) -> None:
+        self.label = n.label
+        self._op_start = len(self.nodes)
+        self._fresh = set()
+
+    def _node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs) -> None:
+        base = f"{self.label}/{op_type}"
+        name, k = base, 0
+        while name in self._node_names:
+            k += 1
+            name = f"{base}_{k}"
+        self._node_names.add(name)
+        # Trailing absent optional inputs are dropped, inner ones stay "".
+        inputs = list(inputs)
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        self.nodes.append(helper.make_node(op_type, inputs, list(outputs), name=name, **attrs))
+
+    def emit(self, op_type: str, inputs: Sequence[str], outputs: int = 1, *, shared: str = "",
+             **attrs) -> Union[str, List[str]]:
+        """One ONNX node of the op being translated; its output name(s). A ``shared``
+        tensor (a dequantized value, named so) is not the op's own: never renamed."""
+        outs = [self.fresh(shared or f"{self.label}/{op_type}") for _ in range(outputs)]
+        if not shared:
+            self._fresh.update(outs)
+        self._node(op_type, inputs, outs, **attrs)
+        return outs[0] if outputs == 1 else outs
+
+    def const(self, array, base: str = "const") -> str:
+        a = np.asarray(array)
+        key = (a.dtype.str, a.shape, a.tobytes()) if a.size <= 16 else None
+        if key is not None and key in self._small:
+            return self._small[key]
+        name = self.fresh(base)
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(a), name))
+        if key is not None:
+            self._small[key] = name
+        return name
+
+    def ints(self, values) -> str:
+        return self.const(np.asarray(values, np.int64).reshape(-1), "ints")
+
+    def scalar(self, value, dtype: str) -> str:
+        return self.const(np.asarray(value, numpy_dtype(dtype)), "scalar")
+
+    # ---- reading values -------------------------------------------------------------
+    def raw(self, v: Value) -> str:
+        """The tensor holding ``v``'s stored data (int8 for a quantized tensor)."""
+        name = self.names.get(id(v))
+        if name is None:
+            data = _const(v)
+            if data is None:
+                raise AssertionError(f"value {v.name!r} is used before it is produced")
+            name = self.const(data, v.name or "const")
+            self.names[id(v)] = name
+        return name
+
+    def real(self, v: Optional[Value]) -> str:
+        """The tensor of ``v``'s real values, dequantized once if quantized; "" for an
+        absent optional operand. A quantized constant is dequantized now: the model
+        then computes exactly in float, whatever onnxruntime would fuse a
+        DequantizeLinear of weights into (MatMul of dynamically quantized inputs)."""
+        if v is None:
+            return ""
+        q = _quant(v)
+        if q is None:
+            return self.raw(v)
+        hit = self._real.get(id(v))
+        if hit is None:
+            data = _const(v)
+            if data is not None:
+                hit = self.const(_dequantized(data, q), f"{v.name}_real")
+            else:
+                hit = self.dequantize(self.raw(v), q, v.type.dtype, f"{v.name}_real")
+            self._real[id(v)] = hit
+        return hit
+
+    def reals(self, n: Node) -> List[str]:
+        return [self.real(v) for v in n.inputs]
+
+    def real_dtype(self, v: Value) -> str:
+        return "float" if _quant(v) is not None else v.type.dtype
+
+    def index(self, v: Value) -> str:
+        """An index operand (shape, axes, begin, ...) as a 1-D int64 tensor: folded when
+        constant."""
+        data = _const(v)
+        if data is not None:
+            return self.ints(data)
+        name = self.raw(v)
+        if v.type.dtype != "int64":
+            name = self.emit("Cast", [name], to=TensorProto.INT64)
+        return self.emit("Reshape", [name, self.ints([-1])])
+
+    def permuted(self, v: Value, perm: Sequence[int]) -> str:
+        """The real values of ``v`` transposed by ``perm``; a constant is transposed now."""
+        data = _const(v)
+        if data is None:
+            return self.emit("Transpose", [self.real(v)], perm=list(perm))
+        q = _quant(v)
+        return self.const(np.transpose(data if q is None else _dequantized(data, q), perm), f"{v.name}_t")
+
+    # ---- quantization ---------------------------------------------------------------
+    def _qparams(self, q: Quantization, dtype: str) -> Tuple[str, str, dict]:
+        if dtype == "int16" and self.opset < 21:
+            raise _NoForm("int16 quantization needs opset 21")
+        scale = np.asarray(q.scale, np.float32)
+        zp = np.asarray(q.zero_point or (0,), numpy_dtype(dtype))
+        if q.per_axis:
+            return (self.const(scale, "scale"), self.const(np.broadcast_to(zp, scale.shape), "zero_point"),
+                    {"axis": q.quantized_dimension})
+        return self.const(scale.reshape(()), "scale"), self.const(zp.reshape(-1)[0], "zero_point"), {}
+
+    def dequantize(self, name: str, q: Quantization, dtype: str, result: str) -> str:
+        scale, zp, attrs = self._qparams(q, dtype)
+        return self.emit("DequantizeLinear", [name, scale, zp], shared=result, **attrs)
+
+    # ---- results --------------------------------------------------------------------
+    def bind(self, v: Value, name: str, raw: bool) -> None:
+        """Make ``name`` (the op's real result, or its stored data if ``raw``) the
+        tensor of ``v``: quantized if ``v`` is, and named after ``v``."""
+        q = None if raw else _quant(v)
+        if q is not None:
+            if v.type.dtype not in ("int8", "uint8", "int16"):
+                raise _NoForm(f"{v.type.dtype} quantized output")
+            scale, zp, attrs = self._qparams(q, v.type.dtype)
+            target = self._name_for(v)
+            self._node("QuantizeLinear", [name, scale, zp], [target], **attrs)
+        elif name in self._fresh:
+            # The op's own tensor: renamed after the TFLite value, in the op's nodes only.
+            self._fresh.discard(name)
+            target = self._name_for(v)
+            for node in self.nodes[self._op_start:]:
+                for field in (node.input, node.output):
+                    for i, x in enumerate(field):
+                        if x == name:
+                            field[i] = target
+        elif id(v) in self._reserved:
+            target = self._reserved[id(v)]
+            self._node("Identity", [name], [target])
+        else:
+            target = name
+        self.names[id(v)] = target
+
+    def give_out(self) -> None:
+        """Graph outputs not written by an op under their name (a constant, a graph
+        input given out again) get it through an Identity."""
+        for out in self.graph.outputs:
+            v = out.inputs[0]
+            name = self.raw(v)
+            if name != v.name:
+                self.label = v.name
+                self._node("Identity", [name], [v.name])
+
+    def clip(self, y: str, lo, hi, dtype: str) -> str:
+        return self.emit("Clip", [y, "" if lo is None else self.scalar(lo, dtype),
+                                  "" if hi is None else self.scalar(hi, dtype)])
+
+    def activation(self, n: Node, y: str) -> str:
+        act = _attr(n, "fused_activation_function")
+        fn = _ACTIVATIONS.get(act)
+        if fn is None:
+            raise _NoForm(f"fused activation {act}")
+        return fn(self, y, self.real_dtype(n.outputs[0]))
+
+
+# tflite.ActivationFunctionType -> the ONNX form (SIGN_BIT has none).
+_ACTIVATIONS: Dict[int, Callable[[_Emitter, str, str], str]] = {
+    0: lambda e, y, dt: y,
+    1: lambda e, y, dt: e.clip(y, 0, None, dt),
+    2: lambda e, y, dt: e.clip(y, -1, 1, dt),
+    3: lambda e, y, dt: e.clip(y, 0, 6, dt),
+    4: lambda e, y, dt: e.emit("Tanh", [y]),
+}
+
+
+# ---- the op table -------------------------------------------------------------------
+_OpFn = Callable[[_Emitter, Node], List[str]]
+_OPS: Dict[str, _OpFn] = {}
+_RAW: set = set()  # ops whose results are stored data, never quantized on the way out
+
+
+def _op(*names: str, raw: bool = False):
+    def register(fn: _OpFn) -> _OpFn:
+        for name in names:
+            _OPS[name] = fn
+            if raw:
+                _RAW.add(name)
+        return fn
+    return register
+
+
+# ONNX attributes of table-driven ops that TFLite keeps in its options.
+_TABLE_ATTRS: Dict[str, Callable[[Node], dict]] = {
+    "LEAKY_RELU": lambda n: {"alpha": float(_attr(n, "alpha", 0.0))},
+}
+
+
+def _elementwise(onnx_op: str, e: _Emitter, n: Node) -> List[str]:
+    extra = _TABLE_ATTRS.get(n.op_type, lambda n: {})(n)
+    return [e.emit(onnx_op, e.reals(n), **extra)]
+
+
+def _translator(n: Node) -> Optional[_OpFn]:
+    if n.domain != "tflite":
+        return None
+    fn = _OPS.get(n.op_type)
+    if fn is not None:
+        return fn
+    rule = frontend_rules("tflite").get(n.op)
+    if rule is not None and rule.onnx and rule.category in _ELEMENTWISE:
+        return partial(_elementwise, rule.onnx)
+    return None
+
+
+def _is_float(e: _Emitter, v: Value) -> bool:
+    return e.real_dtype(v) in _FLOATS
+
+
+# ---- elementwise ops without an ONNX twin --------------------------------------------
+@_op("SQUARED_DIFFERENCE")
+def _squared_difference(e, n):
+    d = e.emit("Sub", e.reals(n))
+    return [e.emit("Mul", [d, d])]
+
+
+def _int_floor_div(e: _Emitter, a: str, b: str) -> str:
+    # ONNX Div truncates integers; a - mod(a, b) (Python-style mod) divides exactly.
+    return e.emit("Div", [e.emit("Sub", [a, e.emit("Mod", [a, b], fmod=0)]), b])
+
+
+@_op("FLOOR_DIV")
+def _floor_div(e, n):
+    a, b = e.reals(n)
+    if _is_float(e, n.inputs[0]):
+        return [e.emit("Floor", [e.emit("Div", [a, b])])]
+    return [_int_floor_div(e, a, b)]
+
+
+@_op("FLOOR_MOD")
+def _floor_mod(e, n):
+    a, b = e.reals(n)
+    if not _is_float(e, n.inputs[0]):
+        return [e.emit("Mod", [a, b], fmod=0)]
+    # TFLite's float kernel: r = fmod(a, b), plus b where r is nonzero and its sign
+    # differs from b's. Exact, unlike a - floor(a / b) * b.
+    r = e.emit("Mod", [a, b], fmod=1)
+    zero = e.scalar(0, e.real_dtype(n.inputs[0]))
+    signs_differ = e.emit("Xor", [e.emit("Less", [r, zero]), e.emit("Less", [b, zero])])
+    adjust = e.emit("And", [e.emit("Not", [e.emit("Equal", [r, zero])]), signs_differ])
+    return [e.emit("Where", [adjust, e.emit("Add", [r, b]), r])]
+
+
+@_op("NOT_EQUAL")
+def _not_equal(e, n):
+    return [e.emit("Not", [e.emit("Equal", e.reals(n))])]
+
+
+@_op("RIGHT_SHIFT")
+def _right_shift(e, n):
+    a, b = e.reals(n)
+    dtype = n.inputs[0].type.dtype
+    if dtype.startswith("uint"):
+        return [e.emit("BitShift", [a, b], direction="RIGHT")]
+    # Arithmetic shift = floor division by 2**b, in int64 so that 2**31 fits.
+    a64 = e.emit("Cast", [a], to=TensorProto.INT64)
+    p = e.emit("Pow", [e.scalar(2, "int64"), e.emit("Cast", [b], to=TensorProto.INT64)])
+    return [e.emit("Cast", [_int_floor_div(e, a64, p)], to=elem_type(dtype))]
+
+
+@_op("RSQRT")
+def _rsqrt(e, n):
+    return [e.emit("Reciprocal", [e.emit("Sqrt", e.reals(n))])]
+
+
+@_op("SQUARE")
+def _square(e, n):
+    x = e.real(n.inputs[0])
+    return [e.emit("Mul", [x, x])]
+
+
+@_op("RELU6", "RELU_N1_TO_1")
+def _clipping_relu(e, n):
+    lo, hi = (0, 6) if n.op_type == "RELU6" else (-1, 1)
+    return [e.clip(e.real(n.inputs[0]), lo, hi, e.real_dtype(n.outputs[0]))]
+
+
+@_op("GELU")
+def _gelu(e, n):
+    if e.opset < 20:
+        raise _NoForm("needs opset 20")
+    return [e.emit("Gelu", e.reals(n), approximate="tanh" if _attr(n, "approximate", False) else "none")]
+
+
+@_op("ADD_N")
+def _add_n(e, n):
+    return [e.emit("Sum", e.reals(n))]
+
+
+@_op("SELECT")
+def _select(e, n):
+    # SELECT (v1) takes a 1-D condition over the first dim of x: it does not broadcast.
+    c, x, y = n.inputs
+    cond = e.raw(c)
+    if c.type.rank == 1 and x.type.rank and x.type.rank > 1:
+        cond = e.emit("Reshape", [cond, e.ints([-1] + [1] * (x.type.rank - 1))])
+    elif c.type.rank is None or x.type.rank is None:
+        raise _NoForm("unranked operands")
+    return [e.emit("Where", [cond, e.real(x), e.real(y)])]
+
+
+# ---- type and quantization ops ------------------------------------------------------
+@_op("CAST", raw=True)
+def _cast(e, n):
+    return [e.emit("Cast", [e.raw(n.inputs[0])], to=elem_type(n.outputs[0].type.dtype))]
+
+
+@_op("QUANTIZE")
+def _quantize(e, n):
+    # The real value; binding the quantized output writes the QuantizeLinear
+    # (also a requantization from one int8 scale to another).
+    return [e.real(n.inputs[0])]
+
+
+@_op("DEQUANTIZE")
+def _dequantize(e, n):
+    x, out = n.inputs[0], n.outputs[0]
+    y = e.real(x)  # float16 weights are dequantized by a plain cast
+    if e.real_dtype(x) != out.type.dtype:
+        y = e.emit("Cast", [y], to=elem_type(out.type.dtype))
+    return [y]
+
+
+@_op("SHAPE", raw=True)
+def _shape(e, n):
+    s = e.emit("Shape", [e.raw(n.inputs[0])])
+    out = n.outputs[0].type.dtype
+    return [s if out == "int64" else e.emit("Cast", [s], to=elem_type(out))]
+
+
+# ---- shape and data movement --------------------------------------------------------
+@_op("RESHAPE")
+def _reshape(e, n):
+    if len(n.inputs) > 1 and n.inputs[1] is not None:
+        shape = e.index(n.inputs[1])
+    elif "new_shape" in n.attrs:
+        shape = e.ints(n.attrs["new_shape"])
+    elif n.outputs[0].type.is_static:
+        shape = e.ints(n.outputs[0].type.shape)
+    else:
+        raise _NoForm("no target shape")
+    # allowzero: a 0 in a TFLite shape is a size, not "copy this dim".
+    return [e.emit("Reshape", [e.real(n.inputs[0]), shape], allowzero=1)]
+
+
+@_op("BROADCAST_TO")
+def _broadcast_to(e, n):
+    return [e.emit("Expand", [e.real(n.inputs[0]), e.index(n.inputs[1])])]
+
+
+@_op("EXPAND_DIMS")
+def _expand_dims(e, n):
+    # A negative axis counts from the end of the result, in both.
+    return [e.emit("Unsqueeze", [e.real(n.inputs[0]), e.index(n.inputs[1])])]
+
+
+@_op("SQUEEZE")
+def _squeeze(e, n):
+    dims = list(_attr(n, "squeeze_dims", []) or [])
+    return [e.emit("Squeeze", [e.real(n.inputs[0])] + ([e.ints(dims)] if dims else []))]
+
+
+@_op("TRANSPOSE")
+def _transpose(e, n):
+    perm = _const(n.inputs[1])
+    if perm is None:
+        raise _NoForm("perm not constant")
+    return [e.emit("Transpose", [e.real(n.inputs[0])], perm=[int(p) for p in perm.reshape(-1)])]
+
+
+@_op("CONCATENATION")
+def _concatenation(e, n):
+    return [e.emit("Concat", e.reals(n), axis=int(_attr(n, "axis")))]
+
+
+@_op("PACK")
+def _pack(e, n):
+    axes = e.ints([int(_attr(n, "axis"))])
+    return [e.emit("Concat", [e.emit("Unsqueeze", [x, axes]) for x in e.reals(n)], axis=int(_attr(n, "axis")))]
+
+
+@_op("UNPACK")
+def _unpack(e, n):
+    axis, num = int(_attr(n, "axis")), len(n.outputs)
+    parts = e.emit("Split", [e.real(n.inputs[0])], num, axis=axis, num_outputs=num)
+    parts = parts if num > 1 else [parts]
+    return [e.emit("Squeeze", [p, e.ints([axis])]) for p in parts]
+
+
+@_op("SPLIT")
+def _split(e, n):
+    axis = _const(n.inputs[0])  # TFLite's SPLIT takes the axis first
+    if axis is None:
+        raise _NoForm("axis not constant")
+    num = len(n.outputs)
+    parts = e.emit("Split", [e.real(n.inputs[1])], num, axis=int(axis.reshape(-1)[0]), num_outputs=num)
+    return parts if num > 1 else [parts]
+
+
+@_op("TILE")
+def _tile(e, n):
+    return [e.emit("Tile", [e.real(n.inputs[0]), e.index(n.inputs[1])])]
+
+
+@_op("GATHER")
+def _gather(e, n):
+    if _attr(n, "batch_dims"):
+        raise _NoForm("batch_dims")
+    return [e.emit("Gather", [e.real(n.inputs[0]), e.raw(n.inputs[1])], axis=int(_attr(n, "axis")))]
+
+
+@_op("PAD", "PADV2")
+def _pad(e, n):
+    x, paddings = n.inputs[0], n.inputs[1]
+    data = _const(paddings)
+    if data is not None:  # TFLite's [rank, 2] (before, after) -> ONNX's befores then afters
+        pads = e.ints(data.T)
+    else:
+        p = e.emit("Cast", [e.raw(paddings)], to=TensorProto.INT64)
+        pads = e.emit("Reshape", [e.emit("Transpose", [p], perm=[1, 0]), e.ints([-1])])
+    # A quantized PAD pads with the zero point, i.e. real 0: the default here.
+    value = n.inputs[2] if len(n.inputs) > 2 else None
+    ins = [e.real(x), pads]
+    if value is not None:
+        ins.append(e.emit("Reshape", [e.real(value), e.ints([])]))
+    return [e.emit("Pad", ins)]
+
+
+def _bits(mask: int, rank: int) -> np.ndarray:
+    return np.array([(mask >> i) & 1 for i in range(rank)], bool)
+
+
+@_op("STRIDED_SLICE")
+def _strided_slice(e, n):
+    for mask in ("ellipsis_mask", "new_axis_mask"):
+        if _attr(n, mask):
+            raise _NoForm(mask)
+    x, begin, end, strides = n.inputs[:4]
+    steps = _const(strides)
+    if steps is None:
+        raise _NoForm("strides not constant")
+    steps = steps.reshape(-1).astype(np.int64)
+    rank = len(steps)
+    shrink = _bits(_attr(n, "shrink_axis_mask"), rank)
+    begin_masked = _bits(_attr(n, "begin_mask"), rank) & ~shrink
+    end_masked = _bits(_attr(n, "end_mask"), rank) & ~shrink
+    starts, ends = e.index(begin), e.index(end)
+    if _attr(n, "offset", False):  # end is relative to begin
+        ends = e.emit("Add", [starts, ends])
+    # A masked bound is the far end in the stride's direction.
+    if begin_masked.any():
+        starts = e.emit("Where", [e.const(begin_masked), e.ints(np.where(steps > 0, 0, _BIG)), starts])
+    if end_masked.any():
+        ends = e.emit("Where", [e.const(end_masked), e.ints(np.where(steps > 0, _BIG, -_BIG - 1)), ends])
+    if shrink.any():
+        # A shrunk axis takes the one element at begin: end = begin + 1 (-1 + 1 would be
+        # an empty slice, so "to the end" there), stride 1.
+        after = e.emit("Where", [e.emit("Equal", [starts, e.ints([-1])]), e.ints([_BIG]),
+                                 e.emit("Add", [starts, e.ints([1])])])
+        ends = e.emit("Where", [e.const(shrink), after, ends])
+        steps = np.where(shrink, 1, steps)
+    y = e.emit("Slice", [e.real(x), starts, ends, e.ints(range(rank)), e.ints(steps)])
+    if shrink.any():
+        y = e.emit("Squeeze", [y, e.ints(np.flatnonzero(shrink))])
+    return [y]
+
+
+@_op("SLICE")
+def _slice(e, n):
+    x, begin, size = n.inputs
+    starts, sizes = e.index(begin), e.index(size)
+    ends = e.emit("Where", [e.emit("Equal", [sizes, e.ints([-1])]), e.ints([_BIG]),
+                            e.emit("Add", [starts, sizes])])
+    return [e.emit("Slice", [e.real(x), starts, ends])]
+
+
+# ---- reductions and normalizations ---------------------------------------------------
+_REDUCERS = {"MEAN": "ReduceMean", "SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax",
+             "REDUCE_MIN": "ReduceMin", "REDUCE_PROD": "ReduceProd"}
+
+
+@_op(*_REDUCERS)
+def _reduce(e, n):
+    # An empty axes list reduces nothing in TFLite (TF's semantics), everything in ONNX.
+    return [e.emit(_REDUCERS[n.op_type], [e.real(n.inputs[0]), e.index(n.inputs[1])],
+                   keepdims=int(bool(_attr(n, "keep_dims", False))), noop_with_empty_axes=1)]
+
+
+_ARG = {"ARG_MAX": "ArgMax", "ARG_MIN": "ArgMin"}
+
+
+@_op(*_ARG)
+def _arg(e, n):
+    axis = _const(n.inputs[1])
+    if axis is None:
+        raise _NoForm("axis not constant")
+    y = e.emit(_ARG[n.op_type], [e.real(n.inputs[0])], axis=int(axis.reshape(-1)[0]), keepdims=0)
+    out = n.outputs[0].type.dtype
+    return [y if out == "int64" else e.emit("Cast", [y], to=elem_type(out))]
+
+
+@_op("CUMSUM")
+def _cumsum(e, n):
+    axis = e.emit("Reshape", [e.raw(n.inputs[1]), e.ints([])])
+    return [e.emit("CumSum", [e.real(n.inputs[0]), axis], exclusive=int(bool(_attr(n, "exclusive", False))),
+                   reverse=int(bool(_attr(n, "reverse", False))))]
+
+
+@_op("SOFTMAX", "LOG_SOFTMAX")
+def _softmax(e, n):
+    x = e.real(n.inputs[0])
+    beta = float(_attr(n, "beta", 1.0)) if n.op_type == "SOFTMAX" else 1.0
+    if beta != 1.0:
+        x = e.emit("Mul", [x, e.scalar(beta, e.real_dtype(n.inputs[0]))])
+    return [e.emit("Softmax" if n.op_type == "SOFTMAX" else "LogSoftmax", [x], axis=-1)]
+
+
+@_op("L2_NORMALIZATION")
+def _l2_normalization(e, n):
+    # TFLite divides by max(||x||, 1e-6) over the last axis.
+    x = e.real(n.inputs[0])
+    norm = e.emit("ReduceL2", [x, e.ints([-1])], keepdims=1)
+    return [e.emit("Div", [x, e.emit("Max", [norm, e.scalar(1e-6, e.real_dtype(n.inputs[0]))])])]
+
+
+# ---- matrix products ----------------------------------------------------------------
+def _bias(e: _Emitter, b: Optional[Value], x: Value, w: Value) -> str:
+    """The real bias of a conv / fully connected op. An int32 bias without its own
+    quantization has scale input_scale * weight_scale (per output channel), zero point 0."""
+    if b is None:
+        return ""
+    qx, qw = _quant(x), _quant(w)
+    if _quant(b) is not None or qx is None or qw is None or b.type.dtype in _FLOATS:
+        return e.real(b)
+    scale = np.float64(qx.scale[0]) * np.asarray(qw.scale, np.float64)
+    data = _const(b)
+    if data is not None:
+        return e.const((data.astype(np.float64) * scale).astype(np.float32), f"{b.name}_real")
+    q = Quantization(tuple(float(s) for s in scale), (0,) * len(scale), 0)
+    return e.dequantize(e.raw(b), q, b.type.dtype, f"{b.name}_real")
+
+
+@_op("FULLY_CONNECTED")
+def _fully_connected(e, n):
+    if _attr(n, "weights_format"):
+        raise _NoForm("shuffled weights")
+    x, w = n.inputs[:2]
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    if w.type.shape is None or not isinstance(w.type.shape[1], int):
+        raise _NoForm("weights of unknown depth")
+    y = e.real(x)
+    if not _attr(n, "keep_num_dims", False) and x.type.rank != 2:
+        y = e.emit("Reshape", [y, e.ints([-1, w.type.shape[1]])])
+    y = e.emit("MatMul", [y, e.permuted(w, (1, 0))])  # weights are [out, in]
+    if b is not None:
+        y = e.emit("Add", [y, _bias(e, b, x, w)])
+    return [y]
+
+
+@_op("BATCH_MATMUL")
+def _batch_matmul(e, n):
+    ins = []
+    for v, adj in zip(n.inputs[:2], (_attr(n, "adj_x", False), _attr(n, "adj_y", False))):
+        t = e.real(v)
+        if adj:
+            if v.type.rank is None:
+                raise _NoForm("adjoint of an unranked operand")
+            r = v.type.rank
+            t = e.emit("Transpose", [t], perm=list(range(r - 2)) + [r - 1, r - 2])
+        ins.append(t)
+    return [e.emit("MatMul", ins)]
+
+
+# ---- NHWC convolutions and pools ----------------------------------------------------
+_TO_NCHW, _TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
+
+
+def _window(n: Node, x: Value, kernel: Sequence[int], dilations: Sequence[int]) -> dict:
+    """The ONNX attributes shared by conv and pool: strides and padding. TFLite's SAME
+    puts the odd padding at the end, as SAME_UPPER does; explicit pads where the
+    spatial dims are known, since onnxruntime has no SAME_UPPER with dilation."""
+    padding = _attr(n, "padding")
+    if padding not in (_SAME, _VALID):
+        raise _NoForm(f"padding {padding}")
+    strides = [int(_attr(n, "stride_h", 1)), int(_attr(n, "stride_w", 1))]
+    attrs = {"strides": strides}
+    sizes = x.type.shape[1:3] if x.type.rank == 4 else (None, None)
+    if padding == _VALID:
+        attrs["pads"] = [0, 0, 0, 0]
+    elif all(isinstance(d, int) for d in sizes):
+        before, after = [], []
+        for size, k, s, d in zip(sizes, kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            before.append(total // 2)
+            after.append(total - total // 2)
+        attrs["pads"] = before + after
+    elif any(d != 1 for d in dilations):
+        raise _NoForm("SAME padding with dilation on dynamic spatial dims")
+    else:
+        attrs["auto_pad"] = "SAME_UPPER"
+    return attrs
+
+
+def _nchw(e: _Emitter, op_type: str, x: str, extra: Sequence[str], **attrs) -> str:
+    y = e.emit(op_type, [e.emit("Transpose", [x], perm=_TO_NCHW), *extra], **attrs)
+    return e.emit("Transpose", [y], perm=_TO_NHWC)
+
+
+def _conv(e: _Emitter, n: Node, depthwise: bool) -> List[str]:
+    x, w = n.inputs[:2]
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    if x.type.rank != 4 or w.type.shape is None or len(w.type.shape) != 4:
+        raise _NoForm("not 4-D")
+    channels = x.type.shape[3]
+    if depthwise:
+        # [1, H, W, C*mult] -> [C*mult, 1, H, W]: a conv of C groups, output channel
+        # c*mult + m reading input channel c, as TFLite's depthwise does.
+        mult = int(_attr(n, "depth_multiplier", 1)) or 1
+        groups = channels if isinstance(channels, int) else w.type.shape[3] // mult
+        perm = (3, 0, 1, 2)
+    else:
+        # OHWI -> OIHW; fewer filter than input channels is a grouped conv.
+        if not isinstance(channels, int):
+            raise _NoForm("unknown input channels")
+        groups = channels // w.type.shape[3]
+        perm = (0, 3, 1, 2)
+    dilations = [int(_attr(n, "dilation_h_factor", 1)), int(_attr(n, "dilation_w_factor", 1))]
+    attrs = _window(n, x, w.type.shape[1:3], dilations)
+    attrs.update(dilations=dilations, group=int(groups))
+    return [_nchw(e, "Conv", e.real(x), [e.permuted(w, perm), _bias(e, b, x, w)], **attrs)]
+
+
+_OPS["CONV_2D"] = partial(_conv, depthwise=False)
+_OPS["DEPTHWISE_CONV_2D"] = partial(_conv, depthwise=True)
+
+
+@_op("AVERAGE_POOL_2D", "MAX_POOL_2D")
+def _pool(e, n):
+    kernel = [int(_attr(n, "filter_height")), int(_attr(n, "filter_width"))]
+    attrs = _window(n, n.inputs[0], kernel, (1, 1))
+    attrs["kernel_shape"] = kernel
+    if n.op_type == "AVERAGE_POOL_2D":
+        attrs["count_include_pad"] = 0  # TFLite averages over the valid cells only
+    return [_nchw(e, "AveragePool" if n.op_type == "AVERAGE_POOL_2D" else "MaxPool",
+                  e.real(n.inputs[0]), [], **attrs)]
+
+
+# ---- the graph ----------------------------------------------------------------------
+def _boundary_info(v: Value) -> onnx.ValueInfoProto:
+    """A graph input's or output's declaration: an anonymous dynamic dim becomes a
+    dim_param named after the tensor and the axis."""
+    shape = v.type.shape
+    if shape is not None:
+        shape = tuple(f"{v.name}_d{k}" if d is None else d for k, d in enumerate(shape))
+    return value_info(v.name, TensorType(v.type.dtype, shape))
+
+
+def _op_label(n: Node) -> str:
+    if n.domain == "tflite.custom":
+        return f"CUSTOM.{n.op_type}"
+    return n.op_type if n.domain == "tflite" else n.op
+
+
+def _translate(e: _Emitter, n: Node) -> None:
+    fn = _translator(n)
+    if fn is None:
+        raise _NoForm("")
+    e.begin(n)
+    results = fn(e, n)
+    if "fused_activation_function" in n.attrs:
+        results[0] = e.activation(n, results[0])
+    for v, name in zip(n.outputs, results):
+        e.bind(v, name, raw=n.op_type in _RAW)
+
+
+def _needs_int16(graph: Graph) -> bool:
+    return any(_quant(v) is not None and v.type.dtype == "int16" for n in graph.nodes() for v in n.outputs)
+
+
+def tflite_to_onnx(model: Union[Model, Graph], opset: Optional[int] = None, subgraph: int = 0) -> onnx.ModelProto:
+    """The ONNX model computing what TFLite subgraph ``subgraph`` of ``model`` (a
+    ``Model`` or one ``Graph``) computes, at ``opset`` (by default 20, or 21 for int16
+    quantization). Raises ``CheckUnavailable`` naming every op that has no ONNX form."""
+    graph = model.graphs[subgraph] if isinstance(model, Model) else model
+    if graph.frontend != "tflite":
+        raise ValueError(f"graph '{graph.name}' is not a TFLite graph (frontend {graph.frontend!r})")
+    if opset is None:
+        opset = INT16_OPSET if _needs_int16(graph) else DEFAULT_OPSET
+    if opset < MIN_OPSET:
+        raise ValueError(f"opset {opset}: the TFLite translation needs opset {MIN_OPSET} or later")
+    e = _Emitter(graph, opset)
+    e.reserve_boundary()
+    missing: List[str] = []
+    for n in graph.ops():
+        try:
+            _translate(e, n)
+        except _NoForm as why:
+            label = _op_label(n) + (f" ({why})" if str(why) else "")
+            if label not in missing:
+                missing.append(label)
+            for v in n.outputs:  # so later ops still translate, and are checked too
+                e.names[id(v)] = f"<{v.name}>"
+    if missing:
+        raise CheckUnavailable("no ONNX form for TFLite ops: " + ", ".join(missing))
+    e.give_out()
+    gp = helper.make_graph(e.nodes, graph.name or "main",
+                           [_boundary_info(n.output) for n in graph.inputs],
+                           [_boundary_info(n.inputs[0]) for n in graph.outputs], initializer=e.inits)
+    opsets = [helper.make_opsetid("", opset)]
+    m = helper.make_model(gp, opset_imports=opsets, producer_name="legalize")
+    m.ir_version = helper.find_min_ir_version_for(opsets)
+    return m

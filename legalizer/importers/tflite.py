@@ -1,0 +1,287 @@
+"""TFLite flatbuffer -> IR, through the ``tflite`` package's readers.
+
+Every subgraph becomes a top-level ``Graph`` (frontend ``tflite``; ``Model.subgraphs``
+in file order). Conventions of the TFLite IR:
+
+- An operator is a node of domain ``tflite`` named as ``BuiltinOperator`` does
+  (``tflite.ADD``); a custom op is domain ``tflite.custom`` with its custom code as
+  op type, kept opaque. ``attrs`` are the builtin options by snake_case schema field
+  name (``fused_activation_function``, ``new_shape``), vectors as lists;
+  ``proto`` is an ``OpRecord`` with what the IR does not model.
+- A tensor is a ``Value`` named as the tensor (names made unique); its shape is
+  ``shape_signature`` where there is one (-1 is a dynamic dim, ``None``), else
+  ``shape``; ``quant`` holds its quantization; ``info`` the rest of its table.
+- A tensor with buffer data is a constant whose array is a view of the file's bytes
+  (no copy), in the stored dtype (int8 weights stay int8).
+- An absent optional operand (index -1) is ``None``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..errors import BadInput
+from ..ir.constdata import ConstData
+from ..ir.gc import paused_gc
+from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ..ir.types import Quantization, TensorType
+from ..model import Model
+from ..tflite_schema import SCHEMA_VERSION, FbTable, builtin_name, read
+
+TFLITE_DOMAIN, CUSTOM_DOMAIN = "tflite", "tflite.custom"
+
+# TFLite TensorType -> IR dtype name (ONNX's, lower-cased) and numpy dtype.
+DTYPES = {0: "float", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool",
+          7: "int16", 8: "complex64", 9: "int8", 10: "double", 11: "complex128", 12: "uint64",
+          15: "uint32", 16: "uint16", 17: "int4", 18: "bfloat16"}
+TFLITE_TYPES = {v: k for k, v in DTYPES.items()}
+NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8, "int64": np.int64,
+         "bool": np.bool_, "int16": np.int16, "complex64": np.complex64, "int8": np.int8, "double": np.float64,
+         "complex128": np.complex128, "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16}
+
+# Fields of a tensor / operator table that the IR models; the rest is kept as it was.
+TENSOR_FIELDS = ("shape", "shape_signature", "type", "buffer", "name", "quantization")
+OPERATOR_FIELDS = ("opcode_index", "inputs", "outputs", "builtin_options", "builtin_options_type",
+                   "builtin_options2", "builtin_options2_type")
+
+
+@dataclass
+class OpRecord:
+    """What an imported operator keeps besides its operands and options: its
+    OperatorCode (version, custom code), the rest of its Operator table, and which
+    options table its ``attrs`` came from."""
+
+    opcode: FbTable
+    rest: FbTable
+    options_table: Optional[str] = None
+
+
+@dataclass
+class TFLiteSource:
+    """``Model.proto`` of a TFLite model: the file's Model table less its subgraphs,
+    whose buffers are views of the file."""
+
+    table: FbTable
+    size: int
+    # each subgraph's input and output tensor indices, which signatures refer to
+    io: List[Tuple[List[int], List[int]]]
+
+
+def _quantization(q: Optional[FbTable]) -> Optional[Quantization]:
+    if q is None:
+        return None
+    scale = q.get("scale")
+    if scale is None or len(scale) == 0:
+        return Quantization(extra=q) if q.fields else None
+    zp = q.get("zero_point")
+    zp = tuple(int(z) for z in zp) if zp is not None and len(zp) else (0,) * len(scale)
+    return Quantization(tuple(float(s) for s in scale), zp, int(q.get("quantized_dimension", 0)), q)
+
+
+def _attr_value(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+class _Importer:
+    def __init__(self, table: FbTable, buf, warnings: List[str]):
+        self.table = table
+        self.buf = buf
+        self.warnings = warnings
+        self.buffers: List[FbTable] = table.get("buffers", [])
+        self.opcodes: List[FbTable] = table.get("operator_codes", [])
+
+    def buffer_data(self, index: int, tensor: str) -> Optional[np.ndarray]:
+        if index <= 0:
+            return None  # buffer 0 is the empty sentinel: an activation
+        if index >= len(self.buffers):
+            raise BadInput(f"tensor '{tensor}' refers to buffer {index}, but the model has {len(self.buffers)}")
+        b = self.buffers[index]
+        data = b.get("data")
+        if data is not None and len(data):
+            return data
+        offset, size = int(b.get("offset", 0)), int(b.get("size", 0))
+        if offset > 1 and size:  # a large model's data lies after the flatbuffer
+            if offset + size > len(self.buf):
+                raise BadInput(f"tensor '{tensor}': buffer {index} lies past the end of the file"
+                               f" ({offset + size} > {len(self.buf)} bytes)")
+            return np.frombuffer(self.buf, np.uint8, size, offset)
+        return None
+
+    def subgraph(self, index: int, sg: FbTable) -> Graph:
+        g = Graph(sg.get("name") or f"subgraph{index}", {TFLITE_DOMAIN: SCHEMA_VERSION})
+        g.frontend = "tflite"
+        g.proto = FbTable("SubGraph", {k: v for k, v in sg.fields.items()
+                                       if k not in ("tensors", "inputs", "outputs", "operators")})
+        tensors: List[FbTable] = sg.get("tensors", [])
+        values: List[Value] = []
+        nodes: List[Node] = []
+        consts: Dict[int, Node] = {}
+        names = set()
+        for i, t in enumerate(tensors):
+            name = t.get("name") or f"tensor{i}"
+            if name in names:
+                base, k = name, 1
+                while f"{base}_{k}" in names:
+                    k += 1
+                name = f"{base}_{k}"
+            names.add(name)
+            v = Value(name, self.tensor_type(t), info=FbTable("Tensor", {k: x for k, x in t.fields.items()
+                                                                       if k not in TENSOR_FIELDS}),
+                      info_index=i, quant=_quantization(t.get("quantization")))
+            values.append(v)
+            data = self.buffer_data(int(t.get("buffer", 0)), name)
+            if data is not None:
+                consts[i] = Node(CONST, "$const", name=name, outputs=[v],
+                                 data=ConstData(None, None, int(t.get("buffer", 0)), array=self.const_array(data, v, name)))
+
+        def tensor(idx: int, where: str) -> Optional[Value]:
+            if idx == -1:
+                return None
+            if not 0 <= idx < len(values):
+                raise BadInput(f"subgraph {index}: {where} refers to tensor {idx}, but the subgraph has"
+                               f" {len(values)}")
+            return values[idx]
+
+        graph_inputs = [int(i) for i in sg.get("inputs", [])]
+        for i in graph_inputs:
+            v = tensor(i, "an input")
+            nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
+        produced = set(graph_inputs)
+        for i in sorted(consts):
+            if i not in produced:
+                nodes.append(consts[i])
+                produced.add(i)
+        for k, op in enumerate(sg.get("operators", [])):
+            node = self.operator(k, op, index)
+            node.inputs = [tensor(int(i), f"operator {k} ({node.op})") for i in op.get("inputs", [])]
+            outs = [int(i) for i in op.get("outputs", [])]
+            for i in outs:
+                if i in produced or not 0 <= i < len(values):
+                    what = "refers to a missing tensor" if not 0 <= i < len(values) else "writes a tensor that is already defined"
+                    raise BadInput(f"subgraph {index}: operator {k} ({node.op}) {what} (index {i})")
+                produced.add(i)
+            node.outputs = [values[i] for i in outs]
+            _name_broadcast_dims(node)
+            nodes.append(node)
+        for k, node in enumerate(n for n in nodes if n.kind == OP):
+            for v in node.inputs:
+                if v is not None and v.info_index not in produced:
+                    raise BadInput(f"subgraph {index}: operator {node.op} reads tensor '{v.name}', which no"
+                                   " operator, input or buffer defines")
+        for i in [int(i) for i in sg.get("outputs", [])]:
+            v = tensor(i, "an output")
+            if v.info_index not in produced:
+                raise BadInput(f"subgraph {index}: output tensor '{v.name}' is never defined")
+            nodes.append(Node(OUTPUT, "$output", name=v.name, inputs=[v]))
+        g.add_nodes(nodes)
+        g.nodes()  # the topological order; a cycle is bad input
+        return g
+
+    def tensor_type(self, t: FbTable) -> TensorType:
+        code = int(t.get("type", 0))
+        dtype = DTYPES.get(code, f"tflite_type{code}")
+        sig = t.get("shape_signature")
+        shape = t.get("shape")
+        dims = sig if sig is not None and len(sig) else shape
+        if dims is None or len(dims) == 0:
+            # No dims: a scalar says so with has_rank (or is a constant); otherwise the
+            # rank is unknown, and an unranked tensor is never reshaped on a guess.
+            return TensorType(dtype, () if t.get("has_rank") or t.get("buffer", 0) else None)
+        return TensorType(dtype, tuple(None if int(d) < 0 else int(d) for d in dims))
+
+    def const_array(self, data: np.ndarray, v: Value, name: str) -> np.ndarray:
+        np_dtype = NUMPY.get(v.type.dtype)
+        shape = v.type.shape
+        if np_dtype is None or shape is None or any(d is None for d in shape):
+            return data  # strings, packed int4, ...: the raw bytes, written back as they are
+        count = int(np.prod(shape, dtype=np.int64))
+        need = count * np.dtype(np_dtype).itemsize
+        if len(data) < need:
+            raise BadInput(f"constant tensor '{name}' of shape {list(shape)} needs {need} bytes, its buffer has"
+                           f" {len(data)}")
+        return np.frombuffer(data, np_dtype, count).reshape(shape)
+
+    def operator(self, k: int, op: FbTable, sg_index: int) -> Node:
+        idx = int(op.get("opcode_index", 0))
+        if not 0 <= idx < len(self.opcodes):
+            raise BadInput(f"subgraph {sg_index}: operator {k} has opcode index {idx}, but the model has"
+                           f" {len(self.opcodes)} operator codes")
+        code = self.opcodes[idx]
+        builtin = max(int(code.get("deprecated_builtin_code", 0)), int(code.get("builtin_code", 0)))
+        name = builtin_name(builtin)
+        if name is None:
+            raise BadInput(f"subgraph {sg_index}: operator {k} has unknown builtin operator code {builtin}")
+        rest = FbTable("Operator", {key: v for key, v in op.fields.items() if key not in OPERATOR_FIELDS})
+        options_table, attrs = None, {}
+        for union in ("builtin_options", "builtin_options2"):
+            opts = op.get(union)
+            if opts is not None:
+                options_table = opts.type
+                attrs = {key: _attr_value(v) for key, v in opts.fields.items()}
+        if name == "CUSTOM":
+            domain, op_type = CUSTOM_DOMAIN, code.get("custom_code") or "custom"
+        else:
+            domain, op_type = TFLITE_DOMAIN, name
+        return Node(OP, op_type, domain, "", attrs=attrs, proto=OpRecord(code, rest, options_table))
+
+
+def _name_broadcast_dims(node: Node) -> None:
+    """TFLite has no names for dynamic dims. The dynamic dims of BROADCAST_TO results
+    are named after the shape tensor they come from (``s[0]``), so that operands
+    broadcast to one shape are visibly one shape (what the ``xla`` profile asks)."""
+    if node.op != "tflite.BROADCAST_TO" or len(node.inputs) < 2 or node.inputs[1] is None or not node.outputs:
+        return
+    out, shape = node.outputs[0], node.inputs[1]
+    if out.type.shape is not None:
+        out.type = out.type.with_shape(tuple(f"{shape.name}[{k}]" if d is None else d
+                                             for k, d in enumerate(out.type.shape)))
+
+
+_READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError,
+                RecursionError, AttributeError, KeyError)
+
+
+def load_tflite(path: Path) -> Model:
+    """Read a ``.tflite`` file (memory-mapped: weights are views, not copies)."""
+    import tflite
+
+    try:
+        with open(path, "rb") as f:
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if len(buf) < 8 or buf[4:8] != b"TFL3":
+        raise BadInput(f"{path}: not a TFLite flatbuffer (file identifier is not TFL3)")
+    warnings: List[str] = []
+    try:
+        (root,) = struct.unpack_from("<I", buf, 0)
+        if root + 4 > len(buf):
+            raise ValueError("root offset past the end")
+        table = read(tflite.Model.GetRootAs(buf, 0), "Model")
+        subgraphs = table.fields.pop("subgraphs", [])
+        if not subgraphs:
+            raise BadInput(f"{path}: TFLite model has no subgraph")
+        imp = _Importer(table, buf, warnings)
+        with paused_gc():
+            graphs = [imp.subgraph(i, sg) for i, sg in enumerate(subgraphs)]
+    except BadInput as e:
+        raise BadInput(f"{path}: {e}" if not str(e).startswith(str(path)) else str(e)) from None
+    except _READ_ERRORS as e:
+        raise BadInput(f"{path}: not a valid TFLite flatbuffer (truncated or corrupt:"
+                       f" {type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'bad offset'})") from None
+    for g in graphs:
+        custom = sorted({n.op_type for n in g.ops() if n.domain == CUSTOM_DOMAIN})
+        if custom:
+            warnings.append(f"subgraph '{g.name}': custom ops kept opaque: {', '.join(custom)}")
+    io = [([int(i) for i in sg.get("inputs", [])], [int(i) for i in sg.get("outputs", [])]) for sg in subgraphs]
+    model = Model(graphs[0], "tflite", TFLiteSource(table, len(buf), io), path.resolve().parent, path, warnings,
+                  subgraphs=graphs)
+    return model

@@ -1,0 +1,151 @@
+"""The few ops the passes build, spelled in each frontend's op set.
+
+A pass asks ``ops_for(graph)`` and gets the same operations for an ONNX graph
+(``Unsqueeze``, ``Expand``, ``Shape``, ...) and for a TFLite one (``RESHAPE``,
+``BROADCAST_TO``, ``SHAPE``, ...), so the rewrite logic is written once.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx.numpy_helper
+from onnx import helper
+
+from ..ir.constdata import ConstData
+from ..ir.dtypes import dtype_of_array
+from ..ir.graph import CONST, Graph, Node, Value
+from ..ir.types import Quantization, TensorType
+
+
+def _placed_quant(q: Optional[Quantization], axes: Sequence[int], rank: int) -> Optional[Quantization]:
+    """Quantization of data given 1-dims at ``axes`` (of the new rank): a per-axis
+    quantized dim moves with its dim."""
+    if q is None or not q.per_axis:
+        return q
+    kept = [k for k in range(rank) if k not in axes]
+    return Quantization(q.scale, q.zero_point, kept[q.quantized_dimension], q.extra)
+
+
+class OnnxOps:
+    index_dtype = "int64"
+
+    @staticmethod
+    def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None) -> Value:
+        """A new constant: an initializer, or a ``Constant`` op in models of IR version < 4
+        (whose initializers must all be graph inputs too, which would make them overridable)."""
+        name = graph.fresh_name(base)
+        t = TensorType(dtype_of_array(array), tuple(array.shape))
+        if graph.ir_version < 4:
+            attr = helper.make_attribute("value", onnx.numpy_helper.from_array(np.asarray(array), name))
+            return graph.add_op("Constant", [], [t], name=name, attrs={"value": attr}, output_names=[name]).output
+        v = Value(name, t)
+        graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=ConstData.from_array(array)))
+        return v
+
+    @classmethod
+    def expand_rank(cls, graph: Graph, value: Value, axes: Tuple[int, ...], new_shape: Tuple, base: str) -> Value:
+        out_type = [value.type.with_shape(new_shape)]
+        name = graph.fresh_name(base)
+        if graph.opsets.get("", 1) >= 13:
+            axes_value = cls.const(graph, base + "_axes", np.asarray(axes, np.int64))
+            return graph.add_op("Unsqueeze", [value, axes_value], out_type, name=name, output_names=[base]).output
+        return graph.add_op("Unsqueeze", [value], out_type, attrs={"axes": helper.make_attribute("axes", list(axes))},
+                            name=name, output_names=[base]).output
+
+    @staticmethod
+    def shape(graph: Graph, v: Value, base: str) -> Value:
+        return graph.add_op("Shape", [v], [TensorType("int64", (len(v.type.shape),))], name=graph.fresh_name(base),
+                            output_names=[base]).output
+
+    @staticmethod
+    def gather(graph: Graph, data: Value, index: Value, base: str) -> Value:
+        return graph.add_op("Gather", [data, index], [TensorType(data.type.dtype, index.type.shape)],
+                            name=graph.fresh_name(base), output_names=[base]).output
+
+    @staticmethod
+    def equal(graph: Graph, a: Value, b: Value, base: str) -> Value:
+        return graph.add_op("Equal", [a, b], [TensorType("bool", a.type.shape)], name=graph.fresh_name(base),
+                            output_names=[base]).output
+
+    @staticmethod
+    def where(graph: Graph, cond: Value, a: Value, b: Value, base: str) -> Value:
+        return graph.add_op("Where", [cond, a, b], [a.type], name=graph.fresh_name(base), output_names=[base]).output
+
+    @staticmethod
+    def concat(graph: Graph, pieces: List[Value], out_type: TensorType, base: str) -> Value:
+        return graph.add_op("Concat", pieces, [out_type], name=graph.fresh_name(base),
+                            attrs={"axis": helper.make_attribute("axis", 0)}, output_names=[base]).output
+
+    @staticmethod
+    def broadcast_to(graph: Graph, v: Value, shape: Value, out_type: TensorType, name: str, base: str) -> Value:
+        return graph.add_op("Expand", [v, shape], [out_type], name=name, output_names=[base]).output
+
+
+class TFLiteOps:
+    """TFLite builtins; shape tensors are int32, as TFLite's kernels take them."""
+
+    index_dtype = "int32"
+
+    @staticmethod
+    def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None) -> Value:
+        name = graph.fresh_name(base)
+        v = Value(name, TensorType(dtype_of_array(array), tuple(array.shape)), quant=quant)
+        graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=ConstData.from_array(array)))
+        return v
+
+    @classmethod
+    def _op(cls, graph: Graph, op: str, inputs, out_type: TensorType, base: str, attrs=None,
+            quant: Optional[Quantization] = None) -> Value:
+        out = graph.add_op(op, inputs, [out_type], domain="tflite", attrs=attrs or {}, output_names=[base]).output
+        out.quant = quant
+        return out
+
+    @classmethod
+    def expand_rank(cls, graph: Graph, value: Value, axes: Tuple[int, ...], new_shape: Tuple, base: str) -> Value:
+        quant = _placed_quant(value.quant, axes, len(new_shape))
+        out_type = value.type.with_shape(new_shape)
+        dynamic = [d for d in new_shape if not isinstance(d, int)]
+        if len(dynamic) <= 1:  # one unknown dim: RESHAPE's -1 stands for it
+            dims = [d if isinstance(d, int) else -1 for d in new_shape]
+            shape = cls.const(graph, base + "_shape", np.asarray(dims, np.int32))
+            return cls._op(graph, "RESHAPE", [value, shape], out_type, base, {"new_shape": dims}, quant)
+        if list(axes) != list(range(len(axes))):
+            raise NotImplementedError("TFLite rank expansion places 1-dims in front only")
+        ones = cls.const(graph, base + "_ones", np.ones(len(axes), np.int32))
+        shape = cls.concat(graph, [ones, cls.shape(graph, value, base + "_inshape")],
+                           TensorType("int32", (len(new_shape),)), base + "_shape")
+        return cls._op(graph, "RESHAPE", [value, shape], out_type, base, {}, quant)
+
+    @classmethod
+    def shape(cls, graph: Graph, v: Value, base: str) -> Value:
+        return cls._op(graph, "SHAPE", [v], TensorType("int32", (len(v.type.shape),)), base, {"out_type": 2})
+
+    @classmethod
+    def gather(cls, graph: Graph, data: Value, index: Value, base: str) -> Value:
+        return cls._op(graph, "GATHER", [data, index], TensorType(data.type.dtype, index.type.shape), base,
+                       {"axis": 0, "batch_dims": 0})
+
+    @classmethod
+    def equal(cls, graph: Graph, a: Value, b: Value, base: str) -> Value:
+        return cls._op(graph, "EQUAL", [a, b], TensorType("bool", a.type.shape), base)
+
+    @classmethod
+    def where(cls, graph: Graph, cond: Value, a: Value, b: Value, base: str) -> Value:
+        return cls._op(graph, "SELECT_V2", [cond, a, b], a.type, base)
+
+    @classmethod
+    def concat(cls, graph: Graph, pieces: List[Value], out_type: TensorType, base: str) -> Value:
+        return cls._op(graph, "CONCATENATION", pieces, out_type, base, {"axis": 0, "fused_activation_function": 0})
+
+    @classmethod
+    def broadcast_to(cls, graph: Graph, v: Value, shape: Value, out_type: TensorType, name: str, base: str) -> Value:
+        return cls._op(graph, "BROADCAST_TO", [v, shape], out_type, base, quant=v.quant)
+
+
+FRONTEND_OPS = {"onnx": OnnxOps, "tflite": TFLiteOps}
+
+
+def ops_for(graph: Graph):
+    return FRONTEND_OPS[graph.frontend]

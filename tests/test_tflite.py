@@ -1,0 +1,232 @@
+"""TFLite in and out: import, legalize for both targets, write .tflite, and the check on
+LiteRT (original and legalized) and onnxruntime (the legalized model's ONNX form)."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import legalizer
+from legalizer.exporters.tflite import to_tflite
+from legalizer.ir.graph import OP
+from legalizer.pipeline import RunOptions, run, verify_model
+from legalizer.tflite_schema import FbTable, read, serialize
+
+from test_cli import assert_clean, legalize, lines
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = sorted((ROOT / "models" / "tflite").glob("*.tflite"))
+sys.path.insert(0, str(ROOT / "scripts"))
+import tflite_models  # noqa: E402
+
+needs_litert = pytest.mark.skipif(not __import__("legalizer.check.litert", fromlist=["x"]).litert_available(),
+                                  reason="needs ai-edge-litert (pip install -e '.[litert]')")
+
+
+def _ops(model) -> Counter:
+    return Counter(n.op for g in model.graphs for n in g.nodes() if n.kind == OP)
+
+
+def test_committed_models_are_what_the_script_makes():
+    made = tflite_models.tflite_models()
+    assert sorted(p.name for p in MODELS) == sorted(made)
+    for p in MODELS:
+        assert to_tflite(made[p.name]()) == p.read_bytes(), p.name
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
+def test_import_export_is_byte_identical(path):
+    """Everything read is written back: import -> export gives the same bytes."""
+    assert to_tflite(legalizer.load(path)) == path.read_bytes()
+
+
+def test_import_reads_shapes_quantization_constants_and_signatures():
+    m = legalizer.load(ROOT / "models/tflite/dynamic_broadcast.tflite")
+    assert m.format == "tflite" and m.graph.frontend == "tflite"
+    assert [(n.output.name, n.output.type.shape) for n in m.graph.inputs] == [
+        ("x", (None, 4, 5)), ("y", (5,)), ("z", (None, 1, 5)), ("w", (None, None, 5))]
+    q = legalizer.load(ROOT / "models/tflite/add_int8.tflite")
+    x = q.graph.inputs[0].output
+    assert x.type.dtype == "int8" and x.quant.scale == (pytest.approx(0.05),) and x.quant.zero_point == (-3,)
+    c = q.graph.value("c")
+    assert c.producer.data.array.dtype == np.int8 and c.producer.data.array.shape == (8,)
+    # a constant is a view of the file's bytes, not a copy
+    assert not c.producer.data.array.flags.owndata
+    two = legalizer.load(ROOT / "models/tflite/two_signatures.tflite")
+    assert [g.name for g in two.graphs] == ["scale", "shift"]
+    sigs = two.proto.table.get("signature_defs")
+    assert [s.get("signature_key") for s in sigs] == ["scale", "shift"]
+    add = next(n for n in legalizer.load(ROOT / "models/tflite/broadcast_add.tflite").graph.ops())
+    # every field of the options table, absent ones at the schema default
+    assert add.op == "tflite.ADD" and add.attrs == {"fused_activation_function": 0, "pot_scale_int16": True}
+
+
+# What the tosa form inserts: one RESHAPE per non-constant operand of lower rank,
+# a folded constant per constant one.
+TOSA_COUNTS = {
+    "broadcast_add": (1, 1), "broadcast_div": (1, 2), "dynamic_broadcast": (1, 0), "add_int8": (1, 1),
+    "mobilenet_like": (0, 2), "mobilenet_like_int8": (0, 2), "transformer_like": (0, 5), "two_signatures": (1, 1),
+    "broadcast_prelu": (0, 1), "broadcast_select_v2": (1, 1),
+}
+
+
+@needs_litert
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.stem)
+def test_legalize_and_check_on_litert_and_onnxruntime(path, target, tmp_path):
+    out = tmp_path / f"{path.stem}.legal.tflite"
+    res = run(path, RunOptions(target=target, output=out))
+    assert res.exit_code == 0, res.report.to_json()
+    check = res.report.check
+    assert check["ran"] and check["ok"], check
+    runtimes = {o["name"].rsplit(" ", 1)[1] for b in check["bindings"] for o in b["outputs"]}
+    assert runtimes == {"(LiteRT)", "(onnxruntime)"}
+    assert not [w for w in res.report.warnings if "check" in w], res.report.warnings
+    # the written file is legal under the target's profile when read back
+    back = legalizer.load(out)
+    assert not verify_model(back, target).violations
+    assert back.format == "tflite" and len(back.graphs) == len(legalizer.load(path).graphs)
+    stats = res.report.stats
+    if target == "tosa" and path.stem in TOSA_COUNTS:
+        assert (stats["reshapes_inserted"], stats["constants_folded"]) == TOSA_COUNTS[path.stem]
+        assert _ops(back)["tflite.RESHAPE"] >= stats["reshapes_inserted"]
+    if target == "xla":
+        assert _ops(back)["tflite.BROADCAST_TO"] == stats["broadcasts_made_explicit"]
+
+
+@needs_litert
+def test_dynamic_model_checked_at_two_sizes_with_runtime_shapes(tmp_path):
+    out = tmp_path / "d.tflite"
+    res = run(ROOT / "models/tflite/dynamic_broadcast.tflite", RunOptions(target="xla", output=out))
+    assert res.exit_code == 0
+    compared = [b for b in res.report.check["bindings"] if not b.get("skipped")]
+    assert [b["dims"]["x[0]"] for b in compared] == [3, 1]
+    ops = _ops(legalizer.load(out))
+    # SHAPE of x, z, w and of the first sum, whose dim 0 meets z's at run time
+    assert ops["tflite.SHAPE"] == 4 and ops["tflite.SELECT_V2"] == 1 and ops["tflite.BROADCAST_TO"] == 6
+    assert res.report.stats["runtime_broadcast_checks"] == 1
+
+
+def test_quantization_follows_a_reshape():
+    """A RESHAPE of a quantized operand carries its scale and zero point; the folded
+    constant keeps its data and parameters."""
+    m = legalizer.load(ROOT / "models/tflite/add_int8.tflite")
+    original = legalizer.load(ROOT / "models/tflite/add_int8.tflite").graph.value("c").producer.data.array
+    legalizer.legalize(m, "tosa")
+    (reshape,) = [n for n in m.graph.ops() if n.op == "tflite.RESHAPE"]
+    src, out = reshape.inputs[0], reshape.output
+    assert out.type.shape == (1, 1, 1, 8) and out.quant == src.quant
+    folded = m.graph.value("c_r4")
+    assert folded.quant.scale == (pytest.approx(0.02),)
+    assert np.array_equal(folded.producer.data.array.reshape(-1), original)
+
+
+def test_per_axis_quantized_dim_moves_with_prepended_dims():
+    from legalizer.ir.types import Quantization
+    from legalizer.passes.frontend_ops import _placed_quant
+
+    q = Quantization((0.1, 0.2, 0.3), (0, 0, 0), 1)
+    assert _placed_quant(q, (0, 1), 4).quantized_dimension == 3
+    assert _placed_quant(Quantization((0.1,), (0,), 0), (0,), 2).quantized_dimension == 0
+
+
+def test_signatures_follow_their_tensors(tmp_path):
+    out = tmp_path / "two.tflite"
+    assert run(ROOT / "models/tflite/two_signatures.tflite", RunOptions(output=out, check=False)).exit_code == 0
+    back = legalizer.load(out)
+    for sig, g in zip(back.proto.table.get("signature_defs"), back.graphs):
+        ins = [m.get("tensor_index") for m in sig.get("inputs")]
+        tensors = {v.info_index: v.name for n in g.nodes() for v in n.outputs}
+        assert [tensors[i] for i in ins] == [n.output.name for n in g.inputs]
+
+
+def test_cli_on_tflite(tmp_path):
+    src = tmp_path / "m.tflite"
+    src.write_bytes((ROOT / "models/tflite/mobilenet_like.tflite").read_bytes())
+    p = legalize(src, "-q")
+    assert_clean(p)
+    if not __import__("legalizer.check.litert", fromlist=["x"]).litert_available():
+        assert p.returncode == 0
+        return
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert lines(p.stdout)[-1] == (f"{src}: legalized for 'tosa' -> {tmp_path / 'm.legal.tflite'}, outputs match"
+                                   " on LiteRT + onnxruntime CPUExecutionProvider")
+
+
+# ---- bad input --------------------------------------------------------------------------
+def _mutated(path: Path, mutate) -> bytes:
+    import tflite
+
+    t = read(tflite.Model.GetRootAs(path.read_bytes(), 0), "Model")
+    mutate(t)
+    return serialize(t)
+
+
+def _set_op_input(t: FbTable, index: int) -> None:
+    op = t.get("subgraphs")[0].get("operators")[0]
+    op.fields["inputs"] = np.array([index, 0], np.int32)
+
+
+def _unknown_builtin(t: FbTable) -> None:
+    t.get("operator_codes")[0].fields.update(builtin_code=9999, deprecated_builtin_code=127)
+
+
+def _bad_opcode_index(t: FbTable) -> None:
+    t.get("subgraphs")[0].get("operators")[0].fields["opcode_index"] = 7
+
+
+def _bad_buffer(t: FbTable) -> None:
+    t.get("subgraphs")[0].get("tensors")[2].fields["buffer"] = 99
+
+
+def _short_buffer(t: FbTable) -> None:
+    b = t.get("buffers")
+    b[1].fields["data"] = np.asarray(b[1].get("data"))[:3]
+
+
+BAD = {
+    "out-of-range tensor index": (lambda t: _set_op_input(t, 42), "refers to tensor 42, but the subgraph has"),
+    "unknown builtin": (_unknown_builtin, "unknown builtin operator code 9999"),
+    "out-of-range opcode index": (_bad_opcode_index, "has opcode index 7, but the model has 1 operator codes"),
+    "out-of-range buffer": (_bad_buffer, "refers to buffer 99"),
+    "truncated buffer": (_short_buffer, "needs 60 bytes, its buffer has 3"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_tflite_is_one_line_and_exit_2(case, tmp_path):
+    mutate, expect = BAD[case]
+    src = tmp_path / "bad.tflite"
+    src.write_bytes(_mutated(ROOT / "models/tflite/broadcast_add.tflite", mutate))
+    before = src.read_bytes()
+    p = legalize(src, "-q")
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    (line,) = lines(p.stderr)
+    assert line.startswith(f"legalize: error: {src}: ") and expect in line, line
+    assert src.read_bytes() == before and not (tmp_path / "bad.legal.tflite").exists()
+
+
+@pytest.mark.parametrize("cut", [9, 40, 200, 500])
+def test_truncated_tflite(cut, tmp_path):
+    src = tmp_path / "cut.tflite"
+    src.write_bytes((ROOT / "models/tflite/broadcast_add.tflite").read_bytes()[:cut])
+    p = legalize(src, "--verify-only")
+    assert_clean(p)
+    assert p.returncode == 2
+    (line,) = lines(p.stderr)
+    assert "not a valid TFLite flatbuffer" in line or "TFLite" in line, line
+
+
+def test_wrong_identifier(tmp_path):
+    data = bytearray((ROOT / "models/tflite/broadcast_add.tflite").read_bytes())
+    data[4:8] = b"TFL2"
+    src = tmp_path / "m.tflite"
+    src.write_bytes(bytes(data))
+    p = legalize(src, "--verify-only")
+    assert_clean(p)
+    assert p.returncode == 2
