@@ -30,14 +30,16 @@ def test_readme_sessions_match_the_tool(tmp_path):
     assert len(sessions) >= 3
     for command, shown in sessions:
         args = command.split()[1:]
+        model = Path(args[0])
+        out = tmp_path / f"out{model.suffix}"
         if "--verify-only" not in args:
-            args += ["-o", str(tmp_path / "out.onnx"), "--force"]
+            args += ["-o", str(out), "--force"]
         p = subprocess.run([sys.executable, "-m", "legalizer.cli", *args], capture_output=True, text=True,
                            cwd=ROOT, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"}, timeout=300)
         last = shown.strip().splitlines()[-1]
         got = p.stdout.strip().splitlines()[-1]
         if "--verify-only" not in command:
-            got = got.replace(str(tmp_path / "out.onnx"), "models/" + Path(args[0]).stem + ".legal.onnx")
+            got = got.replace(str(out), str(model.with_name(f"{model.stem}.legal{model.suffix}")))
         assert got == last, command
         for line in shown.strip().splitlines():
             if line.startswith(("error:", "PASSED", "constraint:")):

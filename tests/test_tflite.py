@@ -230,3 +230,23 @@ def test_wrong_identifier(tmp_path):
     p = legalize(src, "--verify-only")
     assert_clean(p)
     assert p.returncode == 2
+
+
+def test_custom_op_is_kept_opaque(tmp_path):
+    b = tflite_models.Builder("custom", 1)
+    x = b.input("x", "float", (2, 3))
+    y = b.g.add_op("MyFrob", [x], [x.type], domain="tflite.custom", output_names=["frob"]).output
+    b.output(b.op("ADD", [y, b.const("c", np.ones(3, np.float32))], (2, 3), name="out", fused_activation_function=0))
+    src = tmp_path / "custom.tflite"
+    src.write_bytes(to_tflite(tflite_models._model(b)))
+    m = legalizer.load(src)
+    assert m.warnings == ["subgraph 'custom': custom ops kept opaque: MyFrob"]
+    assert _ops(m)["tflite.custom.MyFrob"] == 1
+    assert to_tflite(m) == src.read_bytes()
+    out = tmp_path / "custom.legal.tflite"
+    res = run(src, RunOptions(output=out, check=False))
+    assert res.exit_code == 0 and out.exists()
+    back = legalizer.load(out)
+    assert _ops(back)["tflite.custom.MyFrob"] == 1 and _ops(back)["tflite.ADD"] == 1
+    codes = back.proto.table.get("operator_codes")
+    assert [c.get("custom_code") for c in codes if c.get("builtin_code") == 32] == ["MyFrob"]
