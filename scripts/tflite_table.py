@@ -56,6 +56,9 @@ def legalize_row(path: Path, target: str, tmp: Path) -> dict:
                                         for v in n.inputs):
                     reshaped[n.op.split(".", 1)[1]] += 1
         row["reshaped_ops"] = dict(reshaped)
+        row["reshaped_operands"] = sum(1 for g in back.graphs for n in g.nodes() if n.kind == OP
+                                       for v in n.inputs if v is not None and v.producer is not None
+                                       and v.producer.op == "tflite.RESHAPE")
     return row
 
 
@@ -73,7 +76,9 @@ def main() -> int:
             if args.converter_python:
                 from tosa_converter_compare import converter_reshapes
 
-                rows[path.name]["converter"] = converter_reshapes(path, args.converter_python)
+                c = converter_reshapes(path, converter_python=args.converter_python)
+                c.pop("ops", None)
+                rows[path.name]["converter"] = c
     _print(rows, bool(args.converter_python))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1, sort_keys=True))
@@ -87,7 +92,7 @@ def _mark(v) -> str:
 def _print(rows: dict, converter: bool) -> None:
     head = ["model", "tosa: legal", "LiteRT", "ORT", "RESHAPEs", "xla: legal", "LiteRT", "ORT", "BROADCAST_TOs"]
     if converter:
-        head += ["converter reshapes", "converter"]
+        head += ["converter: status", "reshaped operands (ours)", "folded constants (ours)"]
     print(" | ".join(head))
     for name, r in rows.items():
         t, x = r["tosa"], r["xla"]
@@ -96,7 +101,9 @@ def _print(rows: dict, converter: bool) -> None:
                  _mark(x.get("litert")), _mark(x.get("onnxruntime")), str(x.get("broadcasts", 0))]
         if converter:
             c = r.get("converter", {})
-            cells += [str(c.get("reshaped_operands", "-")), "ok" if c.get("ok") else c.get("error", "-")[:60]]
+            status = c.get("status", "-") + (f" ({c['error'][:50]})" if c.get("error") else "")
+            cells += [status, f"{c.get('reshaped_operands', '-')} ({t.get('reshaped_operands', '-')})",
+                      f"{c.get('folded_constants', '-')} ({t.get('folded', '-')})"]
         print(" | ".join(cells))
     n = len(rows)
     for target in ("tosa", "xla"):

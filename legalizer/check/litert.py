@@ -27,6 +27,7 @@ rejects the model or the inputs.
 from __future__ import annotations
 
 import os
+import re
 from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -75,7 +76,9 @@ def _one_line(e: BaseException, limit: int = 400) -> str:
     """LiteRT's messages span lines ('...not broadcastable.' / 'Node number 0 (ADD)
     failed to prepare.'): keep each distinct line, joined into one."""
     lines = []
-    for line in str(e).splitlines():
+    # LiteRT glues its error reporter's lines together without a newline.
+    text = re.sub(r"(?<=\S)(Node number \d+)", r"\n\1", str(e))
+    for line in text.splitlines():
         line = line.strip()
         if line and line not in lines:
             lines.append(line)
