@@ -20,12 +20,14 @@ from .verify import PROFILES
 
 HELP = """Make MODEL legal for strict compilers: no elementwise op relies on implicit
 broadcasting, every elementwise node is proved legal under MLIR's Broadcastable trait,
-and the result is checked against the original on onnxruntime.
+and the result is checked against the original on onnxruntime (and LiteRT for TFLite).
 
 \b
 Examples:
   legalize model.onnx                               # writes model.legal.onnx (tosa form)
   legalize model.onnx --target xla                  # no implicit broadcasting at all
+  legalize model.tflite                             # writes model.legal.tflite (RESHAPE);
+                                                    # checked on LiteRT and onnxruntime
   legalize model.onnx out.onnx --force              # choose the output; replace it
   legalize model.onnx --dim N=1 --dim N=8           # bind dynamic dims for the check
   legalize model.onnx --input x=x.npy --rtol 1e-3   # check with your own data
