@@ -152,7 +152,8 @@ class _Printer:
         chk = res.check
         if chk is not None and chk.ran and not chk.ok:
             return "the legalized model computes different outputs (FAILED above); nothing written"
-        where = f" -> {rep.output}" if rep.output else ""
+        written = list(rep.outputs.values()) or ([rep.output] if rep.output else [])
+        where = f" -> {', '.join(written)}" if written else ""
         if chk is None:
             return f"legalized for '{rep.target}'{where} (not checked: --no-check)"
         if not chk.ran:
@@ -235,7 +236,8 @@ def legalize(
     out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path.", show_default=False),
     target: str = typer.Option("tosa", "--target", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
                                                         "(every broadcast explicit: Unsqueeze + Expand)."),
-    profile: str = typer.Option("mlir", "--profile", help="Verifier profile for the input: mlir, strict, tosa or xla."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Verifier profile for the input: mlir (default), "
+                                          "strict, tosa (default for TOSA MLIR) or xla.", show_default=False),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
     do_check: bool = typer.Option(True, "--check/--no-check", help="Compare original and result on onnxruntime."),
     provider: str = typer.Option("auto", "--provider", help="Execution provider for the check: auto, cpu or cuda."),
@@ -248,13 +250,17 @@ def legalize(
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
     rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance of the check."),
     atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance of the check."),
+    emit: List[str] = typer.Option([], "--emit", help="Format to write: onnx, tflite, stablehlo (with --target xla) "
+                                   "or tosa (MLIR, with --target tosa); repeatable. Default: the input's. Each is "
+                                   "written beside the output's stem (.onnx, .tflite, .stablehlo.mlir, .tosa.mlir).",
+                                   show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
-    if profile not in PROFILES:
+    if profile is not None and profile not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{profile}'")
     if target not in TARGETS:
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{target}'")
@@ -269,11 +275,11 @@ def legalize(
         raise UsageError("-q and -v cannot be used together")
     options = RunOptions(target=target, profile=profile, verify_only=verify_only, force=force, check=do_check,
                          provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
-                         rtol=rtol, atol=atol, assume_dynamic_not_one=not_one)
+                         rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit))
     # Fail on a bad output or report path before the work, not after it.
     if not verify_only:
         options.output = output if output is not None else default_output(model)
-        if model.exists():
+        if model.exists() and not emit:  # with --emit, the pipeline knows which files are written
             check_output_path(options.output, force=force, protect=model)
     if report is not None:
         check_output_path(report, force=True, protect=model)

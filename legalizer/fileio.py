@@ -21,8 +21,6 @@ FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
 
 # Formats recognized by content that this version does not read: what to tell the user.
 NOT_SUPPORTED = {
-    "mlir": "MLIR text, which this version of legalize does not support yet (ONNX and TFLite only)",
-    "mlirbc": "MLIR bytecode, which this version of legalize does not support yet (ONNX and TFLite only)",
     "pt2": "a torch.export archive (.pt2), which this version of legalize does not support yet;"
            " export the model with torch.onnx.export and pass the .onnx file",
     "torch": "a PyTorch checkpoint (torch.save), which holds weights, not a graph;"
@@ -153,6 +151,10 @@ def load(path, infer: bool = True) -> Model:
         from .importers.tflite import load_tflite
 
         return load_tflite(path)
+    if fmt in ("mlir", "mlirbc"):
+        from .importers.mlir import load_mlir
+
+        return load_mlir(path)
     raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
 
 

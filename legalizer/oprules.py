@@ -20,7 +20,7 @@ BROADCASTING = ("binary", "ternary", "variadic", "unidirectional")
 # Ops that do not broadcast, listed (TFLite) for their options table and ONNX form.
 CATEGORIES = BROADCASTING + ("unary", "other")
 BROADCASTS = ("multidirectional", "unidirectional")
-FRONTENDS = ("onnx", "tflite")
+FRONTENDS = ("onnx", "tflite", "tosa")
 LEGACY = (None, "attr", "equal", "unidirectional", "channel")
 ARITY = {"binary": (2, 2), "ternary": (3, 3), "variadic": (1, None), "unidirectional": (2, 2),
          "unary": (1, 1), "other": (0, None)}
@@ -40,6 +40,8 @@ class OpRule:
     options: Optional[str] = None  # TFLite: the BuiltinOptions table of the op
     onnx: Optional[str] = None  # TFLite: the ONNX op computing the same, if one does
     version: int = 1  # TFLite: the opcode version a new node of this op is written with
+    # The operands that broadcast, when not all do (tosa.mul's shift is not one of them).
+    operands: Optional[tuple] = None
 
     @property
     def broadcasting(self) -> bool:
@@ -78,7 +80,8 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
     targets = {k: v for k, v in table.items() if k in ("stablehlo", "tosa", "tflite")}
     return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
                   broadcasts, table.get("binary"), onto, targets, table.get("options"), table.get("onnx"),
-                  int(table.get("version", 1)))
+                  int(table.get("version", 1)),
+                  tuple(table["operands"]) if "operands" in table else None)
 
 
 def parse_rules(text: str, source: str, domain: str = "") -> dict:

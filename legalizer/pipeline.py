@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
+from . import emit
 from .api import save
 from .check.ort import CheckResult, check, choices_from_constraints
 from .check.tflite import check_tflite
+from .errors import UsageError
 from .fileio import load
 from .ir.graph import OP
 from .model import Model
@@ -34,7 +37,7 @@ StageCallback = Callable[[str, Dict[str, int]], None]
 @dataclass
 class RunOptions:
     target: str = "tosa"
-    profile: str = "mlir"
+    profile: Optional[str] = None  # default: mlir; tosa for a TOSA MLIR input
     verify_only: bool = False
     output: Optional[Path] = None  # default: <stem>.legal.<ext> beside the input
     force: bool = False
@@ -45,6 +48,7 @@ class RunOptions:
     rtol: float = 1e-4
     atol: float = 1e-5
     assume_dynamic_not_one: bool = False
+    emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
 
 
 @dataclass
@@ -115,17 +119,23 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     timings: Dict[str, float] = {}
     with _timed(timings, "load", on_stage, bytes=_file_size(path)):
         model = load(path)
-    report = Report(input=str(path), format=model.format, target=options.target, profile=options.profile)
+    profile = options.profile or ("tosa" if model.format == "mlir" else "mlir")
+    if model.format == "mlir" and not options.verify_only:
+        raise UsageError(f"{path}: a TOSA MLIR module is verified, not legalized: add --verify-only")
+    report = Report(input=str(path), format=model.format, target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
     report.timings_s = timings
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
-        result = verify_model(model, options.profile, options.assume_dynamic_not_one)
+        result = verify_model(model, profile, options.assume_dynamic_not_one)
     report.add_verification(result, "input")
     res = RunResult(report, model, result, EXIT_VIOLATIONS if result.violations else EXIT_OK, timings)
     if options.verify_only or result.violations:
         return res  # a model that violates the trait is not legalized
 
     output = Path(options.output) if options.output is not None else default_output(path)
+    formats = emit.validate(options.emit, model.format, options.target)
+    paths = emit.emit_paths(output, formats, model.format)
+    emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
         done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
@@ -160,14 +170,22 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         elif res.check.error:
             report.warnings.append(f"the numeric check ran in part: {res.check.error}")
 
+    with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
+        texts = emit.render_mlir(model, formats, options.dims)  # before anything is written
     t0 = time.perf_counter()
     try:
-        save(model, output, force=options.force, inspect=run_check if options.check else None)
+        inspect = run_check if options.check else None
+        if model.format in formats:
+            save(model, output, force=options.force, inspect=inspect)
+        else:  # the check still runs on the model's own format, written aside
+            with tempfile.TemporaryDirectory(prefix=".legalize-", dir=output.parent) as d:
+                save(model, Path(d) / output.name, inspect=inspect)
+        emit.write_extra(model, paths, texts, model.format, force=options.force, protect=path)
     except _CheckFailed:
         res.exit_code = EXIT_VIOLATIONS
         return res
     finally:
         timings["save"] = time.perf_counter() - t0 - timings.get("check", 0.0)
-    report.output = str(output)
-    report.outputs = {"onnx": str(output)}
+    report.outputs = {f: str(p) for f, p in paths.items()}
+    report.output = str(paths[formats[0]])
     return res

@@ -71,7 +71,8 @@ class _NodeCheck:
         self.not_one = not_one
         self.node, self.rule, self.profile = node, rule, profile
         self.result, self.graph_path, self.stage = result, graph_path, stage
-        self.operands = [v for v in node.inputs if v is not None]
+        self.operands = [v for i, v in enumerate(node.inputs)
+                         if v is not None and (rule.operands is None or i in rule.operands)]
         self.shapes: List[Shape] = [v.type.shape for v in self.operands]
         self.result_shape: Shape = node.outputs[0].type.shape if node.outputs else None
 

@@ -1,0 +1,66 @@
+"""``--emit``: which files are written where, and the usage errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from legalizer.emit import emit_paths
+from test_cli import assert_clean, legalize, lines
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_paths_beside_the_output_stem():
+    paths = emit_paths(Path("d/m.legal.onnx"), ["onnx", "stablehlo", "tosa"], "onnx")
+    assert paths == {"onnx": Path("d/m.legal.onnx"), "stablehlo": Path("d/m.legal.stablehlo.mlir"),
+                     "tosa": Path("d/m.legal.tosa.mlir")}
+    assert emit_paths(Path("m.legal.tflite"), ["onnx"], "tflite") == {"onnx": Path("m.legal.onnx")}
+
+
+def test_tflite_model_emitted_as_onnx_too(tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    from legalizer.check.litert import run_tflite
+
+    src = tmp_path / "mob.tflite"
+    src.write_bytes((ROOT / "models/tflite/mobilenet_like.tflite").read_bytes())
+    p = legalize(src, "--emit", "tflite", "--emit", "onnx", "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    out_t, out_o = tmp_path / "mob.legal.tflite", tmp_path / "mob.legal.onnx"
+    assert lines(p.stdout)[-1].startswith(f"{src}: legalized for 'tosa' -> {out_t}, {out_o}, outputs match")
+    import onnxruntime as ort
+
+    x = np.random.default_rng(0).standard_normal((1, 16, 16, 3)).astype(np.float32)
+    got = ort.InferenceSession(str(out_o)).run(None, {"image": x})[0]
+    want = run_tflite(str(src), {"image": x})["probs"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    onnx.checker.check_model(onnx.load(str(out_o)), full_check=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--emit", "tflite"], "--emit tflite: only a TFLite model can be written as .tflite"),
+    (["--emit", "stablehlo"], "--emit stablehlo writes the xla form: add --target xla"),
+    (["--emit", "tosa", "--target", "xla"], "--emit tosa writes the tosa form: add --target tosa"),
+    (["--emit", "pdf"], "--emit must be one of onnx, tflite, stablehlo, tosa, not 'pdf'"),
+])
+def test_emit_usage_errors(args, message, tmp_path):
+    src = tmp_path / "m.onnx"
+    src.write_bytes((ROOT / "models/mlp_bias.onnx").read_bytes())
+    p = legalize(src, *args)
+    assert_clean(p)
+    assert p.returncode == 2
+    assert lines(p.stderr) == [f"legalize: error: {message}"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_emit_without_the_native_format_still_checks_and_writes_only_what_was_asked(tmp_path):
+    src = tmp_path / "t.tflite"
+    src.write_bytes((ROOT / "models/tflite/broadcast_add.tflite").read_bytes())
+    p = legalize(src, "--emit", "onnx", "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["t.legal.onnx", "t.tflite"]
