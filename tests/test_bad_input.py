@@ -185,7 +185,7 @@ CASES: Dict[str, Case] = {
     "newline in a value name": Case(content=control_chars_in_name, expect="bad\\nname"),
     "tflite": Case(file="m.tflite", content=TFLITE, expect="TFLite"),
     "tflite renamed .onnx": Case(content=TFLITE, expect="TFLite"),
-    "mlir text": Case(file="m.mlir", content=MLIR_TEXT, expect="MLIR text"),
+    "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:"),
     "mlir bytecode": Case(file="m.mlirbc", content=MLIR_BYTECODE, expect="MLIR bytecode"),
     "torch.export archive": Case(file="m.pt2", content=pt2_archive, expect="torch.export"),
     "torch.save checkpoint": Case(file="m.pt", content=torch_checkpoint, expect="checkpoint"),
