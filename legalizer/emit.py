@@ -41,26 +41,31 @@ def validate(formats: List[str], model_format: str, target: str) -> List[str]:
     return formats
 
 
-def _as_onnx_ir(model: Model) -> Model:
-    """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form."""
+def _as_onnx_ir(model: Model, target: str) -> Model:
+    """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form,
+    legalized again (the translation has broadcasts of its own: a fused bias, a mod's
+    sign test)."""
     if model.format == "onnx":
         return model
     from .api import to_onnx
     from .importers.onnx import import_model
+    from .transform import legalize
 
-    return import_model(to_onnx(model))
+    onnx_ir = import_model(to_onnx(model))
+    legalize(onnx_ir, target)
+    return onnx_ir
 
 
 def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], str]]:
     def stablehlo(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.stablehlo import emit_stablehlo
 
-        return emit_stablehlo(_as_onnx_ir(m))
+        return emit_stablehlo(_as_onnx_ir(m, NEEDS_TARGET["stablehlo"]))
 
     def tosa(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.tosa import emit_tosa
 
-        return emit_tosa(_as_onnx_ir(m), dims=dims or None)
+        return emit_tosa(_as_onnx_ir(m, NEEDS_TARGET["tosa"]), dims=dims or None)
 
     return {"stablehlo": stablehlo, "tosa": tosa}
 

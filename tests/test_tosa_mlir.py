@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
+from legalizer.check import iree_run as iree_run_module
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.importers.mlir import MlirAttr, OpSource, load_mlir, parse_mlir
 from legalizer.ir.graph import CONST, INPUT, OP, OUTPUT
@@ -54,21 +55,13 @@ def emitted(path: Path, dims=None) -> str:
 
 
 def iree_parse(text: str):
-    ir = pytest.importorskip("iree.compiler.ir")
-    module = ir.Module.parse(text, ir.Context())
-    assert module.operation.verify()
-    return module
+    pytest.importorskip("iree.compiler")
+    return iree_run_module.parse(text)
 
 
 def iree_run(text: str, inputs: list) -> list:
-    compiler = pytest.importorskip("iree.compiler")
-    runtime = pytest.importorskip("iree.runtime")
-    vmfb = compiler.compile_str(text, input_type="tosa", target_backends=["llvm-cpu"],
-                                extra_args=["--iree-llvmcpu-target-cpu=host"])
-    module = runtime.load_vm_flatbuffer(vmfb, driver="local-task")
-    out = module.main(*inputs)
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    return [np.asarray(o.to_host() if hasattr(o, "to_host") else o) for o in outs]
+    pytest.importorskip("iree.runtime")
+    return iree_run_module.run(text, inputs)
 
 
 def feeds_for(model: onnx.ModelProto, dims: dict, seed: int = 0) -> dict:
