@@ -132,6 +132,7 @@ class _Printer:
                                    markup=False)
         if self.legalizing:
             self.legalize_summary(res)
+        self.check_lines(res)
         self.out.print(one_line(f"{rep.input}: {self.verdict(res)}"), markup=False)
 
     def verdict(self, res: RunResult) -> str:
@@ -144,7 +145,12 @@ class _Printer:
             return f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'" + \
                 ("; not legalized, nothing written" if self.legalizing else "")
         if not self.legalizing:
-            return f"legal under '{rep.profile}'"
+            chk = res.check
+            if chk is None:
+                return f"legal under '{rep.profile}'"
+            if not chk.ran:
+                return f"legal under '{rep.profile}' (not compared: {chk.error})"
+            return f"legal under '{rep.profile}', results {'match' if chk.ok else 'DIFFER'} ({chk.provider})"
         if stages.get("output"):
             n = stages["output"]
             return (f"the legalized model has {n} violation{'s' if n != 1 else ''} under '{rep.target}'"
@@ -184,6 +190,9 @@ class _Printer:
                 line = (f"broadcasts made explicit: {st['broadcasts_made_explicit']}, runtime broadcast checks: "
                         f"{st['runtime_broadcast_checks']} (elided: {st['runtime_broadcast_checks_elided']}), " + line)
             self.out.print(line, markup=False)
+
+    def check_lines(self, res: RunResult) -> None:
+        """One line per compared output and binding, in the manner of Polygraphy."""
         chk = res.check
         if chk is not None and chk.ran:
             skipped = [b for b in chk.bindings if b.skipped]
@@ -254,6 +263,9 @@ def legalize(
                                    "or tosa (MLIR, with --target tosa); repeatable. Default: the input's. Each is "
                                    "written beside the output's stem (.onnx, .tflite, .stablehlo.mlir, .tosa.mlir).",
                                    show_default=False),
+    against: Optional[Path] = typer.Option(None, "--against", help="With a TOSA MLIR MODEL and --verify-only: run "
+                                           "it on IREE and compare with this .tflite (LiteRT) or .onnx.",
+                                           show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
@@ -275,7 +287,8 @@ def legalize(
         raise UsageError("-q and -v cannot be used together")
     options = RunOptions(target=target, profile=profile, verify_only=verify_only, force=force, check=do_check,
                          provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
-                         rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit))
+                         rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
+                         against=against)
     # Fail on a bad output or report path before the work, not after it.
     if not verify_only:
         options.output = output if output is not None else default_output(model)

@@ -49,6 +49,7 @@ class RunOptions:
     atol: float = 1e-5
     assume_dynamic_not_one: bool = False
     emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
+    against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
 
 
 @dataclass
@@ -112,6 +113,19 @@ def _file_size(path: Path) -> int:
         return 0  # load() says what is wrong with it
 
 
+def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_stage) -> None:
+    from .check.against import check_against
+
+    with _timed(timings, "check", on_stage):
+        res.check = check_against(path, Path(options.against), provider=options.provider, rtol=options.rtol,
+                                  atol=options.atol, given=options.inputs)
+    res.report.check = res.check.to_json()
+    if not res.check.ran:
+        res.report.warnings.append(f"the comparison did not run: {res.check.error}")
+    elif not res.check.ok:
+        res.exit_code = EXIT_VIOLATIONS
+
+
 def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
     onnxruntime and write it. Raises LegalizeError for bad input; violations and
@@ -122,6 +136,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     profile = options.profile or ("tosa" if model.format == "mlir" else "mlir")
     if model.format == "mlir" and not options.verify_only:
         raise UsageError(f"{path}: a TOSA MLIR module is verified, not legalized: add --verify-only")
+    if options.against is not None and model.format != "mlir":
+        raise UsageError("--against compares a TOSA MLIR module with its source model; MODEL is not MLIR")
     report = Report(input=str(path), format=model.format, target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
     report.timings_s = timings
@@ -129,6 +145,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         result = verify_model(model, profile, options.assume_dynamic_not_one)
     report.add_verification(result, "input")
     res = RunResult(report, model, result, EXIT_VIOLATIONS if result.violations else EXIT_OK, timings)
+    if options.against is not None and not result.violations:
+        _check_against(path, options, res, timings, on_stage)
     if options.verify_only or result.violations:
         return res  # a model that violates the trait is not legalized
 

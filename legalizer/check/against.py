@@ -1,0 +1,100 @@
+"""``--against MODEL``: run a TOSA MLIR module on IREE (CPU) and compare it with the
+model it was converted from: a ``.tflite`` on LiteRT, or an ``.onnx`` on onnxruntime.
+Arguments and results are matched by position (``@main``'s order is the model's input
+and output order); a quantized output may differ by one step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+import numpy as np
+
+from ..fileio import sniff
+from .ort import SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, _random, session
+from .tflite import _compare
+
+
+def _module_text(path: Path) -> str:
+    from ..importers.mlir import BYTECODE_MAGIC, bytecode_to_text
+
+    data = path.read_bytes()
+    return bytecode_to_text(data, str(path)) if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8")
+
+
+class _Reference:
+    """The model the module came from: its inputs (name, dtype, shape) and a runner."""
+
+    def __init__(self, path: Path, provider: str):
+        self.kind = sniff(path)
+        if self.kind == "tflite":
+            from .litert import LiteRTModel
+
+            self.model = LiteRTModel(str(path))
+            specs = self.model.input_specs()
+            self.inputs = [(s.name, np.dtype(s.dtype), [d if d > 0 else SMALL for d in s.shape_signature],
+                            s.quantization[0] != 0.0) for s in specs]
+            self.runtime = "LiteRT"
+        elif self.kind == "onnx":
+            from .ort import providers
+
+            self.model = session(str(path), providers(provider))
+            self.inputs = [(i.name, np.dtype(_ort_dtype(i.type)),
+                            [d if isinstance(d, int) and d > 0 else SMALL for d in i.shape], False)
+                           for i in self.model.get_inputs()]
+            self.runtime = "onnxruntime"
+        else:
+            raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {self.kind}")
+
+    def run(self, feeds: Dict[str, np.ndarray]) -> List[np.ndarray]:
+        if self.kind == "tflite":
+            return list(self.model.run(feeds).values())
+        return self.model.run(None, feeds)
+
+
+def _ort_dtype(type_str: str) -> str:
+    name = type_str[len("tensor("):-1]
+    return {"float": "float32", "double": "float64"}.get(name, name)
+
+
+def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol: float = 1e-4,
+                  atol: float = 1e-5, given: Optional[Mapping[str, np.ndarray]] = None, seed: int = 0) -> CheckResult:
+    from .iree_run import TosaError, run
+
+    try:
+        ref = _Reference(reference, provider)
+    except CheckUnavailable as e:
+        return CheckResult(False, "IREE", error=str(e))
+    except Exception as e:  # noqa: BLE001 - the runtime's own words
+        return CheckResult(False, "IREE", error=f"{reference}: does not load: {_first_line(e)}")
+    label = f"IREE llvm-cpu vs {ref.runtime}"
+    rng = np.random.default_rng(seed)
+    feeds: Dict[str, np.ndarray] = {}
+    for name, dtype, shape, quantized in ref.inputs:
+        if given and name in given:
+            feeds[name] = np.asarray(given[name])
+        elif quantized and dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            feeds[name] = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+        else:
+            from onnx import helper
+
+            feeds[name] = _random(rng, helper.np_dtype_to_tensor_dtype(dtype), shape)
+    try:
+        expected = ref.run(feeds)
+    except Exception as e:  # noqa: BLE001
+        return CheckResult(False, label, error=f"{reference} fails on {ref.runtime}: {_first_line(e)}")
+    try:
+        got = run(_module_text(module), list(feeds.values()))
+    except (TosaError, CheckUnavailable) as e:
+        return CheckResult(False, label, error=str(e))
+    dims: Dict[str, int] = {}  # dynamic dims run at SMALL
+    if len(got) != len(expected):
+        outs = [OutputResult(f"result #{i}", False, detail=f"the module has {len(got)} results, the model"
+                             f" {len(expected)} outputs") for i in range(len(expected))]
+        return CheckResult(True, label, [BindingResult(dims, False, outs)])
+    # an integer result of a TFLite model is taken as quantized: one step of slack
+    outs = [_compare(f"result #{i}", np.asarray(e), np.asarray(g), ref.kind == "tflite", rtol, atol)
+            for i, (e, g) in enumerate(zip(expected, got))]
+    return CheckResult(True, label, [BindingResult(dims, all(o.ok for o in outs), outs)])

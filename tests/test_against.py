@@ -1,0 +1,59 @@
+"""``--verify-only --against``: a TOSA MLIR module run on IREE against the model it was
+converted from (LiteRT for .tflite, onnxruntime for .onnx)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test_cli import assert_clean, legalize, lines
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest.importorskip("iree.compiler")
+pytest.importorskip("iree.runtime")
+
+
+def _emitted_tosa(src: Path, tmp_path: Path) -> Path:
+    local = tmp_path / src.name
+    local.write_bytes(src.read_bytes())
+    p = legalize(local, "--emit", "tosa", "-q", "--no-check")
+    assert p.returncode == 0, p.stderr
+    return tmp_path / f"{local.stem}.legal.tosa.mlir"
+
+
+@pytest.mark.parametrize("name", ["mobilenet_like.tflite", "dynamic_broadcast.tflite", "transformer_like.tflite"])
+def test_module_matches_the_tflite_it_came_from(name, tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    module = _emitted_tosa(ROOT / "models/tflite" / name, tmp_path)
+    p = legalize(module, "--verify-only", "--against", ROOT / "models/tflite" / name)
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs LiteRT)"
+    assert any(ln.startswith("PASSED | Output: 'result #0'") for ln in lines(p.stdout))
+
+
+def test_module_against_onnx(tmp_path):
+    module = _emitted_tosa(ROOT / "models/mlp_bias.onnx", tmp_path)
+    p = legalize(module, "--verify-only", "--against", ROOT / "models/mlp_bias.onnx", "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert lines(p.stdout)[-1].endswith("results match (IREE llvm-cpu vs onnxruntime)")
+
+
+def test_a_different_model_is_a_mismatch_exit_1(tmp_path):
+    pytest.importorskip("ai_edge_litert")
+    module = _emitted_tosa(ROOT / "models/tflite/broadcast_add.tflite", tmp_path)
+    p = legalize(module, "--verify-only", "--against", ROOT / "models/tflite/broadcast_sub.tflite")
+    assert_clean(p)
+    assert p.returncode == 1
+    assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results DIFFER (IREE llvm-cpu vs LiteRT)"
+    assert any(ln.startswith("FAILED | Output: 'result #0'") for ln in lines(p.stdout))
+
+
+def test_against_needs_an_mlir_model(tmp_path):
+    p = legalize(ROOT / "models/mlp_bias.onnx", "--verify-only", "--against", ROOT / "models/mlp_bias.onnx")
+    assert_clean(p)
+    assert p.returncode == 2
+    assert lines(p.stderr) == ["legalize: error: --against compares a TOSA MLIR module with its source model;"
+                               " MODEL is not MLIR"]
