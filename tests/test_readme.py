@@ -39,7 +39,8 @@ def test_readme_sessions_match_the_tool(tmp_path):
         last = shown.strip().splitlines()[-1]
         got = p.stdout.strip().splitlines()[-1]
         if "--verify-only" not in command:
-            got = got.replace(str(out), str(model.with_name(f"{model.stem}.legal{model.suffix}")))
+            # out.onnx, out.stablehlo.mlir, ... -> models/<stem>.legal.onnx, ...
+            got = got.replace(str(tmp_path / "out."), str(model.with_name(f"{model.stem}.legal.")))
         assert got == last, command
         for line in shown.strip().splitlines():
             if line.startswith(("error:", "PASSED", "constraint:")):
