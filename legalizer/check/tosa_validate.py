@@ -1,0 +1,76 @@
+"""Validate TOSA MLIR text against the TOSA specification with ``tosa-opt --tosa-validate``.
+
+The tool comes from PyPI's ``tosa-tools`` (2026.8.0), which installs generic top-level
+package names and so lives in its own virtual environment: ``bash
+scripts/setup_tosa_tools.sh`` creates ``<repo>/.venv-tosa-tools``.
+
+The module is checked as one target environment: ``--tosa-attach-target`` (specification
+1.0, level 8k, profiles ``pro_int,pro_fp`` - float models need PRO-FP, int8 ones PRO-INT -,
+no extensions) then ``--tosa-validate``. Spec 1.0's level check rejects dynamic dims,
+so only static modules (symbolic dims bound with ``dims=``) can pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+ENV_VAR = "LEGALIZE_TOSA_OPT"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VENV_TOOL = REPO_ROOT / ".venv-tosa-tools" / "bin" / "tosa-opt"
+SETUP_HINT = "run: bash scripts/setup_tosa_tools.sh (or set LEGALIZE_TOSA_OPT to a tosa-opt)"
+
+PROFILES = ("pro_int", "pro_fp")
+EXTENSIONS: Tuple[str, ...] = ()
+TIMEOUT_S = 60.0
+
+
+def _executable(path) -> bool:
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def find_tosa_opt() -> Optional[str]:
+    """``$LEGALIZE_TOSA_OPT``, then ``<repo>/.venv-tosa-tools/bin/tosa-opt``, then PATH."""
+    env = os.environ.get(ENV_VAR)
+    if env and _executable(env):
+        return env
+    if _executable(str(VENV_TOOL)):
+        return str(VENV_TOOL)
+    return shutil.which("tosa-opt")
+
+
+def command(tool: str, *, profiles: Sequence[str] = PROFILES, extensions: Sequence[str] = EXTENSIONS,
+            strict: bool = False) -> list:
+    """The argument list that validates MLIR read from stdin."""
+    target = f"profiles={','.join(profiles)}"
+    if extensions:
+        target += f" extensions={','.join(extensions)}"
+    validate = "--tosa-validate=strict-op-spec-alignment" if strict else "--tosa-validate"
+    return [tool, "-", f"--tosa-attach-target={target}", validate, "-o", os.devnull]
+
+
+def validate(text: str, *, tool: Optional[str] = None, timeout: float = TIMEOUT_S,
+             profiles: Sequence[str] = PROFILES, extensions: Sequence[str] = EXTENSIONS,
+             strict: bool = False) -> Tuple[bool, str]:
+    """``(ok, first_error_line)``: whether tosa-opt parses, verifies and validates ``text``;
+    when not, the first ``error:`` line of its diagnostics (``<stdin>:LINE:COL: error: ...``),
+    or why it could not run. ``first_error_line`` is ``""`` when ok."""
+    tool = tool or find_tosa_opt()
+    if tool is None:
+        return False, f"tosa-opt not found: {SETUP_HINT}"
+    try:
+        proc = subprocess.run(command(tool, profiles=profiles, extensions=extensions, strict=strict),
+                              input=text, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"tosa-opt timed out after {timeout:g} s"
+    except OSError as e:
+        return False, f"tosa-opt cannot run: {e}"
+    if proc.returncode == 0:
+        return True, ""
+    lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error:" in ln]
+    first = (errors or lines or [f"tosa-opt exited with status {proc.returncode}"])[0]
+    return False, first

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install the TOSA validator (tosa-opt from PyPI's tosa-tools) into its OWN virtual
+# environment: tosa-tools installs generic top-level packages (checker, conformance,
+# frameworks, ...) that must not land in the project's venv.
+#
+#   bash scripts/setup_tosa_tools.sh [VENV_DIR]     # default: <repo>/.venv-tosa-tools
+#
+# Prints the path of tosa-opt on its last line. legalizer/check/tosa_validate.py finds
+# <repo>/.venv-tosa-tools/bin/tosa-opt by itself; elsewhere, set LEGALIZE_TOSA_OPT.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="${1:-$ROOT/.venv-tosa-tools}"
+VERSION="2026.8.0"
+PY="${PYTHON:-python3}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -m pip show tosa-tools 2>/dev/null | grep -qx "Version: $VERSION"; then
+    "$VENV/bin/python" -m pip install -q "tosa-tools==$VERSION"
+fi
+TOSA_OPT="$VENV/bin/tosa-opt"
+if [ ! -x "$TOSA_OPT" ]; then
+    echo "setup_tosa_tools: tosa-tools $VERSION installed no $TOSA_OPT" >&2
+    exit 1
+fi
+"$TOSA_OPT" --version >/dev/null
+echo "$TOSA_OPT"
