@@ -266,6 +266,58 @@ def test_lowerings_run_on_iree_as_on_onnxruntime(tmp_path):
     compare_with_ort(proto, text, feeds_for(proto, {}, seed=3))
 
 
+def _quant_and_mod_model() -> onnx.ModelProto:
+    """Integer Div and Mod, float Mod (both fmods), per-tensor and per-axis Q/DQ."""
+    inits = [numpy_helper.from_array(np.asarray(v, dt), n) for n, v, dt in [
+        ("s", 0.05, np.float32), ("zp", -3, np.int8), ("sa", [0.02, 0.1, 0.0625], np.float32),
+        ("zpa", [0, 5, -7], np.int8), ("s32", [0.5, 0.25, 2.0], np.float32), ("zp32", [0, 0, 0], np.int32)]]
+    N = helper.make_node
+    nodes = [N("Div", ["ia", "ib"], ["idiv"]), N("Mod", ["ia", "ib"], ["imod"]),
+             N("Mod", ["fa", "fb"], ["fmod1"], fmod=1),
+             N("QuantizeLinear", ["q", "s", "zp"], ["q_t"]), N("DequantizeLinear", ["q_t", "s", "zp"], ["dq_t"]),
+             N("QuantizeLinear", ["q", "sa", "zpa"], ["q_a"], axis=1),
+             N("DequantizeLinear", ["q_a", "sa", "zpa"], ["dq_a"], axis=1),
+             N("DequantizeLinear", ["acc", "s32", "zp32"], ["dq_32"], axis=1)]
+    ins = [("ia", TensorProto.INT32, [4, 6]), ("ib", TensorProto.INT32, [4, 6]), ("fa", TensorProto.FLOAT, [4, 6]),
+           ("fb", TensorProto.FLOAT, [1, 6]), ("q", TensorProto.FLOAT, [2, 3, 8]), ("acc", TensorProto.INT32, [2, 3, 4])]
+    graph = helper.make_graph(nodes, "quant_mod", [helper.make_tensor_value_info(*i) for i in ins],
+                              [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+                               for o in ("idiv", "imod", "fmod1", "q_t", "dq_t", "q_a", "dq_a", "dq_32")],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def test_quantize_dequantize_div_and_mod_run_on_iree_as_on_onnxruntime(tmp_path):
+    proto = _quant_and_mod_model()
+    path = tmp_path / "quant_mod.onnx"
+    onnx.save(proto, path)
+    text = emitted(path)
+    assert tosa_violations(parse_mlir(text).graph) == []
+    rng = np.random.default_rng(5)
+    ib = rng.integers(1, 9, (4, 6)) * rng.choice([-1, 1], (4, 6))
+    # exact ties (k + 0.5) * scale round half to even; the rest is random, some out of range
+    q = rng.standard_normal((2, 3, 8)) * 3
+    q[0, :, :] = (np.arange(-4, 4) + 0.5) * np.asarray([0.05, 0.05, 0.05])[:, None]
+    q[1, :, :] = (np.arange(-4, 4) + 0.5) * np.asarray([0.02, 0.1, 0.0625])[:, None]
+    feeds = {"ia": rng.integers(-50, 50, (4, 6)).astype(np.int32), "ib": ib.astype(np.int32),
+             "fa": (rng.standard_normal((4, 6)) * 5).astype(np.float32),
+             "fb": np.asarray([[1.5, -1.5, 0.7, -2.25, 3.0, -0.4]], np.float32),
+             "q": q.astype(np.float32), "acc": rng.integers(-1000, 1000, (2, 3, 4)).astype(np.int32)}
+    compare_with_ort(proto, text, feeds)
+    # float Mod with fmod=0 (onnxruntime refuses it): Python's % on the same operands
+    proto = helper.make_model(helper.make_graph(
+        [helper.make_node("Mod", ["fa", "fb"], ["m"])], "fmod0",
+        [helper.make_tensor_value_info("fa", TensorProto.FLOAT, [4, 6]),
+         helper.make_tensor_value_info("fb", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("m", TensorProto.FLOAT, [4, 6])]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    onnx.save(proto, tmp_path / "fmod0.onnx")
+    (got,) = iree_run(emitted(tmp_path / "fmod0.onnx"), [feeds["fa"], feeds["fb"]])
+    np.testing.assert_allclose(got, np.mod(feeds["fa"], feeds["fb"]), rtol=RTOL, atol=ATOL)
+
+
 # ---- emit: the text's form and its errors ------------------------------------------------------
 
 def test_emitted_text_spells_current_tosa():
@@ -295,7 +347,7 @@ def test_unsupported_ops_are_all_named_on_one_line():
              helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
              helper.make_node("Shape", ["y"], ["shape"], name="shape_of_dynamic"),
              helper.make_node("Reshape", ["x", "shape"], ["reshaped"], name="reshape"),
-             helper.make_node("Mod", ["x", "x"], ["mod"], name="mod", fmod=1)]
+             helper.make_node("Hardmax", ["x"], ["mod"], name="hardmax")]
     graph = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6]),
                      helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])],
@@ -312,7 +364,7 @@ def test_unsupported_ops_are_all_named_on_one_line():
     assert msg.startswith("cannot emit TOSA for 4 ops: ")
     for name in ("'topk' (TopK: no TOSA lowering)", "'nonzero' (NonZero: no TOSA lowering)",
                  "'shape_of_dynamic' (Shape: a shape computed at run time needs static shapes",
-                 "'mod' (Mod: no TOSA lowering)"):
+                 "'hardmax' (Hardmax: no TOSA lowering)"):
         assert name in msg
     # ops that are fine on their own are not blamed for their operands
     assert "relu" not in msg and "reshape'" not in msg

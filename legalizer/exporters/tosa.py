@@ -539,9 +539,120 @@ def _div(e: _Emitter) -> List[T]:
     a, b = e.input(0), e.input(1)
     if a.dtype in FLOATS:  # TOSA has no float division: a * (1 / b)
         return [e.binary("tosa.mul", a, e.unary("tosa.reciprocal", b), result=e.result_name())]
-    if a.dtype != "int32":
+    if a.dtype not in _INTDIV:
         raise Unsupported(f"integer division of {a.dtype} (tosa.intdiv takes int32)")
+    # tosa.intdiv truncates toward zero, as ONNX's integer Div does
     return [e.binary("tosa.intdiv", a, b, result=e.result_name())]
+
+
+# tosa.intdiv's element types: i32 in the TOSA spec; IREE also compiles i64 (ONNX's index type).
+_INTDIV = ("int32", "int64")
+
+
+@lowers("Mod")
+def _mod(e: _Emitter) -> List[T]:
+    """fmod=0: the remainder takes the divisor's sign (Python's %); fmod=1: the
+    dividend's (C's fmod). Floats: a - floor(a/b)*b, or a - trunc(a/b)*b; integers:
+    a - intdiv(a, b)*b (truncated, C's), then corrected by b where the signs differ."""
+    a, b = e.input(0), e.input(1)
+    fmod = int(_attr(e.node, "fmod", 0))
+    rank = max(a.rank, b.rank)
+    a, b = e.expand_rank(a, rank), e.expand_rank(b, rank)
+    if a.dtype in FLOATS:
+        q = e.binary("tosa.mul", a, e.unary("tosa.reciprocal", b))
+        if fmod:  # trunc(q) = sign(q) * floor(|q|)
+            neg = e.binary("tosa.greater", e.scalar(0.0, a.dtype, rank), q, dtype="bool")
+            zp = e.zp(a.dtype)
+            mag = e.unary("tosa.floor", e.unary("tosa.abs", q))
+            q = e.select(neg, e.op("tosa.negate", [mag, zp, zp], mag.dtype, mag.shape), mag)
+        else:
+            q = e.unary("tosa.floor", q)
+        r = e.binary("tosa.sub", a, e.binary("tosa.mul", q, b), result=e.result_name() if fmod else None)
+        if fmod:
+            return [r]
+        zero = e.scalar(0.0, a.dtype, rank)
+    elif a.dtype in _INTDIV:
+        r = e.binary("tosa.sub", a, e.binary("tosa.mul", e.binary("tosa.intdiv", a, b), b),
+                     result=e.result_name() if fmod else None)
+        if fmod:
+            return [r]
+        zero = e.scalar(0, a.dtype, rank)
+    else:
+        raise Unsupported(f"Mod of {a.dtype} (floats, int32 and int64 have a TOSA form)")
+    # fmod=0: where r != 0 and sign(r) != sign(b), r + b (a float r rounded to |b| becomes 0)
+    r_neg = e.binary("tosa.greater", zero, r, dtype="bool")
+    b_neg = e.binary("tosa.greater", zero, b, dtype="bool")
+    r_nonzero = e.unary("tosa.logical_not", e.binary("tosa.equal", r, zero, dtype="bool"))
+    fix = e.binary("tosa.logical_and", e.binary("tosa.logical_xor", r_neg, b_neg), r_nonzero)
+    floats = a.dtype in FLOATS
+    out = e.select(fix, e.binary("tosa.add", r, b), r, result=None if floats else e.result_name())
+    if floats:  # r + b rounded to b: the remainder is 0
+        out = e.select(e.binary("tosa.equal", out, b, dtype="bool"), zero, out, result=e.result_name())
+    return [out]
+
+
+def _quant_param(e: _Emitter, i: int, x: T, dtype: str, what: str, default=0) -> Optional[np.ndarray]:
+    """A constant scale / zero point as an array broadcastable against ``x``: a scalar,
+    or a 1-D per-axis vector reshaped to ``x``'s rank along ``axis``."""
+    if not e.has_input(i):
+        return None if default is None else np.full((1,) * x.rank, default)
+    c = e.const_input(i)
+    if c is None:
+        raise Unsupported(f"a run-time {what} (operand #{i} must be a constant)")
+    c = np.asarray(c)
+    if _attr(e.node, "block_size", 0):
+        raise Unsupported("blocked quantization (block_size) has no TOSA lowering")
+    if c.size == 1:
+        return c.reshape((1,) * x.rank)
+    if c.ndim != 1:
+        raise Unsupported(f"a {what} of rank {c.ndim}")
+    axis = _axis(_attr(e.node, "axis", 1), x.rank)
+    shape = [1] * x.rank
+    shape[axis] = c.shape[0]
+    return c.reshape(shape)
+
+
+@lowers("DequantizeLinear")
+def _dequantize(e: _Emitter) -> List[T]:
+    """(cast(x to float) - zero_point) * scale."""
+    x = e.input(0)
+    dtype, _ = e.out_type()
+    if x.dtype not in ("int8", "int16", "int32"):
+        raise Unsupported(f"dequantizing {x.dtype} (int8, int16 and int32 have a TOSA form)")
+    scale = _quant_param(e, 1, x, dtype, "scale", default=None)
+    zp = _quant_param(e, 2, x, dtype, "zero point")
+    y = e.op("tosa.cast", [x], dtype, x.shape)
+    if np.any(zp != 0):
+        y = e.binary("tosa.sub", y, e.const(zp.astype(numpy_dtype(dtype)), dtype))
+    return [e.binary("tosa.mul", y, e.const(scale.astype(numpy_dtype(dtype)), dtype), result=e.result_name())]
+
+
+@lowers("QuantizeLinear")
+def _quantize(e: _Emitter) -> List[T]:
+    """clamp(round(x * (1/scale)) + zero_point, qmin, qmax), cast: tosa.cast from float to
+    int32 rounds half to even (and saturates), as ONNX's QuantizeLinear's rounding does.
+    ONNX divides by the scale; x * (1/scale) may land an ulp off an exact tie (x = k.5 *
+    scale), so a product within an ulp of a half-integer is taken as that tie."""
+    x = e.input(0)
+    dtype, _ = e.out_type()
+    if x.dtype not in FLOATS:
+        raise Unsupported(f"quantizing {x.dtype} (a float input is needed)")
+    if dtype not in ("int8", "int16"):
+        raise Unsupported(f"quantizing to {dtype} (int8 and int16 have a TOSA form)")
+    scale = _quant_param(e, 1, x, x.dtype, "scale", default=None)
+    zp = _quant_param(e, 2, x, x.dtype, "zero point")
+    inv = (1.0 / scale.astype(np.float64)).astype(numpy_dtype(x.dtype))
+    q = e.binary("tosa.mul", x, e.const(inv, x.dtype))
+    half = e.binary("tosa.add", e.unary("tosa.floor", q), e.scalar(0.5, x.dtype, x.rank))
+    ulp = e.mul_scalar(e.unary("tosa.abs", half), 2.0 ** -23 if x.dtype == "float" else 2.0 ** -10)
+    tie = e.binary("tosa.greater_equal", ulp, e.unary("tosa.abs", e.binary("tosa.sub", q, half)), dtype="bool")
+    n = e.op("tosa.cast", [e.select(tie, half, q)], "int32", q.shape)  # rounds half to even
+    if np.any(zp != 0):
+        n = e.binary("tosa.add", n, e.const(zp.astype(np.int32), "int32"))
+    lo, hi = INT_RANGE[dtype]  # tosa.clamp takes no i32 (profiles): maximum / minimum
+    n = e.binary("tosa.minimum", e.binary("tosa.maximum", n, e.scalar(lo, "int32", n.rank)),
+                 e.scalar(hi, "int32", n.rank))
+    return [e.op("tosa.cast", [n], dtype, n.shape, result=e.result_name())]
 
 
 @lowers("Pow")
