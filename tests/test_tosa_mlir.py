@@ -318,6 +318,30 @@ def test_quantize_dequantize_div_and_mod_run_on_iree_as_on_onnxruntime(tmp_path)
     np.testing.assert_allclose(got, np.mod(feeds["fa"], feeds["fb"]), rtol=RTOL, atol=ATOL)
 
 
+def test_pow_of_negative_bases_runs_on_iree_as_on_onnxruntime(tmp_path):
+    """tosa.pow is undefined below 0; ONNX's Pow is C's pow: (-2)^3 = -8, (-2)^2 = 4,
+    (-2)^0.5 = NaN. A run-time exponent and a constant one of several values."""
+    N = helper.make_node
+    c = numpy_helper.from_array(np.asarray([[1.0, 2.0, 3.0, 0.0, -1.0, -2.0]], np.float32), "c")
+    graph = helper.make_graph(
+        [N("Pow", ["x", "y"], ["run_time"]), N("Pow", ["x", "c"], ["constant"])], "pow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4, 6]) for o in ("run_time", "constant")], [c])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    path = tmp_path / "pow.onnx"
+    onnx.save(proto, path)
+    x = np.asarray([[-2.0, -1.5, 3.0, -0.5, 2.0, -3.0]] * 4, np.float32) * np.asarray([[1], [-1], [2], [0.5]], np.float32)
+    y = np.asarray([[3.0, 2.0, 0.5, -1.0, 2.5, -3.0]], np.float32)
+    got = iree_run(emitted(path), [x, y])
+    with np.errstate(invalid="ignore"):
+        want = [np.power(x, y), np.power(x, numpy_helper.to_array(c))]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True)
+    assert np.isnan(got[0]).any() and (got[0] < 0).any()  # both cases are exercised
+    compare_with_ort(proto, emitted(path), {"x": x, "y": y})
+
+
 # ---- emit: the text's form and its errors ------------------------------------------------------
 
 def test_emitted_text_spells_current_tosa():

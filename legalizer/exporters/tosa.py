@@ -676,7 +676,24 @@ def _pow(e: _Emitter) -> List[T]:
     y = e.input(1)
     if y.dtype != x.dtype:
         y = e.cast(y, x.dtype)
-    return [e.binary("tosa.pow", x, y, result=e.result_name())]
+    return [_signed_pow(e, x, y)]
+
+
+def _signed_pow(e: _Emitter, x: T, y: T) -> T:
+    """tosa.pow is undefined for x < 0; ONNX's Pow (C's pow) is defined there for integral
+    y: |x|^y, negated for odd y; NaN for the rest. So: pow(|x|, y), then select."""
+    rank = max(x.rank, y.rank)
+    x, y = e.expand_rank(x, rank), e.expand_rank(y, rank)
+    p = e.binary("tosa.pow", e.unary("tosa.abs", x), y)
+    whole = e.unary("tosa.floor", y)
+    integral = e.binary("tosa.equal", y, whole, dtype="bool")
+    half = e.unary("tosa.floor", e.mul_scalar(whole, 0.5))
+    odd = e.unary("tosa.logical_not", e.binary("tosa.equal", e.mul_scalar(half, 2.0), whole, dtype="bool"))
+    zp = e.zp(x.dtype)
+    negated = e.op("tosa.negate", [p, zp, zp], p.dtype, p.shape)
+    of_negative = e.select(integral, e.select(odd, negated, p), e.scalar(float("nan"), x.dtype, rank))
+    negative = e.binary("tosa.greater", e.scalar(0.0, x.dtype, rank), x, dtype="bool")
+    return e.select(negative, of_negative, p, result=e.result_name())
 
 
 @lowers("Sqrt")
