@@ -361,6 +361,23 @@ def test_conv_bias_relu_reduce_tail_computes_on_xla_cpu():
     np.testing.assert_allclose(xla_run.run(text, [x])[0], expected, rtol=RTOL)
 
 
+def test_quantize_linear_rounds_exact_ties_to_even_on_xla_cpu():
+    """x = (k + 0.5) * scale is an exact tie; XLA's x * (1 / scale) may miss it by an ulp
+    (mobilenet_like_int8's requantizations were one int8 step off before)."""
+    scales = np.asarray([0.1, 0.02, 0.0625, 0.3], np.float32)
+    s = numpy_helper.from_array(scales, "s")
+    zp = numpy_helper.from_array(np.asarray([0, 3, -5, 1], np.int8), "zp")
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=1)], "q",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [2, 4, 40])],
+        [helper.make_tensor_value_info("q", TP.INT8, [2, 4, 40])], [s, zp])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    ties = (np.arange(-20, 20) + 0.5).astype(np.float32)[None, None, :] * scales[None, :, None]
+    x = np.concatenate([ties, np.random.default_rng(4).standard_normal((1, 4, 40)).astype(np.float32) * 5])
+    _, proto, text, _ = _legalize(proto)
+    _check_same(proto, text, {"x": x.astype(np.float32)})
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "XLA:CPU bug (jaxlib 0.10.2), no option to turn it off: the mean (sum * 1/169) is duplicated "
     "into the max fusion and the subtract-exp fusion, and LLVM contracts the latter into an FMA "

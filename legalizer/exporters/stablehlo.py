@@ -1488,8 +1488,12 @@ def _quantize(cx: Emitter, node: Node):
         raise _Unsupported("blocked or float8 quantization")
     t = cx.tt(x)
     rd = None if cx.tt(x).static else cx.rdims(x)
-    q = cx.op("stablehlo.round_nearest_even", [cx.op("stablehlo.divide", [x, _quant_param(cx, node, 1, t, rd)], t)],
-              t)
+    # The quotient in f64, rounded once to f32: XLA turns a division by a constant into a
+    # product with its reciprocal, which in f32 may cross a rounding tie that ONNX's
+    # division does not (requantized values sit near ties); in f64 it lands where x / s does.
+    wide = t.with_elem("f64") if t.elem in ("f32", "f16", "bf16") else t
+    q = cx.op("stablehlo.divide", [cx.convert(x, wide.elem), _quant_param(cx, node, 1, wide, rd)], wide)
+    q = cx.op("stablehlo.round_nearest_even", [cx.convert(q, t.elem)], t)
     zp = _quant_param(cx, node, 2, t, rd)
     if zp is not None:
         q = cx.op("stablehlo.add", [q, zp], t)
