@@ -259,9 +259,10 @@ def legalize(
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
     rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance of the check."),
     atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance of the check."),
-    emit: List[str] = typer.Option([], "--emit", help="Format to write: onnx, tflite, stablehlo (with --target xla) "
-                                   "or tosa (MLIR, with --target tosa); repeatable. Default: the input's. Each is "
-                                   "written beside the output's stem (.onnx, .tflite, .stablehlo.mlir, .tosa.mlir).",
+    emit: List[str] = typer.Option([], "--emit", help="Format to write: onnx, tflite, stablehlo or stablehlo-bytecode "
+                                   "(with --target xla) or tosa (MLIR, with --target tosa); repeatable. Default: the "
+                                   "input's. Each is written beside the output's stem (.onnx, .tflite, "
+                                   ".stablehlo.mlir, .stablehlo.mlirbc, .tosa.mlir).",
                                    show_default=False),
     against: Optional[Path] = typer.Option(None, "--against", help="With a TOSA MLIR MODEL and --verify-only: run "
                                            "it on IREE and compare with this .tflite (LiteRT) or .onnx.",

@@ -8,17 +8,18 @@ emitted fails with nothing on disk; files are written only after the check passe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Union
 
 from .errors import UsageError
 from .fileio import atomic_output, check_output_path
 from .model import Model
 
-FORMATS = ("onnx", "tflite", "stablehlo", "tosa")
-SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "stablehlo": ".stablehlo.mlir", "tosa": ".tosa.mlir"}
+FORMATS = ("onnx", "tflite", "stablehlo", "stablehlo-bytecode", "tosa")
+SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "stablehlo": ".stablehlo.mlir",
+          "stablehlo-bytecode": ".stablehlo.mlirbc", "tosa": ".tosa.mlir"}
 # The legal form each MLIR dialect takes: StableHLO broadcasts only explicitly, TOSA
 # only through size-1 dims of equal-rank operands.
-NEEDS_TARGET = {"stablehlo": "xla", "tosa": "tosa"}
+NEEDS_TARGET = {"stablehlo": "xla", "stablehlo-bytecode": "xla", "tosa": "tosa"}
 
 
 def emit_paths(output: Path, formats: List[str], native: str) -> Dict[str, Path]:
@@ -56,7 +57,7 @@ def _as_onnx_ir(model: Model, target: str) -> Model:
     return onnx_ir
 
 
-def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], str]]:
+def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
     def stablehlo(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.stablehlo import emit_stablehlo
 
@@ -67,12 +68,18 @@ def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], str]]:
 
         return emit_tosa(_as_onnx_ir(m, NEEDS_TARGET["tosa"]), dims=dims or None)
 
-    return {"stablehlo": stablehlo, "tosa": tosa}
+    def stablehlo_bytecode(m: Model, dims: Dict[str, int]) -> bytes:
+        from .exporters.stablehlo import portable_artifact
+
+        return portable_artifact(stablehlo(m, dims))
+
+    return {"stablehlo": stablehlo, "stablehlo-bytecode": stablehlo_bytecode, "tosa": tosa}
 
 
-def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None) -> Dict[str, str]:
-    """The MLIR text of each MLIR format asked for (BadInput if an op cannot be emitted).
-    ``dims`` binds symbolic dims where the dialect needs static shapes (TOSA convs)."""
+def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None) -> Dict[str, Union[str, bytes]]:
+    """The MLIR text (bytes for bytecode) of each MLIR format asked for (BadInput if an op
+    cannot be emitted). ``dims`` binds symbolic dims where the dialect needs static shapes
+    (TOSA convs)."""
     emitters = _emitters()
     return {f: emitters[f](model, dict(dims or {})) for f in formats if f in emitters}
 
@@ -90,7 +97,8 @@ def write_extra(model: Model, paths: Dict[str, Path], texts: Dict[str, str], nat
             continue
         if fmt in texts:
             with atomic_output(path, force=force, protect=protect) as tmp:
-                tmp.write_text(texts[fmt])
+                data = texts[fmt]
+                tmp.write_bytes(data) if isinstance(data, bytes) else tmp.write_text(data)
         elif fmt == "onnx":  # a TFLite model's ONNX form
             import onnx
 

@@ -45,7 +45,8 @@ def test_tflite_model_emitted_as_onnx_too(tmp_path):
     (["--emit", "tflite"], "--emit tflite: only a TFLite model can be written as .tflite"),
     (["--emit", "stablehlo"], "--emit stablehlo writes the xla form: add --target xla"),
     (["--emit", "tosa", "--target", "xla"], "--emit tosa writes the tosa form: add --target tosa"),
-    (["--emit", "pdf"], "--emit must be one of onnx, tflite, stablehlo, tosa, not 'pdf'"),
+    (["--emit", "pdf"], "--emit must be one of onnx, tflite, stablehlo, stablehlo-bytecode, tosa, not 'pdf'"),
+    (["--emit", "stablehlo-bytecode"], "--emit stablehlo-bytecode writes the xla form: add --target xla"),
 ])
 def test_emit_usage_errors(args, message, tmp_path):
     src = tmp_path / "m.onnx"
@@ -64,3 +65,37 @@ def test_emit_without_the_native_format_still_checks_and_writes_only_what_was_as
     assert_clean(p)
     assert p.returncode == 0, p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["t.legal.onnx", "t.tflite"]
+
+
+def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tmp_path):
+    pytest.importorskip("jaxlib")
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    from legalizer.check import xla_run
+
+    src = tmp_path / "m.onnx"
+    src.write_bytes((ROOT / "models/small_cnn.dynamo.onnx").read_bytes())
+    p = legalize(src, "--target", "xla", "--emit", "stablehlo", "--emit", "stablehlo-bytecode", "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    artifact = (tmp_path / "m.legal.stablehlo.mlirbc").read_bytes()
+    assert artifact.startswith(b"ML\xefR")  # MLIR bytecode, of the VHLO dialect
+    with xla_run.context() as ctx:
+        from_bytecode = str(ir.Module.parse(stablehlo.deserialize_portable_artifact_str(artifact)))
+    text = (tmp_path / "m.legal.stablehlo.mlir").read_text()
+    x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    for got, want in zip(xla_run.run(from_bytecode, [x]), xla_run.run(text, [x])):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_stablehlo_bytecode_of_a_chlo_op_is_one_clear_line(tmp_path):
+    pytest.importorskip("jaxlib")
+    src = tmp_path / "t.onnx"
+    src.write_bytes((ROOT / "models/transformer_block.dynamo.onnx").read_bytes())
+    p = legalize(src, "--target", "xla", "--emit", "stablehlo-bytecode")
+    assert_clean(p)
+    assert p.returncode == 2
+    assert lines(p.stderr) == ["legalize: error: cannot write a StableHLO portable artifact: chlo.erf is not in "
+                               "StableHLO's stable opset (--emit stablehlo writes the text)"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["t.onnx"]

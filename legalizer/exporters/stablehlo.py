@@ -1699,3 +1699,22 @@ def emit_stablehlo(model) -> str:
     ret = f"    return {', '.join(rets)} : {', '.join(types)}" if rets else "    return"
     return (f"module {{\n  func.func public @main({', '.join(args)}) -> ({', '.join(types)}) {{\n"
             f"{body}\n{ret}\n  }}\n}}\n")
+
+
+def portable_artifact(text: str) -> bytes:
+    """``text`` as a StableHLO portable artifact (VHLO bytecode at the current StableHLO
+    version, readable by later versions), serialized by jaxlib's StableHLO (the jax
+    extra). CHLO ops (erf: ONNX's Erf, Gelu) have no stable form: BadInput naming them."""
+    try:
+        from jaxlib.mlir.dialects import stablehlo
+    except ImportError:
+        raise BadInput("--emit stablehlo-bytecode needs jaxlib: pip install 'legalize[jax]'"
+                       " (or write text: --emit stablehlo)") from None
+    chlo = sorted(set(re.findall(r"\bchlo\.[a-z_]+", text)))
+    if chlo:
+        raise BadInput(f"cannot write a StableHLO portable artifact: {', '.join(chlo)} "
+                       "is not in StableHLO's stable opset (--emit stablehlo writes the text)")
+    try:
+        return bytes(stablehlo.serialize_portable_artifact_str(text, stablehlo.get_current_version()))
+    except ValueError as e:
+        raise BadInput(f"cannot write a StableHLO portable artifact: {e}") from None
