@@ -81,7 +81,7 @@ def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tm
     assert p.returncode == 0, p.stderr
     artifact = (tmp_path / "m.legal.stablehlo.mlirbc").read_bytes()
     assert artifact.startswith(b"ML\xefR")  # MLIR bytecode, of the VHLO dialect
-    with xla_run.context() as ctx:
+    with xla_run.context():
         from_bytecode = str(ir.Module.parse(stablehlo.deserialize_portable_artifact_str(artifact)))
     text = (tmp_path / "m.legal.stablehlo.mlir").read_text()
     x = np.random.default_rng(1).standard_normal((2, 3, 16, 16)).astype(np.float32)
