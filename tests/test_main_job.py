@@ -54,7 +54,10 @@ def test_default_output_is_legal_and_checked(tmp_path):
     lines = p.stdout.splitlines()
     assert "PASSED | Output: 'y' | N=3 | max abs err 0, max rel err 0" in lines
     assert "PASSED | Output: 'y' | N=1 | max abs err 0, max rel err 0" in lines
-    assert lines[-1] == f"{src}: legalized for 'tosa' -> {out}, outputs match on CPUExecutionProvider"
+    # --provider auto: CUDA where onnxruntime has it
+    assert lines[-1] == f"{src}: legalized for 'tosa' -> {out}, outputs match on {rep['check']['provider']}"
+    assert rep["check"]["provider"] == ("CUDAExecutionProvider" if "CUDAExecutionProvider" in
+                                        ort.get_available_providers() else "CPUExecutionProvider")
 
 
 def test_existing_output_needs_force_and_input_is_never_overwritten(tmp_path):
