@@ -25,7 +25,7 @@ import onnx  # noqa: E402
 
 import legalizer  # noqa: E402
 from legalizer.api import to_onnx  # noqa: E402
-from legalizer.check.ort import _random, session  # noqa: E402
+from legalizer.check.ort import session, synthesize  # noqa: E402
 from legalizer.emit import NEEDS_TARGET, render_mlir  # noqa: E402
 from legalizer.errors import LegalizeError  # noqa: E402
 
@@ -42,16 +42,10 @@ def models(only: Optional[str]) -> Dict[str, List[Path]]:
 
 
 def _feeds(proto: onnx.ModelProto, size: int, seed: int = 0) -> Dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    inits = {t.name for t in proto.graph.initializer}
-    feeds = {}
-    for vi in proto.graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else size for d in t.shape.dim]
-        feeds[vi.name] = _random(rng, t.elem_type, shape)
-    return feeds
+    """The check's synthesized inputs with every dynamic dim at ``size``."""
+    dims = {d.dim_param or f"{vi.name}[{k}]": size for vi in proto.graph.input
+            for k, d in enumerate(vi.type.tensor_type.shape.dim) if not d.HasField("dim_value")}
+    return synthesize(proto, dims, {}, seed)
 
 
 def _symbols(proto: onnx.ModelProto, size: int) -> Dict[str, int]:

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
 from legalizer.check import iree_run as iree_run_module
+from legalizer.check.ort import synthesize
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.importers.mlir import MlirAttr, OpSource, load_mlir, parse_mlir
 from legalizer.ir.graph import CONST, INPUT, OP, OUTPUT
@@ -65,16 +66,8 @@ def iree_run(text: str, inputs: list) -> list:
 
 
 def feeds_for(model: onnx.ModelProto, dims: dict, seed: int = 0) -> dict:
-    rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 3)
-                 for d in vi.type.tensor_type.shape.dim]
-        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
+    """The check's synthesized inputs; dims not in ``dims`` are 3."""
+    return synthesize(model, dims, {}, seed)
 
 
 def compare_with_ort(model: onnx.ModelProto, text: str, feeds: dict) -> None:
@@ -256,12 +249,18 @@ def _grab_bag() -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
-def test_lowerings_run_on_iree_as_on_onnxruntime(tmp_path):
-    proto = _grab_bag()
-    path = tmp_path / "grab_bag.onnx"
+def emitted_legal(proto: onnx.ModelProto, tmp_path: Path) -> str:
+    """The TOSA of ``proto`` (saved under tmp_path), parsed back and legal under tosa."""
+    path = tmp_path / f"{proto.graph.name}.onnx"
     onnx.save(proto, path)
     text = emitted(path)
     assert tosa_violations(parse_mlir(text).graph) == []
+    return text
+
+
+def test_lowerings_run_on_iree_as_on_onnxruntime(tmp_path):
+    proto = _grab_bag()
+    text = emitted_legal(proto, tmp_path)
     iree_parse(text)
     compare_with_ort(proto, text, feeds_for(proto, {}, seed=3))
 
@@ -291,13 +290,10 @@ def _quant_and_mod_model() -> onnx.ModelProto:
 
 def test_quantize_dequantize_div_and_mod_run_on_iree_as_on_onnxruntime(tmp_path):
     proto = _quant_and_mod_model()
-    path = tmp_path / "quant_mod.onnx"
-    onnx.save(proto, path)
-    text = emitted(path)
-    assert tosa_violations(parse_mlir(text).graph) == []
+    text = emitted_legal(proto, tmp_path)
     rng = np.random.default_rng(5)
     ib = rng.integers(1, 9, (4, 6)) * rng.choice([-1, 1], (4, 6))
-    # exact ties (k + 0.5) * scale round half to even; the rest is random, some out of range
+    # (k + 0.5) * scale, ties or within an ulp of one; the rest is random, some out of range
     q = rng.standard_normal((2, 3, 8)) * 3
     q[0, :, :] = (np.arange(-4, 4) + 0.5) * np.asarray([0.05, 0.05, 0.05])[:, None]
     q[1, :, :] = (np.arange(-4, 4) + 0.5) * np.asarray([0.02, 0.1, 0.0625])[:, None]

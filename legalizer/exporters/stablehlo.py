@@ -40,6 +40,7 @@ import onnx.numpy_helper
 from onnx import helper
 
 from ..errors import BadInput, LegalizeError
+from . import registrar
 from ..ir.dtypes import numpy_dtype
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..oprules import frontend_rules
@@ -541,12 +542,7 @@ Lowering = Callable[[Emitter, Node], List[Optional[str]]]
 LOWERINGS: Dict[str, Lowering] = {}
 
 
-def lowering(*ops: str):
-    def register(fn: Lowering) -> Lowering:
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-    return register
+lowering = registrar(LOWERINGS)
 
 
 def _in(cx: Emitter, node: Node, i: int) -> str:

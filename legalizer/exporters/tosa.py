@@ -38,6 +38,7 @@ import numpy as np
 from onnx import helper
 
 from ..errors import BadInput
+from . import registrar
 from ..ir.dtypes import numpy_dtype
 from ..ir.graph import OP, Graph, Node, Value
 from ..model import Model
@@ -451,12 +452,7 @@ Lowering = Callable[[_Emitter], List[Optional[T]]]
 _LOWER: Dict[str, Lowering] = {}
 
 
-def lowers(*ops: str):
-    def deco(f: Lowering) -> Lowering:
-        for op in ops:
-            _LOWER[op] = f
-        return f
-    return deco
+lowers = registrar(_LOWER)
 
 
 def supported_ops() -> List[str]:
