@@ -413,6 +413,7 @@ def _summary(rep: dict) -> str:
     keys = ["nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted", "constants_folded"]
     if rep.get("target") == "xla" or any(st.get(k) for k in ("broadcasts_made_explicit", "runtime_broadcast_checks")):
         keys += ["broadcasts_made_explicit", "runtime_broadcast_checks", "runtime_broadcast_checks_elided"]
+    keys = [k for k in keys if k in st]  # (a library caller may give the passes' counters only)
     cards = "".join(f'<div class="card"><div class="n">{int(st.get(k, 0)):,}</div>'
                     f'<div class="l">{text(_STAT_LABELS[k])}</div></div>' for k in keys)
     outputs = rep.get("outputs") or ({"": rep["output"]} if rep.get("output") else {})
