@@ -49,6 +49,11 @@ def _short(s: str, n: int = MAX_LABEL) -> str:
     return s if len(s) <= n else s[: n - 12] + "\u2026" + s[-11:]
 
 
+def _shape_label(shape: str) -> str:
+    """An edge's shape as drawn: MLIR-style, and "scalar" for rank 0 (MLIR's empty)."""
+    return shape if shape else "scalar"
+
+
 def _fmt(x: float) -> str:
     return f"{x:.1f}".rstrip("0").rstrip(".")
 
@@ -227,7 +232,7 @@ def layout(pic: Picture) -> _Layout:
         pts.append((px, z.y))
         routes.append((e, pts))
         (x1, y1), (x2, y2) = pts[-2], pts[-1]
-        labels.append([e, (x1 + x2) / 2, (y1 + y2) / 2, len(_short(e.shape, 24)) * CHAR_W[10] + 8])
+        labels.append([e, (x1 + x2) / 2, (y1 + y2) / 2, len(_short(_shape_label(e.shape), 24)) * CHAR_W[10] + 8])
     # labels of one gap: kept apart, in order
     by_gap: Dict[float, list] = {}
     for lab in labels:
@@ -289,7 +294,7 @@ def svg(pic: Picture, title: str = "") -> str:
         out.append(f'<g class="shape"><rect x="{_fmt(x - w / 2)}" y="{_fmt(y - 8)}" width="{_fmt(w)}" height="15" '
                    f'rx="3" fill="#ffffff" fill-opacity="0.92" stroke="#e5e7eb"/>'
                    f'<text x="{_fmt(x)}" y="{_fmt(y + 3.5)}" font-size="10" text-anchor="middle" fill="#111827">'
-                   f'{text(_short(e.shape, 24))}</text><title>{text(e.shape)}</title></g>')
+                   f'{text(_short(_shape_label(e.shape), 24))}</text><title>{text(_shape_label(e.shape))}</title></g>')
     for b in lay.boxes.values():
         if b.dummy:
             continue
@@ -348,6 +353,8 @@ details.region > summary { cursor: pointer; padding: 8px 12px; }
 details.region[open] > summary { border-bottom: 1px solid #e5e7eb; }
 .pair { display: flex; flex-wrap: wrap; gap: 18px; padding: 10px 12px; align-items: flex-start; }
 figure { margin: 0; overflow-x: auto; max-width: 100%; }
+figure.after { border-left: 1px dashed #d1d5db; padding-left: 18px; }
+.changes { color: #374151; font-size: 12.5px; margin-left: 6px; }
 figcaption { font-size: 12px; font-weight: 600; color: #4b5563; text-transform: uppercase; letter-spacing: .04em;
              margin-bottom: 4px; }
 .legend { display: flex; flex-wrap: wrap; gap: 14px; font-size: 12.5px; margin: 6px 0 2px; }
@@ -493,6 +500,18 @@ def _legend() -> str:
     return '<div class="legend">' + "".join(out) + "<span>edge labels: value shapes</span></div>"
 
 
+def _operand_changes(r: Region) -> List[Tuple[str, str, str]]:
+    """(operand producer's name, shape before, shape after) of each operand whose shape
+    the rewrite changed."""
+    def into_center(pic: Picture) -> Dict[int, Tuple[str, str]]:
+        names = {n.id: n.name for n in pic.nodes}
+        return {e.port: (names[e.src], e.shape) for e in pic.edges if e.dst == "c"}
+
+    before, after = into_center(r.before), into_center(r.after)
+    return [(before[i][0], before[i][1] or "scalar", after[i][1] or "scalar")
+            for i in sorted(before) if i in after and before[i][1] != after[i][1]]
+
+
 def _region(k: int, r: Region) -> str:
     ins: Dict[str, int] = {}
     for n in r.inserted:
@@ -500,6 +519,10 @@ def _region(k: int, r: Region) -> str:
     tags = "".join(f'<span class="tag">+{c} {text(op)}</span>' if c > 1 else f'<span class="tag">+{text(op)}</span>'
                    for op, c in sorted(ins.items()))
     where = f' <span class="muted">in {text(r.graph)}</span>' if r.graph else ""
+    changes = _operand_changes(r)
+    if changes:
+        where += ' <span class="changes">' + "; ".join(
+            f"<code>{text(_short(name, 24))}</code> {text(a)} \u2192 {text(b)}" for name, a, b in changes) + "</span>"
     title = f"{r.op} {r.node}"
     note = ('<p class="muted" style="padding:0 12px">The inserted nodes go on beyond what is drawn.</p>'
             if r.after.truncated else "")
