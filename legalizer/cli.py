@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import html_report
 from .errors import LegalizeError, UsageError
 from .fileio import check_output_path
 from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run
@@ -268,6 +269,8 @@ def legalize(
                                            "it on IREE and compare with this .tflite (LiteRT) or .onnx.",
                                            show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here, with pictures "
+                                        "of the rewritten regions.", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
@@ -297,6 +300,9 @@ def legalize(
             check_output_path(options.output, force=force, protect=model)
     if report is not None:
         check_output_path(report, force=True, protect=model)
+    if html is not None:
+        html_report.check_path(html, protect=[model, options.output])
+        options.regions = True
     printer = _Printer(quiet, verbose, json_out, legalizing=not verify_only)
     progress = _Progress(sys.stderr.isatty() and not quiet and not json_out, model.name)
     try:
@@ -306,6 +312,8 @@ def legalize(
     printer.summary(res)
     if report is not None:
         res.report.write(report, protect=model)
+    if html is not None:
+        html_report.write(html, res.report, res.regions, protect=[model, options.output, *res.report.outputs.values()])
     if json_out:
         sys.stdout.write(res.report.dumps() + "\n")
     raise typer.Exit(res.exit_code)

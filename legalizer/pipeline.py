@@ -19,6 +19,7 @@ from .errors import UsageError
 from .fileio import load
 from .ir.graph import OP
 from .model import Model
+from .regions import PICTURE_LIMIT, Regions, snapshot
 from .report import STAT_KEYS, Report
 from .transform import legalize
 from .verify import VerifyResult, verify
@@ -50,6 +51,7 @@ class RunOptions:
     assume_dynamic_not_one: bool = False
     emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
     against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
+    regions: bool = False  # record the rewritten regions (for the HTML report)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class RunResult:
     check: Optional[CheckResult] = None
     ops_before: Counter = field(default_factory=Counter)
     ops_after: Counter = field(default_factory=Counter)
+    regions: Optional[Regions] = None  # with RunOptions.regions, once legalized
 
 
 class _CheckFailed(Exception):
@@ -156,7 +159,10 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
+        before = snapshot(model) if options.regions else None
         done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
+        if before is not None:
+            res.regions = before.regions(model, limit=PICTURE_LIMIT)
     report.warnings.extend(done.warnings)
     for key in STAT_KEYS:
         if key in done.stats:
