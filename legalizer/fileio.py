@@ -21,8 +21,6 @@ FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
 
 # Formats recognized by content that this version does not read: what to tell the user.
 NOT_SUPPORTED = {
-    "pt2": "a torch.export archive (.pt2), which this version of legalize does not support yet;"
-           " export the model with torch.onnx.export and pass the .onnx file",
     "torch": "a PyTorch checkpoint (torch.save), which holds weights, not a graph;"
              " export the model with torch.onnx.export and pass the .onnx file",
     "zip": "a zip archive, not a model file",
@@ -155,6 +153,10 @@ def load(path, infer: bool = True) -> Model:
         from .importers.mlir import load_mlir
 
         return load_mlir(path)
+    if fmt == "pt2":  # the optional torch extra: exported to ONNX by torch.onnx.export
+        from .importers.pytorch import load_pt2
+
+        return load_pt2(path, infer=infer)
     raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
 
 
