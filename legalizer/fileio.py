@@ -132,7 +132,8 @@ def _invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
 
 
 def load(path, infer: bool = True) -> Model:
-    """Load a model file of any supported format into the IR."""
+    """Load a model file of any supported format into the IR (a ``.pt2`` through its
+    ONNX export: ``importers.pytorch``, the optional torch extra)."""
     path = Path(path)
     fmt = sniff(path)
     if fmt == "onnx":

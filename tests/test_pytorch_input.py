@@ -75,7 +75,7 @@ def test_pt2_cli_checked_against_ort_and_torch(tmp_path, name, target):
     legal = onnx.load(str(out))
     dyn = [d.dim_param for i in legal.graph.input for d in i.type.tensor_type.shape.dim if not d.HasField("dim_value")]
     assert dyn and all(dyn), dyn
-    assert legalizer.verify(legalizer.load(out).graph, target).ok
+    assert legalizer.verify(legal, target).ok
     assert src.read_bytes() == (MODELS / name).read_bytes()
 
 
@@ -106,6 +106,47 @@ def test_pt2_with_torch_corrupt_archive_is_exit_2(tmp_path):
     p = _cli(bad, "--verify-only")
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "torch.export" in p.stderr, p.stderr
+
+
+def test_module_api_round_trip():
+    """``legalizer.load(module, example_inputs=..., dynamic_shapes=...)``, legalized in
+    place, checked against its export and PyTorch."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import make_models
+    finally:
+        sys.path.pop(0)
+    make, inputs = make_models._torch_modules()["transformer_block"]
+    torch.manual_seed(0)
+    module = make().eval()
+    args, names, dynamic = inputs()
+    model = legalizer.load(module, example_inputs=args, dynamic_shapes=tuple(dynamic[n] for n in names))
+    assert model.torch is not None
+    assert not legalizer.verify(model, "tosa").ok  # the bias and the mask have lower ranks
+    stats = legalizer.legalize(model, "tosa").stats
+    assert stats["reshapes_inserted"] >= 1
+    assert legalizer.verify(model, "tosa").ok
+    result = legalizer.check(model)  # against its own export and PyTorch
+    assert result.ok and result.torch is not None and result.torch.ok
+    assert len(result.torch.bindings) == len(result.bindings) == 4
+    # the reference really is PyTorch: the module's own output, for one binding
+    x = np.random.default_rng(1).standard_normal((2, 4, 32)).astype(np.float32)
+    m = np.zeros((4, 4), np.float32)
+    with torch.no_grad():
+        want = module(torch.from_numpy(x), torch.from_numpy(m)).numpy()
+    from legalizer.check.ort import session
+
+    got = session(legalizer.to_onnx(model), ["CPUExecutionProvider"]).run(None, {"x": x, "mask": m})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_module_without_example_inputs_is_bad_input():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    with pytest.raises(legalizer.BadInput, match="example_inputs"):
+        legalizer.load(torch.nn.Linear(2, 2))
 
 
 def test_pt2_samples_rerun_byte_identical(tmp_path):
