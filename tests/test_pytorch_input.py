@@ -165,3 +165,38 @@ def test_pt2_samples_rerun_byte_identical(tmp_path):
     for name in PT2:
         assert (tmp_path / name).read_bytes() == (MODELS / name).read_bytes(), name
         assert (MODELS / name).stat().st_size < 1 << 20
+
+
+def test_a_difference_from_torch_fails_the_check(tmp_path, monkeypatch):
+    """Outputs that match the export on onnxruntime but not PyTorch: exit 1, nothing
+    written, the report says which comparison failed."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    from legalizer import pipeline
+    from legalizer.importers import pytorch
+
+    real = pytorch.run_program
+    monkeypatch.setattr(pytorch, "run_program", lambda source, feeds: [o + 1e-3 for o in real(source, feeds)])
+    src = tmp_path / "mlp.pt2"
+    shutil.copy(MODELS / "mlp.pt2", src)
+    res = pipeline.run(src, pipeline.RunOptions(provider="cpu"))
+    assert res.exit_code == 1
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["mlp.pt2"]
+    check = res.report.to_json()["check"]
+    assert all(b["ok"] for b in check["bindings"])  # the export on onnxruntime matches
+    assert not check["ok"] and not check["torch"]["ok"]
+    assert _max_err(check["torch"]) == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_check_api_with_a_pt2_path(tmp_path):
+    """``legalizer.check("m.pt2", legal)``: against the export and against PyTorch;
+    ``legalizer.legalize("m.pt2")`` writes ``m.legal.onnx`` and returns its path."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")
+    src = tmp_path / "small_cnn.pt2"
+    shutil.copy(MODELS / "small_cnn.pt2", src)
+    out = legalizer.legalize(src, "xla", provider="cpu")
+    assert out == tmp_path / "small_cnn.legal.onnx"
+    result = legalizer.check(src, out, provider="cpu")
+    assert result.ok and result.torch.ok and len(result.torch.bindings) == 8
+    assert result.to_json()["torch"]["provider"] == "torch"
