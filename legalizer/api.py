@@ -1,13 +1,145 @@
-"""Writing models back out."""
+"""The library API: ``load``, ``save``, ``verify``, ``legalize``, ``check``.
+
+Each takes a model in any of the forms a pipeline has at hand:
+
+- a path (``str`` or ``os.PathLike``) to a model file of any format ``legalize`` reads
+  (ONNX, TFLite, TOSA MLIR, a ``torch.export`` ``.pt2``);
+- an ``onnx.ModelProto``;
+- an ``onnx_ir.Model`` (the IR of onnxscript and ``onnx_ir``);
+- legalize's own ``Model`` (what ``load`` returns: the IR, ``model.graph``);
+- for ``load``, also a PyTorch ``nn.Module`` with example inputs, or an
+  ``ExportedProgram`` (the optional ``torch`` extra).
+
+``legalize`` gives back the kind it was given; ``load`` always gives a ``Model``,
+``save`` the path written, ``verify`` a ``VerifyResult``, ``check`` a ``CheckResult``.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import Any, Optional, Tuple
 
 import onnx
 
+from .errors import LegalizeError
 from .exporters.onnx import export_model, save_model
 from .model import Model
+
+
+class NotLegal(LegalizeError):
+    """``legalize`` of a ModelProto, an ``onnx_ir.Model`` or a path could not give a
+    legal, equivalent model: the input violates the Broadcastable trait, the output
+    does (a legalize bug), or the numeric check found different outputs. ``report``
+    is the run's JSON report (a path input) or None; ``violations`` the diagnostics."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, violations=(), report: Optional[dict] = None):
+        super().__init__(message)
+        self.violations = list(violations)
+        self.report = report
+
+
+# -- what kind of model was given -----------------------------------------------------
+
+def _is_ir(obj) -> bool:
+    """An ``onnx_ir.Model`` (without importing onnx_ir, an optional dependency: a
+    caller who has one has imported it)."""
+    mod = sys.modules.get("onnx_ir")
+    return mod is not None and isinstance(obj, mod.Model)
+
+
+def _is_torch(obj) -> bool:
+    mod = sys.modules.get("torch")
+    return mod is not None and isinstance(obj, (mod.nn.Module, mod.export.ExportedProgram))
+
+
+def _is_path(obj) -> bool:
+    return isinstance(obj, (str, os.PathLike))
+
+
+def _kind(obj) -> str:
+    if isinstance(obj, Model):
+        return "model"
+    if isinstance(obj, onnx.ModelProto):
+        return "proto"
+    if _is_ir(obj):
+        return "ir"
+    if _is_path(obj):
+        return "path"
+    if _is_torch(obj):
+        return "torch"
+    from .ir import Graph
+
+    if isinstance(obj, Graph):
+        return "graph"
+    raise TypeError(f"expected a path, an onnx.ModelProto, an onnx_ir.Model or a legalizer Model,"
+                    f" not {type(obj).__module__}.{type(obj).__qualname__}")
+
+
+def _ir_to_proto(model) -> onnx.ModelProto:
+    import onnx_ir
+
+    return onnx_ir.serde.serialize_model(model)
+
+
+def _proto_to_ir(proto: onnx.ModelProto):
+    import onnx_ir
+
+    return onnx_ir.serde.deserialize_model(proto)
+
+
+def _as_proto(obj) -> Any:
+    """A ModelProto, or a path, for the onnxruntime check."""
+    kind = _kind(obj)
+    if kind == "proto":
+        return obj
+    if kind == "ir":
+        return _ir_to_proto(obj)
+    if kind == "model":
+        return to_onnx(obj)
+    if kind == "path":
+        return Path(obj)
+    raise TypeError(f"cannot run a {kind} on onnxruntime")
+
+
+# -- the API --------------------------------------------------------------------------
+
+def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None) -> Model:
+    """Load ``source`` into legalize's IR (a ``Model``; its graph is ``model.graph``).
+
+    ``source`` is a path (the format is recognized by content: ONNX, TFLite, TOSA
+    MLIR, or a ``torch.export`` archive ``.pt2``, which is exported to ONNX with
+    ``torch.onnx.export(..., dynamo=True)`` keeping its symbolic dims), an
+    ``onnx.ModelProto`` (not modified), an ``onnx_ir.Model`` (not modified), a
+    ``Model`` (returned as it is), or a PyTorch ``nn.Module`` with ``example_inputs``
+    (a tuple of tensors) and optional ``dynamic_shapes`` (as ``torch.export.export``
+    takes them; the symbolic dims become ONNX dim params), or an ``ExportedProgram``.
+    A model from PyTorch keeps its program in ``model.torch``: ``check`` runs it as a
+    reference. ``infer`` runs ONNX shape inference on import.
+
+    Raises ``BadInput`` (a ``LegalizeError``) for a missing, corrupt or unsupported
+    input, and for PyTorch input without the ``torch`` extra.
+    """
+    kind = _kind(source)
+    if kind == "model":
+        return source
+    if kind == "path":
+        from .fileio import load as load_file
+
+        return load_file(Path(source), infer=infer)
+    if kind == "torch":
+        from .importers.pytorch import load_module
+
+        return load_module(source, example_inputs, dynamic_shapes, infer=infer)
+    if kind == "graph":
+        raise TypeError("load takes a model, not a Graph")
+    from .importers.onnx import import_model
+
+    proto = _ir_to_proto(source) if kind == "ir" else source
+    return import_model(proto, None, infer=infer)
 
 
 def to_onnx(model: Model) -> onnx.ModelProto:
@@ -20,14 +152,163 @@ def to_onnx(model: Model) -> onnx.ModelProto:
     return export_model(model.graph, model.proto)
 
 
-def save(model: Model, path, *, force: bool = False, inspect=None) -> Path:
-    """Write ``model`` in its own format (ONNX or TFLite) to ``path`` atomically; never
-    over its own source file. External data stays external (see
-    ``exporters.onnx.save_model``, also for ``inspect``, a look at the written file
-    before it takes its name)."""
+def save(model, path, *, force: bool = False, inspect=None) -> Path:
+    """Write ``model`` to ``path`` atomically and return the path; never over the
+    model's own source file, nor over an existing file without ``force``.
+
+    A ``Model`` is written in its own format (ONNX or TFLite; a model from PyTorch as
+    ONNX); a ModelProto or an ``onnx_ir.Model`` as ONNX. External data stays external
+    (see ``exporters.onnx.save_model``, also for ``inspect``, a look at the written
+    file before it takes its name)."""
+    kind = _kind(model)
+    if kind in ("proto", "ir"):
+        proto = model if kind == "proto" else _ir_to_proto(model)
+        return save_model(proto, Path(path), None, force=force, inspect=inspect)
+    if kind != "model":
+        raise TypeError(f"save takes a model, not a {kind}")
     if model.format == "tflite":
         from .exporters.tflite import save_tflite
 
         return save_tflite(model, Path(path), force=force, protect=model.source, inspect=inspect)
     return save_model(to_onnx(model), Path(path), model.base_dir, force=force, protect=model.source,
                       inspect=inspect)
+
+
+def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False, **kwargs):
+    """Verify every broadcasting node under ``profile`` (``mlir``, ``strict``, ``tosa``,
+    ``xla``) and return a ``VerifyResult``: ``.ok``, ``.violations`` (diagnostics as
+    values), ``.constraints`` (runtime conditions that cannot be decided statically).
+
+    ``model`` is a ``Graph`` (legalize's IR: ``model.graph``), a ``Model`` (all its
+    top-level graphs), a path, a ModelProto or an ``onnx_ir.Model`` (loaded first).
+    ``assume_dynamic_not_one`` is the strict symbolic mode (no dynamic dim is 1)."""
+    kind = _kind(model)
+    if kind == "graph":
+        from .verify import verify as verify_graph
+
+        return verify_graph(model, profile, assume_dynamic_not_one=assume_dynamic_not_one, **kwargs)
+    from .pipeline import verify_model
+
+    return verify_model(load(model), profile, assume_dynamic_not_one, **kwargs)
+
+
+def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_one: bool):
+    """Verify, legalize, verify: the pipeline's stages, in memory; NotLegal when the
+    input or the output is not legal."""
+    from .pipeline import TARGET_PROFILE, verify_model
+    from .transform import legalize as legalize_ir
+
+    bad = verify_model(model, "mlir", assume_dynamic_not_one).violations
+    if bad:
+        raise NotLegal(f"the input violates the Broadcastable trait ({len(bad)} violation"
+                       f"{'s' if len(bad) != 1 else ''}; first: {bad[0]})", bad)
+    done = legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)
+    bad = verify_model(model, TARGET_PROFILE[target], stage="output").violations
+    if bad:
+        raise NotLegal(f"the legalized model violates the '{target}' profile (a legalize bug: please report it):"
+                       f" {bad[0]}", bad)
+    return done
+
+
+def legalize_proto(proto: onnx.ModelProto, target: str = "tosa", *, debug: bool = False,
+                   assume_dynamic_not_one: bool = False) -> Tuple[onnx.ModelProto, Any]:
+    """``proto`` legalized: a new ModelProto and the ``LegalizeResult`` (stats,
+    warnings). ``proto`` itself is not modified."""
+    from .importers.onnx import import_model
+
+    model = import_model(proto, None)
+    done = _legalize_model(model, target, debug, assume_dynamic_not_one)
+    return to_onnx(model), done
+
+
+def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic_not_one: bool = False,
+             output=None, force: bool = False, check: bool = True, **options):
+    """Rewrite ``model`` into ``target``'s legal form (``tosa``: equal ranks,
+    broadcasting only through size-1 dims; ``xla``: every broadcast explicit) and give
+    back the same kind of model:
+
+    - a ``Model`` (legalize's IR): rewritten in place; returns the ``LegalizeResult``
+      (``.model``, ``.stats``, ``.warnings``), as it always has;
+    - an ``onnx.ModelProto``: returns a new, legal ModelProto; the input is untouched;
+    - an ``onnx_ir.Model``: returns a new, legal ``onnx_ir.Model``; the input is
+      untouched (``legalizer.onnx_ir.LegalizePass`` is the in-place pass form);
+    - a path: does what the ``legalize`` command does - load, verify, legalize, verify
+      under the target's profile, check on onnxruntime (and against PyTorch for a
+      ``.pt2``) unless ``check=False``, write ``output`` (default
+      ``<stem>.legal.<ext>`` beside the input; ``<stem>.legal.onnx`` for a ``.pt2``)
+      - and returns the path written. ``options`` are ``pipeline.RunOptions`` fields
+      (``provider``, ``dims``, ``inputs``, ``rtol``, ``atol``, ``emit``).
+
+    The ModelProto, ``onnx_ir.Model`` and path forms raise ``NotLegal`` (exit code 1)
+    when the input violates the Broadcastable trait or the check finds different
+    outputs (nothing is written then); every form raises ``LegalizeError`` for bad
+    input or usage. ``assume_dynamic_not_one`` is the strict symbolic mode."""
+    kind = _kind(model)
+    if kind == "model":
+        from .transform import legalize as legalize_ir
+
+        return legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)
+    if kind == "proto":
+        return legalize_proto(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)[0]
+    if kind == "ir":
+        new, _ = legalize_proto(_ir_to_proto(model), target, debug=debug,
+                                assume_dynamic_not_one=assume_dynamic_not_one)
+        return _proto_to_ir(new)
+    if kind == "path":
+        return _legalize_file(Path(model), target, assume_dynamic_not_one, output, force, check, options)
+    raise TypeError(f"legalize takes a model or a path, not a {kind}; load it first (legalizer.load)")
+
+
+def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, do_check: bool,
+                   options: dict) -> Path:
+    from .pipeline import EXIT_OK, RunOptions, run
+
+    opts = RunOptions(target=target, output=Path(output) if output is not None else None, force=force,
+                      check=do_check, assume_dynamic_not_one=not_one, **options)
+    res = run(path, opts)
+    report = res.report.to_json()
+    if res.exit_code != EXIT_OK:
+        bad = report["violations"]
+        why = (f"{len(bad)} violation{'s' if len(bad) != 1 else ''} ({bad[0]['message']})" if bad
+               else "the legalized model computes different outputs")
+        raise NotLegal(f"{path}: {why}; nothing written", bad, report)
+    return Path(report["output"])
+
+
+def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs=None, rtol: float = 1e-5,
+          atol: float = 1e-6, **kwargs):
+    """Run ``original`` and ``legalized`` on onnxruntime on the same inputs, for each
+    binding of the dynamic input dims (a small size and 1, or ``dims``), and compare
+    every output; returns a ``CheckResult`` (``.ok``, ``.bindings`` with each output's
+    ``max_abs_err``/``max_rel_err``, ``.to_json()``: the report's ``check``).
+
+    Each is a path, a ModelProto, an ``onnx_ir.Model`` or a ``Model``. A ``Model``
+    loaded from PyTorch (a ``.pt2``, an ``nn.Module``) as ``original`` is compared as
+    its original ONNX export and, besides, as PyTorch running the program
+    (``result.torch``, provider ``"torch"``); so is the path of a ``.pt2``. With ``legalized`` left out,
+    ``original`` is a ``Model`` that was legalized in place, compared with where it
+    came from: its source file, or its PyTorch program and export. ``inputs`` maps
+    input names to arrays (instead of synthesized data)."""
+    from .check.ort import check as check_ort
+    from .fileio import sniff
+
+    if _is_path(original) and sniff(Path(original)) == "pt2":
+        original = load(original)  # its ONNX export, and the program as PyTorch runs it
+    source = original.torch if isinstance(original, Model) else None
+    if legalized is None:
+        if not isinstance(original, Model) or (source is None and original.source is None):
+            raise TypeError("check(model) with one argument takes a Model loaded from a file or from PyTorch;"
+                            " otherwise give the original and the legalized model")
+        legalized = original
+        reference: Any = source.onnx if source is not None else Path(original.source)
+    else:
+        reference = source.onnx if source is not None else _as_proto(original)
+    new = _as_proto(legalized)
+    result = check_ort(reference, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol, **kwargs)
+    if source is not None:
+        from .check.torch_ref import check_torch
+
+        keep = {k: v for k, v in kwargs.items() if k in ("max_bindings", "seed", "not_one", "choices")}
+        result.torch = check_torch(source, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol,
+                                   **keep)
+    return result

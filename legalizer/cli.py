@@ -165,7 +165,8 @@ class _Printer:
             return f"legalized for '{rep.target}'{where} (not checked: --no-check)"
         if not chk.ran:
             return f"legalized for '{rep.target}'{where} (not checked: {chk.error})"
-        return f"legalized for '{rep.target}'{where}, outputs match on {chk.provider}"
+        torch_too = " and PyTorch" if getattr(chk, "torch", None) is not None and chk.torch.ran else ""
+        return f"legalized for '{rep.target}'{where}, outputs match on {chk.provider}{torch_too}"
 
     def legalize_summary(self, res: RunResult) -> None:
         """The main job's table: ops before and after, what was inserted, the check."""
@@ -194,23 +195,26 @@ class _Printer:
 
     def check_lines(self, res: RunResult) -> None:
         """One line per compared output and binding, in the manner of Polygraphy."""
-        chk = res.check
-        if chk is not None and chk.ran:
+        # A PyTorch input is compared twice: with its ONNX export, and with PyTorch.
+        for chk, ref, who in ((res.check, "", "the original model"),
+                              (getattr(res.check, "torch", None), "vs torch | ", "PyTorch")):
+            if chk is None or not chk.ran:
+                continue
             skipped = [b for b in chk.bindings if b.skipped]
             for b in chk.bindings:
                 dims = ", ".join(f"{k}={v}" for k, v in b.dims.items()) or "static shapes"
                 if b.skipped:
                     if self.verbose:
-                        self.out.print(one_line(f"SKIPPED | {dims} | {b.skipped}"), markup=False)
+                        self.out.print(one_line(f"SKIPPED | {ref}{dims} | {b.skipped}"), markup=False)
                     continue
                 for o in b.outputs:
                     if self.quiet and o.ok:
                         continue
                     status = "PASSED" if o.ok else "FAILED"
                     detail = o.detail or f"max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
-                    self.out.print(one_line(f"{status} | Output: '{o.name}' | {dims} | {detail}"), markup=False)
+                    self.out.print(one_line(f"{status} | {ref}Output: '{o.name}' | {dims} | {detail}"), markup=False)
             if skipped and not self.verbose and not self.quiet:
-                self.out.print(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: the original model"
+                self.out.print(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: {who}"
                                " rejects them (-v shows why)", markup=False)
 
 

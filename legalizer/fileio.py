@@ -21,8 +21,6 @@ FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
 
 # Formats recognized by content that this version does not read: what to tell the user.
 NOT_SUPPORTED = {
-    "pt2": "a torch.export archive (.pt2), which this version of legalize does not support yet;"
-           " export the model with torch.onnx.export and pass the .onnx file",
     "torch": "a PyTorch checkpoint (torch.save), which holds weights, not a graph;"
              " export the model with torch.onnx.export and pass the .onnx file",
     "zip": "a zip archive, not a model file",
@@ -134,7 +132,8 @@ def _invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
 
 
 def load(path, infer: bool = True) -> Model:
-    """Load a model file of any supported format into the IR."""
+    """Load a model file of any supported format into the IR (a ``.pt2`` through its
+    ONNX export: ``importers.pytorch``, the optional torch extra)."""
     path = Path(path)
     fmt = sniff(path)
     if fmt == "onnx":
@@ -155,6 +154,10 @@ def load(path, infer: bool = True) -> Model:
         from .importers.mlir import load_mlir
 
         return load_mlir(path)
+    if fmt == "pt2":  # the optional torch extra: exported to ONNX by torch.onnx.export
+        from .importers.pytorch import load_pt2
+
+        return load_pt2(path, infer=infer)
     raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
 
 

@@ -20,6 +20,9 @@ class Model:
     # A TFLite model's subgraphs in file order (signatures, WHILE/IF bodies called by
     # index); ``graph`` is subgraphs[0]. Empty for ONNX, which has one top-level graph.
     subgraphs: List[Graph] = field(default_factory=list)
+    # A model exported from PyTorch (a .pt2, an nn.Module): its TorchSource (the
+    # program, its original ONNX export), the check's reference. None otherwise.
+    torch: Any = None
 
     @property
     def graphs(self) -> List[Graph]:

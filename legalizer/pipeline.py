@@ -73,8 +73,9 @@ class _CheckFailed(Exception):
 
 
 def default_output(path: Path) -> Path:
-    """``model.onnx`` -> ``model.legal.onnx`` beside it."""
-    suffix = path.suffix if path.suffix else ".onnx"
+    """``model.onnx`` -> ``model.legal.onnx`` beside it; ``model.pt2`` (PyTorch, whose
+    legal form is ONNX) -> ``model.legal.onnx``."""
+    suffix = path.suffix if path.suffix and path.suffix != ".pt2" else ".onnx"
     return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")
 
 
@@ -141,7 +142,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         raise UsageError(f"{path}: a TOSA MLIR module is verified, not legalized: add --verify-only")
     if options.against is not None and model.format != "mlir":
         raise UsageError("--against compares a TOSA MLIR module with its source model; MODEL is not MLIR")
-    report = Report(input=str(path), format=model.format, target=options.target, profile=profile)
+    report = Report(input=str(path), format="pt2" if model.torch is not None else model.format,
+                    target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
     report.timings_s = timings
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
@@ -153,7 +155,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     if options.verify_only or result.violations:
         return res  # a model that violates the trait is not legalized
 
-    output = Path(options.output) if options.output is not None else default_output(path)
+    output = Path(options.output) if options.output is not None else \
+        default_output(path if model.torch is None else path.with_suffix(".pt2"))
     formats = emit.validate(options.emit, model.format, options.target)
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
@@ -182,10 +185,19 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                 res.check = check_tflite(path, written, model, provider=options.provider, dims=options.dims,
                                          inputs=options.inputs, rtol=options.rtol, atol=options.atol)
             else:
-                res.check = check(path, written, provider=options.provider, dims=options.dims,
+                # A PyTorch input: against its original ONNX export, and against PyTorch
+                choices = choices_from_constraints([c["text"] for c in report.constraints])
+                original = path if model.torch is None else model.torch.onnx
+                res.check = check(original, written, provider=options.provider, dims=options.dims,
                                   inputs=options.inputs, rtol=options.rtol, atol=options.atol,
-                                  not_one=options.assume_dynamic_not_one,
-                                  choices=choices_from_constraints([c["text"] for c in report.constraints]))
+                                  not_one=options.assume_dynamic_not_one, choices=choices)
+                if model.torch is not None:
+                    from .check.torch_ref import check_torch
+
+                    res.check.torch = check_torch(model.torch, written, provider=options.provider,
+                                                  dims=options.dims, inputs=options.inputs, rtol=options.rtol,
+                                                  atol=options.atol, not_one=options.assume_dynamic_not_one,
+                                                  choices=choices)
         report.check = res.check.to_json()
         if res.check.ran and not res.check.ok:
             raise _CheckFailed
@@ -193,6 +205,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             report.warnings.append(f"the numeric check did not run: {res.check.error}")
         elif res.check.error:
             report.warnings.append(f"the numeric check ran in part: {res.check.error}")
+        if res.check.torch is not None and not res.check.torch.ran:
+            report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
 
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
         texts = emit.render_mlir(model, formats, options.dims)  # before anything is written

@@ -8,6 +8,8 @@ Two kinds of model:
 
 - hand-made with ``onnx.helper`` (``mlp_bias``, ``dynamic_broadcast``,
   ``incompatible_add``): always made;
+- the same PyTorch modules as ``torch.export`` programs (``*.pt2``, saved with
+  ``torch.export.save``: the input of ``legalize model.pt2``), with the same extra;
 - TFLite models in ``tflite/`` (``scripts/tflite_models.py``), built without
   TensorFlow by legalize's own flatbuffer writer: always made;
 - small PyTorch modules exported with ``torch.onnx.export``, each twice: with the
@@ -306,6 +308,35 @@ def _export(name: str, exporter: str) -> onnx.ModelProto:
     return proto
 
 
+# The same modules as torch.export programs (``torch.export.save``), the input of
+# ``legalize model.pt2``: dynamic dims as above; a few tens of KiB each, deterministic.
+PT2_MODELS = [f"{name}.pt2" for name in ("transformer_block", "mlp", "small_cnn")]
+
+
+def export_program(name: str):
+    """The ``torch.export`` program of sample module ``name`` (seeded weights, the
+    dynamic dims of ``_torch_modules``)."""
+    import torch
+
+    make, inputs = _torch_modules()[name]
+    torch.manual_seed(SEED)
+    module = make().eval()
+    args, input_names, dynamic_shapes = inputs()
+    with _quiet():
+        return torch.export.export(module, args, dynamic_shapes=tuple(dynamic_shapes[n] for n in input_names))
+
+
+def save_pt2(name: str, path: Path) -> None:
+    import torch
+
+    with _quiet():
+        program = export_program(name)
+    for node in program.graph.nodes:  # source paths of this checkout: the file would depend on where it is
+        node.meta.pop("stack_trace", None)
+    with _quiet():
+        torch.export.save(program, str(path))
+
+
 def torch_models() -> Tuple[Dict[str, Callable[[], onnx.ModelProto]], str]:
     """The torch-exported models this environment can make, and why the others are
     skipped ('' when none is)."""
@@ -330,8 +361,9 @@ def torch_models() -> Tuple[Dict[str, Callable[[], onnx.ModelProto]], str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "models")
-    ap.add_argument("--only", choices=["all", "helper", "torch", "tflite"], default="all",
-                    help="make only the onnx.helper models, the torch-exported ones or the TFLite ones")
+    ap.add_argument("--only", choices=["all", "helper", "torch", "pt2", "tflite"], default="all",
+                    help="make only the onnx.helper models, the torch-exported ones, the torch.export"
+                         " programs (.pt2) or the TFLite ones")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     makers: Dict[str, Callable[[], onnx.ModelProto]] = {}
@@ -348,6 +380,15 @@ def main() -> None:
     for name, make in makers.items():
         onnx.save(make(), str(args.out / name))
         print(f"wrote {args.out / name}")
+    if args.only in ("all", "pt2"):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            print(f"skipped {', '.join(PT2_MODELS)}: torch is not installed (pip install -e '.[torch]')")
+        else:
+            for fname in PT2_MODELS:
+                save_pt2(fname[:-len(".pt2")], args.out / fname)
+                print(f"wrote {args.out / fname}")
     if args.only in ("all", "tflite"):
         from legalizer.exporters.tflite import to_tflite
         from tflite_models import tflite_models

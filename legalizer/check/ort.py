@@ -56,17 +56,24 @@ class CheckResult:
     provider: str
     bindings: List[BindingResult] = field(default_factory=list)
     error: str = ""  # the check could not compare (e.g. the original does not run)
+    # For a model exported from PyTorch: the legalized model against PyTorch running the
+    # program (provider "torch"), besides this one against the original ONNX export.
+    torch: Optional["CheckResult"] = None
 
     @property
     def ok(self) -> bool:
+        """Every compared binding matches, against each reference that ran."""
         compared = [b for b in self.bindings if not b.skipped]
-        return self.ran and bool(compared) and all(b.ok for b in compared)
+        own = self.ran and bool(compared) and all(b.ok for b in compared)
+        return own and (self.torch is None or not self.torch.ran or self.torch.ok)
 
     def to_json(self) -> dict:
         out = {"ran": self.ran, "provider": self.provider, "ok": self.ok,
                "bindings": [b.to_json() for b in self.bindings]}
         if self.error:
             out["error"] = self.error
+        if self.torch is not None:
+            out["torch"] = self.torch.to_json()
         return out
 
 

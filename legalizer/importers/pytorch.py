@@ -1,0 +1,168 @@
+"""PyTorch input: a ``torch.export`` program (a ``.pt2`` archive written by
+``torch.export.save``, an ``ExportedProgram``, or an ``nn.Module`` with example inputs)
+exported to ONNX with ``torch.onnx.export(..., dynamo=True)`` and imported.
+
+The program's symbolic input dims stay symbolic: the exporter reads them from the
+program (its placeholders' ``SymInt`` sizes, bounded by its range constraints), so
+the ONNX inputs carry the program's symbols (``s77``, ...). The program itself is
+kept on the model (``Model.torch``) so that the check can run PyTorch as a reference.
+
+torch and onnxscript are the optional ``torch`` extra: everything here imports them
+lazily, and without them a PyTorch input is one clear error naming the extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+import onnx
+
+from ..errors import BadInput
+from ..model import Model
+
+EXTRA = "pip install 'legalize[torch]'"
+
+# The opset the dynamo exporter of the pinned torch emits natively (no version conversion).
+OPSET = 18
+
+
+@dataclass
+class TorchSource:
+    """Where a model exported from PyTorch came from: the program (run as the check's
+    reference), the ONNX the exporter made of it (the model before legalization) and
+    the ONNX names of the program's user inputs, in the program's flat input order."""
+
+    program: Any  # torch.export.ExportedProgram
+    onnx: onnx.ModelProto
+    input_names: List[str] = field(default_factory=list)
+    _module: Any = field(default=None, repr=False)  # program.module(), made once
+
+
+def require_torch(what: str) -> None:
+    """BadInput unless torch and onnxscript (the dynamo exporter) can be imported."""
+    missing = []
+    for pkg in ("torch", "onnxscript"):
+        try:
+            __import__(pkg)
+        except ImportError:
+            missing.append(pkg)
+    if missing:
+        raise BadInput(f"{what} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
+                       f" not installed: {EXTRA}")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter prints progress lines and logs warnings (torchvision missing, ...)."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, lv in zip(loggers, levels):
+            lg.setLevel(lv)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def load_pt2(path: Path, infer: bool = True) -> Model:
+    """A ``.pt2`` archive (``torch.export.save``) as a Model of its ONNX export."""
+    require_torch(f"{path}: is a torch.export archive (.pt2); reading it")
+    import torch
+
+    try:
+        with _quiet():
+            program = torch.export.load(str(path))
+    except Exception as e:  # noqa: BLE001 - torch's own words are the reason
+        raise BadInput(f"{path}: not a valid torch.export archive ({type(e).__name__}: {_first_line(e)})") from None
+    model = from_program(program, what=str(path), infer=infer)
+    model.source = path
+    return model
+
+
+def load_module(module, example_inputs, dynamic_shapes=None, infer: bool = True) -> Model:
+    """An ``nn.Module`` (or an ``ExportedProgram``) as a Model of its ONNX export:
+    ``torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)``
+    first, so that the symbolic dims of ``dynamic_shapes`` become ONNX dim params."""
+    require_torch("a PyTorch module")
+    import torch
+
+    if isinstance(module, torch.export.ExportedProgram):
+        return from_program(module, what="the ExportedProgram", infer=infer)
+    if example_inputs is None:
+        raise BadInput("a PyTorch module needs example_inputs (a tuple of tensors) to be exported")
+    if not isinstance(example_inputs, tuple):
+        example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
+    try:
+        with _quiet():
+            program = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
+    except Exception as e:  # noqa: BLE001
+        raise BadInput(f"torch.export.export cannot export the module ({type(e).__name__}: {_first_line(e)})") from None
+    return from_program(program, what=type(module).__name__, infer=infer)
+
+
+def from_program(program, what: str = "the program", infer: bool = True) -> Model:
+    """Export ``program`` with the dynamo exporter and import the ONNX it makes."""
+    import torch
+
+    from .onnx import import_model
+
+    try:
+        with _quiet(), torch.no_grad():
+            onnx_program = torch.onnx.export(program, dynamo=True, opset_version=OPSET, external_data=False,
+                                             optimize=True, verbose=False)
+        proto = onnx_program.model_proto
+    except Exception as e:  # noqa: BLE001
+        raise BadInput(f"{what}: torch.onnx.export cannot export it to ONNX"
+                       f" ({type(e).__name__}: {_first_line(e)})") from None
+    inits = {t.name for t in proto.graph.initializer}
+    names = [vi.name for vi in proto.graph.input if vi.name not in inits]
+    try:
+        model = import_model(proto, None, infer=infer)
+    except BadInput as e:
+        raise BadInput(f"{what}: its ONNX export: {e}") from None
+    model.torch = TorchSource(program, proto, names)
+    return model
+
+
+def user_input_count(program) -> int:
+    from torch.export.graph_signature import InputKind
+
+    return sum(1 for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT)
+
+
+def run_program(source: TorchSource, feeds) -> list:
+    """Run the program on ``feeds`` (ONNX input name -> array), as PyTorch runs it:
+    ``program.module()(*args, **kwargs)``; its outputs flattened, as numpy arrays."""
+    import numpy as np
+    import torch
+    from torch.utils import _pytree
+
+    flat = [torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in source.input_names]
+    args, kwargs = _pytree.tree_unflatten(flat, source.program.call_spec.in_spec)
+    with torch.no_grad():
+        out = _module(source)(*args, **kwargs)
+    leaves, _ = _pytree.tree_flatten(out)
+    return [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in leaves]
+
+
+def _module(source: TorchSource):
+    mod = source._module
+    if mod is None:
+        with _quiet():
+            mod = source.program.module()
+        source._module = mod
+    return mod

@@ -1,0 +1,213 @@
+"""The library API for pipelines: load/save/verify/legalize/check take a path, an
+onnx.ModelProto, an onnx_ir.Model or legalize's Model, and legalize gives back the kind
+it was given; legalizer.onnx_ir.LegalizePass inside onnx_ir / onnxscript pipelines."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+import legalizer
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+SAMPLES = ["mlp_bias.onnx", "dynamic_broadcast.onnx", "transformer_block.dynamo.onnx", "small_cnn.torchscript.onnx"]
+
+ir = pytest.importorskip("onnx_ir")
+
+
+def _proto(name: str) -> onnx.ModelProto:
+    return onnx.load(str(MODELS / name))
+
+
+def _max_err(result) -> float:
+    return max(o.max_abs_err for b in result.bindings if not b.skipped for o in b.outputs)
+
+
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+@pytest.mark.parametrize("name", SAMPLES)
+def test_legalize_proto_gives_a_new_legal_proto(name, target):
+    proto = _proto(name)
+    before = proto.SerializeToString()
+    out = legalizer.legalize(proto, target=target)
+    assert isinstance(out, onnx.ModelProto) and out is not proto
+    assert proto.SerializeToString() == before  # the input is untouched
+    onnx.checker.check_model(out)
+    assert legalizer.verify(out, target).ok
+    result = legalizer.check(proto, out, provider="cpu")
+    assert result.ok, result.to_json()
+    assert _max_err(result) <= 1e-5
+
+
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+@pytest.mark.parametrize("name", SAMPLES)
+def test_legalize_onnx_ir_model_gives_an_onnx_ir_model(name, target):
+    model = ir.serde.deserialize_model(_proto(name))
+    before = ir.serde.serialize_model(model).SerializeToString()
+    out = legalizer.legalize(model, target)
+    assert isinstance(out, ir.Model) and out is not model
+    assert ir.serde.serialize_model(model).SerializeToString() == before
+    assert legalizer.verify(out, target).ok
+    result = legalizer.check(model, out, provider="cpu")  # both onnx_ir models
+    assert result.ok, result.to_json()
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_legalize_path_writes_and_returns_a_path(tmp_path, name):
+    src = tmp_path / name
+    shutil.copy(MODELS / name, src)
+    out = legalizer.legalize(str(src), "tosa", provider="cpu")
+    assert out == tmp_path / name.replace(".onnx", ".legal.onnx") and out.exists()
+    assert legalizer.verify(out, "tosa").ok
+    result = legalizer.check(src, out, provider="cpu")
+    assert result.ok
+    assert src.read_bytes() == (MODELS / name).read_bytes()
+    # an explicit output; an existing one needs force
+    again = legalizer.legalize(src, "xla", output=tmp_path / "x.onnx")
+    assert again == tmp_path / "x.onnx" and legalizer.verify(again, "xla").ok
+    with pytest.raises(legalizer.UsageError, match="already exists"):
+        legalizer.legalize(src, "xla", output=tmp_path / "x.onnx")
+    assert legalizer.legalize(src, "xla", output=tmp_path / "x.onnx", force=True) == tmp_path / "x.onnx"
+
+
+def test_model_keeps_its_old_behaviour():
+    """legalize's own Model: rewritten in place, the LegalizeResult returned."""
+    model = legalizer.load(MODELS / "mlp_bias.onnx")
+    assert isinstance(model, legalizer.Model)
+    done = legalizer.legalize(model, "tosa")
+    assert done.model is model and done.stats["constants_folded"] == 3
+    assert legalizer.verify(model.graph, "tosa").ok and legalizer.verify(model, "tosa").ok
+    result = legalizer.check(model)  # against its source file
+    assert result.ok and result.torch is None
+
+
+def test_not_legal_input_raises():
+    proto = _proto("incompatible_add.onnx")
+    with pytest.raises(legalizer.NotLegal, match="operands don't have broadcast-compatible shapes") as e:
+        legalizer.legalize(proto)
+    assert e.value.exit_code == 1 and e.value.violations
+    with pytest.raises(legalizer.NotLegal):
+        legalizer.legalize(ir.serde.deserialize_model(proto), "xla")
+
+
+def test_not_legal_path_raises_and_writes_nothing(tmp_path):
+    src = tmp_path / "incompatible_add.onnx"
+    shutil.copy(MODELS / "incompatible_add.onnx", src)
+    with pytest.raises(legalizer.NotLegal) as e:
+        legalizer.legalize(src)
+    assert e.value.report["violations"] and e.value.report["output"] is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
+
+
+@pytest.mark.parametrize("kind", ["path", "str", "proto", "ir", "model"])
+def test_load_verify_save_accept_every_kind(tmp_path, kind):
+    path = MODELS / "mlp_bias.onnx"
+    given = {"path": path, "str": str(path), "proto": _proto("mlp_bias.onnx"),
+             "ir": ir.serde.deserialize_model(_proto("mlp_bias.onnx")), "model": legalizer.load(path)}[kind]
+    model = legalizer.load(given)
+    assert isinstance(model, legalizer.Model) and len(model.graph) > 0
+    res = legalizer.verify(given, "tosa")
+    assert isinstance(res, legalizer.VerifyResult)
+    assert [d.node for d in res.violations] == ["fc1_bias", "fc2_bias", "out_scale"]
+    assert legalizer.verify(given).ok  # mlir, the default profile
+    if kind in ("path", "str"):
+        return
+    out = legalizer.save(given, tmp_path / "m.onnx")
+    assert out == tmp_path / "m.onnx"
+    assert legalizer.check(path, out, provider="cpu").ok
+    with pytest.raises(legalizer.UsageError, match="already exists"):
+        legalizer.save(given, out)
+
+
+def test_wrong_kinds_are_type_errors():
+    with pytest.raises(TypeError, match="onnx.ModelProto"):
+        legalizer.legalize(42)
+    with pytest.raises(TypeError):
+        legalizer.load(b"bytes")
+    with pytest.raises(TypeError, match="one argument"):
+        legalizer.check(_proto("mlp_bias.onnx"))
+
+
+# -- legalizer.onnx_ir.LegalizePass ---------------------------------------------------
+
+def test_pass_module_uses_the_real_onnx_ir():
+    """legalizer/onnx_ir.py shadows nothing: inside it, and for its importers,
+    ``onnx_ir`` is the installed package."""
+    from legalizer import onnx_ir as mod
+
+    assert mod.onnx_ir is ir and "legalizer" not in Path(ir.__file__).parts
+    assert issubclass(mod.LegalizePass, ir.passes.InPlacePass)
+    probe = ("import legalizer.onnx_ir, onnx_ir, sys; "
+             "assert sys.modules['onnx_ir'] is onnx_ir and onnx_ir is legalizer.onnx_ir.onnx_ir; "
+             "assert hasattr(onnx_ir, 'passes'), onnx_ir.__file__; print(onnx_ir.__file__)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "site-packages" in out.stdout or "legalizer" not in out.stdout
+
+
+def test_pass_is_in_place_and_reports_modified():
+    from legalizer.onnx_ir import LegalizePass
+
+    model = ir.serde.deserialize_model(_proto("mlp_bias.onnx"))
+    p = LegalizePass("tosa")
+    result = p(model)
+    assert isinstance(result, ir.passes.PassResult)
+    assert result.model is model and result.modified
+    assert p.stats["constants_folded"] == 3
+    assert legalizer.verify(model, "tosa").ok
+    again = LegalizePass("tosa")(model)  # already legal: nothing to do
+    assert again.model is model and not again.modified
+    with pytest.raises(ValueError, match="unknown target"):
+        LegalizePass("tpu")
+
+
+def test_pass_raises_on_an_illegal_model():
+    from legalizer.onnx_ir import LegalizePass
+
+    model = ir.serde.deserialize_model(_proto("incompatible_add.onnx"))
+    with pytest.raises(legalizer.NotLegal):
+        LegalizePass()(model)
+    with pytest.raises(ir.passes.PassError) as e:  # a PassManager wraps what a pass raises
+        ir.passes.PassManager([LegalizePass()])(model)
+    cause = e.value
+    while cause is not None and not isinstance(cause, legalizer.NotLegal):
+        cause = cause.__cause__
+    assert cause is not None
+
+
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+def test_pass_in_an_onnxscript_optimizer_pipeline(target):
+    """onnxscript's optimizer, then LegalizePass, then onnx_ir's dead-node removal, in one
+    PassManager over the dynamo-exported transformer block; the outputs before and after
+    compared on onnxruntime for every dim binding (batch, seq in {3, 1})."""
+    onnxscript = pytest.importorskip("onnxscript")
+    from legalizer.onnx_ir import LegalizePass
+
+    class Optimize(ir.passes.InPlacePass):
+        """onnxscript.optimizer.optimize (in place on an onnx_ir.Model) as a pass."""
+
+        def call(self, model):
+            onnxscript.optimizer.optimize(model)
+            return ir.passes.PassResult(model, True)
+
+    original = _proto("transformer_block.dynamo.onnx")
+    assert not legalizer.verify(original, target).ok
+    model = ir.serde.deserialize_model(original)
+    legal = LegalizePass(target)
+    pipeline = ir.passes.PassManager([Optimize(), legal, ir.passes.common.RemoveUnusedNodesPass()])
+    result = pipeline(model)
+    assert result.model is model and result.modified
+    assert legal.stats["reshapes_inserted" if target == "tosa" else "broadcasts_made_explicit"] >= 1
+    assert legalizer.verify(model, target).ok
+    check = legalizer.check(original, model, provider="cpu")
+    assert check.ok, check.to_json()
+    assert [b.dims for b in check.bindings] == [{"batch": 3, "seq": 3}, {"batch": 3, "seq": 1},
+                                                {"batch": 1, "seq": 3}, {"batch": 1, "seq": 1}]
+    assert _max_err(check) <= 1e-5
+    # the optimizer after legalization keeps the model legal
+    ir.passes.PassManager([Optimize()])(model)
+    assert legalizer.verify(model, target).ok
+    assert legalizer.check(original, model, provider="cpu").ok
