@@ -106,26 +106,26 @@ def load_onnx_proto(path: Path) -> onnx.ModelProto:
     if not model.HasField("graph") or model.ir_version <= 0:
         raise BadInput(f"{path}: not an ONNX model ({size} bytes that parse as no ModelProto"
                        " with a graph and an IR version)")
-    bad = _invalid_string_field(model)
-    if bad is not None:
-        raise BadInput(f"{path}: not a valid ONNX model (string field '{bad}' is not valid UTF-8)")
+    # Its strings are checked for UTF-8 by the importer (importers.onnx._check_strings).
     return model
 
 
-def _invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
+def invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
     """The path of the first string field that is not valid UTF-8, else None.
 
     ONNX is proto2, so the parser accepts any bytes in a string field and the Python
     API then hands back ``bytes`` instead of ``str`` (names, op types, domains), which
-    would break everything downstream. About 3% of the import time; tensor payloads
-    are bytes fields and are not looked at."""
+    would break everything downstream. This walk is slow (a third of the import of a
+    100,000-node model): the importer runs it only once a C-level check
+    (``protoutil.strings_are_utf8``) has found a bad string, to name its field;
+    tensor payloads are bytes fields and are not looked at."""
     for f, v in msg.ListFields():
         if f.type == FieldDescriptor.TYPE_STRING:
             if any(type(s) is bytes for s in (v if is_repeated(f) else (v,))):
                 return where + f.name
         elif f.type == FieldDescriptor.TYPE_MESSAGE:
             for i, sub in enumerate(v if is_repeated(f) else (v,)):
-                bad = _invalid_string_field(sub, f"{where}{f.name}[{i}]." if is_repeated(f) else f"{where}{f.name}.")
+                bad = invalid_string_field(sub, f"{where}{f.name}[{i}]." if is_repeated(f) else f"{where}{f.name}.")
                 if bad is not None:
                     return bad
     return None

@@ -1,18 +1,31 @@
 #!/usr/bin/env python3
-"""Benchmark: legalize's stages against onnx.load on the same model, side by side.
+"""Benchmark: legalize against onnx.load / onnx.save on the same models, side by side.
 
-Each measurement runs in a fresh Python process, so its peak RSS is its own. Ratios
-are what to quote (absolute times drift on shared machines):
+Each measurement runs in a fresh Python process, so its peak RSS (VmHWM) is its own. Ratios
+are what to quote (absolute times drift on shared machines). Per model:
 
-  import / onnx.load   legalize.load (parse + shape inference + IR) over onnx.load
-  verify / onnx.load   the Broadcastable verifier over onnx.load
-  rss / onnx.load      peak RSS of load + verify over peak RSS of onnx.load alone
-  legalize / (load+save)  the main job without its numeric check (load, verify, tosa
-                       passes, verify, save) over onnx.load + onnx.save
+  legalize / (load+save)  the main job without its numeric check (pipeline.run with
+                       --no-check: load, verify, tosa passes, verify, save) over
+                       onnx.load + onnx.save of the same file. For TFLite models the
+                       baseline is reading the file's bytes and writing them back (the
+                       tflite package parses lazily: it has no load step to time).
+  rss / onnx.load      peak RSS of that run over peak RSS of onnx.load alone (TFLite:
+                       of reading the file)
+  nodes/s per stage    import (legalize's load: parse, shape inference, IR), verify
+                       (input and output), passes, export (the save), check (a separate
+                       run with --check: onnxruntime on original and legalized)
+  latency tosa/orig    onnxruntime CPU latency of the legalized (tosa) model over the
+                       original's (median of interleaved runs, 1 thread); ONNX models
 
-Models: the largest model of the onnx wheel (light_densenet121) and a generated model
-of --nodes nodes (default 100,000) dominated by mixed-rank elementwise ops, cached in
-.cache/bench/ (git-ignored; rebuilt when missing).
+Models (generated ones cached in .cache/bench/, git-ignored, rebuilt when missing):
+the sample transformer at depth (24 layers of scripts/make_models.py's TransformerBlock,
+width 512, ~300 MB of weights, torch.onnx.export(dynamo=True)); a synthetic chain of
+--nodes mixed-rank elementwise ops (default 100,000; 1,000,000 works); the onnx wheel's
+light models; the TFLite sample models of models/tflite/.
+
+--scaling: every stage's time and time per node on synthetic graphs of 10k, 100k and 1M
+nodes (--sizes to change them). --big: a >2 GB model with external data (35 MatMuls of
+4096x4096 weights, rank-1 biases), run through the CLI with --check: peak RSS and time.
 
 With --targets, instead: the legal forms side by side (tosa; xla; xla in strict
 symbolic mode, --assume-dynamic-not-one) for the sample models of models/ (all but
@@ -23,7 +36,9 @@ CPU latency of each form over the original's (same synthesized inputs, same sess
 options, median of --runs runs interleaved in rotating order after --warmup); xla/tosa
 is the cost of materializing every broadcast with Expand.
 
-Usage: python scripts/bench.py [--nodes 100000] [--repeat 3] [--json out.json]
+Usage: python scripts/bench.py [--nodes 100000] [--repeat 1] [--only SUBSTR] [--no-transformer] [--json out.json]
+       python scripts/bench.py --scaling [--sizes 10000,100000,1000000] [--json out.json]
+       python scripts/bench.py --big [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
                                [--opt all|extended|basic|none] [--dim NAME=SIZE ...] [--json out.json]
 """
@@ -45,37 +60,45 @@ CACHE = ROOT / ".cache" / "bench"
 _CHILD = textwrap.dedent("""
     import json, resource, sys, time
     stage, path = sys.argv[1], sys.argv[2]
-    import onnx
-    import legalizer
-    t0 = time.perf_counter()
     out = {}
+    t0 = time.perf_counter()
     if stage == "onnx.load":
+        import onnx
+        t0 = time.perf_counter()
         m = onnx.load(path)
         out["onnx.load"] = time.perf_counter() - t0
-        out["nodes"] = len(m.graph.node)
     elif stage == "onnx.load+save":
+        import onnx
+        t0 = time.perf_counter()
         m = onnx.load(path)
         onnx.save(m, path + ".bench-copy.onnx")
         out["onnx.load+save"] = time.perf_counter() - t0
-    elif stage == "legalize":
-        # the main job without the numeric check: load, verify, passes, verify, save
-        from legalizer.transform import legalize
-        model = legalizer.load(path)
-        res = legalizer.verify(model.graph, "mlir")
-        legalize(model, "tosa")
-        legalizer.verify(model.graph, "tosa")
-        legalizer.save(model, path + ".bench-copy.onnx", force=True)
-        out["legalize"] = time.perf_counter() - t0
-    else:
-        model = legalizer.load(path)
-        t1 = time.perf_counter()
-        res = legalizer.verify(model.graph, "mlir")
-        t2 = time.perf_counter()
-        out["import"] = t1 - t0
-        out["verify"] = t2 - t1
-        out["violations"] = len(res.violations)
-        out["elementwise"] = res.elementwise_nodes
-    out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    elif stage == "read":  # TFLite baseline: the file's bytes
+        t0 = time.perf_counter()
+        data = open(path, "rb").read()
+        out["read"] = time.perf_counter() - t0
+    elif stage == "read+write":
+        t0 = time.perf_counter()
+        data = open(path, "rb").read()
+        open(path + ".bench-copy", "wb").write(data)
+        out["read+write"] = time.perf_counter() - t0
+    else:  # "legalize" (no numeric check) or "legalize+check"
+        from pathlib import Path
+        from legalizer.pipeline import RunOptions, run
+        suffix = Path(path).suffix
+        t0 = time.perf_counter()
+        r = run(Path(path), RunOptions(output=Path(path + ".bench-copy" + suffix), force=True,
+                                       check=stage == "legalize+check"))
+        out[stage] = time.perf_counter() - t0
+        out["exit"] = r.exit_code
+        out["timings"] = dict(r.timings)
+        out["nodes_in"] = r.report.stats.get("nodes_in", 0)
+        out["nodes_out"] = r.report.stats.get("nodes_out", 0)
+        if r.check is not None:
+            out["check_ok"] = r.check.ok
+    # VmHWM, this process's own peak: ru_maxrss would carry the parent's across exec
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+    out["maxrss_mb"] = (int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
     print(json.dumps(out))
 """)
 
@@ -117,38 +140,126 @@ def wheel_model(name: str) -> Path:
     return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / name
 
 
+def transformer_model(layers: int = 24, width: int = 512) -> Path:
+    """scripts/make_models.py's TransformerBlock, ``layers`` deep at ``width`` (heads of
+    64, MLP 4x), exported with torch.onnx.export(dynamo=True): symbolic batch and seq."""
+    path = CACHE / f"transformer_{layers}x{width}.dynamo.onnx"
+    if path.exists():
+        return path
+    import torch
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_models import TORCH_OPSET, _quiet, _strip, _torch_modules
+
+    block, _ = _torch_modules()["transformer_block"]
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(block(width, width // 64, 4 * width) for _ in range(layers))
+
+        def forward(self, x, mask):
+            for b in self.blocks:
+                x = b(x, mask)
+            return x
+
+    torch.manual_seed(0)
+    module = Stack().eval()
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    s = 8
+    args = (torch.randn(2, s, width), torch.triu(torch.full((s, s), -1e4), diagonal=1))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad(), _quiet():
+        program = torch.onnx.export(module, args, dynamo=True, input_names=["x", "mask"], output_names=["y"],
+                                    opset_version=TORCH_OPSET, external_data=False, optimize=True, verbose=False,
+                                    dynamic_shapes={"x": {0: batch, 1: seq}, "mask": {0: seq, 1: seq}})
+    import onnx
+
+    tmp = path.with_suffix(".tmp")
+    onnx.save(_strip(program.model_proto), str(tmp))
+    tmp.replace(path)
+    return path
+
+
+def big_model(matmuls: int = 35, width: int = 4096) -> Path:
+    """A model over 2 GB, its weights external (``big.onnx.data``): x:[N,width] through
+    ``matmuls`` MatMuls of width x width float32 (64 MiB each), each followed by a
+    rank-1 bias Add and a Tanh."""
+    path = CACHE / "big" / "big.onnx"
+    if path.exists():
+        return path
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    data = path.with_name("big.onnx.data")
+    inits, nodes, prev = [], [], "x"
+    with open(data, "wb") as f:
+        for i in range(matmuls):
+            for name, shape in ((f"w{i}", (width, width)), (f"b{i}", (width,))):
+                arr = (rng.standard_normal(shape, dtype=np.float32) * (1 / np.sqrt(width))).astype(np.float32)
+                t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
+                t.data_location = TensorProto.EXTERNAL
+                for k, v in (("location", data.name), ("offset", str(f.tell())), ("length", str(arr.nbytes))):
+                    t.external_data.add(key=k, value=v)
+                f.write(arr.tobytes())
+                inits.append(t)
+            nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"mm{i}"),
+                      helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"bias{i}"),
+                      helper.make_node("Tanh", [f"a{i}"], [f"t{i}"], name=f"act{i}")]
+            prev = f"t{i}"
+    g = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["N", width])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return path
+
+
+def tflite_models() -> list:
+    return sorted((ROOT / "models" / "tflite").glob("*.tflite"))
+
+
 def measure(stage: str, path: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", _CHILD, stage, str(path)], capture_output=True, text=True, env=env)
+    for copy in path.parent.glob(path.name + ".bench-copy*"):
+        copy.unlink()
     if r.returncode != 0:
         raise SystemExit(f"{stage} on {path} failed:\n{r.stderr}")
-    copy = Path(str(path) + ".bench-copy.onnx")
-    if copy.exists():
-        copy.unlink()
-    return json.loads(r.stdout)
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def bench(path: Path, repeat: int) -> dict:
-    runs = {"onnx.load": [], "verify": [], "onnx.load+save": [], "legalize": []}
-    # "verify" is the child's default stage: legalizer.load + legalizer.verify
-    for _ in range(repeat):  # interleaved, so drift hits all alike
+STAGES = (("import", "load"), ("verify", "verify"), ("passes", "passes"), ("export", "save"), ("check", "check"))
+
+
+def bench(path: Path, repeat: int, check: bool = True) -> dict:
+    """One model: the main job against the baseline, fresh processes, best of ``repeat``
+    (interleaved, so drift hits all alike); then one run with the numeric check."""
+    tfl = path.suffix == ".tflite"
+    base_load, base_both = ("read", "read+write") if tfl else ("onnx.load", "onnx.load+save")
+    runs = {base_load: [], base_both: [], "legalize": []}
+    for _ in range(repeat):
         for stage in runs:
             runs[stage].append(measure(stage, path))
     best = lambda key, stage: min(r[key] for r in runs[stage])  # noqa: E731
-    load = best("onnx.load", "onnx.load")
-    row = {
-        "model": path.name, "nodes": runs["onnx.load"][0]["nodes"],
-        "onnx.load_s": load, "import_s": best("import", "verify"), "verify_s": best("verify", "verify"),
-        "onnx.load_rss_mb": best("maxrss_mb", "onnx.load"), "legalize_rss_mb": best("maxrss_mb", "verify"),
-        "violations": runs["verify"][0]["violations"], "elementwise": runs["verify"][0]["elementwise"],
-        "onnx.load+save_s": best("onnx.load+save", "onnx.load+save"), "legalize_s": best("legalize", "legalize"),
-        "legalize_rss_mb_full": best("maxrss_mb", "legalize"),
-    }
-    row["legalize/(load+save)"] = row["legalize_s"] / row["onnx.load+save_s"]
-    row["import/onnx.load"] = row["import_s"] / load
-    row["verify/onnx.load"] = row["verify_s"] / load
-    row["rss/onnx.load"] = row["legalize_rss_mb"] / row["onnx.load_rss_mb"]
-    row["verify_nodes_per_s"] = row["nodes"] / row["verify_s"]
+    leg = min(runs["legalize"], key=lambda r: r["legalize"])
+    timings = dict(leg["timings"])
+    row = {"model": path.name, "format": "tflite" if tfl else "onnx", "nodes": leg["nodes_in"],
+           "nodes_out": leg["nodes_out"], "baseline": base_both,
+           "load_s": best(base_load, base_load), "load+save_s": best(base_both, base_both),
+           "legalize_s": leg["legalize"], "load_rss_mb": best("maxrss_mb", base_load),
+           "legalize_rss_mb": leg["maxrss_mb"], "timings_s": timings, "exit": leg["exit"]}
+    if check:
+        chk = measure("legalize+check", path)
+        row["timings_s"]["check"] = chk["timings"].get("check", 0.0)
+        row["check_ok"] = chk.get("check_ok")
+        row["check_rss_mb"] = chk["maxrss_mb"]
+    row["legalize/(load+save)"] = row["legalize_s"] / row["load+save_s"]
+    row["rss/load"] = row["legalize_rss_mb"] / row["load_rss_mb"]
+    row["nodes_per_s"] = {name: (row["nodes"] / row["timings_s"][key] if row["timings_s"].get(key) else None)
+                          for name, key in STAGES}
     return row
 
 
@@ -338,13 +449,21 @@ def print_targets(rows: list, runs: int, warmup: int, threads: int, opt: str) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=100_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=100_000, help="nodes of the synthetic model")
+    ap.add_argument("--repeat", type=int, default=1, help="fresh-process runs per measurement (best is kept)")
+    ap.add_argument("--only", metavar="SUBSTR", help="only the models whose file name contains SUBSTR")
+    ap.add_argument("--no-transformer", action="store_true", help="leave out the 24-layer transformer")
+    ap.add_argument("--no-check", action="store_true", help="leave out the run with the numeric check")
+    ap.add_argument("--latency-max-nodes", type=int, default=200_000,
+                    help="measure onnxruntime latency only on models up to this many nodes")
+    ap.add_argument("--scaling", action="store_true", help="stage times on synthetic graphs of --sizes nodes")
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--big", action="store_true", help="the >2 GB external-data model through the CLI with --check")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--targets", action="store_true", help="compare the legal forms (tosa, xla, xla strict) of the"
                     " sample and light models instead: nodes added, runtime broadcast checks, latency")
-    ap.add_argument("--runs", type=int, default=50, help="latency runs per model with --targets")
-    ap.add_argument("--warmup", type=int, default=5, help="warm-up runs per model with --targets")
+    ap.add_argument("--runs", type=int, default=50, help="latency runs per model")
+    ap.add_argument("--warmup", type=int, default=5, help="latency warm-up runs per model")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads with --targets (0: its default)")
     ap.add_argument("--opt", choices=OPT_LEVELS, default="all", help="onnxruntime graph optimizations with --targets")
     ap.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
@@ -361,33 +480,121 @@ def main() -> None:
                                              "threads": args.threads, "opt": args.opt, "dims": dims},
                                             indent=2) + "\n")
         return
-    rows = [bench(wheel_model("light_densenet121.onnx"), args.repeat),
-            bench(synthetic_model(args.nodes), args.repeat)]
+    if args.scaling:
+        rows = scaling([int(x) for x in args.sizes.split(",")])
+        print_scaling(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"scaling": rows}, indent=2) + "\n")
+        return
+    if args.big:
+        row = big_run()
+        print(json.dumps(row, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps({"big": row}, indent=2) + "\n")
+        return
+    paths = ([] if args.no_transformer else [transformer_model()]) + [synthetic_model(args.nodes)] + \
+        sorted(wheel_model("").glob("*.onnx")) + tflite_models()
+    paths = [p for p in paths if not args.only or args.only in p.name]
+    rows = []
+    for p in paths:
+        row = bench(p, args.repeat, check=not args.no_check)
+        if p.suffix == ".onnx" and row["nodes"] <= args.latency_max_nodes:
+            lat = latency(p, runs=args.runs, warmup=args.warmup)
+            row.update({k: lat[k] for k in ("original_ms", "legalized_ms")}, **{"latency tosa/orig": lat["ratio"]})
+        rows.append(row)
+        print(f"{p.name}: legalize/(load+save) {row['legalize/(load+save)']:.2f}, rss/load {row['rss/load']:.2f}",
+              file=sys.stderr, flush=True)
+    print_models(rows, args.repeat)
+    if args.json:
+        args.json.write_text(json.dumps({"models": rows, "repeat": args.repeat}, indent=2) + "\n")
+
+
+def _fmt_rate(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.0f}k" if x >= 1e3 else f"{x:.0f}"
+
+
+def print_models(rows: list, repeat: int) -> None:
+    import math
+
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="legalize --verify-only vs onnx.load (best of %d, fresh process each)" % args.repeat)
-    for col in ("model", "nodes", "onnx.load s", "import s", "verify s", "import/load", "verify/load",
-                "verify nodes/s", "peak RSS MB (load → verify)", "rss ratio", "load+save s", "legalize s",
-                "legalize/(load+save)"):
+    t = Table(title=f"legalize (tosa, no check) vs onnx.load+onnx.save (TFLite: file read+write), fresh process"
+                    f" each, best of {repeat}; nodes/s per stage; onnxruntime latency tosa/original")
+    for col in ("model", "nodes", "load+save s", "legalize s", "legalize/(load+save)", "peak RSS MB (load → legalize)",
+                "rss/load", "import n/s", "verify n/s", "passes n/s", "export n/s", "check n/s", "check RSS MB",
+                "latency tosa/orig"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(r["model"], f"{r['nodes']:,}", f"{r['onnx.load_s']:.3f}", f"{r['import_s']:.3f}",
-                  f"{r['verify_s']:.3f}", f"{r['import/onnx.load']:.1f}×", f"{r['verify/onnx.load']:.2f}×",
-                  f"{r['verify_nodes_per_s']:,.0f}",
-                  f"{r['onnx.load_rss_mb']:.0f} → {r['legalize_rss_mb']:.0f}", f"{r['rss/onnx.load']:.2f}×",
-                  f"{r['onnx.load+save_s']:.3f}", f"{r['legalize_s']:.3f}", f"{r['legalize/(load+save)']:.1f}×")
-    Console(width=200).print(t)
-    lat = [latency(ROOT / "models" / name) for name in
-           ("transformer_block.dynamo.onnx", "transformer_block.torchscript.onnx", "small_cnn.dynamo.onnx")]
-    t = Table(title="onnxruntime CPU latency, tosa form over original (median of 50 interleaved runs)")
-    for col in ("model", "original ms", "legalized ms", "ratio"):
+        rate = r["nodes_per_s"]
+        t.add_row(r["model"], f"{r['nodes']:,}", f"{r['load+save_s']:.3f}", f"{r['legalize_s']:.3f}",
+                  f"{r['legalize/(load+save)']:.1f}×", f"{r['load_rss_mb']:.0f} → {r['legalize_rss_mb']:.0f}",
+                  f"{r['rss/load']:.2f}×", *(_fmt_rate(rate[k]) for k in ("import", "verify", "passes", "export", "check")),
+                  f"{r['check_rss_mb']:.0f}" if "check_rss_mb" in r else "-",
+                  f"{r['latency tosa/orig']:.3f}" if "latency tosa/orig" in r else "-")
+    lat = [r["latency tosa/orig"] for r in rows if "latency tosa/orig" in r]
+    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")  # noqa: E731
+    t.add_row("geometric mean", "", "", "", f"{gm([r['legalize/(load+save)'] for r in rows]):.1f}×", "",
+              f"{gm([r['rss/load'] for r in rows]):.2f}×", "", "", "", "", "", "", f"{gm(lat):.3f}", style="bold")
+    Console(width=240).print(t)
+
+
+def scaling(sizes: list) -> list:
+    """Every stage's time on synthetic graphs of each size (one fresh process each)."""
+    rows = []
+    for n in sizes:
+        path = synthetic_model(n)
+        base = measure("onnx.load+save", path)
+        r = measure("legalize", path)
+        rows.append({"nodes": r["nodes_in"], "timings_s": r["timings"], "legalize_s": r["legalize"],
+                     "onnx.load+save_s": base["onnx.load+save"], "maxrss_mb": r["maxrss_mb"],
+                     "us_per_node": {k: 1e6 * v / r["nodes_in"] for k, v in r["timings"].items()}})
+        print(f"{n:,} nodes: {r['legalize']:.2f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def print_scaling(rows: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Scaling on synthetic graphs: seconds per stage (µs per node); linear = constant µs/node")
+    cols = [k for k in ("load", "verify", "passes", "save") if any(k in r["timings_s"] for r in rows)]
+    for col in ["nodes"] + [{"load": "import", "save": "export"}.get(c, c) for c in cols] + \
+            ["legalize total", "onnx.load+save", "peak RSS MB"]:
         t.add_column(col, justify="right")
-    for r in lat:
-        t.add_row(r["model"], f"{r['original_ms']:.4f}", f"{r['legalized_ms']:.4f}", f"{r['ratio']:.3f}")
+    for r in rows:
+        t.add_row(f"{r['nodes']:,}", *(f"{r['timings_s'][c]:.2f} ({r['us_per_node'][c]:.1f})" for c in cols),
+                  f"{r['legalize_s']:.2f} ({1e6 * r['legalize_s'] / r['nodes']:.1f})",
+                  f"{r['onnx.load+save_s']:.2f} ({1e6 * r['onnx.load+save_s'] / r['nodes']:.2f})",
+                  f"{r['maxrss_mb']:.0f}")
     Console(width=200).print(t)
-    if args.json:
-        args.json.write_text(json.dumps({"models": rows, "latency": lat}, indent=2) + "\n")
+
+
+def big_run() -> dict:
+    """The >2 GB model through the CLI (legalize MODEL -o OUT --check --force): wall time,
+    peak RSS of that process, and where its data went."""
+    import time
+
+    path = big_model()
+    out = path.with_name("big.legal.onnx")
+    report = path.with_name("big.report.json")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(path), "-o", str(out), "--check", "--force",
+                          "--provider", "cpu", "--report", str(report), "-q"], env=env)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    load = measure("onnx.load", path)  # onnx.load, which reads the external data too, for scale
+    data = sum(f.stat().st_size for f in path.parent.glob("big.onnx.data"))
+    rep = json.loads(report.read_text()) if report.exists() else {}
+    return {"model": str(path), "weights_bytes": data, "model_file_bytes": path.stat().st_size,
+            "exit": os.waitstatus_to_exitcode(status), "wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024,
+            "onnx.load_rss_mb (with its external data)": load["maxrss_mb"],
+            "output_bytes": out.stat().st_size if out.exists() else None,
+            "output_data": [f.name for f in path.parent.glob("big.legal.onnx*")],
+            "timings_s": rep.get("timings_s"), "check": (rep.get("check") or {}).get("ok")}
 
 
 if __name__ == "__main__":

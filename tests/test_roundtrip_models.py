@@ -383,3 +383,35 @@ def test_initializer_that_is_also_an_input():
     assert model.graph.constants() == []
     p = legalizer.to_onnx(model)
     assert [i.name for i in p.graph.input] == ["x", "w"] and [t.name for t in p.graph.initializer] == ["w"]
+
+
+def test_streamed_save_writes_what_onnx_save_writes(tmp_path):
+    """``legalizer.save`` streams the main graph's initializers into the file, one at a
+    time, instead of copying them into a new ModelProto: the bytes are onnx.save's of
+    the whole model, for an unchanged model and for a legalized one (new constants,
+    changed nodes), inline and external."""
+    from legalizer.transform import legalize
+
+    m = model_of([helper.make_node("Add", ["x", "W"], ["y"], name="add"),
+                  helper.make_node("Cast", ["B"], ["b"], name="cast", to=F),
+                  helper.make_node("Mul", ["y", "b"], ["z"], name="mul")],
+                 [vi("x", [2, 3, 4])], [vi("z", [2, 3, 4])],
+                 [numpy_helper.from_array(W, "W"), numpy_helper.from_array(B, "B")],
+                 doc_string="d", producer_name="p")
+    m.metadata_props.add(key="k", value="v")  # a model field after the graph
+    src = tmp_path / "m.onnx"
+    onnx.save_model(m, str(src))
+    for change in (False, True):
+        model = legalizer.load(src)
+        if change:
+            legalize(model, "tosa")
+        out = tmp_path / f"out{int(change)}.onnx"
+        legalizer.save(model, out)
+        assert out.read_bytes() == legalizer.to_onnx(model).SerializeToString()
+        if not change:
+            assert out.read_bytes() == src.read_bytes()
+    ext = external_model(tmp_path)
+    model = legalizer.load(ext)
+    legalize(model, "tosa")
+    legalizer.save(model, tmp_path / "ext.legal.onnx")
+    assert (tmp_path / "ext.legal.onnx").read_bytes() == legalizer.to_onnx(model).SerializeToString()

@@ -21,22 +21,10 @@ from ..fileio import atomic_output
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..ir.dtypes import elem_type
 from ..ir.types import TensorType
-from ..protoutil import is_repeated
+from ..protoutil import copy_fields as _copy_fields, is_repeated
 
 _NODE_REBUILT = {"input", "output", "attribute"}
 _GRAPH_REBUILT = {"node", "input", "output", "initializer", "sparse_initializer", "value_info"}
-
-
-def _copy_fields(dst, src, skip) -> None:
-    for fd, val in src.ListFields():
-        if fd.name in skip:
-            continue
-        if is_repeated(fd):
-            getattr(dst, fd.name).extend(val)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(dst, fd.name).CopyFrom(val)
-        else:
-            setattr(dst, fd.name, val)
 
 
 def value_info(name: str, t: TensorType) -> ValueInfoProto:
@@ -99,8 +87,24 @@ def _export_node(n: Node, out: NodeProto) -> NodeProto:
     return out
 
 
-def export_graph(graph: Graph, gp: Optional[GraphProto] = None) -> GraphProto:
-    """Write ``graph`` into ``gp`` (a new GraphProto if not given)."""
+def _unchanged(n: Node, p: NodeProto) -> bool:
+    """Whether ``n`` still is the node ``p`` it was imported from: same identity fields,
+    operand and result names, and the very attribute protos, in order (no subgraph)."""
+    if p.op_type != n.op_type or p.domain != n.domain or p.name != n.name:
+        return False
+    if list(p.input) != [v.name if v is not None else "" for v in n.inputs]:
+        return False
+    if list(p.output) != [v.name for v in n.outputs]:
+        return False
+    attrs = p.attribute
+    return len(attrs) == len(n.attrs) and all(a is b for a, b in zip(n.attrs.values(), attrs))
+
+
+def export_graph(graph: Graph, gp: Optional[GraphProto] = None,
+                 detached: Optional[List[TensorProto]] = None) -> GraphProto:
+    """Write ``graph`` into ``gp`` (a new GraphProto if not given). With ``detached``
+    (a list), the initializers go there, in order, instead of into ``gp``: the proto
+    they came from is not copied (``save_model`` streams them into the file)."""
     gp = GraphProto() if gp is None else gp
     if graph.proto is not None:
         _copy_fields(gp, graph.proto, _GRAPH_REBUILT)
@@ -111,6 +115,7 @@ def export_graph(graph: Graph, gp: Optional[GraphProto] = None) -> GraphProto:
     sparse: List[tuple] = []
     infos: List[tuple] = []
     new_infos: List[ValueInfoProto] = []
+    node_protos: List[NodeProto] = []
     for n in nodes:
         if n.kind == INPUT:
             gp.input.append(_info_for(n.output, n.output.name, n.proto))
@@ -122,7 +127,10 @@ def export_graph(graph: Graph, gp: Optional[GraphProto] = None) -> GraphProto:
             else:
                 inits.append((n.data.index if n.data.proto is not None else 1 << 60, _initializer(n)))
         elif n.kind == OP:
-            _export_node(n, gp.node.add())
+            # An unchanged node is its imported proto, copied whole in C.
+            p = n.proto
+            node_protos.append(p if p is not None and _unchanged(n, p) else _export_node(n, NodeProto()))
+    gp.node.extend(node_protos)
     for n in graph.outputs:
         v = n.inputs[0]
         gp.output.append(_info_for(v, v.name, n.proto))
@@ -134,7 +142,10 @@ def export_graph(graph: Graph, gp: Optional[GraphProto] = None) -> GraphProto:
                 new_infos.append(value_info(v.name, v.type))
     infos.extend(graph.foreign_value_info)
     inits.sort(key=lambda t: t[0])
-    gp.initializer.extend(t for _, t in inits)
+    if detached is not None:
+        detached.extend(t for _, t in inits)
+    else:
+        gp.initializer.extend(t for _, t in inits)
     sparse.sort(key=lambda t: t[0])
     gp.sparse_initializer.extend(t for _, t in sparse)
     infos.sort(key=lambda t: t[0])
@@ -143,9 +154,10 @@ def export_graph(graph: Graph, gp: Optional[GraphProto] = None) -> GraphProto:
     return gp
 
 
-def export_model(graph: Graph, header: Optional[ModelProto] = None) -> ModelProto:
+def export_model(graph: Graph, header: Optional[ModelProto] = None,
+                 detached: Optional[List[TensorProto]] = None) -> ModelProto:
     """The model of ``graph``, with every header field of ``header`` (the imported
-    model) carried over."""
+    model) carried over. ``detached``: as for ``export_graph``, for the main graph."""
     m = ModelProto()
     if header is not None:
         _copy_fields(m, header, {"graph"})
@@ -153,13 +165,19 @@ def export_model(graph: Graph, header: Optional[ModelProto] = None) -> ModelProt
         m.ir_version = onnx.IR_VERSION
         for domain, version in graph.opsets.items():
             m.opset_import.append(helper.make_opsetid(domain, version))
-    export_graph(graph, m.graph)
+    export_graph(graph, m.graph, detached)
     return m
 
 
 def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, force: bool = False,
-               protect: Optional[Path] = None, inspect: Optional[Callable[[Path], None]] = None) -> Path:
+               protect: Optional[Path] = None, inspect: Optional[Callable[[Path], None]] = None,
+               initializers: Optional[List[TensorProto]] = None) -> Path:
     """Write ``proto`` to ``path`` atomically (``atomic_output``'s rules).
+
+    ``initializers``: the main graph's initializers, when ``proto`` was exported
+    without them (``export_model(..., detached=[])``); they are serialized one at a
+    time straight into the file, after the graph's nodes, so that the weights are never
+    held twice (the file has the bytes ``onnx.save`` would write for the whole model).
 
     External tensors stay external. Their locations are relative to ``base_dir`` (the
     input model's folder): written into that same folder, the model references the
@@ -173,17 +191,20 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
     """
     path = Path(path)
     base = Path(base_dir) if base_dir is not None else Path(".")
+    inits = list(initializers) if initializers is not None else None
     relocate = (path.parent.resolve() != base.resolve()
-                and any(t.data_location == TensorProto.EXTERNAL for t in _tensors(proto)))
+                and any(t.data_location == TensorProto.EXTERNAL for t in _tensors(proto, inits)))
     with atomic_output(path, force=force, protect=protect) as tmp:
         if relocate:
             copy = ModelProto()
             copy.CopyFrom(proto)  # usually small: its big tensors are the external ones
+            if inits is not None:  # copies of the external ones only: those are small
+                inits = [_copied(t) if t.data_location == TensorProto.EXTERNAL else t for t in inits]
             data = path.with_name(path.name + ".data")
             with atomic_output(data, force=force) as tmp_data:
-                _copy_external([t for t in _tensors(copy) if t.data_location == TensorProto.EXTERNAL],
+                _copy_external([t for t in _tensors(copy, inits) if t.data_location == TensorProto.EXTERNAL],
                                base, tmp_data, data.name)
-                onnx.save_model(copy, str(tmp))
+                _write(copy, inits, tmp)
             try:
                 if inspect is not None:
                     inspect(tmp)
@@ -191,10 +212,77 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
                 data.unlink()  # the model it belongs to is not written either
                 raise
         else:
-            onnx.save_model(proto, str(tmp))
+            _write(proto, inits, tmp)
             if inspect is not None:
                 inspect(tmp)
     return path
+
+
+def _copied(t: TensorProto) -> TensorProto:
+    c = TensorProto()
+    c.CopyFrom(t)
+    return c
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _split(msg, number: int, cls, low: bool = True):
+    """Two messages of ``msg``'s fields numbered below and above ``number`` (copies;
+    the first left empty unless ``low``)."""
+    lo, hi = cls(), cls()
+    for fd, val in msg.ListFields():
+        if fd.number == number or (fd.number < number and not low):
+            continue
+        dst = lo if fd.number < number else hi
+        if is_repeated(fd):
+            getattr(dst, fd.name).extend(val)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(dst, fd.name).CopyFrom(val)
+        else:
+            setattr(dst, fd.name, val)
+    return lo, hi
+
+
+_GRAPH_FIELD = ModelProto.DESCRIPTOR.fields_by_name["graph"].number  # 7
+_INITIALIZER_FIELD = GraphProto.DESCRIPTOR.fields_by_name["initializer"].number  # 5
+
+
+def _write(proto: ModelProto, inits: Optional[List[TensorProto]], path: Path) -> None:
+    """Write ``proto`` with ``inits`` as its main graph's initializers. Protobuf writes
+    a message's fields in field-number order, so the file is the model's fields before
+    ``graph``, the graph (its fields before ``initializer``, each initializer, its
+    fields after), then the model's fields after ``graph``: each piece serialized on its
+    own, one tensor at a time."""
+    if not inits:
+        onnx.save_model(proto, str(path))
+        return
+    g = proto.graph
+    head, tail = _split(proto, _GRAPH_FIELD, ModelProto)
+    _, g_tail = _split(g, _INITIALIZER_FIELD, GraphProto, low=False)
+    g_bytes = g.SerializeToString()
+    cut = len(g_bytes) - g_tail.ByteSize()
+    tag = _varint(_INITIALIZER_FIELD << 3 | 2)
+    sizes = [t.ByteSize() for t in inits]
+    total = len(g_bytes) + sum(len(tag) + len(_varint(n)) + n for n in sizes)
+    with open(path, "wb") as f:
+        f.write(head.SerializeToString())
+        f.write(_varint(_GRAPH_FIELD << 3 | 2) + _varint(total))
+        f.write(g_bytes[:cut])
+        for t, n in zip(inits, sizes):
+            f.write(tag + _varint(n))
+            f.write(t.SerializeToString())
+        f.write(g_bytes[cut:])
+        f.write(tail.SerializeToString())
 
 
 _CHUNK = 1 << 24
@@ -239,11 +327,14 @@ def _copy_external(tensors: List[TensorProto], base: Path, dst: Path, location: 
                 t.external_data.add(key=k, value=v)
 
 
-def _tensors(proto: ModelProto) -> Iterator[TensorProto]:
+def _tensors(proto: ModelProto, inits: Optional[List[TensorProto]] = None) -> Iterator[TensorProto]:
     """Every TensorProto of the model that can hold data: initializers (sparse ones'
-    parts too) and tensor attributes, in every graph, subgraph and function."""
+    parts too; ``inits``, the main graph's if detached) and tensor attributes, in every
+    graph, subgraph and function."""
     def of_nodes(nodes):
         for n in nodes:
+            if not n.attribute:
+                continue
             for a in n.attribute:
                 if a.HasField("t"):
                     yield a.t
@@ -263,6 +354,7 @@ def _tensors(proto: ModelProto) -> Iterator[TensorProto]:
             yield st.indices
         yield from of_nodes(g.node)
 
+    yield from inits or ()
     yield from of_graph(proto.graph)
     for f in proto.functions:
         yield from of_nodes(f.node)

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 import onnx
 import onnx.defs
-from onnx import AttributeProto, GraphProto, ModelProto, TypeProto
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 
 from ..errors import BadInput
 from ..ir.gc import paused_gc
@@ -22,6 +22,8 @@ from ..ir.types import UNKNOWN, TensorType
 from ..ir.constdata import ConstData
 from ..ir.dtypes import dtype_name
 from ..model import Model
+from ..passes.base import _graphs as all_graphs
+from ..protoutil import copy_fields, strings_are_utf8
 
 def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
     """TypeProto -> TensorType; non-tensor types (sequences, maps, optionals) and
@@ -72,21 +74,27 @@ class _Importer:
         self.warnings: List[str] = []
         self._warned_ops = set()
         self.pending: Dict[Graph, List[Node]] = {}
+        self._type_cache: Dict[tuple, TensorType] = {}
 
     def register(self, graph: Graph) -> None:
         graph.add_nodes(self.pending.pop(graph))
-        for n in graph.ops():
-            for _, sub in n.subgraphs():
-                self.register(sub)
+        for _, _, sub in graph.subgraphs():
+            self.register(sub)
 
     # Types of one graph's values: declared (value_info, inputs, outputs) merged with
     # inferred. Both protos describe the same graph, node for node.
     def _types(self, g: GraphProto, inf: Optional[GraphProto]) -> Dict[str, TensorType]:
         types: Dict[str, TensorType] = {}
+        cache = self._type_cache
+
         def add(infos, where, declared=True):
             for vi in infos:
                 if vi.HasField("type"):
-                    t = tensor_type(vi.type, f"{where} '{vi.name}'", declared)
+                    # Large graphs repeat a few types: each distinct TypeProto is read once.
+                    key = (vi.type.SerializeToString(), declared)
+                    t = cache.get(key)
+                    if t is None:
+                        t = cache[key] = tensor_type(vi.type, f"{where} '{vi.name}'", declared)
                     old = types.get(vi.name)
                     types[vi.name] = t if old is None else _merge(old, t)
         add(g.input, "graph input")
@@ -218,15 +226,51 @@ class _Importer:
         return graph
 
 
-def _infer(model: ModelProto) -> Optional[ModelProto]:
+# Initializers larger than this are given to shape inference without their data: no
+# shape computation reads a tensor this large (shapes, pads, scales and axes are a few
+# numbers), and a multi-GB model is then not serialized and parsed twice more by it.
+_INFER_DATA_LIMIT = 1 << 16
+
+
+def _without_weights(model: ModelProto) -> ModelProto:
+    """A copy of ``model`` whose large main-graph initializers keep their name, type
+    and dims but not their data (external ones are small and kept as they are)."""
+    stub = ModelProto()
+    copy_fields(stub, model, {"graph"})
+    g, sg = model.graph, stub.graph
+    copy_fields(sg, g, {"initializer"})
+    for t in g.initializer:
+        if t.data_location == TensorProto.EXTERNAL or t.ByteSize() <= _INFER_DATA_LIMIT:
+            sg.initializer.append(t)
+        else:
+            sg.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+    return stub
+
+
+def _infer(serialized: bytes) -> Optional[ModelProto]:
     """ONNX shape inference, non-strict, with data propagation; None if it cannot run."""
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
         try:
-            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+            return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False)
         except Exception:  # noqa: BLE001
             return None
+
+
+def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
+    """BadInput if a string field is not valid UTF-8 (proto2 parses any bytes into one,
+    and the Python API then hands back ``bytes`` for a name or an op type). One C-level
+    parse of the model without its weights decides; only then is the field looked for."""
+    if serialized is not None and strings_are_utf8(serialized):
+        return
+    from ..fileio import invalid_string_field
+
+    bad = invalid_string_field(model)
+    if bad is not None:
+        raise BadInput(f"not a valid ONNX model (string field '{bad}' is not valid UTF-8)")
+    if serialized is None:
+        raise BadInput("not a valid ONNX model (a string field is not valid UTF-8)")
 
 
 def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool = True) -> Model:
@@ -234,18 +278,18 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         raise BadInput("the model has no graph")
     if not model.opset_import and model.ir_version >= 3:
         raise BadInput("the model imports no opset (opset_import is empty)")
-    inferred = _infer(model) if infer else None
+    # The model without its weights: UTF-8 checked and shape-inferred, from one serialization.
+    try:
+        serialized = _without_weights(model).SerializeToString()
+    except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
+        serialized = None
+    _check_strings(model, serialized)
+    inferred = _infer(serialized) if infer else None
+    del serialized
     imp = _Importer(model, inferred, base_dir)
     with paused_gc():
         graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
         imp.register(graph)
-    for g in _graphs(graph):
+    for g in all_graphs(graph):
         g.nodes()  # a cycle is bad input: fail now, not in a pass
     return Model(graph, "onnx", model, base_dir, warnings=imp.warnings)
-
-
-def _graphs(graph: Graph):
-    yield graph
-    for n in graph.walk():
-        for _, sub in n.subgraphs():
-            yield sub

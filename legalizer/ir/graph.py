@@ -165,8 +165,9 @@ class Graph:
         """Every node of this graph and, depth first, of its subgraphs."""
         for n in self.nodes():
             yield n
-            for _, g in n.subgraphs():
-                yield from g.walk()
+            if n.attrs:
+                for _, g in n.subgraphs():
+                    yield from g.walk()
 
     def value(self, name: str) -> Optional[Value]:
         """The value of this name, here or in an enclosing graph."""
@@ -261,10 +262,26 @@ class Graph:
                 self._inputs.append(n)
             elif n.kind == OUTPUT:
                 self._outputs.append(n)
+        # Edges in bulk: uses counted per (producer, user) pair, then written straight
+        # into networkx's adjacency (one dict per edge, shared by _succ and _pred, as
+        # DiGraph.add_edge makes it). Uses from another graph (a subgraph capturing an
+        # outer value) go through _link, which finds the edge that orders them.
+        succ, pred = self._nx._succ, self._nx._pred
         for n in nodes:
+            nid = n.id
             for v in n.inputs:
-                if v is not None:
+                if v is None:
+                    continue
+                prod = v.producer
+                if prod is None or prod.graph is not self:
                     self._link(v, n, +1)
+                    continue
+                out = succ[prod.id]
+                data = out.get(nid)
+                if data is None:
+                    out[nid] = pred[nid][prod.id] = {"uses": 1}
+                else:
+                    data["uses"] += 1
         return nodes
 
     def add_node(self, node: Node) -> Node:
@@ -294,15 +311,17 @@ class Graph:
             if owner is None:
                 raise ValueError(f"value {value.name!r} is not visible from node {user.label!r}")
             target = owner
-        prod.graph._order = None
-        g = prod.graph._nx
+        graph = prod.graph
+        graph._order = None
+        g = graph._nx
+        out = g._succ[prod.id]
+        data = out.get(target.id)
         if delta > 0:
-            if g.has_edge(prod.id, target.id):
-                g[prod.id][target.id]["uses"] += 1
+            if data is not None:
+                data["uses"] += 1
             else:
-                g.add_edge(prod.id, target.id, uses=1)
+                out[target.id] = g._pred[target.id][prod.id] = {"uses": 1}
         else:
-            data = g[prod.id][target.id]
             data["uses"] -= 1
             if data["uses"] == 0:
                 g.remove_edge(prod.id, target.id)
@@ -369,4 +388,15 @@ class Graph:
         node.graph = None
 
     def has_uses(self, node: Node) -> bool:
-        return self._nx.out_degree(node.id) > 0
+        return bool(self._nx._succ[node.id])
+
+    def subgraphs(self) -> List[Tuple[Node, str, "Graph"]]:
+        """(owner, attribute, subgraph) for this graph's nodes' subgraphs (not nested
+        ones), owners in topological order."""
+        owners = [n for n in (d["n"] for d in self._nx._node.values()) if n.attrs and any(True for _ in n.subgraphs())]
+        if not owners:  # most graphs: no topological order needed
+            return []
+        if len(owners) > 1:
+            pos = {i: k for k, i in enumerate(self._topo_ids())}
+            owners.sort(key=lambda n: pos[n.id])
+        return [(n, attr, g) for n in owners for attr, g in n.subgraphs()]

@@ -3,6 +3,7 @@ manager runs passes over a graph and all its subgraphs, in order."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Mapping, Optional
@@ -52,8 +53,16 @@ class PassManager:
 
 
 def _graphs(graph: Graph) -> List[Graph]:
+    """``graph`` and every subgraph: each node's subgraphs, then theirs (the order of
+    a walk that lists a node's subgraphs as it meets the node)."""
     out = [graph]
-    for n in graph.walk():
-        for _, sub in n.subgraphs():
-            out.append(sub)
+
+    def visit(g: Graph) -> None:
+        for _, group in itertools.groupby(g.subgraphs(), key=lambda t: t[0]):
+            mine = [sub for _, _, sub in group]
+            out.extend(mine)
+            for sub in mine:
+                visit(sub)
+
+    visit(graph)
     return out

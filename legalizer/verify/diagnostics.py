@@ -58,11 +58,19 @@ class ConstraintSet:
     items: Dict[tuple, Constraint] = field(default_factory=dict)
     nodes: Dict[tuple, List[str]] = field(default_factory=dict)
 
+    # (constraint key, node) pairs already listed: a constraint many nodes share
+    # (a model-wide symbol) is not searched for each of them.
+    _seen: set = field(default_factory=set, repr=False, compare=False)
+    # Calls of ``add``: the verifier tells from it whether a node needed a constraint.
+    adds: int = field(default=0, repr=False, compare=False)
+
     def add(self, c: Constraint, node: str) -> None:
+        self.adds += 1
         if c.key not in self.items:
             self.items[c.key] = c
             self.nodes[c.key] = []
-        if node not in self.nodes[c.key]:
+        if (c.key, node) not in self._seen:
+            self._seen.add((c.key, node))
             self.nodes[c.key].append(node)
 
     def __len__(self) -> int:
