@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -51,46 +52,72 @@ def one_line(text: str) -> str:
 
 
 # A model this big gets a progress indicator (stderr a terminal, no -q, no --json).
-LARGE_FILE_BYTES = 1 << 20
+SHOW_AFTER_S = 1.0  # a run that ends sooner shows no progress at all
+LARGE_FILE_BYTES = 1 << 20  # ... unless it is this large: then at once
 LARGE_NODE_COUNT = 20_000
 
 
 class _Progress:
-    """The ``on_stage`` callback of ``pipeline.run``: a transient spinner on stderr,
-    naming the stage, for large models only; ``close`` before printing anything."""
+    """The ``on_stage`` callback of ``pipeline.run``: a transient spinner on stderr with
+    the stage, its size and the time taken, shown once a run has gone on for over a
+    second (a timer thread starts it), or at once for a large file or graph; ``close``
+    before printing anything."""
 
-    LABELS = {"load": "loading", "verify": "verifying"}
+    LABELS = {"load": "loading", "verify": "verifying", "passes": "rewriting", "check": "checking",
+              "save": "writing", "emit": "emitting"}
 
-    def __init__(self, enabled: bool, name: str):
-        self.enabled, self.name = enabled, name
+    def __init__(self, enabled: bool, name: str, delay: float = SHOW_AFTER_S):
+        self.enabled, self.name, self.delay = enabled, name, delay
         self.progress = None
         self.task = None
+        self.what = ""
+        self.timer: Optional[threading.Timer] = None
+        self.lock = threading.Lock()
+        self.closed = False
 
     def __call__(self, stage: str, size: dict) -> None:
-        large = size.get("bytes", 0) >= LARGE_FILE_BYTES or size.get("nodes", 0) >= LARGE_NODE_COUNT
-        if not self.enabled or (self.progress is None and not large):
+        if not self.enabled:
             return
         what = f"{self.LABELS.get(stage, stage)} {self.name}"
         if "bytes" in size:
             what += f" ({size['bytes'] / 1e6:.1f} MB)"
         if "nodes" in size:
             what += f" ({size['nodes']:,} nodes)"
-        if self.progress is None:
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        show_now = False
+        with self.lock:
+            self.what = one_line(what)
+            if self.progress is not None:
+                self.progress.update(self.task, description=self.what, refresh=True)
+            elif size.get("bytes", 0) >= LARGE_FILE_BYTES or size.get("nodes", 0) >= LARGE_NODE_COUNT:
+                show_now = True
+            elif self.timer is None:
+                self.timer = threading.Timer(self.delay, self._show)
+                self.timer.daemon = True
+                self.timer.start()
+        if show_now:
+            self._show()
 
+    def _show(self) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.closed or self.progress is not None:
+                return
             self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
                                      TimeElapsedColumn(),
                                      console=Console(stderr=True, highlight=False, emoji=False),
                                      transient=True)
             self.progress.start()
-            self.task = self.progress.add_task(one_line(what), total=None)
-        else:
-            self.progress.update(self.task, description=one_line(what), refresh=True)
+            self.task = self.progress.add_task(self.what, total=None)
 
     def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
+        with self.lock:
+            self.closed = True
+            if self.timer is not None:
+                self.timer.cancel()
+            if self.progress is not None:
+                self.progress.stop()
+                self.progress = None
 
 
 class _Printer:

@@ -430,3 +430,29 @@ def test_report_has_the_usual_permissions(tmp_path):
     r.chmod(0o640)
     assert legalize(MODELS / "mlp_bias.onnx", "--verify-only", "--report", r).returncode == 0
     assert r.stat().st_mode & 0o777 == 0o640  # a replaced report keeps its permissions
+
+
+def test_progress_shows_only_once_a_run_has_gone_on_for_its_delay(capsys):
+    import time
+
+    from legalizer.cli import _Progress
+
+    quick = _Progress(True, "m.onnx", delay=0.5)
+    quick("load", {"bytes": 2_000})
+    quick.close()  # ended before the delay: nothing was ever shown
+    assert quick.progress is None and quick.timer is not None and quick.timer.finished.is_set()
+
+    slow = _Progress(True, "m.onnx", delay=0.05)
+    slow("load", {"bytes": 2_000})
+    deadline = time.monotonic() + 5
+    while slow.progress is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slow.progress is not None
+    slow("verify", {"nodes": 12_345})
+    assert slow.progress.tasks[0].description == "verifying m.onnx (12,345 nodes)"
+    slow.close()
+    assert slow.progress is None
+
+    off = _Progress(False, "m.onnx", delay=0.0)  # -q, --json, or stderr not a terminal
+    off("load", {})
+    assert off.timer is None
