@@ -19,7 +19,7 @@ from ..errors import BadInput
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
-from ..ir.constdata import ConstData
+from ..ir.constdata import ConstData, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
 
@@ -125,6 +125,8 @@ class _Importer:
         types = self._types(g, inf)
         infos = {vi.name: (i, vi) for i, vi in enumerate(g.value_info)}
         initializers = {t.name: (i, t) for i, t in enumerate(g.initializer)}
+        for t in g.initializer:
+            check_tensor(t)
         nodes: List[Node] = []
         defined: Dict[str, Value] = {}
 
