@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -364,8 +365,25 @@ def _is_usage_error(e: BaseException) -> bool:
     return hasattr(e, "format_message") and hasattr(e, "exit_code")
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[List[str]] = None) -> None:
-    """Console entry point: user errors are one line on stderr, never a traceback."""
+    """Console entry point: user errors are one line on stderr, never a traceback.
+    SIGTERM unwinds as ^C does, so that a killed run removes its temporary files."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupted)
+    except ValueError:  # not the main thread (an embedding): leave signals alone
+        previous = None
+    try:
+        _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Optional[List[str]]) -> None:
     try:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
         code = app(args=argv, standalone_mode=False, prog_name="legalize")
@@ -392,6 +410,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             sys.exit(EXIT_BAD_INPUT)
         print(one_line(f"legalize: internal error: {type(e).__name__}: {e} (please report this)"), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    if code == 130:  # typer's rendering of ^C (and of SIGTERM, above); the command never exits 130
+        print("legalize: interrupted", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)
 
 
