@@ -197,3 +197,16 @@ def test_tflite_input_that_also_has_constant_data():
                         [op("ADD", [0, 1], [2], "AddOptions", fused_activation_function=0)], inputs=[0, 1],
                         outputs=[2])
     assert "subgraph 0: input tensor 'y' also has constant data (buffer 1)" in _error(_run(data, ".tflite"))
+
+
+def test_tflite_operator_reading_a_tensor_a_later_operator_writes():
+    """was: LiteRT aborting (SIGABRT, a temporary file left) invoking an original whose
+    operator 0 reads what operator 1 writes: TFLite runs operators in the order listed."""
+    f = "float32"
+    data = build_tflite([tensor("x", f, [2, 3]), tensor("y", f, [3]), tensor("a", f, [2, 3]),
+                         tensor("b", f, [2, 3])],
+                        [op("ADD", [0, 3], [2], "AddOptions", fused_activation_function=0),
+                         op("ADD", [0, 1], [3], "AddOptions", fused_activation_function=0)],
+                        inputs=[0, 1], outputs=[2])
+    assert ("subgraph 0: operator 0 (tflite.ADD) reads tensor 'b' before operator 1 writes it"
+            in _error(_run(data, ".tflite")))

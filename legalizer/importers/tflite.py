@@ -162,9 +162,15 @@ class _Importer:
             if i not in produced:
                 nodes.append(consts[i])
                 produced.add(i)
+        later = {int(i): k for k, op in enumerate(sg.get("operators", [])) for i in op.get("outputs", [])}
         for k, op in enumerate(sg.get("operators", [])):
             node = self.operator(k, op, index)
             node.inputs = [tensor(int(i), f"operator {k} ({node.op})") for i in op.get("inputs", [])]
+            for v in node.inputs:
+                # TFLite runs operators in the order listed (LiteRT aborts on this).
+                if v is not None and v.info_index not in produced and later.get(v.info_index, -1) >= k:
+                    raise BadInput(f"subgraph {index}: operator {k} ({node.op}) reads tensor '{v.name}' before"
+                                   f" operator {later[v.info_index]} writes it (operators run in the order listed)")
             outs = [int(i) for i in op.get("outputs", [])]
             for i in outs:
                 if i in produced or not 0 <= i < len(values):
