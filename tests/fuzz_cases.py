@@ -236,11 +236,21 @@ def onnx_opset(m, rng):
     return False
 
 
+def onnx_elem_type(m, rng):
+    """A declared element type changed: a string, an unknown code, undefined, a float8."""
+    vis = _onnx_value_infos(m)
+    if not vis:
+        return False
+    rng.choice(vis).type.tensor_type.elem_type = rng.choice([0, 8, 9, 17, 23, 99, 2**20])
+    return True
+
+
 ONNX_KINDS = {
     "onnx_huge_dim": onnx_huge_dim, "onnx_negative_dim": onnx_negative_dim, "onnx_rank100": onnx_rank100,
     "onnx_cycle": onnx_cycle, "onnx_dangling": onnx_dangling, "onnx_duplicate_output": onnx_duplicate_output,
     "onnx_initializer": onnx_initializer, "onnx_attribute": onnx_attribute,
     "onnx_constant_shape": onnx_constant_shape, "onnx_drop_node": onnx_drop_node, "onnx_opset": onnx_opset,
+    "onnx_elem_type": onnx_elem_type,
 }
 
 

@@ -210,3 +210,13 @@ def test_tflite_operator_reading_a_tensor_a_later_operator_writes():
                         inputs=[0, 1], outputs=[2])
     assert ("subgraph 0: operator 0 (tflite.ADD) reads tensor 'b' before operator 1 writes it"
             in _error(_run(data, ".tflite")))
+
+
+def test_onnx_value_of_an_element_type_onnx_does_not_define():
+    """was: ValueError "Enum DataType has no value defined for name 'DTYPE1048576'"
+    writing the legalized model."""
+    b = numpy_helper.from_array(np.arange(3, dtype=np.float32), "b")
+    m = onnx.load_from_string(_add_with(b))
+    m.graph.input[0].type.tensor_type.elem_type = 2**20
+    line = _error(_run(m.SerializeToString(), ".onnx"))
+    assert f"graph input 'x' has element type {2**20}, which ONNX does not define" in line

@@ -23,6 +23,9 @@ from ..ir.constdata import ConstData, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
 
+_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
 def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
     """TypeProto -> TensorType; non-tensor types (sequences, maps, optionals) and
     missing types are UNKNOWN, as the Broadcastable trait never looks at them.
@@ -31,6 +34,8 @@ def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
     if tp is None or tp.WhichOneof("value") != "tensor_type":
         return UNKNOWN
     tt = tp.tensor_type
+    if tt.elem_type not in _ELEM_TYPES:
+        raise BadInput(f"{what} has element type {tt.elem_type}, which ONNX does not define")
     dtype = dtype_name(tt.elem_type)
     if not tt.HasField("shape"):
         return TensorType(dtype, None)
