@@ -615,13 +615,14 @@ def suffix_of(source: str) -> str:
 
 # ---- the campaign ---------------------------------------------------------------------
 
-def _campaign_case(args: Tuple[str, str, int]) -> Tuple[str, str, int, Optional[List[str]], str, float]:
+def _campaign_case(args: Tuple[str, str, int]) -> Tuple[str, str, int, Optional[List[str]], str, float, object]:
     kind, source, seed = args
     data = mutate(kind, source, seed)
     if data is None:
-        return kind, source, seed, None, "", 0.0
+        return kind, source, seed, None, "", 0.0, None
     o = run_case(data, suffix_of(source))
-    return kind, source, seed, o.problems(suffix_of(source)), o.signature() + " | " + o.stdout[-200:], o.seconds
+    return (kind, source, seed, o.problems(suffix_of(source)), o.signature() + " | " + o.stdout[-200:], o.seconds,
+            o.code)
 
 
 def campaign(n: int, jobs: int, seed0: int = 0, kinds: Optional[List[str]] = None) -> int:
@@ -639,11 +640,12 @@ def campaign(n: int, jobs: int, seed0: int = 0, kinds: Optional[List[str]] = Non
     slowest = []
     t0 = time.monotonic()
     with ThreadPoolExecutor(jobs) as ex:
-        for k, (kind, source, seed, problems, sig, secs) in enumerate(ex.map(_campaign_case, cases)):
+        for k, (kind, source, seed, problems, sig, secs, code) in enumerate(ex.map(_campaign_case, cases)):
             if problems is None:
                 skipped[kind] += 1
                 continue
             tried[kind] += 1
+            codes[(kind, code)] += 1
             slowest.append((secs, kind, source, seed))
             for p in problems:
                 failures[(p, sig.split(" | ")[0])].append((kind, source, seed))
@@ -652,8 +654,10 @@ def campaign(n: int, jobs: int, seed0: int = 0, kinds: Optional[List[str]] = Non
                       " failures", file=sys.stderr, flush=True)
     print(f"cases tried: {sum(tried.values())} (not applicable: {sum(skipped.values())}) in "
           f"{time.monotonic() - t0:.0f} s")
+    print(f"  {'kind':24s} {'cases':>6s}  exit 0 / 1 / 2 / other")
     for kind in kinds:
-        print(f"  {kind:24s} {tried[kind]:6d}")
+        other = tried[kind] - sum(codes[(kind, c)] for c in (0, 1, 2))
+        print(f"  {kind:24s} {tried[kind]:6d}  {codes[(kind, 0)]} / {codes[(kind, 1)]} / {codes[(kind, 2)]} / {other}")
     print("slowest:", sorted(slowest, reverse=True)[:5])
     for (problem, sig), where in sorted(failures.items(), key=lambda kv: -len(kv[1])):
         print(f"FAIL x{len(where)}: {problem} :: {sig} :: e.g. {where[:3]}")
