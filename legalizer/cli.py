@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -36,6 +37,16 @@ Examples:
   legalize model.onnx --verify-only                 # check the trait, write nothing
   legalize model.onnx --verify-only --profile tosa  # also require equal operand ranks
   legalize model.onnx --report r.json               # machine-readable report
+
+\b
+Several models: give three or more, or a folder (its *.onnx and *.tflite files,
+recursively; also *.mlir and *.mlirbc with --verify-only), or add -j N or -o DIR
+(two paths alone are MODEL OUTPUT). Each model gets its own lines and its own output
+(<stem>.legal.<ext> beside it, or in the existing folder -o DIR); --report and --json
+give a JSON list, one report per model; the exit status is the worst of all.
+  legalize models/ -j 2                             # every model in models/, 2 at a time
+  legalize a.onnx b.tflite -o legal/ -q             # into the folder legal/
+  legalize models/ --verify-only --report all.json  # check them all, one JSON list
 
 \b
 Exit status: 0 legal (and checked); 1 verification violations or a numeric mismatch
@@ -272,9 +283,15 @@ def _parse_inputs(items: List[str]) -> Dict[str, object]:
 
 @app.command(help=HELP, no_args_is_help=True)
 def legalize(
-    model: Path = typer.Argument(..., help="Model file (ONNX), recognized by content.", show_default=False),
-    output: Optional[Path] = typer.Argument(None, help="Output path (default <stem>.legal.<ext>).", show_default=False),
-    out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path.", show_default=False),
+    paths: List[Path] = typer.Argument(..., metavar="MODEL", show_default=False,
+                                       help="Model file (ONNX, TFLite, TOSA MLIR), recognized by content, and "
+                                            "its output path (default <stem>.legal.<ext>); or several models "
+                                            "and folders of models (see above)."),
+    out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path; with several models, an "
+                                           "existing folder to write them into.", show_default=False),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="Process several models in N processes "
+                                       "(default 1); with two paths, makes both of them models.",
+                                       show_default=False),
     target: str = typer.Option("tosa", "--target", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
                                                         "(every broadcast explicit: Unsqueeze + Expand)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Verifier profile for the input: mlir (default), "
@@ -301,7 +318,8 @@ def legalize(
                                            show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
     html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here, with pictures "
-                                        "of the rewritten regions.", show_default=False),
+                                        "of the rewritten regions (several models: a folder, one "
+                                        "<stem>.legal.html page each).", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
@@ -313,6 +331,14 @@ def legalize(
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{target}'")
     if provider not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--provider must be auto, cpu or cuda, not '{provider}'")
+    if _is_batch(paths, out_opt, jobs):
+        raise typer.Exit(_batch(paths, out_opt, jobs, report, json_out, quiet, verbose, against, html,
+                                RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
+                                           check=do_check, provider=provider, dims=_parse_dims(dim),
+                                           inputs=_parse_inputs(input_), rtol=rtol, atol=atol,
+                                           assume_dynamic_not_one=not_one, emit=list(emit))))
+    model = paths[0]
+    output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
         raise UsageError("give the output path once: OUTPUT or -o, not both")
     output = output if output is not None else out_opt
@@ -350,14 +376,57 @@ def legalize(
     raise typer.Exit(res.exit_code)
 
 
+def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int]) -> bool:
+    """Several models: three or more paths, a folder first, or two paths with -j or -o
+    (two paths alone keep meaning MODEL OUTPUT)."""
+    return len(paths) > 2 or paths[0].is_dir() or (len(paths) == 2 and (jobs is not None or out_opt is not None))
+
+
+def _batch(paths, out_opt, jobs, report, json_out, quiet, verbose, against, html, options: RunOptions) -> int:
+    from .batch import Settings, run_batch
+
+    if quiet and verbose:
+        raise UsageError("-q and -v cannot be used together")
+    if against is not None:
+        raise UsageError("--against compares one TOSA MLIR module with its source model: give one MODEL")
+    if out_opt is not None:
+        if options.verify_only:
+            raise UsageError("--verify-only writes no model: leave out -o")
+        if not out_opt.is_dir():
+            raise UsageError(f"{out_opt}: with several models, -o must name an existing folder")
+    if report is not None:
+        check_output_path(report, force=True)
+    if html is not None and not html.is_dir():
+        raise UsageError(f"{html}: with several models, --html must name an existing folder (one page per model)")
+    settings = Settings(options, outdir=out_opt, quiet=quiet, verbose=verbose, json_out=json_out, html_dir=html)
+    return run_batch(paths, settings, jobs or 1, report)
+
+
 def _is_usage_error(e: BaseException) -> bool:
     # typer's click (vendored in new typer, the click package in old) raises these;
     # both have format_message() and an exit_code.
     return hasattr(e, "format_message") and hasattr(e, "exit_code")
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: Optional[List[str]] = None) -> None:
-    """Console entry point: user errors are one line on stderr, never a traceback."""
+    """Console entry point: user errors are one line on stderr, never a traceback.
+    SIGTERM unwinds as ^C does, so that a killed run removes its temporary files."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupted)
+    except ValueError:  # not the main thread (an embedding): leave signals alone
+        previous = None
+    try:
+        _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Optional[List[str]]) -> None:
     try:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
         code = app(args=argv, standalone_mode=False, prog_name="legalize")
@@ -384,6 +453,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             sys.exit(EXIT_BAD_INPUT)
         print(one_line(f"legalize: internal error: {type(e).__name__}: {e} (please report this)"), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
+    if code == 130:  # typer's rendering of ^C (and of SIGTERM, above); the command never exits 130
+        print("legalize: interrupted", file=sys.stderr)
     sys.exit(code if isinstance(code, int) else 0)
 
 

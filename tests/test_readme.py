@@ -34,7 +34,10 @@ def test_readme_sessions_match_the_tool(tmp_path):
         if model.suffix == ".pt2" and not _have("torch", "onnxscript"):
             continue  # the torch extra is optional
         out = tmp_path / f"out{'.onnx' if model.suffix == '.pt2' else model.suffix}"
-        if "--verify-only" not in args:
+        if "--verify-only" not in args and "-j" in args:  # several models: -o names a folder
+            (tmp_path / "batch").mkdir(exist_ok=True)
+            args += ["-o", str(tmp_path / "batch"), "--force"]
+        elif "--verify-only" not in args:
             args += ["-o", str(out), "--force"]
         p = subprocess.run([sys.executable, "-m", "legalizer.cli", *args], capture_output=True, text=True,
                            cwd=ROOT, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"}, timeout=300)

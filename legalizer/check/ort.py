@@ -19,6 +19,10 @@ import onnx
 from onnx import helper
 
 SMALL = 3  # the "small size" a dynamic dim gets besides 1
+# The check makes its inputs in memory: one bigger than this, or of a rank numpy cannot
+# hold, is not made (the check does not run, and says why) rather than tried.
+MAX_INPUT_BYTES = 1 << 30
+MAX_INPUT_RANK = 32
 
 
 @dataclass
@@ -199,11 +203,33 @@ def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[s
                 shape.append(d.dim_value)
             else:
                 shape.append(dims.get(d.dim_param or f"{vi.name}[{k}]", SMALL))
-        feeds[vi.name] = _random(rng, tt.elem_type, tuple(shape))
+        feeds[vi.name] = _random(rng, tt.elem_type, tuple(shape), vi.name)
     return feeds
 
 
-def _random(rng, elem_type: int, shape) -> np.ndarray:
+def _too_big(name: str, elem_type: int, shape) -> Optional[str]:
+    """Why an input of this shape is not made, or None."""
+    if len(shape) > MAX_INPUT_RANK:
+        return f"input '{name}' has rank {len(shape)}, more than the check makes ({MAX_INPUT_RANK})"
+    if any(d < 0 for d in shape):
+        return f"input '{name}' has a negative dim in shape {list(shape)}"
+    count = 1
+    for d in shape:
+        count *= int(d)
+    try:
+        itemsize = helper.tensor_dtype_to_np_dtype(elem_type).itemsize or 8
+    except (KeyError, ValueError, TypeError):
+        itemsize = 8
+    if count * itemsize > MAX_INPUT_BYTES:
+        return (f"input '{name}' of shape {list(shape)} would take {count * itemsize / 2**30:.3g} GiB, more than"
+                f" the check makes ({MAX_INPUT_BYTES >> 30} GiB); bind its dims with --dim or give it with --input")
+    return None
+
+
+def _random(rng, elem_type: int, shape, name: str = "?") -> np.ndarray:
+    why = _too_big(name, elem_type, shape)
+    if why is not None:
+        raise CheckUnavailable(why)
     if elem_type == onnx.TensorProto.STRING:
         words = np.array(["alpha", "beta", "gamma", "delta"], dtype=object)
         return rng.choice(words, size=shape)

@@ -18,7 +18,7 @@ from ..ir.dtypes import elem_type
 from ..ir.graph import Graph
 from ..model import Model
 from .ort import (SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, _random,
-                  compare, providers, session)
+                  _too_big, compare, providers, session)
 
 # A dynamic dim is checked at a small size, then at 1 (where runtime broadcasting runs).
 SIZES = (SMALL, 1)
@@ -49,11 +49,14 @@ def _inputs(graph: Graph, binding: Mapping[str, int], given: Mapping[str, np.nda
         if v.type.shape is None or v.type.dtype is None:
             raise CheckUnavailable(f"input '{v.name}' has no known rank or type; give it with --input")
         shape = tuple(d if isinstance(d, int) else binding[_dim_key(v.name, a)] for a, d in enumerate(v.type.shape))
+        why = _too_big(v.name, elem_type(v.type.dtype), shape)
+        if why is not None:
+            raise CheckUnavailable(why)
         if v.quant is not None and v.type.dtype in ("int8", "uint8", "int16"):
             info = np.iinfo(v.type.dtype)  # the whole quantized range, not just 1..2
             feeds[v.name] = rng.integers(info.min, info.max + 1, shape).astype(v.type.dtype)
         else:
-            feeds[v.name] = _random(rng, elem_type(v.type.dtype), shape)
+            feeds[v.name] = _random(rng, elem_type(v.type.dtype), shape, v.name)
     return feeds
 
 

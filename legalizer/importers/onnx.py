@@ -19,11 +19,14 @@ from ..errors import BadInput
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
-from ..ir.constdata import ConstData
+from ..ir.constdata import ConstData, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
 from ..passes.base import _graphs as all_graphs
 from ..protoutil import copy_fields, strings_are_utf8
+
+_ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
 
 def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
     """TypeProto -> TensorType; non-tensor types (sequences, maps, optionals) and
@@ -33,6 +36,8 @@ def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
     if tp is None or tp.WhichOneof("value") != "tensor_type":
         return UNKNOWN
     tt = tp.tensor_type
+    if tt.elem_type not in _ELEM_TYPES:
+        raise BadInput(f"{what} has element type {tt.elem_type}, which ONNX does not define")
     dtype = dtype_name(tt.elem_type)
     if not tt.HasField("shape"):
         return TensorType(dtype, None)
@@ -133,6 +138,8 @@ class _Importer:
         types = self._types(g, inf)
         infos = {vi.name: (i, vi) for i, vi in enumerate(g.value_info)}
         initializers = {t.name: (i, t) for i, t in enumerate(g.initializer)}
+        for t in g.initializer:
+            check_tensor(t)
         nodes: List[Node] = []
         defined: Dict[str, Value] = {}
 

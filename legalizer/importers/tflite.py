@@ -153,15 +153,24 @@ class _Importer:
         graph_inputs = [int(i) for i in sg.get("inputs", [])]
         for i in graph_inputs:
             v = tensor(i, "an input")
+            if i in consts:  # fed or constant? LiteRT crashes writing into its read-only data
+                raise BadInput(f"subgraph {index}: input tensor '{v.name}' also has constant data"
+                               f" (buffer {int(tensors[i].get('buffer', 0))})")
             nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
         produced = set(graph_inputs)
         for i in sorted(consts):
             if i not in produced:
                 nodes.append(consts[i])
                 produced.add(i)
+        later = {int(i): k for k, op in enumerate(sg.get("operators", [])) for i in op.get("outputs", [])}
         for k, op in enumerate(sg.get("operators", [])):
             node = self.operator(k, op, index)
             node.inputs = [tensor(int(i), f"operator {k} ({node.op})") for i in op.get("inputs", [])]
+            for v in node.inputs:
+                # TFLite runs operators in the order listed (LiteRT aborts on this).
+                if v is not None and v.info_index not in produced and later.get(v.info_index, -1) >= k:
+                    raise BadInput(f"subgraph {index}: operator {k} ({node.op}) reads tensor '{v.name}' before"
+                                   f" operator {later[v.info_index]} writes it (operators run in the order listed)")
             outs = [int(i) for i in op.get("outputs", [])]
             for i in outs:
                 if i in produced or not 0 <= i < len(values):
@@ -200,7 +209,10 @@ class _Importer:
     def const_array(self, data: np.ndarray, v: Value, name: str) -> np.ndarray:
         np_dtype = NUMPY.get(v.type.dtype)
         shape = v.type.shape
-        if np_dtype is None or shape is None or any(d is None for d in shape):
+        if np_dtype is not None and shape is not None and any(d is None for d in shape):
+            raise BadInput(f"constant tensor '{name}' has a dynamic or negative dim in its shape"
+                           f" ({'x'.join('?' if d is None else str(d) for d in shape)})")
+        if np_dtype is None or shape is None:
             return data  # strings, packed int4, ...: the raw bytes, written back as they are
         count = int(np.prod(shape, dtype=np.int64))
         need = count * np.dtype(np_dtype).itemsize

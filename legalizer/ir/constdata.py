@@ -22,6 +22,36 @@ _PACKED = {getattr(TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1", "INT
                                               "FLOAT6E2M3", "FLOAT6E3M2") if hasattr(TensorProto, n)}
 
 
+_TYPED_FIELDS = ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data")
+_COMPLEX = {TensorProto.COMPLEX64, TensorProto.COMPLEX128}
+
+
+def check_tensor(p: TensorProto) -> None:
+    """BadInput unless the data of initializer ``p`` fits its dims: no negative dim, and
+    inline data of exactly the size the dims give (checked before anything is read, so
+    that huge dims over a few bytes are an error, not an allocation)."""
+    if any(d < 0 for d in p.dims):
+        raise BadInput(f"initializer '{p.name}' has a negative dim in its dims {list(p.dims)}")
+    if p.data_location == TensorProto.EXTERNAL or p.data_type in _PACKED or p.data_type == TensorProto.STRING:
+        return
+    count = 1
+    for d in p.dims:
+        count *= int(d)
+    if p.raw_data:
+        try:
+            itemsize = helper.tensor_dtype_to_np_dtype(p.data_type).itemsize
+        except (KeyError, ValueError, TypeError):
+            return
+        if len(p.raw_data) != count * itemsize:
+            raise BadInput(f"initializer '{p.name}': its data is {len(p.raw_data)} bytes, but its dims"
+                           f" {list(p.dims)} need {count * itemsize}")
+        return
+    have = sum(len(getattr(p, f)) for f in _TYPED_FIELDS)
+    need = count * (2 if p.data_type in _COMPLEX else 1)
+    if have != need and not (have == 0 and need == 0):
+        raise BadInput(f"initializer '{p.name}': it holds {have} values, but its dims {list(p.dims)} need {need}")
+
+
 class ConstData:
     __slots__ = ("proto", "base_dir", "index", "sparse", "_array")
 
@@ -54,17 +84,23 @@ class ConstData:
     def _load(self) -> np.ndarray:
         p = self.proto
         if self.sparse:
-            dense = onnx.numpy_helper.to_array(p.values)
-            out = np.zeros(tuple(p.dims), dense.dtype)
-            idx = onnx.numpy_helper.to_array(p.indices)
-            if idx.ndim == 1:
-                out.reshape(-1)[idx] = dense
-            else:
-                out[tuple(idx.T)] = dense
+            try:
+                dense = onnx.numpy_helper.to_array(p.values)
+                out = np.zeros(tuple(p.dims), dense.dtype)
+                idx = onnx.numpy_helper.to_array(p.indices)
+                if idx.ndim == 1:
+                    out.reshape(-1)[idx] = dense
+                else:
+                    out[tuple(idx.T)] = dense
+            except (ValueError, TypeError, IndexError) as e:
+                raise BadInput(f"sparse initializer '{p.values.name}': cannot read its data ({e})") from None
             return out
         if self.is_external:
             return self._map_external()
-        return onnx.numpy_helper.to_array(p)
+        try:
+            return onnx.numpy_helper.to_array(p)
+        except (ValueError, TypeError) as e:
+            raise BadInput(f"initializer '{p.name}': cannot read its data ({e})") from None
 
     def _map_external(self) -> np.ndarray:
         p = self.proto

@@ -22,6 +22,8 @@ def elem_type(dtype: Optional[str]) -> int:
     """IR dtype name -> ONNX element type code (0 for unknown)."""
     if dtype is None:
         return 0
+    if dtype.startswith("dtype") and dtype[5:].isdigit():  # a code this onnx has no name for
+        return int(dtype[5:])
     return TensorProto.DataType.Value(dtype.upper())
 
 

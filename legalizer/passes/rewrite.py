@@ -38,7 +38,11 @@ def constant_array(value: Value) -> Optional[np.ndarray]:
     if prod is None:
         return None
     if prod.kind == CONST and prod.data is not None and not prod.data.sparse:
-        return np.asarray(prod.data.array)
+        array = np.asarray(prod.data.array)
+        shape = value.type.shape
+        if shape is not None and all(isinstance(d, int) for d in shape) and array.shape != tuple(shape):
+            return None  # raw bytes kept as they are (an element type numpy has no name for)
+        return array
     if prod.kind == OP and prod.op == "Constant" and len(prod.attrs) == 1:
         (name, attr), = prod.attrs.items()
         if name == "value":
@@ -46,6 +50,11 @@ def constant_array(value: Value) -> Optional[np.ndarray]:
         if name in _CONSTANT_ATTRS:
             return np.asarray(helper.get_attribute_value(attr), _CONSTANT_ATTRS[name])
     return None
+
+
+# numpy holds arrays of rank 32 at most (64 since numpy 2): a constant that must grow
+# beyond that is reshaped at run time instead of folded.
+MAX_FOLD_RANK = 32
 
 
 class RankExpander:
@@ -63,7 +72,7 @@ class RankExpander:
         if hit is not None:
             return hit
         base = f"{value.name}_r{len(new_shape)}"
-        array = constant_array(value)
+        array = constant_array(value) if len(new_shape) <= MAX_FOLD_RANK else None
         if array is not None:
             out = add_const(self.graph, base, array.reshape(new_shape),
                             _placed_quant(value.quant, axes, len(new_shape)))

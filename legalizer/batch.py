@@ -1,0 +1,324 @@
+"""Several models in one command: ``legalize A.onnx B.tflite C.onnx``, ``legalize FOLDER``,
+``-j N``. The CLI only decides that a command is a batch; this module finds the models,
+runs each in a process of its own (a crash, a blow-up of memory, a bad file stops that
+model only), prints each model's lines as a single run would, in the order given, and
+aggregates the exit status: 0 only if every model passed, else the worst (2 > 1).
+
+Semantics (README, "Several models"):
+
+- A folder stands for the model files under it, recursively, in sorted order: ``*.onnx``
+  and ``*.tflite`` (and ``*.mlir``, ``*.mlirbc`` with ``--verify-only``), skipping hidden
+  files and folders and legalize's own outputs (names with ``.legal.``). A named file is
+  recognized by content, as in a single run.
+- Each model's output is ``<stem>.legal.<ext>`` beside it; with ``-o DIR`` (an existing
+  folder) inside DIR instead. Two models that would write the same file are refused
+  before any work (exit 2). ``--force`` lets every model replace its own existing output.
+- ``--report PATH`` and ``--json`` give one JSON list, one element per model in the
+  order run: that model's report (the single-run schema, plus ``exit_code``), or for a
+  model that could not be processed ``{"schema", "tool_version", "input", "exit_code",
+  "error"}``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from .errors import LegalizeError, UsageError
+from .fileio import check_output_path, sniff
+from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output
+
+MODEL_SUFFIXES = (".onnx", ".tflite")
+VERIFY_SUFFIXES = (".mlir", ".mlirbc")
+
+
+def find_models(folder: Path, verify_only: bool) -> List[Path]:
+    """The model files under ``folder`` (see the module's docstring), sorted."""
+    suffixes = MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ())
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith(".") or ".legal." in name or not name.endswith(suffixes):
+                continue
+            p = Path(root) / name
+            if p.is_file():
+                found.append(p)
+    return found
+
+
+def expand(paths: Sequence[Path], verify_only: bool) -> List[Path]:
+    """The models that ``paths`` name: files as given, folders by their contents; each
+    model once. UsageError (or BadInput) for a folder that holds no model."""
+    models: List[Path] = []
+    seen = set()
+    for p in paths:
+        if p.is_dir():
+            if (p / "saved_model.pb").exists():
+                sniff(p)  # raises: a TensorFlow SavedModel
+            found = find_models(p, verify_only)
+            if not found:
+                kinds = ", ".join(f"*{s}" for s in MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ()))
+                raise UsageError(f"{p}: is a directory with no model files in it ({kinds})")
+        else:
+            found = [p]
+        for m in found:
+            key = os.path.realpath(m)
+            if key not in seen:
+                seen.add(key)
+                models.append(m)
+    return models
+
+
+def output_for(model: Path, outdir: Optional[Path]) -> Path:
+    out = default_output(model)
+    return out if outdir is None else outdir / out.name
+
+
+def html_for(model: Path, html_dir: Path) -> Path:
+    """``m.onnx`` -> ``DIR/m.legal.html``."""
+    return html_dir / default_output(model).with_suffix(".html").name
+
+
+def _planned_files(model: Path, output: Path, emit: List[str]) -> List[Path]:
+    """The files a model's run may write, for the collision check; the native format is
+    guessed from the suffix (the run itself knows it)."""
+    from . import emit as emit_mod
+
+    native = "tflite" if model.suffix == ".tflite" else "onnx"
+    formats = list(dict.fromkeys(emit)) or [native]
+    formats = [f for f in formats if f in emit_mod.SUFFIX]
+    return list(emit_mod.emit_paths(output, formats, native).values()) if formats else [output]
+
+
+def check_collisions(models: List[Path], outdir: Optional[Path], emit: List[str]) -> None:
+    owner: Dict[str, Path] = {}
+    for m in models:
+        for f in _planned_files(m, output_for(m, outdir), emit):
+            key = os.path.abspath(f)
+            if key in owner:
+                raise UsageError(f"{owner[key]} and {m} would both be written to {f}"
+                                 " (give them different names, or run them separately)")
+            owner[key] = m
+
+
+@dataclass
+class Settings:
+    """What every model's run shares."""
+
+    options: RunOptions
+    outdir: Optional[Path] = None
+    quiet: bool = False
+    verbose: bool = False
+    json_out: bool = False
+    want_report: bool = False
+    html_dir: Optional[Path] = None  # --html DIR: one page per model, named like its output
+
+
+@dataclass
+class Outcome:
+    path: str
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    report: Optional[dict] = None
+    error: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+
+    def report_entry(self) -> dict:
+        if self.report is not None:
+            return {**self.report, "exit_code": self.exit_code}
+        from . import __version__
+        from .report import SCHEMA
+
+        return {"schema": SCHEMA, "tool_version": __version__, "input": self.path,
+                "exit_code": self.exit_code, "error": self.error}
+
+
+def run_one(model: Path, settings: Settings) -> Outcome:
+    """One model, as a single run would do it, with what it prints captured."""
+    from .cli import _Printer, one_line
+    from .pipeline import run
+
+    out, err = io.StringIO(), io.StringIO()
+    outcome = Outcome(str(model), EXIT_BAD_INPUT)
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            options = replace(settings.options)
+            if not options.verify_only:
+                options.output = output_for(model, settings.outdir)
+                if not options.emit and model.exists():
+                    check_output_path(options.output, force=options.force, protect=model)
+            printer = _Printer(settings.quiet, settings.verbose, settings.json_out,
+                               legalizing=not options.verify_only)
+            if settings.html_dir is not None:
+                options.regions = True
+            res = run(model, options)
+            printer.summary(res)
+            if settings.html_dir is not None:
+                from . import html_report
+
+                html_report.write(html_for(model, settings.html_dir), res.report, res.regions,
+                                  protect=[model, *res.report.outputs.values()])
+            outcome.exit_code = res.exit_code
+            if settings.want_report:
+                outcome.report = res.report.to_json()
+        except LegalizeError as e:
+            outcome.exit_code, outcome.error = e.exit_code, one_line(str(e))
+            print(one_line(f"legalize: error: {e}"), file=sys.stderr)
+        except MemoryError:
+            outcome.error = f"{model}: out of memory"
+            print(f"legalize: error: {model}: out of memory", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 - one line, never a traceback; the others go on
+            outcome.error = one_line(f"internal error: {type(e).__name__}: {e}")
+            print(one_line(f"legalize: internal error: {model}: {type(e).__name__}: {e} (please report this)"),
+                  file=sys.stderr)
+    outcome.stdout, outcome.stderr = out.getvalue(), err.getvalue()
+    return outcome
+
+
+def _terminate_gracefully(signum, frame):  # pragma: no cover - runs in a worker on SIGTERM
+    raise KeyboardInterrupt
+
+
+def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover - in a child
+    # SIGTERM (the parent stopping early) unwinds like ^C, so that temporary files go.
+    signal.signal(signal.SIGTERM, _terminate_gracefully)
+    try:
+        outcome = run_one(model, settings)
+    except KeyboardInterrupt:
+        outcome = Outcome(str(model), 130, error="interrupted")
+    try:
+        conn.send(outcome)
+    finally:
+        conn.close()
+
+
+def _context():
+    methods = mp.get_all_start_methods()
+    return mp.get_context("fork" if "fork" in methods else "spawn")
+
+
+def _crashed(model: Path, exitcode: Optional[int]) -> Outcome:
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"signal {-exitcode}"
+    else:
+        how = f"exit status {exitcode}"
+    msg = f"{model}: the process legalizing it died ({how})"
+    if exitcode == -signal.SIGKILL:
+        msg += "; out of memory?"
+    return Outcome(str(model), EXIT_BAD_INPUT, stderr=f"legalize: error: {msg}\n", error=msg)
+
+
+def run_all(models: List[Path], settings: Settings, jobs: int) -> List[Outcome]:
+    """Run every model in a process of its own, ``jobs`` at a time; print each model's
+    lines in the order given, as soon as it and those before it are done."""
+    ctx = _context()
+    results: Dict[int, Outcome] = {}
+    running: Dict[object, tuple] = {}  # connection -> (index, process)
+    next_start, next_print = 0, 0
+    try:
+        while next_print < len(models):
+            while next_start < len(models) and len(running) < jobs:
+                recv, send = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_worker, args=(models[next_start], settings, send), daemon=True)
+                p.start()
+                send.close()
+                running[recv] = (next_start, p)
+                next_start += 1
+            for conn in wait(list(running)):
+                i, p = running.pop(conn)
+                try:
+                    results[i] = conn.recv()
+                except (EOFError, OSError):
+                    p.join()
+                    results[i] = _crashed(models[i], p.exitcode)
+                conn.close()
+                p.join()
+            while next_print in results:
+                _replay(results[next_print])
+                next_print += 1
+    finally:
+        for conn, (_, p) in running.items():
+            if p.is_alive():
+                p.terminate()
+        for conn, (_, p) in running.items():
+            p.join(10)
+            conn.close()
+    return [results[i] for i in range(len(models))]
+
+
+def _replay(o: Outcome) -> None:
+    if o.stdout:
+        sys.stdout.write(o.stdout)
+        sys.stdout.flush()
+    if o.stderr:
+        sys.stderr.write(o.stderr)
+        sys.stderr.flush()
+
+
+def aggregate(codes: Sequence[int]) -> int:
+    """0 only if every model passed, else the worst: 2 (bad input, a crash) over 1."""
+    worst = EXIT_OK
+    for c in codes:
+        c = c if c in (EXIT_OK, EXIT_VIOLATIONS) else EXIT_BAD_INPUT
+        worst = max(worst, c)
+    return worst
+
+
+def summary_line(outcomes: List[Outcome], verify_only: bool) -> str:
+    n = len(outcomes)
+    ok = sum(o.exit_code == EXIT_OK for o in outcomes)
+    failed = sum(o.exit_code == EXIT_VIOLATIONS for o in outcomes)
+    bad = n - ok - failed
+    passed = "legal" if verify_only else "legalized"
+    return (f"legalize: {n} model{'s' if n != 1 else ''}: {ok} {passed}, {failed} with violations or a "
+            f"mismatch (exit 1), {bad} not processed (exit 2)")
+
+
+def run_batch(paths: Sequence[Path], settings: Settings, jobs: int, report: Optional[Path]) -> int:
+    """The batch command: returns the aggregated exit status."""
+    options = settings.options
+    models = expand(paths, options.verify_only)
+    if settings.outdir is not None:
+        check_collisions(models, settings.outdir, options.emit)
+    elif not options.verify_only:
+        check_collisions(models, None, options.emit)
+    if settings.html_dir is not None:
+        pages = [html_for(m, settings.html_dir) for m in models]
+        twice = sorted({p.name for p in pages if pages.count(p) > 1})
+        if twice:
+            raise UsageError(f"--html: two models would write the same page ({', '.join(twice)}):"
+                             " run them separately")
+    if report is not None:
+        for m in models:
+            if m.exists():
+                check_output_path(report, force=True, protect=m)
+    settings = replace(settings, want_report=report is not None or settings.json_out)
+    outcomes = run_all(models, settings, max(1, jobs))
+    code = aggregate([o.exit_code for o in outcomes])
+    line = summary_line(outcomes, options.verify_only)
+    print(line, file=sys.stderr if settings.json_out else sys.stdout, flush=True)
+    if report is not None or settings.json_out:
+        text = json.dumps([o.report_entry() for o in outcomes], indent=2)
+        if report is not None:
+            from .fileio import atomic_output
+
+            with atomic_output(Path(report), force=True) as tmp:
+                tmp.write_text(text + "\n", encoding="utf-8")
+        if settings.json_out:
+            sys.stdout.write(text + "\n")
+    return code
+

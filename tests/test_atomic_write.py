@@ -1,0 +1,138 @@
+"""Every file legalize writes goes to a temporary name beside it and is renamed into
+place (``fileio.atomic_output``): the ONNX and TFLite models, their external data, the
+MLIR texts of --emit, the JSON report. A run killed while writing never leaves a
+half-written file under the output's name; killed with SIGTERM (or ^C) it leaves no
+temporary file either."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from legalizer import fileio
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+
+
+def _main(args) -> int:
+    from legalizer.cli import main
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as e:
+            return e.code
+    return 0
+
+
+@pytest.fixture
+def renames(monkeypatch):
+    """Every os.replace made by fileio, as (temporary, final) pairs."""
+    done = []
+    real = os.replace
+
+    def replace(src, dst):
+        done.append((Path(src), Path(dst)))
+        return real(src, dst)
+
+    monkeypatch.setattr(fileio.os, "replace", replace)
+    return done
+
+
+def _assert_all_renamed(tmp_path: Path, renames, expected):
+    finals = {dst for _, dst in renames}
+    assert finals == set(expected)
+    for src, dst in renames:
+        assert src.parent == dst.parent and src.name.startswith(f".{dst.name}.") and src.name.endswith(".tmp")
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left
+
+
+def test_onnx_model_mlir_text_and_report_are_renamed_into_place(tmp_path, renames):
+    src = tmp_path / "m.onnx"
+    src.write_bytes((MODELS / "mlp_bias.onnx").read_bytes())
+    out, rep = tmp_path / "m.legal.onnx", tmp_path / "r.json"
+    assert _main([src, "--emit", "onnx", "--emit", "tosa", "--report", rep]) == 0
+    _assert_all_renamed(tmp_path, renames, [out, tmp_path / "m.legal.tosa.mlir", rep])
+
+
+def test_tflite_model_its_onnx_form_and_batch_report_are_renamed_into_place(tmp_path, renames):
+    src = tmp_path / "b.tflite"
+    src.write_bytes((MODELS / "tflite" / "broadcast_add.tflite").read_bytes())
+    rep = tmp_path / "r.json"
+    assert _main([src, "--emit", "tflite", "--emit", "onnx", "--report", rep]) == 0
+    _assert_all_renamed(tmp_path, renames, [tmp_path / "b.legal.tflite", tmp_path / "b.legal.onnx", rep])
+
+
+def test_external_data_is_renamed_into_place(tmp_path, renames):
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    (tmp_path / "in").mkdir()
+    onnx.save_model(m, str(tmp_path / "in" / "m.onnx"), save_as_external_data=True, location="m.bin",
+                    size_threshold=0)
+    out = tmp_path / "m.legal.onnx"
+    assert _main([tmp_path / "in" / "m.onnx", "-o", out]) == 0
+    _assert_all_renamed(tmp_path, renames, [out, tmp_path / "m.legal.onnx.data"])
+
+
+def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    """The rename itself fails (a full disk, say): no output, no temporary file."""
+    src = tmp_path / "m.onnx"
+    src.write_bytes((MODELS / "mlp_bias.onnx").read_bytes())
+
+    def fail(a, b):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "replace", fail)
+    assert _main([src]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def _big_model(path: Path) -> Path:
+    """Big enough that writing and checking it take a while: a window to kill it in."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32), "w")
+    nodes = [helper.make_node("Add", ["x", "w"], ["a"]), helper.make_node("Mul", ["a", "w"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4096, 4096])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_killed_while_writing(tmp_path, sig):
+    src = _big_model(tmp_path / "big.onnx")
+    before = src.read_bytes()
+    out = tmp_path / "big.legal.onnx"
+    p = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(src), "-q"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".big.legal.onnx.*.tmp")):  # the write has begun
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert not out.exists()  # never a half-written model under the output's name
+    assert src.read_bytes() == before
+    assert "Traceback" not in err
+    if sig != signal.SIGKILL:  # unwound: the temporary file is gone too
+        assert err.strip() == "legalize: interrupted" and p.returncode == 130
+        assert sorted(x.name for x in tmp_path.iterdir()) == ["big.onnx"]
