@@ -37,6 +37,14 @@ Examples:
   legalize model.onnx --verify-only                 # check the trait, write nothing
   legalize model.onnx --verify-only --profile tosa  # also require equal operand ranks
   legalize model.onnx --report r.json               # machine-readable report
+  legalize model.onnx --json -q | jq .check         # the report on stdout, for pipelines
+  legalize model.onnx --html report.html            # a page with pictures of each rewrite
+  legalize model.pt2                                # a torch.export program (torch extra):
+                                                    # checked against PyTorch too
+  legalize model.onnx --target xla --emit stablehlo # write model.legal.stablehlo.mlir
+  legalize model.onnx --emit onnx --emit tosa       # the .onnx and model.legal.tosa.mlir
+  legalize conv.tosa.mlirbc --verify-only --against model.tflite
+                                                    # a TF-to-TOSA conversion, run on IREE
 
 \b
 Several models: give three or more, or a folder (its *.onnx and *.tflite files,
@@ -284,7 +292,7 @@ def _parse_inputs(items: List[str]) -> Dict[str, object]:
 @app.command(help=HELP, no_args_is_help=True)
 def legalize(
     paths: List[Path] = typer.Argument(..., metavar="MODEL", show_default=False,
-                                       help="Model file (ONNX, TFLite, TOSA MLIR), recognized by content, and "
+                                       help="Model file (ONNX, TFLite, TOSA MLIR, torch.export .pt2), recognized by content, and "
                                             "its output path (default <stem>.legal.<ext>); or several models "
                                             "and folders of models (see above)."),
     out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path; with several models, an "
