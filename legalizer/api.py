@@ -23,6 +23,7 @@ from typing import Any, Optional, Tuple
 
 import onnx
 
+from .check.ort import ATOL, RTOL
 from .errors import LegalizeError
 from .exporters.onnx import export_model, save_model
 from .model import Model
@@ -278,8 +279,8 @@ def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, 
     return Path(report["output"])
 
 
-def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs=None, rtol: float = 1e-5,
-          atol: float = 1e-6, **kwargs):
+def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs=None, rtol: float = RTOL,
+          atol: float = ATOL, **kwargs):
     """Run ``original`` and ``legalized`` on onnxruntime on the same inputs, for each
     binding of the dynamic input dims (a small size and 1, or ``dims``), and compare
     every output; returns a ``CheckResult`` (``.ok``, ``.bindings`` with each output's

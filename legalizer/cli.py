@@ -17,6 +17,7 @@ from rich.text import Text
 from . import html_report
 from .errors import LegalizeError, UsageError
 from .fileio import check_output_path
+from .check.ort import ATOL, RTOL
 from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run
 from .transform import TARGETS
 from .verify import PROFILES
@@ -314,8 +315,8 @@ def legalize(
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
                                  help="Strict symbolic mode: no dynamic dim is 1 at run time, so no runtime "
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
-    rtol: float = typer.Option(1e-4, "--rtol", help="Relative tolerance of the check."),
-    atol: float = typer.Option(1e-5, "--atol", help="Absolute tolerance of the check."),
+    rtol: float = typer.Option(RTOL, "--rtol", help="Relative tolerance of the check."),
+    atol: float = typer.Option(ATOL, "--atol", help="Absolute tolerance of the check."),
     emit: List[str] = typer.Option([], "--emit", help="Format to write: onnx, tflite, stablehlo or stablehlo-bytecode "
                                    "(with --target xla) or tosa (MLIR, with --target tosa); repeatable. Default: the "
                                    "input's. Each is written beside the output's stem (.onnx, .tflite, "

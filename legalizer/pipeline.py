@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from . import emit
 from .api import save
-from .check.ort import CheckResult, check, choices_from_constraints
+from .check.ort import ATOL, RTOL, CheckResult, check, choices_from_constraints
 from .check.tflite import check_tflite
 from .errors import UsageError
 from .fileio import load
@@ -46,8 +46,8 @@ class RunOptions:
     provider: str = "auto"
     dims: Dict[str, int] = field(default_factory=dict)
     inputs: Dict[str, Any] = field(default_factory=dict)
-    rtol: float = 1e-4
-    atol: float = 1e-5
+    rtol: float = RTOL
+    atol: float = ATOL
     assume_dynamic_not_one: bool = False
     emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
     against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model

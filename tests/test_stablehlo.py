@@ -381,9 +381,9 @@ def test_quantize_linear_rounds_exact_ties_to_even_on_xla_cpu():
 @pytest.mark.xfail(strict=True, reason=(
     "XLA:CPU bug (jaxlib 0.10.2), no option to turn it off: the mean (sum * 1/169) is duplicated "
     "into the max fusion and the subtract-exp fusion, and LLVM contracts the latter into an FMA "
-    "(vfmsub), so x - max(x) is off by up to half an ulp of x; at |x| ~ 3e9 every exp underflows "
-    "to 0 and the softmax is 0/0 = NaN. This is why the shipped-weights light_squeezenet "
-    "(equal logits ~6.8e9) gives NaN on XLA and 0.001 on onnxruntime; the emitter's lowering is "
+    "(vfmsub), so x - max(x) is off by up to half an ulp of x; at |x| ~ 3e9 exp under- or overflows "
+    "and the softmax is 0/0 or inf/inf = NaN. This is why the shipped-weights light_squeezenet "
+    "(equal logits ~6.8e9, x - max(x) = +148.85) gives NaN on XLA and 0.001 on onnxruntime; the emitter's lowering is "
     "correct (max-shifted softmax)."))
 def test_mean_then_softmax_of_large_equal_values_on_xla_cpu():
     text = """module {

@@ -250,3 +250,14 @@ def test_custom_op_is_kept_opaque(tmp_path):
     assert _ops(back)["tflite.custom.MyFrob"] == 1 and _ops(back)["tflite.ADD"] == 1
     codes = back.proto.table.get("operator_codes")
     assert [c.get("custom_code") for c in codes if c.get("builtin_code") == 32] == ["MyFrob"]
+
+
+def test_without_the_tflite_package_a_tflite_model_is_one_clear_error(monkeypatch):
+    from legalizer.errors import BadInput
+
+    monkeypatch.setitem(sys.modules, "tflite", None)  # import tflite raises ImportError
+    path = ROOT / "models/tflite/broadcast_add.tflite"
+    with pytest.raises(BadInput) as e:
+        legalizer.load(path)
+    assert str(e.value) == (f"{path}: reading TFLite needs the 'tflite' package, which is not installed"
+                            " (pip install tflite)")

@@ -17,7 +17,7 @@ import numpy as np
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph
 from ..model import Model
-from .ort import (SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, _random,
+from .ort import (ATOL, RTOL, SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, _random,
                   _too_big, compare, providers, session)
 
 # A dynamic dim is checked at a small size, then at 1 (where runtime broadcasting runs).
@@ -72,7 +72,7 @@ def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, 
 
 def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
-                 rtol: float = 1e-5, atol: float = 1e-6, seed: int = 0) -> CheckResult:
+                 rtol: float = RTOL, atol: float = ATOL, seed: int = 0) -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
     Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``."""
     from ..exporters.tflite_onnx import tflite_to_onnx

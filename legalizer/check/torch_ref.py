@@ -9,12 +9,12 @@ from typing import List, Mapping, Optional
 
 import numpy as np
 
-from .ort import (BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, bindings_for, compare,
+from .ort import (ATOL, RTOL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, bindings_for, compare,
                   providers, session, synthesize)
 
 
 def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
-                inputs: Optional[Mapping[str, np.ndarray]] = None, rtol: float = 1e-5, atol: float = 1e-6,
+                inputs: Optional[Mapping[str, np.ndarray]] = None, rtol: float = RTOL, atol: float = ATOL,
                 max_bindings: int = 8, seed: int = 0, not_one: bool = False,
                 choices: Optional[Mapping[str, List[int]]] = None) -> CheckResult:
     """Compare PyTorch running ``source.program`` (a ``TorchSource``) with

@@ -35,7 +35,7 @@ _INNER = "_legalized_main"
 _XLA_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 # Not worked around (no option for it): XLA:CPU duplicates an elementwise op into two fusions
 # and LLVM contracts one copy into an FMA, so x - max(x) in a softmax need not be 0 at the max;
-# with |x| ~ 3e9 (the shipped-weights light_squeezenet) every exp underflows and the softmax
+# with |x| ~ 3e9 (the shipped-weights light_squeezenet) exp overflows (or underflows) and the softmax
 # is NaN. tests/test_stablehlo.py keeps the reproduction, marked xfail.
 
 

@@ -263,7 +263,11 @@ _READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeEr
 
 def load_tflite(path: Path) -> Model:
     """Read a ``.tflite`` file (memory-mapped: weights are views, not copies)."""
-    import tflite
+    try:
+        import tflite
+    except ImportError:  # a dependency, so a broken install: say so, not a traceback
+        raise BadInput(f"{path}: reading TFLite needs the 'tflite' package, which is not installed"
+                       " (pip install tflite)") from None
 
     try:
         with open(path, "rb") as f:
