@@ -55,6 +55,8 @@ from pathlib import Path
 from typing import Dict, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+# onnxruntime's providers for the latency runs (--provider cuda: CUDA first, as the check takes it)
+PROVIDERS = ["CPUExecutionProvider"]
 CACHE = ROOT / ".cache" / "bench"
 
 _CHILD = textwrap.dedent("""
@@ -284,7 +286,7 @@ def latency(path: Path, runs: int = 50, warmup: int = 5) -> dict:
     feeds = synthesize(original, bindings_for(original, {})[0], {})
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 4
-    sessions = [ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sessions = [ort.InferenceSession(m.SerializeToString(), so, providers=PROVIDERS)
                 for m in (original, legal)]
     times = [[], []]
     for i in range(warmup + runs):
@@ -357,7 +359,7 @@ def compare_targets(path: Path, runs: int = 50, warmup: int = 5, threads: int = 
     choices = choices_from_constraints([c["text"] for c in found])
     quiet = ort.SessionOptions()
     quiet.log_severity_level = 4
-    probe = ort.InferenceSession(original.SerializeToString(), quiet, providers=["CPUExecutionProvider"])
+    probe = ort.InferenceSession(original.SerializeToString(), quiet, providers=PROVIDERS)
     for binding in bindings_for(original, dims or {}, not_one=True, choices=choices):
         feeds = synthesize(original, binding, {})
         try:
@@ -373,7 +375,7 @@ def compare_targets(path: Path, runs: int = 50, warmup: int = 5, threads: int = 
     so.graph_optimization_level = {
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[opt]
-    sessions = [ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]) for m in protos]
+    sessions = [ort.InferenceSession(m.SerializeToString(), so, providers=PROVIDERS) for m in protos]
     # Every form computes what the original does (else its time would mean nothing).
     want = sessions[0].run(None, feeds)
     for (key, _, _), sess in zip(FORMS, sessions[1:]):
@@ -460,6 +462,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--big", action="store_true", help="the >2 GB external-data model through the CLI with --check")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
+                    help="onnxruntime execution provider of the latency runs")
     ap.add_argument("--targets", action="store_true", help="compare the legal forms (tosa, xla, xla strict) of the"
                     " sample and light models instead: nodes added, runtime broadcast checks, latency")
     ap.add_argument("--runs", type=int, default=50, help="latency runs per model")
@@ -470,6 +474,12 @@ def main() -> None:
                     help="with --targets: bind a symbolic input dim (e.g. batch=64) where a model has it; repeatable")
     ap.add_argument("--models", metavar="SUBSTR", help="with --targets: only the models whose file name contains SUBSTR")
     args = ap.parse_args()
+    if args.provider == "cuda":
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise SystemExit("--provider cuda: this onnxruntime has no CUDAExecutionProvider (README: GPU set-up)")
+        PROVIDERS.insert(0, "CUDAExecutionProvider")
     if args.targets:
         dims = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
         rows = [compare_targets(p, args.runs, args.warmup, args.threads, args.opt, dims)
