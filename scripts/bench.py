@@ -429,7 +429,7 @@ def print_targets(rows: list, runs: int, warmup: int, threads: int, opt: str) ->
               style="bold", end_section=False)
     console.print(t)
 
-    t = Table(title=f"onnxruntime CPU latency of each form over the original (median of {runs} runs in rotating"
+    t = Table(title=f"onnxruntime {PROVIDERS[0].replace('ExecutionProvider', '')} latency of each form over the original (median of {runs} runs in rotating"
                     f" order after {warmup} warm-up; intra-op threads {threads or 'default'}, graph optimizations {opt})")
     for col in ("model", "inputs", "original ms", "tosa ms", "xla ms", "xla strict ms", "tosa/orig", "xla/orig",
                 "xla strict/orig", "xla/tosa"):

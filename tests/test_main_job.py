@@ -179,3 +179,14 @@ def test_xla_target_counts_runtime_checks(tmp_path, strict, emitted, elided):
     assert legalizer.verify(out.graph, "xla").violations == []
     ops = {n.op for n in out.graph.ops()}
     assert {"Expand", "Shape", "Gather"} <= ops and ("Where" in ops) == (not strict)
+
+
+def test_cuda_sessions_multiply_in_fp32_not_tf32(monkeypatch):
+    """Seen on an H100: TF32 matmuls (onnxruntime's CUDA default) put the check 4.5e-4 off
+    PyTorch's fp32 on the sample transformer, failing it."""
+    from legalizer.check import ort as ort_check
+
+    seen = {}
+    monkeypatch.setattr(ort, "InferenceSession", lambda source, opts, providers: seen.setdefault("p", providers))
+    ort_check.session(onnx.load(str(MODELS / "mlp_bias.onnx")), ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert seen["p"] == [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
