@@ -17,3 +17,9 @@ class UsageError(LegalizeError):
     """A wrong combination of options or paths (exit 2)."""
 
     exit_code = 2
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (a library's own words), or its type."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -151,7 +151,8 @@ def transformer_model(layers: int = 24, width: int = 512) -> Path:
     import torch
 
     sys.path.insert(0, str(ROOT / "scripts"))
-    from make_models import TORCH_OPSET, _quiet, _strip, _torch_modules
+    from make_models import TORCH_OPSET, _strip, _torch_modules
+    from legalizer.importers.pytorch import quiet_torch
 
     block, _ = _torch_modules()["transformer_block"]
 
@@ -171,7 +172,7 @@ def transformer_model(layers: int = 24, width: int = 512) -> Path:
     s = 8
     args = (torch.randn(2, s, width), torch.triu(torch.full((s, s), -1e4), diagonal=1))
     CACHE.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad(), _quiet():
+    with torch.no_grad(), quiet_torch():
         program = torch.onnx.export(module, args, dynamo=True, input_names=["x", "mask"], output_names=["y"],
                                     opset_version=TORCH_OPSET, external_data=False, optimize=True, verbose=False,
                                     dynamic_shapes={"x": {0: batch, 1: seq}, "mask": {0: seq, 1: seq}})

@@ -29,16 +29,15 @@ that a rerun anywhere gives the same bytes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
-import logging
-import warnings
 from pathlib import Path
 from typing import Callable, Dict, Tuple
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from legalizer.importers.pytorch import quiet_torch
 
 OPSET = 17
 
@@ -266,21 +265,6 @@ def _strip(m: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-@contextlib.contextmanager
-def _quiet():
-    """The exporters print progress lines and warnings; keep the script's own output to
-    one line per file."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, lv in zip(loggers, levels):
-            lg.setLevel(lv)
 
 
 def _export(name: str, exporter: str) -> onnx.ModelProto:
@@ -290,7 +274,7 @@ def _export(name: str, exporter: str) -> onnx.ModelProto:
     torch.manual_seed(SEED)
     module = make().eval()
     args, input_names, dynamic_shapes = inputs()
-    with torch.no_grad(), _quiet():
+    with torch.no_grad(), quiet_torch():
         if exporter == "dynamo":
             program = torch.onnx.export(module, args, dynamo=True, input_names=input_names,
                                         output_names=["y"], opset_version=TORCH_OPSET,
@@ -322,18 +306,18 @@ def export_program(name: str):
     torch.manual_seed(SEED)
     module = make().eval()
     args, input_names, dynamic_shapes = inputs()
-    with _quiet():
+    with quiet_torch():
         return torch.export.export(module, args, dynamic_shapes=tuple(dynamic_shapes[n] for n in input_names))
 
 
 def save_pt2(name: str, path: Path) -> None:
     import torch
 
-    with _quiet():
+    with quiet_torch():
         program = export_program(name)
     for node in program.graph.nodes:  # source paths of this checkout: the file would depend on where it is
         node.meta.pop("stack_trace", None)
-    with _quiet():
+    with quiet_torch():
         torch.export.save(program, str(path))
 
 

@@ -25,7 +25,6 @@ import hashlib
 import os
 import random
 import resource
-import signal
 import sys
 import tempfile
 import time

@@ -12,7 +12,8 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 
 from ..fileio import sniff
-from .ort import SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, _random, session
+from ..errors import first_line
+from .ort import SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _random, session
 from .tflite import _compare
 
 
@@ -67,7 +68,7 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
     except CheckUnavailable as e:
         return CheckResult(False, "IREE", error=str(e))
     except Exception as e:  # noqa: BLE001 - the runtime's own words
-        return CheckResult(False, "IREE", error=f"{reference}: does not load: {_first_line(e)}")
+        return CheckResult(False, "IREE", error=f"{reference}: does not load: {first_line(e)}")
     label = f"IREE llvm-cpu vs {ref.runtime}"
     rng = np.random.default_rng(seed)
     feeds: Dict[str, np.ndarray] = {}
@@ -84,7 +85,7 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
     try:
         expected = ref.run(feeds)
     except Exception as e:  # noqa: BLE001
-        return CheckResult(False, label, error=f"{reference} fails on {ref.runtime}: {_first_line(e)}")
+        return CheckResult(False, label, error=f"{reference} fails on {ref.runtime}: {first_line(e)}")
     try:
         got = run(_module_text(module), list(feeds.values()))
     except (TosaError, CheckUnavailable) as e:

@@ -17,7 +17,8 @@ import numpy as np
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph
 from ..model import Model
-from .ort import (ATOL, RTOL, SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, _random,
+from ..errors import first_line
+from .ort import (ATOL, RTOL, SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _random,
                   _too_big, compare, providers, session)
 
 # A dynamic dim is checked at a small size, then at 1 (where runtime broadcasting runs).
@@ -99,7 +100,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
             notes.append(f"subgraph '{graph.name}' not run on onnxruntime: {e}")
         except Exception as e:  # noqa: BLE001 - onnxruntime's own words
             ort_session = None
-            notes.append(f"subgraph '{graph.name}': its ONNX form does not load on onnxruntime: {_first_line(e)}")
+            notes.append(f"subgraph '{graph.name}': its ONNX form does not load on onnxruntime: {first_line(e)}")
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         # onnxruntime computes quantized ops in float and requantizes: a float output
         # downstream of them agrees within one step of the coarsest quantization.
@@ -126,7 +127,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                 try:
                     got = run()
                 except Exception as e:  # noqa: BLE001 - the runtime's own words
-                    outs += [OutputResult(f"{prefix}{n} ({runtime})", False, detail=_first_line(e)) for n in expected]
+                    outs += [OutputResult(f"{prefix}{n} ({runtime})", False, detail=first_line(e)) for n in expected]
                     continue
                 for n, e in expected.items():
                     name = f"{prefix}{n} ({runtime})"

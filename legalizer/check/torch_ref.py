@@ -9,7 +9,8 @@ from typing import List, Mapping, Optional
 
 import numpy as np
 
-from .ort import (ATOL, RTOL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _first_line, bindings_for, compare,
+from ..errors import first_line
+from .ort import (ATOL, RTOL, BindingResult, CheckResult, CheckUnavailable, OutputResult, bindings_for, compare,
                   providers, session, synthesize)
 
 
@@ -28,7 +29,7 @@ def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Map
     try:
         new = session(legalized, provider_list)
     except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
-        return CheckResult(True, "torch", error=f"the legalized model does not load on onnxruntime: {_first_line(e)}")
+        return CheckResult(True, "torch", error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
     out_names = [o.name for o in new.get_outputs()]
     result = CheckResult(True, "torch")
     for binding in bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices):
@@ -39,12 +40,12 @@ def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Map
         try:
             expected = run_program(source, feeds)
         except Exception as e:  # noqa: BLE001 - the program rejects this binding
-            result.bindings.append(BindingResult(binding, True, skipped=f"torch fails: {_first_line(e)}"))
+            result.bindings.append(BindingResult(binding, True, skipped=f"torch fails: {first_line(e)}"))
             continue
         try:
             got = new.run(None, feeds)
         except Exception as e:  # noqa: BLE001
-            result.bindings.append(BindingResult(binding, False, [OutputResult(n, False, detail=_first_line(e))
+            result.bindings.append(BindingResult(binding, False, [OutputResult(n, False, detail=first_line(e))
                                                                    for n in out_names]))
             continue
         if len(expected) != len(got):

@@ -19,12 +19,13 @@ import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List
 
-import onnx
-
-from ..errors import BadInput
+from ..errors import BadInput, first_line
 from ..model import Model
+
+if TYPE_CHECKING:
+    import onnx
 
 EXTRA = "pip install 'legalize[torch]'"
 
@@ -58,8 +59,9 @@ def require_torch(what: str) -> None:
 
 
 @contextlib.contextmanager
-def _quiet():
-    """The exporter prints progress lines and logs warnings (torchvision missing, ...)."""
+def quiet_torch():
+    """The exporters print progress lines and log warnings (torchvision missing, ...);
+    also used by scripts/make_models.py."""
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -73,21 +75,16 @@ def _quiet():
             lg.setLevel(lv)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def load_pt2(path: Path, infer: bool = True) -> Model:
     """A ``.pt2`` archive (``torch.export.save``) as a Model of its ONNX export."""
     require_torch(f"{path}: is a torch.export archive (.pt2); reading it")
     import torch
 
     try:
-        with _quiet():
+        with quiet_torch():
             program = torch.export.load(str(path))
     except Exception as e:  # noqa: BLE001 - torch's own words are the reason
-        raise BadInput(f"{path}: not a valid torch.export archive ({type(e).__name__}: {_first_line(e)})") from None
+        raise BadInput(f"{path}: not a valid torch.export archive ({type(e).__name__}: {first_line(e)})") from None
     model = from_program(program, what=str(path), infer=infer)
     model.source = path
     return model
@@ -107,10 +104,10 @@ def load_module(module, example_inputs, dynamic_shapes=None, infer: bool = True)
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     try:
-        with _quiet():
+        with quiet_torch():
             program = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
     except Exception as e:  # noqa: BLE001
-        raise BadInput(f"torch.export.export cannot export the module ({type(e).__name__}: {_first_line(e)})") from None
+        raise BadInput(f"torch.export.export cannot export the module ({type(e).__name__}: {first_line(e)})") from None
     return from_program(program, what=type(module).__name__, infer=infer)
 
 
@@ -121,13 +118,13 @@ def from_program(program, what: str = "the program", infer: bool = True) -> Mode
     from .onnx import import_model
 
     try:
-        with _quiet(), torch.no_grad():
+        with quiet_torch(), torch.no_grad():
             onnx_program = torch.onnx.export(program, dynamo=True, opset_version=OPSET, external_data=False,
                                              optimize=True, verbose=False)
         proto = onnx_program.model_proto
     except Exception as e:  # noqa: BLE001
         raise BadInput(f"{what}: torch.onnx.export cannot export it to ONNX"
-                       f" ({type(e).__name__}: {_first_line(e)})") from None
+                       f" ({type(e).__name__}: {first_line(e)})") from None
     inits = {t.name for t in proto.graph.initializer}
     names = [vi.name for vi in proto.graph.input if vi.name not in inits]
     try:
@@ -162,7 +159,7 @@ def run_program(source: TorchSource, feeds) -> list:
 def _module(source: TorchSource):
     mod = source._module
     if mod is None:
-        with _quiet():
+        with quiet_torch():
             mod = source.program.module()
         source._module = mod
     return mod
