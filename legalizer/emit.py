@@ -1,8 +1,9 @@
 """``--emit``: the formats a legalized model is written in, besides (or instead of) its
 own. Each is written beside the output's stem (``m.legal.onnx`` -> ``m.legal.tosa.mlir``).
 
-MLIR is made before anything is written, so a model with an op that cannot be
-emitted fails with nothing on disk; files are written only after the check passed.
+Every format but the native one (MLIR, a TFLite model's ONNX form) is made before
+anything is written, so a model with an op that cannot be emitted fails with nothing on
+disk; files are written only after the check passed.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
-from .errors import UsageError
+from .errors import BadInput, UsageError
 from .fileio import atomic_output, check_output_path
 from .model import Model
 
@@ -42,17 +43,30 @@ def validate(formats: List[str], model_format: str, target: str) -> List[str]:
     return formats
 
 
+def onnx_form(model: Model, purpose: str = "write it as ONNX"):
+    """The ONNX ModelProto of ``model`` (a TFLite model translated); BadInput naming
+    every op that has no ONNX form."""
+    from .api import to_onnx
+    from .check.ort import CheckUnavailable
+
+    try:
+        return to_onnx(model)
+    except CheckUnavailable as e:
+        where = f"{model.source}: " if model.source else ""
+        raise BadInput(f"{where}cannot {purpose}: {e}") from None
+
+
 def _as_onnx_ir(model: Model, target: str) -> Model:
     """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form,
     legalized again (the translation has broadcasts of its own: a fused bias, a mod's
     sign test)."""
     if model.format == "onnx":
         return model
-    from .api import to_onnx
     from .importers.onnx import import_model
     from .transform import legalize
 
-    onnx_ir = import_model(to_onnx(model))
+    dialect = {"xla": "StableHLO", "tosa": "TOSA"}[target]
+    onnx_ir = import_model(onnx_form(model, f"emit {dialect} (made from its ONNX form)"))
     legalize(onnx_ir, target)
     return onnx_ir
 
@@ -84,25 +98,32 @@ def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]]
     return {f: emitters[f](model, dict(dims or {})) for f in formats if f in emitters}
 
 
+def render(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None) -> Dict[str, object]:
+    """Every format asked for but the model's own: the MLIR texts, and a TFLite model's
+    ONNX form (a ModelProto), all made before anything is written."""
+    made: Dict[str, object] = dict(render_mlir(model, formats, dims))
+    if "onnx" in formats and model.format != "onnx":
+        made["onnx"] = onnx_form(model)
+    return made
+
+
 def check_paths(paths: Dict[str, Path], *, force: bool, protect: Optional[Path]) -> None:
     for p in paths.values():
         check_output_path(p, force=force, protect=protect)
 
 
-def write_extra(model: Model, paths: Dict[str, Path], texts: Dict[str, str], native: str, *, force: bool,
+def write_extra(paths: Dict[str, Path], made: Dict[str, object], native: str, *, force: bool,
                 protect: Optional[Path]) -> None:
-    """Write every format but the native one (which ``api.save`` writes)."""
+    """Write every format but the native one (which ``api.save`` writes), as ``render``
+    made them."""
+    import onnx
+
     for fmt, path in paths.items():
         if fmt == native:
             continue
-        if fmt in texts:
-            with atomic_output(path, force=force, protect=protect) as tmp:
-                data = texts[fmt]
+        data = made[fmt]
+        with atomic_output(path, force=force, protect=protect) as tmp:
+            if isinstance(data, onnx.ModelProto):
+                onnx.save_model(data, str(tmp))
+            else:
                 tmp.write_bytes(data) if isinstance(data, bytes) else tmp.write_text(data)
-        elif fmt == "onnx":  # a TFLite model's ONNX form
-            import onnx
-
-            from .api import to_onnx
-
-            with atomic_output(path, force=force, protect=protect) as tmp:
-                onnx.save_model(to_onnx(model), str(tmp))

@@ -209,7 +209,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
 
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
-        texts = emit.render_mlir(model, formats, options.dims)  # before anything is written
+        made = emit.render(model, formats, options.dims)  # before anything is written
     t0 = time.perf_counter()
     try:
         inspect = run_check if options.check else None
@@ -218,7 +218,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         else:  # the check still runs on the model's own format, written aside
             with tempfile.TemporaryDirectory(prefix=".legalize-", dir=output.parent) as d:
                 save(model, Path(d) / output.name, inspect=inspect)
-        emit.write_extra(model, paths, texts, model.format, force=options.force, protect=path)
+        emit.write_extra(paths, made, model.format, force=options.force, protect=path)
     except _CheckFailed:
         res.exit_code = EXIT_VIOLATIONS
         return res
