@@ -177,6 +177,37 @@ def test_external_data_save(tmp_path, where):
         == "m.onnx.data"  # the input is untouched
 
 
+@pytest.mark.parametrize("where", ["other folder", "same folder"])
+def test_folded_external_constant_keeps_its_bytes_external(tmp_path, where):
+    # A rank expansion of an external weight (a multi-GB positional table, say) only
+    # prepends 1s: the folded constant points at the same bytes, which are never read;
+    # inlining them failed over 2 GB (protobuf's limit).
+    src = tmp_path / "in"
+    src.mkdir()
+    pe = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    m = model_of([helper.make_node("Add", ["x", "pe"], ["y"], name="add_pe")], [vi("x", ["B", 64, 256])],
+                 [vi("y", ["B", 64, 256])], [numpy_helper.from_array(pe, "pe")])
+    path = src / "pe.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, location="pe.onnx.data", size_threshold=0)
+    dst = tmp_path / "out" if where == "other folder" else src
+    dst.mkdir(exist_ok=True)
+    out = dst / "pe.legal.onnx"
+    model = legalizer.load(path)
+    stats = legalizer.legalize(model, "tosa").stats
+    assert stats["constants_folded"] == 1 and stats["reshapes_inserted"] == 0
+    legalizer.save(model, out)
+    assert all(d._array is None for d in consts(model).values())  # nothing read
+    written = onnx.load_model(str(out), load_external_data=False)
+    (t,) = written.graph.initializer
+    assert (t.name, list(t.dims), t.data_location) == ("pe_r3", [1, 64, 256], TensorProto.EXTERNAL)
+    assert out.stat().st_size < 1024  # the model file holds no weights
+    assert legalizer.verify(legalizer.load(out), "tosa").ok
+    x = np.random.default_rng(2).standard_normal((2, 64, 256)).astype(np.float32)
+    got = suite.ort_run(str(out), [{"x": x}])
+    assert got.outputs is not None, got.reason
+    suite.assert_outputs_equal(got.outputs[0], [x + pe], "outputs")
+
+
 def test_external_data_save_needs_force_to_replace(tmp_path):
     path = external_model(tmp_path)
     (tmp_path / "out").mkdir()

@@ -72,6 +72,18 @@ class ConstData:
         p = self.proto
         return (isinstance(p, TensorProto) and p.data_location == TensorProto.EXTERNAL)
 
+    def reshaped(self, shape) -> Optional["ConstData"]:
+        """The same external bytes under new dims of the same element count (a rank
+        expansion only prepends or inserts 1s): a copy of the small proto, its data never
+        read. None unless the data is external."""
+        if not self.is_external:
+            return None
+        p = TensorProto()
+        p.CopyFrom(self.proto)
+        del p.dims[:]
+        p.dims.extend(int(d) for d in shape)
+        return ConstData(p, self.base_dir, index=1 << 60)  # new constants go last
+
     def external_info(self) -> dict:
         return {e.key: e.value for e in self.proto.external_data}
 

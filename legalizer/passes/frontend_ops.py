@@ -32,16 +32,18 @@ class OnnxOps:
     index_dtype = "int64"
 
     @staticmethod
-    def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None) -> Value:
+    def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None,
+              data: Optional[ConstData] = None) -> Value:
         """A new constant: an initializer, or a ``Constant`` op in models of IR version < 4
-        (whose initializers must all be graph inputs too, which would make them overridable)."""
+        (whose initializers must all be graph inputs too, which would make them overridable).
+        ``data``: the array's bytes as they already are (external data, never read)."""
         name = graph.fresh_name(base)
         t = TensorType(dtype_of_array(array), tuple(array.shape))
         if graph.ir_version < 4:
             attr = helper.make_attribute("value", onnx.numpy_helper.from_array(np.asarray(array), name))
             return graph.add_op("Constant", [], [t], name=name, attrs={"value": attr}, output_names=[name]).output
         v = Value(name, t)
-        graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=ConstData.from_array(array)))
+        graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=data or ConstData.from_array(array)))
         return v
 
     @classmethod
@@ -89,10 +91,11 @@ class TFLiteOps:
     index_dtype = "int32"
 
     @staticmethod
-    def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None) -> Value:
+    def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None,
+              data: Optional[ConstData] = None) -> Value:
         name = graph.fresh_name(base)
         v = Value(name, TensorType(dtype_of_array(array), tuple(array.shape)), quant=quant)
-        graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=ConstData.from_array(array)))
+        graph.add_node(Node(CONST, "$const", name=name, outputs=[v], data=data or ConstData.from_array(array)))
         return v
 
     @classmethod

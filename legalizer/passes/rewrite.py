@@ -10,6 +10,7 @@ import numpy as np
 import onnx.numpy_helper
 from onnx import helper
 
+from ..ir.constdata import ConstData
 from ..ir.dtypes import numpy_dtype
 from ..ir.graph import CONST, OP, Graph, Value
 from ..ir.types import Quantization
@@ -17,9 +18,10 @@ from .base import PassContext
 from .frontend_ops import _placed_quant, ops_for
 
 
-def add_const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None) -> Value:
+def add_const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None,
+              data: Optional[ConstData] = None) -> Value:
     """A new constant in ``graph``'s frontend (see ``frontend_ops``)."""
-    return ops_for(graph).const(graph, base, array, quant)
+    return ops_for(graph).const(graph, base, array, quant, data)
 
 
 def index_const(graph: Graph, base: str, values: Sequence[int]) -> Value:
@@ -74,8 +76,11 @@ class RankExpander:
         base = f"{value.name}_r{len(new_shape)}"
         array = constant_array(value) if len(new_shape) <= MAX_FOLD_RANK else None
         if array is not None:
+            # External data (a multi-GB weight) keeps its bytes where they are, under new dims.
+            prod = value.producer
+            same_bytes = prod.data.reshaped(new_shape) if prod.kind == CONST else None
             out = add_const(self.graph, base, array.reshape(new_shape),
-                            _placed_quant(value.quant, axes, len(new_shape)))
+                            _placed_quant(value.quant, axes, len(new_shape)), same_bytes)
             self.ctx.stats["constants_folded"] += 1
         else:
             out = ops_for(self.graph).expand_rank(self.graph, value, axes, new_shape, base)
