@@ -137,11 +137,9 @@ class Outcome:
     def report_entry(self) -> dict:
         if self.report is not None:
             return {**self.report, "exit_code": self.exit_code}
-        from . import __version__
-        from .report import SCHEMA
+        from .report import error_report
 
-        return {"schema": SCHEMA, "tool_version": __version__, "input": self.path,
-                "exit_code": self.exit_code, "error": self.error}
+        return error_report(self.path, self.exit_code, self.error)
 
 
 def run_one(model: Path, settings: Settings) -> Outcome:

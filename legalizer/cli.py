@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ from rich.text import Text
 
 from . import html_report
 from .errors import LegalizeError, UsageError
-from .fileio import check_output_path
+from .fileio import atomic_output, check_output_path
 from .check.ort import ATOL, RTOL
 from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run
 from .transform import TARGETS
@@ -373,6 +374,9 @@ def legalize(
     progress = _Progress(sys.stderr.isatty() and not quiet and not json_out, model.name)
     try:
         res = run(model, options, on_stage=progress)
+    except LegalizeError as e:  # bad input: the error line, and a report that says so
+        _error_report(model, e, report, json_out)
+        raise
     finally:
         progress.close()
     printer.summary(res)
@@ -383,6 +387,17 @@ def legalize(
     if json_out:
         sys.stdout.write(res.report.dumps() + "\n")
     raise typer.Exit(res.exit_code)
+
+
+def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_out: bool) -> None:
+    from .report import error_report
+
+    entry = json.dumps(error_report(str(model), e.exit_code, one_line(str(e))), indent=2)
+    if report is not None:
+        with atomic_output(report, force=True, protect=model) as tmp:
+            tmp.write_text(entry + "\n", encoding="utf-8")
+    if json_out:
+        sys.stdout.write(entry + "\n")
 
 
 def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int]) -> bool:

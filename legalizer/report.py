@@ -21,6 +21,14 @@ STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
              "runtime_broadcast_checks_elided")
 
 
+def error_report(input: str, exit_code: int, error: str) -> dict:
+    """The report of a model that could not be processed (bad input, usage): what a
+    pipeline reading --json or --report gets instead of nothing."""
+    from . import __version__
+
+    return {"schema": SCHEMA, "tool_version": __version__, "input": input, "exit_code": exit_code, "error": error}
+
+
 @dataclass
 class Report:
     input: str

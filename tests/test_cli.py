@@ -18,6 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import legalizer
 from helpers import vi
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,6 +265,23 @@ def test_json_stdout_is_the_report_only(tmp_path, name, code):
     # The human summary went to stderr.
     assert lines(p.stderr)[-1].startswith(f"{MODELS / name}: ")
     assert any(ln.startswith("error: node 'bad_add'") for ln in lines(p.stderr)) == (code == 1)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a model at all", None], ids=["empty", "text", "missing"])
+def test_json_and_report_of_bad_input(tmp_path, content):
+    # A pipeline reading --json or --report gets a report that says what went wrong.
+    path = tmp_path / "m.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    p = legalize(path, "--json", "--report", tmp_path / "r.json")
+    assert_clean(p)
+    assert p.returncode == 2
+    (line,) = lines(p.stderr)
+    rep = json.loads(p.stdout)
+    assert rep == {"schema": 1, "tool_version": legalizer.__version__, "input": str(path), "exit_code": 2,
+                   "error": line.removeprefix("legalize: error: ")}
+    assert p.stdout == (tmp_path / "r.json").read_text()
+    assert sorted(os.listdir(tmp_path)) == sorted(["r.json"] + (["m.onnx"] if content is not None else []))
 
 
 def test_json_with_quiet_and_warnings(tmp_path):
