@@ -47,6 +47,23 @@ def _zip_kind(path: Path) -> str:
     return "zip"
 
 
+def _meant_as_tflite(path: Path, head: bytes) -> bool:
+    """A TFLite file whose identifier (bytes 4..8) is not TFL3: named .tflite, or a
+    flatbuffer header (a 4-aligned root offset inside the file, then four printable
+    identifier bytes). The TFLite importer then names the identifier it found, instead of
+    the ONNX parser failing on it. Binary ONNX opens with 0x08 (ir_version's tag),
+    which a root offset never is (the root table's vtable lies between the header and
+    the table), so ONNX is never taken for TFLite; nor is text."""
+    if head[:1] == b"\x08" or _looks_like_text(head):
+        return False
+    if path.suffix.lower() == ".tflite":
+        return True
+    if len(head) < 8:
+        return False
+    root = int.from_bytes(head[:4], "little")
+    return root % 4 == 0 and 8 < root < path.stat().st_size and all(0x20 < b < 0x7F for b in head[4:8])
+
+
 def sniff(path: Path) -> str:
     """The model format of ``path``, from its content; BadInput if it is none."""
     if not path.exists():
@@ -75,8 +92,14 @@ def sniff(path: Path) -> str:
         return "npy"
     if head.startswith(b"\x89HDF\r\n\x1a\n"):
         return "hdf5"
+    if _meant_as_tflite(path, head):  # after the magic numbers: a zip named .tflite is a zip
+        return "tflite"
     text = head.lstrip()
-    if text.startswith((b"module", b"func.func", b"#map", b"//", b"\"builtin.module\"")):
+    # MLIR text opens with an op (custom or generic form), an attribute or type alias
+    # (#loc, #map, !t = ...), a comment, or file metadata; a .mlir of text is taken too.
+    # A binary ONNX file opens with a protobuf tag (0x08 for ir_version), never text.
+    if text.startswith((b"module", b"func.func", b"#", b"!", b"//", b"\"", b"{-#")) or (
+            path.suffix == ".mlir" and _looks_like_text(head)):
         return "mlir"
     return "onnx"
 

@@ -619,3 +619,23 @@ func.func @main() -> tensor<4096x4096xf32> {
     assert big.kind == CONST and big.data.array.shape == (4096, 4096) and big.data.array.strides == (0, 0)
     assert g.value("1").producer.data.array.tolist() == [True, False]
     assert g.value("1").type == legalizer.TensorType("bool", (2,))
+
+
+@pytest.mark.parametrize("head", ["#loc = loc(unknown)\n", "!t = tensor<3xf32>\n", "// converted\n", "", "\n\n"])
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-form", "generic-form"])
+def test_mlir_text_is_recognized_by_its_opening(tmp_path, head, generic):
+    # What tools print first varies (location aliases, type aliases, the generic form);
+    # each is MLIR, not "a text file, not an ONNX model".
+    from legalizer.fileio import sniff
+
+    func = ('"func.func"() <{function_type = (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>, sym_name = "main"}> ({\n'
+            '^bb0(%a: tensor<2x3xf32>, %b: tensor<3xf32>):\n'
+            '  %0 = "tosa.add"(%a, %b) : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>\n'
+            '  "func.return"(%0) : (tensor<2x3xf32>) -> ()\n}) : () -> ()\n') if generic else (
+            'func.func @main(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {\n'
+            '  %0 = tosa.add %a, %b : (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>\n'
+            '  return %0 : tensor<2x3xf32>\n}\n')
+    path = tmp_path / "conv.txt"  # by content, not by extension
+    path.write_text(head + func)
+    assert sniff(path) == "mlir"
+    assert [d.code for d in tosa_violations(load_mlir(path).graph)] == ["operand-rank-mismatch"]
