@@ -297,37 +297,37 @@ def legalize(
                                        help="Model file (ONNX, TFLite, TOSA MLIR, torch.export .pt2), recognized by content, and "
                                             "its output path (default <stem>.legal.<ext>); or several models "
                                             "and folders of models (see above)."),
-    out_opt: Optional[Path] = typer.Option(None, "-o", "--output", help="Output path; with several models, an "
+    out_opt: Optional[Path] = typer.Option(None, "-o", "--output", metavar="PATH", help="Output path; with several models, an "
                                            "existing folder to write them into.", show_default=False),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="Process several models in N processes "
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Process several models in N processes "
                                        "(default 1); with two paths, makes both of them models.",
                                        show_default=False),
-    target: str = typer.Option("tosa", "--target", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
+    target: str = typer.Option("tosa", "--target", metavar="tosa|xla", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
                                                         "(every broadcast explicit: Unsqueeze + Expand)."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Verifier profile for the input: mlir (default), "
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="mlir|strict|tosa|xla", help="Verifier profile for the input: mlir (default), "
                                           "strict, tosa (default for TOSA MLIR) or xla.", show_default=False),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
     do_check: bool = typer.Option(True, "--check/--no-check", help="Compare original and result on onnxruntime."),
-    provider: str = typer.Option("auto", "--provider", help="Execution provider for the check: auto, cpu or cuda."),
-    dim: List[str] = typer.Option([], "--dim", help="NAME=SIZE: bind a dynamic input dim for the check (repeatable).",
+    provider: str = typer.Option("auto", "--provider", metavar="auto|cpu|cuda", help="Execution provider for the check: auto, cpu or cuda."),
+    dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Bind a dynamic input dim for the check (repeatable).",
                                   show_default=False),
-    input_: List[str] = typer.Option([], "--input", help="NAME=FILE.npy: feed this array to the check (repeatable).",
+    input_: List[str] = typer.Option([], "--input", metavar="NAME=FILE.npy", help="Feed this array to the check (repeatable).",
                                      show_default=False),
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
                                  help="Strict symbolic mode: no dynamic dim is 1 at run time, so no runtime "
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
-    rtol: float = typer.Option(RTOL, "--rtol", help="Relative tolerance of the check."),
-    atol: float = typer.Option(ATOL, "--atol", help="Absolute tolerance of the check."),
-    emit: List[str] = typer.Option([], "--emit", help="Format to write: onnx, tflite, stablehlo or stablehlo-bytecode "
+    rtol: float = typer.Option(RTOL, "--rtol", metavar="FLOAT", help="Relative tolerance of the check."),
+    atol: float = typer.Option(ATOL, "--atol", metavar="FLOAT", help="Absolute tolerance of the check."),
+    emit: List[str] = typer.Option([], "--emit", metavar="FORMAT", help="Format to write: onnx, tflite, stablehlo or stablehlo-bytecode "
                                    "(with --target xla) or tosa (MLIR, with --target tosa); repeatable. Default: the "
                                    "input's. Each is written beside the output's stem (.onnx, .tflite, "
                                    ".stablehlo.mlir, .stablehlo.mlirbc, .tosa.mlir).",
                                    show_default=False),
-    against: Optional[Path] = typer.Option(None, "--against", help="With a TOSA MLIR MODEL and --verify-only: run "
+    against: Optional[Path] = typer.Option(None, "--against", metavar="MODEL", help="With a TOSA MLIR MODEL and --verify-only: run "
                                            "it on IREE and compare with this .tflite (LiteRT) or .onnx.",
                                            show_default=False),
-    report: Optional[Path] = typer.Option(None, "--report", help="Write the JSON report here.", show_default=False),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML report here, with pictures "
+    report: Optional[Path] = typer.Option(None, "--report", metavar="PATH", help="Write the JSON report here.", show_default=False),
+    html: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here, with pictures "
                                         "of the rewritten regions (several models: a folder, one "
                                         "<stem>.legal.html page each).", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),

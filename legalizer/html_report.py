@@ -275,13 +275,15 @@ def _path(pts: Sequence[Tuple[float, float]]) -> str:
     return d
 
 
-def svg(pic: Picture, title: str = "") -> str:
-    """One picture as an inline ``<svg>`` element (well-formed XML)."""
+def svg(pic: Picture, title: str = "", uid: str = "") -> str:
+    """One picture as an inline ``<svg>`` element (well-formed XML); ``uid`` makes its
+    ids unique within a page of many pictures."""
     lay = layout(pic)
+    arrow = f"arrow-{uid}" if uid else "arrow"
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="region-svg" width="{_fmt(lay.width)}" '
            f'height="{_fmt(lay.height)}" viewBox="0 0 {_fmt(lay.width)} {_fmt(lay.height)}" role="img" '
            f'aria-label="{text(title)}" font-family="{FONT}">',
-           '<defs><marker id="arrow" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" '
+           f'<defs><marker id="{arrow}" viewBox="0 0 8 8" refX="7" refY="4" markerWidth="7" markerHeight="7" '
            'orient="auto-start-reverse"><path d="M0,0 L8,4 L0,8 z" fill="#4b5563"/></marker></defs>']
     if title:
         out.append(f"<title>{text(title)}</title>")
@@ -289,7 +291,7 @@ def svg(pic: Picture, title: str = "") -> str:
         inserted = any(lay.boxes[k].node.role == "inserted" for k in (e.src, e.dst))
         color = "#c2410c" if inserted else "#4b5563"
         out.append(f'<path class="edge" d="{_path(pts)}" fill="none" stroke="{color}" stroke-width="1.3" '
-                   f'marker-end="url(#arrow)"/>')
+                   f'marker-end="url(#{arrow})"/>')
     for e, x, y, w in lay.labels:
         out.append(f'<g class="shape"><rect x="{_fmt(x - w / 2)}" y="{_fmt(y - 8)}" width="{_fmt(w)}" height="15" '
                    f'rx="3" fill="#ffffff" fill-opacity="0.92" stroke="#e5e7eb"/>'
@@ -528,8 +530,8 @@ def _region(k: int, r: Region) -> str:
             if r.after.truncated else "")
     return (f'<details class="region" id="region-{k}"{" open" if k < OPEN_PICTURES else ""}>'
             f'<summary><b>{text(r.op)}</b> <code>{text(r.node)}</code>{where} {tags}</summary>'
-            f'<div class="pair"><figure class="before"><figcaption>before</figcaption>{svg(r.before, title + " before")}'
-            f'</figure><figure class="after"><figcaption>after</figcaption>{svg(r.after, title + " after")}</figure>'
+            f'<div class="pair"><figure class="before"><figcaption>before</figcaption>{svg(r.before, title + " before", f"{k}b")}'
+            f'</figure><figure class="after"><figcaption>after</figcaption>{svg(r.after, title + " after", f"{k}a")}</figure>'
             f"</div>{note}</details>")
 
 

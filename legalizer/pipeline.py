@@ -211,6 +211,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
         made = emit.render(model, formats, options.dims)  # before anything is written
     t0 = time.perf_counter()
+    if on_stage is not None:
+        on_stage("save", {"nodes": _nodes(model)})
     try:
         inspect = run_check if options.check else None
         if model.format in formats:

@@ -41,9 +41,13 @@ def _env() -> dict:
     return env
 
 
-def legalize(*args, cwd: Optional[Path] = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def legalize(*args, cwd: Optional[Path] = None, timeout: float = 300,
+             env_columns: Optional[int] = None) -> subprocess.CompletedProcess:
+    env = _env()
+    if env_columns is not None:
+        env["COLUMNS"] = str(env_columns)
     return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, env=_env(), timeout=timeout)
+                          text=True, cwd=cwd, env=env, timeout=timeout)
 
 
 def lines(text: str) -> List[str]:
@@ -177,8 +181,21 @@ def test_entry_point():
 
 
 def test_help():
-    p = legalize("--help")
-    assert p.returncode == 0 and "--verify-only" in p.stdout and p.stderr == ""
+    import re
+
+    p = legalize("--help", env_columns=120)
+    assert p.returncode == 0 and p.stderr == ""
+    text = p.stdout
+    # A manual: the choices and value forms in the option list, and examples whose every
+    # option is one the command has.
+    for form in ("--target tosa|xla", "--profile mlir|strict|tosa|xla", "--provider auto|cpu|cuda",
+                 "--dim NAME=SIZE", "--input NAME=FILE.npy", "--emit FORMAT", "-j, --jobs N", "Exit status: 0"):
+        assert form in text, form
+    examples = [ln.split("#")[0] for ln in text.splitlines() if ln.strip().startswith("legalize ")]
+    assert len(examples) >= 15
+    options = set(re.findall(r"(?m)^\s+(?:-\w, )?(--[\w-]+)", text.split("Options:")[1]))
+    used = {o for ex in examples for o in re.findall(r"(?<!\S)(--[\w-]+)", ex)}
+    assert used and used <= options | {"--no-check"}, used - options
 
 
 # -- custom ops ------------------------------------------------------------------------
@@ -474,3 +491,14 @@ def test_progress_shows_only_once_a_run_has_gone_on_for_its_delay(capsys):
     off = _Progress(False, "m.onnx", delay=0.0)  # -q, --json, or stderr not a terminal
     off("load", {})
     assert off.timer is None
+
+
+def test_every_stage_of_a_run_is_announced(tmp_path):
+    # The progress indicator names the stage under way, the write included.
+    from legalizer.pipeline import RunOptions, run
+
+    seen = []
+    options = RunOptions(output=tmp_path / "m.legal.onnx")
+    res = run(MODELS / "mlp_bias.onnx", options, on_stage=lambda stage, size: seen.append(stage))
+    assert res.exit_code == 0
+    assert seen == ["load", "verify", "passes", "verify", "emit", "save", "check"]

@@ -104,6 +104,9 @@ def test_transformer_page(tmp_path):
     assert not parsed.errors and not parsed.stack, (parsed.errors, parsed.stack)
     for sid in ("summary", "violations", "constraints", "check", "regions"):
         assert sid in parsed.ids
+    assert len(parsed.ids) == len(set(parsed.ids))  # every id unique (each picture's arrowhead too)
+    import re
+    assert set(re.findall(r'url\(#([^)]+)\)', page)) <= set(parsed.ids)
     _self_contained(page)
     assert "verdict ok" in page and "outputs match" in page
 
