@@ -20,7 +20,7 @@ are what to quote (absolute times drift on shared machines). Per model:
 Models (generated ones cached in .cache/bench/, git-ignored, rebuilt when missing):
 the sample transformer at depth (24 layers of scripts/make_models.py's TransformerBlock,
 width 512, ~300 MB of weights, torch.onnx.export(dynamo=True)); a synthetic chain of
---nodes mixed-rank elementwise ops (default 100,000; 1,000,000 works); the onnx wheel's
+--nodes mixed-rank elementwise ops (default 1,000,000); the onnx wheel's
 light models; the TFLite sample models of models/tflite/.
 
 --scaling: every stage's time and time per node on synthetic graphs of 10k, 100k and 1M
@@ -36,7 +36,9 @@ CPU latency of each form over the original's (same synthesized inputs, same sess
 options, median of --runs runs interleaved in rotating order after --warmup); xla/tosa
 is the cost of materializing every broadcast with Expand.
 
-Usage: python scripts/bench.py [--nodes 100000] [--repeat 1] [--only SUBSTR] [--no-transformer] [--json out.json]
+Every mode prints a table and writes its JSON (--json, default .cache/bench/<mode>.json).
+
+Usage: python scripts/bench.py [--nodes 1000000] [--repeat 1] [--only SUBSTR] [--no-transformer] [--json out.json]
        python scripts/bench.py --scaling [--sizes 10000,100000,1000000] [--json out.json]
        python scripts/bench.py --big [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
@@ -452,7 +454,7 @@ def print_targets(rows: list, runs: int, warmup: int, threads: int, opt: str) ->
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=100_000, help="nodes of the synthetic model")
+    ap.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the synthetic model")
     ap.add_argument("--repeat", type=int, default=1, help="fresh-process runs per measurement (best is kept)")
     ap.add_argument("--only", metavar="SUBSTR", help="only the models whose file name contains SUBSTR")
     ap.add_argument("--no-transformer", action="store_true", help="leave out the 24-layer transformer")
@@ -462,7 +464,7 @@ def main() -> None:
     ap.add_argument("--scaling", action="store_true", help="stage times on synthetic graphs of --sizes nodes")
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--big", action="store_true", help="the >2 GB external-data model through the CLI with --check")
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json", type=Path, help="where the JSON goes (default .cache/bench/<mode>.json)")
     ap.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                     help="onnxruntime execution provider of the latency runs")
     ap.add_argument("--targets", action="store_true", help="compare the legal forms (tosa, xla, xla strict) of the"
@@ -475,6 +477,11 @@ def main() -> None:
                     help="with --targets: bind a symbolic input dim (e.g. batch=64) where a model has it; repeatable")
     ap.add_argument("--models", metavar="SUBSTR", help="with --targets: only the models whose file name contains SUBSTR")
     args = ap.parse_args()
+    if args.json is None:
+        mode = "targets" if args.targets else "scaling" if args.scaling else "big" if args.big else "models"
+        CACHE.mkdir(parents=True, exist_ok=True)
+        args.json = CACHE / f"{mode}.json"
+        print(f"JSON: {args.json}", file=sys.stderr)
     if args.provider == "cuda":
         import onnxruntime as ort
 
