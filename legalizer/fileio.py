@@ -51,9 +51,9 @@ def _meant_as_tflite(path: Path, head: bytes) -> bool:
     """A TFLite file whose identifier (bytes 4..8) is not TFL3: named .tflite, or a
     flatbuffer header (a 4-aligned root offset inside the file, then four printable
     identifier bytes). The TFLite importer then names the identifier it found, instead of
-    the ONNX parser failing on it. Binary ONNX opens with 0x08 (ir_version's tag),
-    which a root offset never is (the root table's vtable lies between the header and
-    the table), so ONNX is never taken for TFLite; nor is text."""
+    the ONNX parser failing on it. Binary ONNX opens with 0x08 (ir_version's tag), a
+    byte TFLite writers never start with (the root offset is past the header and the
+    root table's vtable: 0x10 to 0x30), so ONNX is never taken for TFLite; nor is text."""
     if head[:1] == b"\x08" or _looks_like_text(head):
         return False
     if path.suffix.lower() == ".tflite":

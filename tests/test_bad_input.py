@@ -185,6 +185,11 @@ CASES: Dict[str, Case] = {
     "newline in a value name": Case(content=control_chars_in_name, expect="bad\\nname"),
     "tflite": Case(file="m.tflite", content=TFLITE, expect="TFLite"),
     "tflite renamed .onnx": Case(content=TFLITE, expect="TFLite"),
+    "tflite with a wrong identifier": Case(file="m.tflite", content=TFLITE.replace(b"TFL3", b"XXXX"),
+                                           expect="not a TFLite flatbuffer (file identifier 'XXXX' at bytes 4..8,"
+                                                  " expected 'TFL3')"),
+    "flatbuffer with a wrong identifier": Case(file="model", content=TFLITE.replace(b"TFL3", b"TFL2"),
+                                               expect="file identifier 'TFL2' at bytes 4..8, expected 'TFL3'"),
     "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:"),
     "mlir bytecode": Case(file="m.mlirbc", content=MLIR_BYTECODE, expect="MLIR bytecode"),
     "torch.export archive": Case(file="m.pt2", content=pt2_archive, expect="torch.export"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import List, Tuple
 
 import numpy as np
 import pytest
@@ -188,27 +189,52 @@ def _short_buffer(t: FbTable) -> None:
     b[1].fields["data"] = np.asarray(b[1].get("data"))[:3]
 
 
+def _type_code(t: FbTable) -> None:
+    t.get("subgraphs")[0].get("tensors")[0].fields["type"] = 99  # TensorType ends at 18
+
+
+def _signature(subgraph: int, input_tensor: int, output_tensor: int):
+    def mutate(t: FbTable) -> None:
+        t.fields["signature_defs"] = [FbTable("SignatureDef", {
+            "signature_key": "serving", "subgraph_index": subgraph,
+            "inputs": [FbTable("TensorMap", {"name": "x", "tensor_index": input_tensor})],
+            "outputs": [FbTable("TensorMap", {"name": "y", "tensor_index": output_tensor})]})]
+    return mutate
+
+
 BAD = {
     "out-of-range tensor index": (lambda t: _set_op_input(t, 42), "refers to tensor 42, but the subgraph has"),
     "unknown builtin": (_unknown_builtin, "unknown builtin operator code 9999"),
     "out-of-range opcode index": (_bad_opcode_index, "has opcode index 7, but the model has 1 operator codes"),
     "out-of-range buffer": (_bad_buffer, "refers to buffer 99"),
     "truncated buffer": (_short_buffer, "needs 60 bytes, its buffer has 3"),
+    "undefined tensor type code": (_type_code, "subgraph 0: tensor 0 'x' has type code 99, which TFLite does"
+                                               " not define"),
+    "signature of a missing subgraph": (_signature(3, 0, 2), "signature 'serving' refers to subgraph 3, but the"
+                                                             " model has 1"),
+    "signature of a missing tensor": (_signature(0, 0, 40), "signature 'serving': output 'y' refers to tensor 40,"
+                                                            " but subgraph 0 has"),
 }
 
 
+def _assert_bad(src: Path, expect: str, *args: str) -> None:
+    """``legalize SRC ARGS`` is bad input: exit 2, one line naming the file, nothing written."""
+    before = sorted(p.name for p in src.parent.iterdir()), src.read_bytes()
+    p = legalize(src, *args)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"legalize: error: {src}: ") and expect in line, line
+    assert (sorted(p.name for p in src.parent.iterdir()), src.read_bytes()) == before
+
+
+@pytest.mark.parametrize("verify_only", [False, True], ids=["legalize", "verify-only"])
 @pytest.mark.parametrize("case", BAD)
-def test_bad_tflite_is_one_line_and_exit_2(case, tmp_path):
+def test_bad_tflite_is_one_line_and_exit_2(case, verify_only, tmp_path):
     mutate, expect = BAD[case]
     src = tmp_path / "bad.tflite"
     src.write_bytes(_mutated(ROOT / "models/tflite/broadcast_add.tflite", mutate))
-    before = src.read_bytes()
-    p = legalize(src, "-q")
-    assert_clean(p)
-    assert p.returncode == 2, p.stdout + p.stderr
-    (line,) = lines(p.stderr)
-    assert line.startswith(f"legalize: error: {src}: ") and expect in line, line
-    assert src.read_bytes() == before and not (tmp_path / "bad.legal.tflite").exists()
+    _assert_bad(src, expect, "--verify-only" if verify_only else "-q")
 
 
 @pytest.mark.parametrize("cut", [9, 40, 200, 500])
@@ -222,14 +248,42 @@ def test_truncated_tflite(cut, tmp_path):
     assert "not a valid TFLite flatbuffer" in line or "TFLite" in line, line
 
 
-def test_wrong_identifier(tmp_path):
+@pytest.mark.parametrize("name, ident", [("m.tflite", b"TFL2"), ("m.tflite", b"XXXX"), ("m.bin", b"XXXX"),
+                                         ("m.tflite", b"\x00\x01\n\xff")])
+def test_wrong_identifier(name, ident, tmp_path):
+    """A flatbuffer (or a file named .tflite) with another identifier is not taken for
+    ONNX: the error says what the identifier is and what it should be."""
     data = bytearray((ROOT / "models/tflite/broadcast_add.tflite").read_bytes())
-    data[4:8] = b"TFL2"
-    src = tmp_path / "m.tflite"
+    data[4:8] = ident
+    src = tmp_path / name
     src.write_bytes(bytes(data))
-    p = legalize(src, "--verify-only")
-    assert_clean(p)
-    assert p.returncode == 2
+    shown = repr(ident)[1:]
+    expect = f"not a TFLite flatbuffer (file identifier {shown} at bytes 4..8, expected 'TFL3')"
+    _assert_bad(src, expect, "--verify-only")
+    _assert_bad(src, expect, "-q")
+
+
+def test_onnx_named_tflite_is_still_onnx(tmp_path):
+    """Content decides: an ONNX model with a .tflite name is read as ONNX."""
+    src = tmp_path / "mlp.tflite"
+    src.write_bytes((ROOT / "models/mlp_bias.onnx").read_bytes())
+    assert legalizer.load(src).format == "onnx"
+
+
+def test_schema_type_without_ir_dtype_is_kept_by_number(tmp_path):
+    """RESOURCE (13) is a TensorType the IR has no dtype for: kept by its code and written
+    back, not rejected as undefined."""
+    import tflite_build as tb
+
+    data = tb.build_tflite(
+        [tb.tensor("h", "RESOURCE", []), tb.tensor("v", "float32", [2])],
+        [tb.op("VAR_HANDLE", [], [0], "VarHandleOptions", shared_name="v"),
+         tb.op("READ_VARIABLE", [0], [1])], [], [1])
+    src = tmp_path / "var.tflite"
+    src.write_bytes(data)
+    m = legalizer.load(src)
+    assert m.graph.value("h").type.dtype == "tflite_type13"
+    assert to_tflite(m) == data
 
 
 def test_custom_op_is_kept_opaque(tmp_path):
@@ -261,3 +315,106 @@ def test_without_the_tflite_package_a_tflite_model_is_one_clear_error(monkeypatc
         legalizer.load(path)
     assert str(e.value) == (f"{path}: reading TFLite needs the 'tflite' package, which is not installed"
                             " (pip install tflite)")
+
+
+# ---- buffers stored by offset (the layout of models over 2 GB) -----------------------
+def _offset_model() -> Tuple[bytes, np.ndarray, np.ndarray]:
+    """s = x[4,3] + c[2,4,3]; y = s * d[3], with c and d stored after the flatbuffer:
+    legalizing reshapes x (a new shape constant) and folds d (a new buffer; d's own
+    is left unused)."""
+    import tflite_build as tb
+
+    c = np.arange(24, dtype=np.float32).reshape(2, 4, 3) * 0.5 - 1
+    d = np.array([10, 20, 30], np.float32)
+    data = tb.build_tflite(
+        [tb.tensor("x", "float32", [4, 3]), tb.tensor("c", "float32", [2, 4, 3], data=c),
+         tb.tensor("s", "float32", [2, 4, 3]), tb.tensor("d", "float32", [3], data=d),
+         tb.tensor("y", "float32", [2, 4, 3])],
+        [tb.op("ADD", [0, 1], [2], "AddOptions", fused_activation_function=0),
+         tb.op("MUL", [2, 3], [4], "MulOptions", fused_activation_function=0)], [0], [4], offset_buffers=True)
+    return data, c, d
+
+
+def _buffer_layout(data: bytes) -> List[Tuple[int, int, int]]:
+    """(offset, size, inline length) of each buffer of a .tflite file."""
+    import tflite
+
+    t = read(tflite.Model.GetRootAs(data, 0), "Model")
+    return [(int(b.get("offset", 0)), int(b.get("size", 0)), len(b.get("data", ()))) for b in t.get("buffers")]
+
+
+def test_offset_buffers_are_read_from_after_the_flatbuffer(tmp_path):
+    data, c, d = _offset_model()
+    layout = _buffer_layout(data)
+    assert [o > 1 and size > 0 and inline == 0 for o, size, inline in layout] == [False, True, True]
+    src = tmp_path / "off.tflite"
+    src.write_bytes(data)
+    m = legalizer.load(src)
+    for name, want, buf in (("c", c, 1), ("d", d, 2)):
+        arr = m.graph.value(name).producer.data.array
+        assert np.array_equal(arr, want) and not arr.flags.owndata  # a view of the file
+        offset, size, _ = layout[buf]
+        assert arr.tobytes() == data[offset:offset + size]
+
+
+def test_offset_buffer_past_the_end_of_the_file(tmp_path):
+    data, _, _ = _offset_model()
+    offset, size, _ = _buffer_layout(data)[2]
+    src = tmp_path / "cut.tflite"
+    src.write_bytes(data[:offset + size - 1])
+    _assert_bad(src, f"tensor 'd': buffer 2 lies past the end of the file (bytes {offset}..{offset + size},"
+                     f" the file has {offset + size - 1})", "--verify-only")
+
+
+def _assert_offset_layout(data: bytes) -> None:
+    """Every buffer with data is stored after the flatbuffer, 16-byte aligned, inside the
+    file, without overlap; an empty one has no offset or size left."""
+    import tflite
+
+    (root,) = np.frombuffer(data[:4], np.uint32)
+    model = tflite.Model.GetRootAs(data, 0)
+    ends = []
+    for o, size, inline in _buffer_layout(data):
+        assert inline == 0
+        if size == 0:
+            assert o == 0  # no stale offset into whatever follows
+            continue
+        assert o % 16 == 0 and o + size <= len(data) and o > root
+        ends.append((o, o + size))
+    ends.sort()
+    assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:]))
+    assert model.BuffersLength() == len(_buffer_layout(data))
+
+
+def test_offset_buffers_are_written_back_by_offset(tmp_path):
+    data, c, d = _offset_model()
+    src = tmp_path / "off.tflite"
+    src.write_bytes(data)
+    out = to_tflite(legalizer.load(src))
+    _assert_offset_layout(out)
+    again = tmp_path / "again.tflite"
+    again.write_bytes(out)
+    back = legalizer.load(again)
+    assert np.array_equal(back.graph.value("c").producer.data.array, c)
+    assert np.array_equal(back.graph.value("d").producer.data.array, d)
+    assert to_tflite(back) == out  # the exporter's own layout comes back byte for byte
+
+
+@needs_litert
+def test_legalized_offset_model_runs_on_litert(tmp_path):
+    from legalizer.check.litert import run_tflite
+
+    data, c, d = _offset_model()
+    src = tmp_path / "off.tflite"
+    src.write_bytes(data)
+    p = legalize(src, "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = (tmp_path / "off.legal.tflite").read_bytes()
+    _assert_offset_layout(out)
+    assert _ops(legalizer.load(tmp_path / "off.legal.tflite"))["tflite.RESHAPE"] == 1
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32)
+        want = run_tflite(data, {"x": x})["y"]
+        np.testing.assert_array_equal(want, (x + c) * d)
+        np.testing.assert_array_equal(run_tflite(out, {"x": x})["y"], want)

@@ -36,7 +36,7 @@ import numpy as np
 
 from legalizer.importers.tflite import TFLITE_TYPES
 from legalizer.ir.dtypes import dtype_of_array
-from legalizer.tflite_schema import FbTable, builtin_code, options_type, serialize
+from legalizer.tflite_schema import FbTable, builtin_code, enum_value, options_type, serialize
 
 _NAMES = {"float32": "float", "float64": "double", "str": "string"}
 
@@ -64,9 +64,7 @@ def tensor_type(dtype) -> int:
     if isinstance(dtype, int):
         return dtype
     if isinstance(dtype, str) and dtype.isupper():
-        import tflite
-
-        return getattr(tflite.TensorType.TensorType, dtype)
+        return enum_value("TensorType", dtype)  # (the tflite package shadows its module with the class)
     name = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
     return TFLITE_TYPES[_NAMES.get(name, name if name in TFLITE_TYPES else dtype_of_array(np.zeros(0, dtype)))]
 
@@ -89,11 +87,13 @@ def build_tflite(tensors: Sequence[Dict[str, Any]], operators: Sequence[Dict[str
                  inputs: Sequence[int], outputs: Sequence[int], *, name: str = "main",
                  subgraphs: Sequence[Dict[str, Any]] = (),
                  signatures: Optional[Sequence[Dict[str, Any]]] = None,
-                 description: str = "legalize test model") -> bytes:
+                 description: str = "legalize test model", offset_buffers: bool = False) -> bytes:
     """The .tflite bytes of a model whose subgraph 0 is (tensors, operators, inputs,
     outputs); ``subgraphs`` are further subgraphs as dicts with those keys (and
     ``name``). ``signatures``: dicts ``{"key", "subgraph", "inputs": {name: tensor
-    index}, "outputs": {name: tensor index}}``."""
+    index}, "outputs": {name: tensor index}}``. ``offset_buffers``: constant data is
+    stored after the flatbuffer (Buffer.offset/size, 64-byte aligned), as the TFLite
+    converter lays out models over 2 GB."""
     graphs = [{"tensors": list(tensors), "operators": list(operators), "inputs": list(inputs),
                "outputs": list(outputs), "name": name}] + [dict(g) for g in subgraphs]
     buffers = [FbTable("Buffer", {})]  # buffer 0: the empty sentinel
@@ -138,7 +138,31 @@ def build_tflite(tensors: Sequence[Dict[str, Any]], operators: Sequence[Dict[str
             "inputs": [FbTable("TensorMap", {"name": n, "tensor_index": i}) for n, i in s["inputs"].items()],
             "outputs": [FbTable("TensorMap", {"name": n, "tensor_index": i}) for n, i in s["outputs"].items()]})
             for s in signatures]
+    if offset_buffers:
+        return _with_offset_buffers(FbTable("Model", model), buffers)
     return serialize(FbTable("Model", model))
+
+
+def _with_offset_buffers(model: FbTable, buffers: List[FbTable], align: int = 64) -> bytes:
+    """Move every buffer's data after the flatbuffer. Written on its own, not with the
+    exporter's code, so that the importer and exporter are tested against an independent
+    layout (a wider alignment than the exporter's 16, and a trailing pad)."""
+    blobs = {i: b.fields.pop("data") for i, b in enumerate(buffers) if "data" in b.fields}
+    for i, data in blobs.items():  # placeholders first: a zero field would be left out
+        buffers[i].fields.update(offset=1 << 40, size=int(data.size))
+    length = len(serialize(model))
+    out = bytearray()
+    end = length
+    for i, data in blobs.items():
+        start = -(-end // align) * align
+        buffers[i].fields["offset"] = start
+        end = start + int(data.size)
+    out += serialize(model)
+    assert len(out) == length
+    for i, data in blobs.items():
+        out += bytes(int(buffers[i].fields["offset"]) - len(out))
+        out += data.tobytes()
+    return bytes(out + bytes(align))
 
 
 # -- ready-made tiny models --------------------------------------------------------

@@ -3,10 +3,15 @@ description, metadata and signatures, each operator's opcode version and options
 each tensor's quantization, sparsity and flags) is written back; what the passes
 added is written in the same form. Original buffers keep their indices (metadata and
 signatures refer to them); a buffer no tensor uses any more is left empty.
+
+A model whose buffers came stored by offset (Buffer.offset/size: data after the
+flatbuffer, the layout of models over 2 GB) is written the same way: every buffer
+that was stored so, and every new one, goes after the flatbuffer, 16-byte aligned.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -18,13 +23,16 @@ from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Quantization
 from ..model import Model
 from ..oprules import frontend_rules
-from ..tflite_schema import SCHEMA_VERSION, FbTable, builtin_code, options_type, serialize
+from ..tflite_schema import SCHEMA_VERSION, FbTable, builtin_code, enum_name, options_type, serialize
 from ..importers.tflite import CUSTOM_DOMAIN, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource
 
 CUSTOM_CODE = 32
 # BuiltinOperator codes above 127 do not fit the int8 deprecated_builtin_code field,
 # which then holds this placeholder.
 PLACEHOLDER_FOR_GREATER_OP_CODES = 127
+# Data stored after the flatbuffer starts on this boundary, as the TFLite converter
+# aligns it, so that the runtime can use it in place from a memory map.
+EXTERNAL_ALIGN = 16
 
 
 class _Writer:
@@ -33,6 +41,9 @@ class _Writer:
         self.table = FbTable("Model", dict(src.table.fields) if src is not None else {"version": SCHEMA_VERSION})
         self.buffers: List[FbTable] = [FbTable("Buffer", {})] + [FbTable("Buffer", dict(b.fields)) for b in
                                                                 self.table.fields.get("buffers", [])[1:]]
+        # buffer index -> its bytes, for buffers stored after the flatbuffer
+        self.external: Dict[int, np.ndarray] = dict(src.external) if src is not None else {}
+        self.out_of_line = bool(self.external)  # new buffers follow the model's layout
         self.used_buffers = {int(m.get("buffer", 0)) for m in self.table.fields.get("metadata", [])}
         self.used_buffers |= {int(b) for b in self.table.fields.get("metadata_buffer", [])}
         self.opcodes: List[FbTable] = list(self.table.fields.get("operator_codes", []))
@@ -53,13 +64,19 @@ class _Writer:
         else:
             idx = len(self.buffers)
             self.buffers.append(FbTable("Buffer", {}))
-            self.buffers[idx].fields["data"] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            if self.out_of_line:
+                self.external[idx] = data
+            else:
+                self.buffers[idx].fields["data"] = data
         self.used_buffers.add(idx)
         self.buffer_of[id(arr)] = idx
         return idx
 
     def _is_original(self, idx: int, arr: np.ndarray) -> bool:
         data = self.buffers[idx].fields.get("data")
+        if data is None:
+            data = self.external.get(idx)
         base = arr.base if isinstance(arr, np.ndarray) else None
         return data is not None and (arr is data or base is data or
                                      (isinstance(base, np.ndarray) and base.base is data.base and base.base is not None))
@@ -67,10 +84,7 @@ class _Writer:
     def tensor(self, v: Value, buffer: int) -> FbTable:
         t = FbTable("Tensor", dict(v.info.fields) if isinstance(v.info, FbTable) else {})
         t.fields["name"] = v.name
-        dtype = v.type.dtype
-        if dtype not in TFLITE_TYPES:
-            raise BadInput(f"tensor '{v.name}' has type {dtype}, which TFLite has no code for")
-        t.fields["type"] = TFLITE_TYPES[dtype]
+        t.fields["type"] = _type_code(v)
         shape = v.type.shape
         if shape is not None:
             t.fields["shape"] = np.array([d if isinstance(d, int) else 1 for d in shape], np.int32)
@@ -172,7 +186,15 @@ class _Writer:
             indices.append(index)
         for i, b in enumerate(self.buffers):
             if i and i not in self.used_buffers:
-                b.fields.pop("data", None)  # no tensor uses it any more
+                self.external.pop(i, None)  # no tensor uses it any more
+                for key in ("data", "offset", "size"):
+                    b.fields.pop(key, None)
+            elif "data" in b.fields or i not in self.external:
+                # inline data (or none): an offset/size beside it would point into
+                # whatever follows the new flatbuffer
+                self.external.pop(i, None)
+                b.fields.pop("offset", None)
+                b.fields.pop("size", None)
         fields = self.table.fields
         fields["subgraphs"] = subgraphs
         fields["buffers"] = self.buffers
@@ -180,6 +202,18 @@ class _Writer:
         if "signature_defs" in fields:
             fields["signature_defs"] = [_remap_signature(s, graphs, indices, old_io) for s in fields["signature_defs"]]
         return self.table
+
+
+def _type_code(v: Value) -> int:
+    """The TensorType code of ``v``; a type the IR keeps by number (``tflite_type13``,
+    RESOURCE) goes back as that number."""
+    dtype = v.type.dtype
+    if dtype in TFLITE_TYPES:
+        return TFLITE_TYPES[dtype]
+    m = re.fullmatch(r"tflite_type(\d+)", dtype)
+    if m is not None and enum_name("TensorType", int(m.group(1))) is not None:
+        return int(m.group(1))
+    raise BadInput(f"tensor '{v.name}' has type {dtype}, which TFLite has no code for")
 
 
 def _remap_signature(sig: FbTable, graphs: List[Graph], indices: List[Dict[int, int]], old_io) -> FbTable:
@@ -215,25 +249,74 @@ def _quantization(q: Optional[Quantization]) -> Optional[FbTable]:
     return t
 
 
-def to_tflite(model: Model) -> bytes:
-    """The flatbuffer bytes of ``model``'s IR."""
+def _encode(model: Model) -> Tuple[bytes, List[Tuple[int, np.ndarray]]]:
+    """The flatbuffer of ``model``'s IR, and the (offset, bytes) of each buffer stored
+    after it."""
     w = _Writer(model)
     for g in model.graphs:
         if g.frontend != "tflite":
             raise BadInput(f"graph '{g.name}' holds {g.frontend} ops; only a TFLite model can be written as .tflite")
     table = w.model(model)
     size = sum(int(b.fields["data"].size) for b in w.buffers if "data" in b.fields)
-    return serialize(table, initial_size=max(1024, size + (1 << 16)))
+    initial = max(1024, size + (1 << 16))
+    if not w.external:
+        return serialize(table, initial_size=initial), []
+    return _with_external(table, w.buffers, w.external, initial)
+
+
+def _with_external(table: FbTable, buffers: List[FbTable], external: Dict[int, np.ndarray],
+                   initial: int) -> Tuple[bytes, List[Tuple[int, np.ndarray]]]:
+    """Serialize with each external buffer's offset pointing past the flatbuffer. The
+    offsets are not known until the flatbuffer's length is, so it is written twice: first
+    with placeholders (non-zero, so that the fields are present: a flatbuffer leaves out
+    a field at its default), then with the offsets, which take the same 8 bytes each."""
+    order = sorted(external)
+    for i in order:
+        buffers[i].fields.pop("data", None)
+        buffers[i].fields.update(offset=1 << 62, size=int(external[i].size))
+    head = serialize(table, initial_size=initial)
+    placed, end = [], len(head)
+    for i in order:
+        start = -(-end // EXTERNAL_ALIGN) * EXTERNAL_ALIGN
+        buffers[i].fields["offset"] = start
+        placed.append((start, external[i]))
+        end = start + int(external[i].size)
+    final = serialize(table, initial_size=initial)
+    if len(final) != len(head):  # cannot happen: offsets are fixed-size scalars
+        raise RuntimeError("flatbuffer length changed when its buffer offsets were filled in")
+    return final, placed
+
+
+def _chunks(head: bytes, placed: List[Tuple[int, np.ndarray]]):
+    """The file's bytes in order: the flatbuffer, then each external buffer after the
+    zero padding that aligns it."""
+    yield head
+    pos = len(head)
+    for start, data in placed:
+        if start > pos:
+            yield bytes(start - pos)
+        yield memoryview(data)
+        pos = start + int(data.size)
+
+
+def to_tflite(model: Model) -> bytes:
+    """The ``.tflite`` bytes of ``model``'s IR (with the data stored after the flatbuffer,
+    for a model that came so)."""
+    head, placed = _encode(model)
+    return head if not placed else b"".join(_chunks(head, placed))
 
 
 def save_tflite(model: Model, path, *, force: bool = False, protect: Optional[Path] = None,
                 inspect: Optional[Callable[[Path], None]] = None) -> Path:
     """Write ``model`` as ``.tflite`` atomically (``atomic_output``'s rules); ``inspect``
-    sees the written file before it takes its name."""
-    data = to_tflite(model)
+    sees the written file before it takes its name. Data stored after the flatbuffer is
+    written from its views, never gathered into one copy in memory."""
+    head, placed = _encode(model)
     path = Path(path)
     with atomic_output(path, force=force, protect=protect) as tmp:
-        tmp.write_bytes(data)
+        with open(tmp, "wb") as f:
+            for chunk in _chunks(head, placed):
+                f.write(chunk)
         if inspect is not None:
             inspect(tmp)
     return path

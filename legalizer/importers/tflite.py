@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -32,7 +32,7 @@ from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
 from ..model import Model
-from ..tflite_schema import SCHEMA_VERSION, FbTable, builtin_name, read
+from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read
 
 TFLITE_DOMAIN, CUSTOM_DOMAIN = "tflite", "tflite.custom"
 
@@ -71,6 +71,10 @@ class TFLiteSource:
     size: int
     # each subgraph's input and output tensor indices, which signatures refer to
     io: List[Tuple[List[int], List[int]]]
+    # buffer index -> its bytes (a view of the file) for buffers stored by offset after
+    # the flatbuffer (Buffer.offset/size, how models over 2 GB are laid out): the
+    # exporter writes them back the same way
+    external: Dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def _quantization(q: Optional[FbTable]) -> Optional[Quantization]:
@@ -97,23 +101,45 @@ class _Importer:
         self.warnings = warnings
         self.buffers: List[FbTable] = table.get("buffers", [])
         self.opcodes: List[FbTable] = table.get("operator_codes", [])
+        self.external: Dict[int, np.ndarray] = {}  # TFLiteSource.external
 
     def buffer_data(self, index: int, tensor: str) -> Optional[np.ndarray]:
         if index <= 0:
             return None  # buffer 0 is the empty sentinel: an activation
         if index >= len(self.buffers):
             raise BadInput(f"tensor '{tensor}' refers to buffer {index}, but the model has {len(self.buffers)}")
-        b = self.buffers[index]
-        data = b.get("data")
+        data = self.buffers[index].get("data")
         if data is not None and len(data):
             return data
+        return self.stored(index, f"tensor '{tensor}'")
+
+    def stored(self, index: int, user: str) -> Optional[np.ndarray]:
+        """The bytes of buffer ``index`` if it is stored by offset (a large model's data
+        lies after the flatbuffer: file bytes [offset, offset + size); an offset of 0 or
+        1 means none), else None. ``user`` names who refers to it, for the error."""
+        b = self.buffers[index]
         offset, size = int(b.get("offset", 0)), int(b.get("size", 0))
-        if offset > 1 and size:  # a large model's data lies after the flatbuffer
-            if offset + size > len(self.buf):
-                raise BadInput(f"tensor '{tensor}': buffer {index} lies past the end of the file"
-                               f" ({offset + size} > {len(self.buf)} bytes)")
-            return np.frombuffer(self.buf, np.uint8, size, offset)
-        return None
+        if offset <= 1 or not size:
+            return None
+        if offset + size > len(self.buf):
+            raise BadInput(f"{user}: buffer {index} lies past the end of the file"
+                           f" (bytes {offset}..{offset + size}, the file has {len(self.buf)})")
+        view = self.external.get(index)
+        if view is None:  # one view per buffer: the exporter recognizes it by identity
+            view = self.external[index] = np.frombuffer(self.buf, np.uint8, size, offset)
+        return view
+
+    def metadata(self) -> None:
+        """Metadata kept in buffers stored by offset is written back the same way: find
+        it (the IR does not model metadata, so no tensor leads to it)."""
+        refs = [(int(m.get("buffer", 0)), f"metadata '{m.get('name', '')}'") for m in self.table.get("metadata", [])]
+        refs += [(int(b), "metadata_buffer") for b in self.table.get("metadata_buffer", [])]
+        for index, user in refs:
+            if not 0 < index < len(self.buffers):
+                continue  # written back as it was: nothing here reads metadata
+            data = self.buffers[index].get("data")
+            if data is None or not len(data):
+                self.stored(index, user)
 
     def subgraph(self, index: int, sg: FbTable) -> Graph:
         g = Graph(sg.get("name") or f"subgraph{index}", {TFLITE_DOMAIN: SCHEMA_VERSION})
@@ -133,9 +159,9 @@ class _Importer:
                     k += 1
                 name = f"{base}_{k}"
             names.add(name)
-            v = Value(name, self.tensor_type(t), info=FbTable("Tensor", {k: x for k, x in t.fields.items()
-                                                                       if k not in TENSOR_FIELDS}),
-                      info_index=i, quant=_quantization(t.get("quantization")))
+            ttype = self.tensor_type(t, f"subgraph {index}: tensor {i} '{name}'")
+            info = FbTable("Tensor", {k: x for k, x in t.fields.items() if k not in TENSOR_FIELDS})
+            v = Value(name, ttype, info=info, info_index=i, quant=_quantization(t.get("quantization")))
             values.append(v)
             data = self.buffer_data(int(t.get("buffer", 0)), name)
             if data is not None:
@@ -194,9 +220,15 @@ class _Importer:
         g.nodes()  # the topological order; a cycle is bad input
         return g
 
-    def tensor_type(self, t: FbTable) -> TensorType:
+    def tensor_type(self, t: FbTable, where: str) -> TensorType:
         code = int(t.get("type", 0))
-        dtype = DTYPES.get(code, f"tflite_type{code}")
+        dtype = DTYPES.get(code)
+        if dtype is None:
+            # A code the schema defines but the IR has no dtype for (RESOURCE, VARIANT)
+            # is kept by number; one it does not define is a corrupt or foreign file.
+            if enum_name("TensorType", code) is None:
+                raise BadInput(f"{where} has type code {code}, which TFLite does not define")
+            dtype = f"tflite_type{code}"
         sig = t.get("shape_signature")
         shape = t.get("shape")
         dims = sig if sig is not None and len(sig) else shape
@@ -261,6 +293,37 @@ _READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeEr
                 RecursionError, AttributeError, KeyError)
 
 
+def _check_identifier(path: Path, buf) -> None:
+    """BadInput unless bytes 4..8 are the TFLite file identifier. Files get here by their
+    name or a flatbuffer-like header (``fileio.sniff``); say what was found."""
+    if len(buf) < 8:
+        raise BadInput(f"{path}: not a TFLite flatbuffer ({len(buf)} bytes, too short for the"
+                       " 8-byte flatbuffer header)")
+    found = bytes(buf[4:8])
+    if found != FILE_IDENTIFIER:
+        shown = repr(found)[1:]  # 'XXXX', control bytes escaped: one line
+        raise BadInput(f"{path}: not a TFLite flatbuffer (file identifier {shown} at bytes 4..8,"
+                       f" expected '{FILE_IDENTIFIER.decode()}')")
+
+
+def _check_signatures(signatures: List[FbTable], subgraphs: List[FbTable]) -> None:
+    """A SignatureDef names a subgraph and tensors of it by index; LiteRT trusts them,
+    and the exporter follows them to their new indices, so an index out of range is
+    bad input here rather than a crash or a dangling signature later."""
+    for k, sig in enumerate(signatures):
+        key = sig.get("signature_key") or f"#{k}"
+        sg = int(sig.get("subgraph_index", 0))
+        if not 0 <= sg < len(subgraphs):
+            raise BadInput(f"signature '{key}' refers to subgraph {sg}, but the model has {len(subgraphs)}")
+        count = len(subgraphs[sg].get("tensors", []))
+        for what in ("inputs", "outputs"):
+            for m in sig.get(what, []):
+                idx = int(m.get("tensor_index", 0))
+                if not 0 <= idx < count:
+                    raise BadInput(f"signature '{key}': {what[:-1]} '{m.get('name', '')}' refers to tensor {idx},"
+                                   f" but subgraph {sg} has {count}")
+
+
 def load_tflite(path: Path) -> Model:
     """Read a ``.tflite`` file (memory-mapped: weights are views, not copies)."""
     try:
@@ -274,8 +337,7 @@ def load_tflite(path: Path) -> Model:
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:
         raise BadInput(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    if len(buf) < 8 or buf[4:8] != b"TFL3":
-        raise BadInput(f"{path}: not a TFLite flatbuffer (file identifier is not TFL3)")
+    _check_identifier(path, buf)
     warnings: List[str] = []
     try:
         (root,) = struct.unpack_from("<I", buf, 0)
@@ -288,6 +350,8 @@ def load_tflite(path: Path) -> Model:
         imp = _Importer(table, buf, warnings)
         with paused_gc():
             graphs = [imp.subgraph(i, sg) for i, sg in enumerate(subgraphs)]
+        _check_signatures(table.get("signature_defs", []), subgraphs)
+        imp.metadata()
     except BadInput as e:
         raise BadInput(f"{path}: {e}" if not str(e).startswith(str(path)) else str(e)) from None
     except _READ_ERRORS as e:
@@ -298,6 +362,6 @@ def load_tflite(path: Path) -> Model:
         if custom:
             warnings.append(f"subgraph '{g.name}': custom ops kept opaque: {', '.join(custom)}")
     io = [([int(i) for i in sg.get("inputs", [])], [int(i) for i in sg.get("outputs", [])]) for sg in subgraphs]
-    model = Model(graphs[0], "tflite", TFLiteSource(table, len(buf), io), path.resolve().parent, path, warnings,
-                  subgraphs=graphs)
+    model = Model(graphs[0], "tflite", TFLiteSource(table, len(buf), io, imp.external), path.resolve().parent, path,
+                  warnings, subgraphs=graphs)
     return model
