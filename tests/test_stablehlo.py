@@ -10,6 +10,7 @@ dynamic_broadcast.onnx at bindings that do and do not satisfy its runtime broadc
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -215,7 +216,10 @@ def _zoo() -> onnx.ModelProto:
 
 def test_op_coverage_model_matches_onnxruntime():
     _, proto, text, stats = _legalize(_zoo())
-    assert text.count("@shape_assertion") >= stats["runtime_broadcast_checks"] + 1  # + the MatMul batch dim
+    # no runtime constraint (the runtime broadcasts are of dims that may be 1 against 1s):
+    # the one assertion is MatMul's own runtime broadcast of its batch dim
+    assert text.count("@shape_assertion(") == 1
+    assert "MatMul 'matmul_runtime_bcast' batch dim 0: runtime dims {0} and {1} do not broadcast" in text
     for n, k in ((3, 3), (1, 3), (3, 1)):
         rng = np.random.default_rng(n * 10 + k)
         feeds = {"x": rng.standard_normal((n, 3, 8, 8)).astype(np.float32),
@@ -232,8 +236,6 @@ NODE_CASES = r"^test_(conv|maxpool|averagepool|gather_|slice|matmul|gemm|mod_|bi
 
 
 def test_onnx_node_cases_match_reference(tmp_path):
-    import re
-
     from onnx.backend.test.case.node import collect_testcases
 
     from legalizer.exporters.stablehlo import LOWERINGS
@@ -248,7 +250,8 @@ def test_onnx_node_cases_match_reference(tmp_path):
         try:
             _, _, text, _ = _legalize(path)
         except BadInput as e:
-            assert re.search(r"\((runtime|training mode|Indices output|mode )", str(e)), (case.name, str(e))
+            assert re.search(r"\(nodes? '[^']*'(, '[^']*')*: (runtime|training mode|Indices output|mode )", str(e)), \
+                (case.name, str(e))
             refused.append(case.name)
             continue
         inputs, outputs = case.data_sets[0]
@@ -263,15 +266,69 @@ def test_onnx_node_cases_match_reference(tmp_path):
     assert ran >= 100 and len(refused) <= 12, (ran, refused)
 
 
-# ---- runtime broadcasts -------------------------------------------------------------------------
+# ---- runtime constraints -------------------------------------------------------------------------
+
+DYNAMIC = ROOT / "models" / "dynamic_broadcast.onnx"
+# dynamic_broadcast.onnx's runtime constraints, as the report lists them, by mode
+CONSTRAINTS = {
+    False: [("b[0] == 2 or b[0] == 1", "add_2xq_qxq"), ("a[1] == b[1] or a[1] == 1 or b[1] == 1", "add_2xq_qxq"),
+            ("c[0] == 2 or c[0] == 1", "mul_qx2_2xq"), ("d[1] == 2 or d[1] == 1", "mul_qx2_2xq"),
+            ("M == N or M == 1 or N == 1", "sub_N_M")],
+    True: [("b[0] == 2", "add_2xq_qxq"), ("a[1] == b[1]", "add_2xq_qxq"), ("c[0] == 2", "mul_qx2_2xq"),
+           ("d[1] == 2", "mul_qx2_2xq"), ("M == N", "sub_N_M")],
+}
+
+
+def _assertion_messages(text: str):
+    import re
+
+    return sorted(re.findall(r'@shape_assertion\([^)]*\) \{error_message = "([^"]*)", has_side_effect = true\}', text))
+
+
+def _constraint_messages(strict: bool):
+    """What each constraint's assertion says (its dims filled in at run time)."""
+    out = []
+    for text, node in CONSTRAINTS[strict]:
+        labels = list(dict.fromkeys(x for x in text.replace("or", "==").split(" == ") if not x.strip().isdigit()))
+        dims = ", ".join(f"{label.strip()} = {{{i}}}" for i, label in enumerate(labels))
+        out.append(f"legalize: runtime constraint {text} (node '{node}') does not hold: {dims}")
+    return sorted(out)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "assume-dynamic-not-one"])
+def test_every_runtime_constraint_is_one_shape_assertion(strict):
+    model = legalizer.load(DYNAMIC)
+    verified = legalizer.verify(model, assume_dynamic_not_one=strict)
+    assert [(c["text"], n) for c in verified.constraints.to_json() for n in c["nodes"]] == CONSTRAINTS[strict]
+    legalizer.legalize(model, "xla", assume_dynamic_not_one=strict)
+    # the constraints the verification listed, and the ones found again in the legalized
+    # graph (what --emit stablehlo writes), give the same assertions: one per constraint
+    given, found = emit_stablehlo(model, verified.constraints), emit_stablehlo(model)
+    for text in (given, found):
+        xla_run.parse(text)
+        assert text.count("stablehlo.custom_call @shape_assertion(") == 5
+        assert _assertion_messages(text) == _constraint_messages(strict)
+        assert text.count("has_side_effect = true") == 5
+        # each reads the dims of the function's arguments
+        assert "stablehlo.get_dimension_size %b, dim = 0" in text
+    assert _assertion_messages(given) == _assertion_messages(found)
+
+
+def test_emit_stablehlo_writes_every_runtime_constraint(tmp_path):
+    from test_cli import assert_clean, legalize
+
+    for flags, strict in (((), False), (("--assume-dynamic-not-one",), True)):
+        out = tmp_path / f"m{int(strict)}.onnx"
+        p = legalize(DYNAMIC, "--target", "xla", "--emit", "stablehlo", "-o", out, "--no-check", "-q", *flags)
+        assert_clean(p)
+        assert p.returncode == 0, p.stderr
+        assert _assertion_messages(out.with_suffix(".stablehlo.mlir").read_text()) == _constraint_messages(strict)
+
 
 def test_dynamic_broadcast_runs_at_bindings_and_asserts(tmp_path):
-    model, proto, text, stats = _legalize(ROOT / "models" / "dynamic_broadcast.onnx")
-    # the xla form's Where(a == 1, b, a) checks each get an assertion; broadcasts are
-    # dynamic_broadcast_in_dim with the dims known to expand or not
+    model, proto, text, stats = _legalize(DYNAMIC)
+    # broadcasts are dynamic_broadcast_in_dim with the dims known to expand or not
     assert stats["runtime_broadcast_checks"] == 2
-    assert text.count("stablehlo.custom_call @shape_assertion(") == 2
-    assert "has_side_effect = true" in text
     assert "known_expanding_dimensions = array<i64: 1>" in text  # f: Mx1 -> ?x3
     assert "known_nonexpanding_dimensions" in text
     assert "func.func public @main(%a: tensor<2x?xf32>, %b: tensor<?x?xf32>" in text
@@ -284,12 +341,81 @@ def test_dynamic_broadcast_runs_at_bindings_and_asserts(tmp_path):
     # all dims > 1, then every dynamic dim that may be 1 at 1
     _check_same(proto, text, feeds((2, 3), (2, 3), (2, 2), (2, 2), (4, 3), (4, 1)))
     _check_same(proto, text, feeds((2, 1), (1, 5), (1, 2), (2, 1), (1, 3), (3, 1)))
-    # N=4 against M=3: onnxruntime rejects it, and XLA fails at the shape assertion
-    bad = feeds((2, 3), (2, 3), (2, 2), (2, 2), (4, 3), (3, 1))
-    with pytest.raises(Exception):
-        ort_check.session(proto, ["CPUExecutionProvider"]).run(None, bad)
-    with pytest.raises(xla_run.StableHLOError, match=r"sub_N_M_bcast0'?: runtime dims 4 and 3 do not broadcast"):
-        xla_run.run(text, [bad[n] for n in names])
+    # Bindings that break a constraint: onnxruntime rejects them, and XLA fails at the
+    # constraint's shape assertion, with its words and the dims filled in.
+    for shapes, message in (
+            (((2, 3), (3, 3), (2, 2), (2, 2), (4, 3), (4, 1)),
+             "runtime constraint b[0] == 2 or b[0] == 1 (node 'add_2xq_qxq') does not hold: b[0] = 3"),
+            (((2, 3), (2, 3), (2, 2), (2, 2), (4, 3), (3, 1)),
+             "runtime constraint M == N or M == 1 or N == 1 (node 'sub_N_M') does not hold: M = 3, N = 4")):
+        bad = feeds(*shapes)
+        with pytest.raises(Exception):
+            ort_check.session(proto, ["CPUExecutionProvider"]).run(None, bad)
+        with pytest.raises(xla_run.StableHLOError, match=re.escape(message)):
+            xla_run.run(text, [bad[n] for n in names])
+
+
+def test_strict_mode_asserts_what_it_assumes():
+    """With --assume-dynamic-not-one the xla form has no runtime broadcast check; its
+    constraints, equalities, are asserted: N=4 against M=3 fails with ``M == N``, where
+    the default mode's module would fail in a broadcast, without a word of why."""
+    model = legalizer.load(DYNAMIC)
+    legalizer.legalize(model, "xla", assume_dynamic_not_one=True)
+    proto, text = legalizer.to_onnx(model), emit_stablehlo(model)
+    assert "stablehlo.select" not in text  # no runtime broadcast of two dims
+    names = _input_names(proto)
+    rng = np.random.default_rng(3)
+
+    def args(*shapes):
+        return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+    _check_same(proto, text, dict(zip(names, args((2, 3), (2, 3), (2, 2), (2, 2), (4, 3), (4, 1)))))
+    for shapes, message in (
+            (((2, 3), (2, 3), (2, 2), (2, 2), (4, 3), (3, 1)),
+             "runtime constraint M == N (node 'sub_N_M') does not hold: M = 3, N = 4"),
+            (((2, 3), (3, 3), (2, 2), (2, 2), (4, 3), (4, 1)),
+             "runtime constraint b[0] == 2 (node 'add_2xq_qxq') does not hold: b[0] = 3"),
+            # a dim of 1 is what the strict mode assumes away: asserted too
+            (((2, 1), (2, 3), (2, 2), (2, 2), (4, 3), (4, 1)),
+             "runtime constraint a[1] == b[1] (node 'add_2xq_qxq') does not hold: a[1] = 1, b[1] = 3")):
+        with pytest.raises(xla_run.StableHLOError, match=re.escape(message)):
+            xla_run.run(text, args(*shapes))
+
+
+def _chain() -> onnx.ModelProto:
+    """Constraints on a variadic op's broadcast and on an intermediate value's dim."""
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Sum", ["a", "b", "c"], ["s"], name="sum3"),
+             helper.make_node("Relu", ["s"], ["r"], name="relu"),
+             helper.make_node("Add", ["r", "x{1}"], ["t"], name="add{t}")]
+    g = helper.make_graph(nodes, "chain", [vi("a", TP.FLOAT, [None, 4]), vi("b", TP.FLOAT, [None, 4]),
+                                           vi("c", TP.FLOAT, ["K", 4]), vi("x{1}", TP.FLOAT, [None, 1])],
+                          [helper.make_empty_tensor_value_info("t")])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_constraints_on_broadcast_dims_and_intermediate_values_are_asserted():
+    model = _load_proto(_chain())
+    verified = legalizer.verify(model)
+    texts = [c["text"] for c in verified.constraints.to_json()]
+    assert "K == broadcast(a[0], b[0]) or K == 1 or broadcast(a[0], b[0]) == 1" in texts
+    legalizer.legalize(model, "xla")
+    proto, text = legalizer.to_onnx(model), emit_stablehlo(model, verified)
+    assert text.count("@shape_assertion(") == len(texts) == 3
+    names = _input_names(proto)
+    rng = np.random.default_rng(5)
+
+    def feeds(*shapes):
+        return {n: rng.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes)}
+
+    _check_same(proto, text, feeds((3, 4), (3, 4), (3, 4), (3, 1)))
+    _check_same(proto, text, feeds((1, 4), (3, 4), (1, 4), (1, 1)))
+    with pytest.raises(xla_run.StableHLOError, match=re.escape(
+            "does not hold: K = 2, broadcast(a[0], b[0]) = 3")):
+        xla_run.run(text, list(feeds((1, 4), (3, 4), (2, 4), (3, 1)).values()))
+    # a name with braces is written as it is (a literal "{" is "{{" in the message)
+    with pytest.raises(xla_run.StableHLOError, match=re.escape("x{1}[0] == 1 (node 'add{t}') does not hold")):
+        xla_run.run(text, list(feeds((3, 4), (3, 4), (3, 4), (2, 1)).values()))
 
 
 # ---- errors ---------------------------------------------------------------------------------------
@@ -314,7 +440,32 @@ def test_unsupported_ops_are_all_listed_in_one_error():
     legalizer.legalize(model, "xla")
     with pytest.raises(BadInput) as e:
         emit_stablehlo(model)
-    assert str(e.value) == "cannot emit StableHLO for: LSTM (2 nodes), NonMaxSuppression"
+    assert str(e.value) == ("cannot emit StableHLO for 3 ops: LSTM (nodes 'lstm1', 'lstm2'), "
+                            "NonMaxSuppression (node 'nms')")
+
+
+def test_unlowerable_ops_are_one_line_naming_their_nodes_and_nothing_is_written(tmp_path):
+    from test_cli import assert_clean, legalize, lines
+
+    vi = helper.make_tensor_value_info
+    nodes = [helper.make_node("Det", ["m"], ["d"], name="det_0"),
+             helper.make_node("Hardmax", ["x"], ["h"], name="h1"),
+             helper.make_node("Hardmax", ["h"], ["h2o"], name="h2"),
+             helper.make_node("LSTM", ["s", "w", "r"], ["y"], hidden_size=4, name="lstm"),
+             helper.make_node("Relu", ["x"], ["z"], name="relu")]
+    g = helper.make_graph(nodes, "g", [vi("m", TP.FLOAT, [3, 3]), vi("x", TP.FLOAT, [2, 5]),
+                                       vi("s", TP.FLOAT, [5, 2, 3])],
+                          [helper.make_empty_tensor_value_info(o) for o in ("d", "h2o", "y", "z")],
+                          [numpy_helper.from_array(np.ones((1, 16, 3), np.float32), "w"),
+                           numpy_helper.from_array(np.ones((1, 16, 4), np.float32), "r")])
+    src = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+    p = legalize(src, "--target", "xla", "--emit", "onnx", "--emit", "stablehlo", "--no-check")
+    assert_clean(p)
+    assert p.returncode == 2
+    assert lines(p.stderr) == ["legalize: error: cannot emit StableHLO for 4 ops: Det (node 'det_0'), "
+                               "Hardmax (nodes 'h1', 'h2'), LSTM (node 'lstm')"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.onnx"]
 
 
 def test_an_implicit_broadcast_left_is_an_error():

@@ -20,18 +20,21 @@ Conventions:
   in the graph is a bug upstream and raises ``ImplicitBroadcast``. Where an op's own
   semantics broadcast (a Conv bias, BatchNormalization's per-channel parameters, a
   scalar in a composite like Relu's 0) the lowering writes the ``broadcast_in_dim``.
-- Every runtime broadcast check the ``xla`` pass emitted (``Where(a == 1, b, a)``) also
-  gets a ``@shape_assertion`` custom call, as JAX emits them, that ``a`` and ``b`` are
-  broadcast-compatible: a bad runtime shape then fails at shape refinement instead of
-  computing garbage.
+- Every runtime constraint of the model (what the verifier lists and the report shows:
+  ``b[0] == 2 or b[0] == 1``, ``M == N`` in strict symbolic mode) is a
+  ``stablehlo.custom_call @shape_assertion`` as JAX writes them (spec/shape-dialect.md's
+  asserting form): the predicate computed from ``get_dimension_size`` of the values the
+  constraint names, then those dims, which ``{0}``, ``{1}``... of its ``error_message``
+  (the constraint's text and its nodes) stand for. A binding that breaks one fails at
+  shape refinement with that message, before anything is computed on a bad shape.
+  (So do the broadcasts an op's own semantics make at run time: MatMul's batch dims.)
 - An op that cannot be lowered is collected; after the whole graph is walked, one
-  ``BadInput`` names every such op. No partial module is ever returned.
+  ``BadInput`` names every such op and its nodes. No partial module is ever returned.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -46,7 +49,7 @@ from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..oprules import frontend_rules
 from ..shapes import same_shape
 
-__all__ = ["emit_stablehlo", "ImplicitBroadcast", "LOWERINGS"]
+__all__ = ["emit_stablehlo", "runtime_constraints", "ImplicitBroadcast", "LOWERINGS"]
 
 
 class ImplicitBroadcast(LegalizeError):
@@ -169,6 +172,13 @@ def _mlir_string(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def _escape_braces(s: str) -> str:
+    """``s`` in a shape assertion's message, where ``{0}`` stands for an operand: a
+    literal ``{`` doubled. (Shape refinement fills the message in with LLVM's ``formatv``,
+    which reads ``{{`` as ``{`` and a lone ``}`` as itself.)"""
+    return s.replace("{", "{{")
+
+
 def _ints(xs: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(x)) for x in xs) + "]"
 
@@ -206,6 +216,7 @@ class Emitter:
         self._dim_cache: Dict[Tuple[str, int], str] = {}
         self._const_cache: Dict[Tuple[str, bytes, Tuple], str] = {}
         self.node: Optional[Node] = None  # the node being lowered (for names, messages)
+        self.base: Optional[str] = None  # names new SSA values when no node is lowered
 
     # -- names and lines
     def fresh(self, base: str) -> str:
@@ -224,7 +235,8 @@ class Emitter:
     def emit(self, rhs: str, tt: TT, base: Optional[str] = None) -> str:
         """``%name = rhs`` (rhs ends with its type signature); returns %name."""
         if base is None:
-            base = (self.node.output.name + ".") if self.node is not None and self.node.outputs else "t."
+            base = self.base or ((self.node.output.name + ".") if self.node is not None and self.node.outputs
+                                 else "t.")
         name = self.fresh(base)
         self.lines.append(f"{name} = {rhs}")
         self.types[name] = tt
@@ -475,13 +487,23 @@ class Emitter:
         a1 = a_is_one or self.compare("EQ", a, one)
         b1 = self.compare("EQ", b, one)
         ok = self.op("stablehlo.or", [self.op("stablehlo.or", [eq, a1], self.tt(eq)), b1], self.tt(eq))
-        pred = self.reshape(ok, TT("i1", ()))
-        sa, sb = self.reshape(a, TT("i64", ())), self.reshape(b, TT("i64", ()))
-        msg = (f"legalize: {what}: runtime dims {{0}} and {{1}} do not broadcast"
-               f" (they must be equal, or one of them 1)")
-        self.lines.append(f"stablehlo.custom_call @shape_assertion({pred}, {sa}, {sb}) {{error_message = "
-                          f"{_mlir_string(msg)}, has_side_effect = true}}"
-                          " : (tensor<i1>, tensor<i64>, tensor<i64>) -> ()")
+        self.shape_assertion(ok, [a, b], f"legalize: {_escape_braces(what)}: runtime dims {{0}} and {{1}} do not"
+                             " broadcast (they must be equal, or one of them 1)")
+
+    def shape_assertion(self, ok: str, inputs: Sequence[str], message: str) -> None:
+        """``stablehlo.custom_call @shape_assertion``, as JAX writes it: the predicate
+        ``ok`` (a tensor<1xi1>), then the dims (tensor<1xi64>) that ``{0}``, ``{1}``...
+        of ``message`` stand for; shape refinement evaluates it and fails with the
+        message, its placeholders filled in, where ``ok`` is false."""
+        pred = self.emit(f"stablehlo.reshape {ok} : ({self.tt(ok)}) -> tensor<i1>", TT("i1", ()))
+        scalars = [self.emit(f"stablehlo.reshape {x} : ({self.tt(x)}) -> tensor<i64>", TT("i64", ())) for x in inputs]
+        types = ", ".join(["tensor<i1>"] + ["tensor<i64>"] * len(scalars))
+        self.lines.append(f"stablehlo.custom_call @shape_assertion({', '.join([pred] + scalars)}) {{error_message = "
+                          f"{_mlir_string(message)}, has_side_effect = true}} : ({types}) -> ()")
+
+    def dim_vector(self, d: RDim) -> str:
+        """A runtime dim as a tensor<1xi64> (a constant when static)."""
+        return self.index_vector([d]) if isinstance(d, int) else d
 
     def broadcast_rdim(self, a: Tuple[str, int], b: Tuple[str, int], what: str) -> RDim:
         """numpy's broadcast of dim ``a[1]`` of ``a[0]`` and dim ``b[1]`` of ``b[0]``,
@@ -648,15 +670,19 @@ def _bitshift(cx: Emitter, node: Node):
     return [cx.op(name, [_in(cx, node, 0), _in(cx, node, 1)], _out(node))]
 
 
-def _broadcast_check_operands(node: Node, cx: Emitter) -> Optional[Tuple[Value, Value]]:
+def _broadcast_check_operands(node: Node, known: Callable[[Value], Optional[np.ndarray]]
+                              ) -> Optional[Tuple[Value, Value]]:
     """(a, b) when ``node`` is the ``xla`` pass's runtime broadcast of two dims,
-    ``Where(Equal(a, [1]), b, a)`` on tensor<1xi64> values."""
+    ``Where(Equal(a, [1]), b, a)`` on tensor<1xi64> values (``known``: a value's
+    compile-time array, or None)."""
+    if node.kind != OP or node.op != "Where" or len(node.inputs) != 3 or None in node.inputs:
+        return None
     cond, b, a = node.inputs
     eq = cond.producer
     if eq is None or eq.kind != OP or eq.op != "Equal" or a.type.shape != (1,) or b.type.shape != (1,):
         return None
     x, y = eq.inputs
-    one = cx.known_array(y)
+    one = known(y)
     if x is a and one is not None and np.asarray(one).reshape(-1).tolist() == [1]:
         return a, b
     return None
@@ -664,9 +690,8 @@ def _broadcast_check_operands(node: Node, cx: Emitter) -> Optional[Tuple[Value, 
 
 @lowering("Where")
 def _where(cx: Emitter, node: Node):
-    check = _broadcast_check_operands(node, cx)
-    if check is not None:
-        cx.assert_broadcastable(cx.v(check[0]), cx.v(check[1]), f"{node.op} '{node.label}'", _in(cx, node, 0))
+    # (The xla pass's runtime broadcast checks are a Where each: the runtime constraint
+    # they compute under is asserted with the others, see ``_Assertions``.)
     return [cx.select(_in(cx, node, 0), _in(cx, node, 1), _in(cx, node, 2), _out(node))]
 
 
@@ -1605,63 +1630,320 @@ def _track_parts(cx: Emitter, node: Node) -> None:
             cx.parts[out] = p
 
 
+# ---- runtime constraints ----------------------------------------------------------------------
+
+def _before_broadcast(v: Value) -> Value:
+    """The operand an explicit broadcast of the ``xla`` pass was made from: ``v`` is
+    ``Expand(x)`` or ``Expand(Unsqueeze(x))``, named ``{x}_bcast`` (a constant's
+    Unsqueeze is folded into a constant ``{x}_r{rank}``, whose dims are as good). Any
+    other ``v`` is itself."""
+    p = v.producer
+    if p is None or p.kind != OP or p.op != "Expand" or not p.inputs or p.inputs[0] is None:
+        return v
+    m = re.fullmatch(r"(.*)_bcast(?:_\d+)?", v.name, re.S)
+    if m is None:
+        return v
+    x = p.inputs[0]
+    q = x.producer
+    if q is not None and q.kind == OP and q.op == "Unsqueeze" and q.inputs and q.inputs[0] is not None \
+            and q.inputs[0].name == m[1]:
+        return q.inputs[0]
+    if x.name == m[1] or re.fullmatch(re.escape(m[1]) + r"_r\d+(?:_\d+)?", x.name):
+        return x
+    return v
+
+
+class _PreBroadcastNode:
+    """A broadcasting node as the verifier saw it before the ``xla`` pass: each operand
+    taken from before its explicit broadcast. Reads like a ``Node`` to ``verify``."""
+
+    kind = OP
+
+    def __init__(self, node: Node):
+        self.node = node
+        self.op, self.domain, self.label = node.op, node.domain, node.label
+        self.attrs, self.outputs = node.attrs, node.outputs
+        self.inputs = [None if v is None else _before_broadcast(v) for v in node.inputs]
+
+    def subgraphs(self):
+        return iter(())  # a node with subgraphs is not lowered
+
+
+class _PreBroadcastGraph:
+    """The broadcasting nodes of a graph as ``_PreBroadcastNode``s. Reads like a
+    ``Graph`` to ``verify``."""
+
+    def __init__(self, graph: Graph, nodes: List[_PreBroadcastNode]):
+        self.graph, self._nodes = graph, nodes
+
+    def nodes(self) -> List[_PreBroadcastNode]:
+        return self._nodes
+
+    def opset_of(self, node: _PreBroadcastNode) -> int:
+        return self.graph.opset_of(node.node)
+
+
+def runtime_constraints(graph: Graph):
+    """The runtime constraints of the model that ``graph`` was legalized from (target
+    ``xla``), deduplicated, with their nodes (a ``ConstraintSet``): the verifier run
+    again on the broadcasting nodes with the operands they had before their broadcasts
+    were made explicit. The strict symbolic mode (``--assume-dynamic-not-one``) shows in
+    the graph: a broadcast of two dynamic dims that has no runtime check
+    (``Where(a == 1, b, a)``, which the default mode writes for every such broadcast)."""
+    from ..oprules import builtin_rules
+    from ..passes.rewrite import constant_array
+    from ..verify import verify
+
+    rules = builtin_rules()
+    view = _PreBroadcastGraph(graph, [_PreBroadcastNode(n) for n in graph.ops() if n.op in rules])
+    found = verify(view, "mlir", rules).constraints  # type: ignore[arg-type] - see _PreBroadcastGraph
+    two_dynamic = any(kind == "bcast" and not isinstance(b, int) for kind, _, b in found.items)
+    if two_dynamic and not any(_broadcast_check_operands(n, constant_array) for n in graph.ops()):
+        found = verify(view, "mlir", rules, assume_dynamic_not_one=True).constraints  # type: ignore[arg-type]
+    return found
+
+
+# A term of a constraint, resolved in the graph: a static size, ("dim", value, axis), or
+# ("broadcast", term, term), numpy's broadcast of two dims.
+Term = Union[int, Tuple]
+
+
+def _names(labels: Sequence[str], limit: int = 5) -> str:
+    """``node 'a'`` / ``nodes 'a', 'b'``; past ``limit`` names, how many more."""
+    if not labels:
+        return ""
+    shown = ", ".join(f"'{x}'" for x in labels[:limit])
+    more = f" and {len(labels) - limit} more" if len(labels) > limit else ""
+    return f"node{'s' if len(labels) > 1 else ''} {shown}{more}"
+
+
+class _Assertions:
+    """Every runtime constraint as a ``@shape_assertion``, written as soon as the values
+    whose dims it reads are defined (a constraint on graph inputs: at the top of
+    ``@main``, where JAX writes its own). A label names a dim as the verifier does: a
+    symbol (its first occurrence, graph inputs first), ``value[axis]``, a
+    ``broadcast(a, b)`` of two, or a number. A constraint whose labels name nothing in
+    this graph (a value legalization removed as dead) is not asserted, and a comment in
+    the module says so."""
+
+    def __init__(self, cx: Emitter, graph: Graph, constraints):
+        from ..shapes import alternatives
+
+        self.cx, self.graph = cx, graph
+        self._symbols: Optional[Dict[str, Tuple[Value, int]]] = None
+        self.todo: List[Tuple[str, str, List[Tuple[Term, Term]], List[Tuple[str, Term]]]] = []
+        self.missing: List[int] = []
+        self.waiting: Dict[Value, List[int]] = {}
+        self.skipped: List[str] = []
+        for key, c in constraints.items.items():
+            nodes = _names(constraints.nodes.get(key, []))
+            pairs, shown, ok = [], {}, True
+            for a, b in alternatives(c):
+                ta, tb = self.term(a), self.term(b)
+                if ta is None or tb is None:
+                    ok = False
+                    break
+                pairs.append((ta, tb))
+                for label, t in ((a, ta), (b, tb)):
+                    if not isinstance(t, int):
+                        shown.setdefault(label, t)
+            if not ok:
+                self.skipped.append(f"// legalize: runtime constraint {c.text} ({nodes}) is not asserted:"
+                                    " it names dims of no value of this graph")
+                continue
+            values = {d[1] for t in shown.values() for d in _dim_terms(t)}
+            self.todo.append((c.text, nodes, pairs, list(shown.items())))
+            self.missing.append(len(values))
+            for v in values:
+                self.waiting.setdefault(v, []).append(len(self.todo) - 1)
+            if not values:
+                self.write(len(self.todo) - 1)
+
+    # -- labels
+    def symbols(self) -> Dict[str, Tuple[Value, int]]:
+        if self._symbols is None:
+            self._symbols = {}
+            values = [n.output for n in self.graph.inputs] + \
+                [v for n in self.graph.nodes() if n.kind == OP for v in n.outputs]
+            for v in values:
+                for k, d in enumerate(v.type.shape or ()):
+                    if isinstance(d, str):
+                        self._symbols.setdefault(d, (v, k))
+        return self._symbols
+
+    def term(self, label: str) -> Optional[Term]:
+        from ..shapes import broadcast_label_operands
+
+        if label.isdigit():
+            return int(label)
+        hit = self.symbols().get(label)
+        if hit is not None:
+            return ("dim",) + hit
+        pair = broadcast_label_operands(label)
+        if pair is not None:
+            a, b = self.term(pair[0]), self.term(pair[1])
+            return None if a is None or b is None else ("broadcast", a, b)
+        m = re.fullmatch(r"(.*)\[(\d+)\]", label, re.S)
+        if m is not None:
+            v, k = self.graph.value(m[1]), int(m[2])
+            if v is not None and v.type.shape is not None and k < len(v.type.shape):
+                return ("dim", v, k)
+        return None
+
+    # -- writing
+    def defined(self, values: Sequence[Optional[Value]]) -> None:
+        """``values`` are defined (emitted, or known at compile time): write the
+        assertions that waited only for them."""
+        for v in values:
+            for i in self.waiting.pop(v, ()) if v is not None else ():
+                self.missing[i] -= 1
+                if self.missing[i] == 0:
+                    self.write(i)
+
+    def dim(self, t: Term) -> RDim:
+        cx = self.cx
+        if isinstance(t, int):
+            return t
+        if t[0] == "broadcast":
+            a, b = self.dim(t[1]), self.dim(t[2])
+            if isinstance(a, int) and isinstance(b, int):
+                return b if a == 1 else a
+            a, b = cx.dim_vector(a), cx.dim_vector(b)
+            return cx.select(cx.compare("EQ", a, cx.index_vector([1])), b, a)
+        _, v, k = t
+        if v in cx.known:
+            return int(np.shape(cx.known[v])[k])
+        return cx.rdim(cx.v(v), k)
+
+    def write(self, i: int) -> None:
+        cx = self.cx
+        text, nodes, pairs, shown = self.todo[i]
+        node, cx.node, cx.base = cx.node, None, f"cstr{i}."
+        try:
+            always, conds = False, []
+            for a, b in pairs:
+                da, db = self.dim(a), self.dim(b)
+                if isinstance(da, int) and isinstance(db, int):
+                    always |= da == db
+                else:
+                    conds.append(cx.compare("EQ", cx.dim_vector(da), cx.dim_vector(db)))
+            if always or not conds:
+                ok = cx.const(np.array([always]), TT("i1", (1,)), f"cstr{i}.")
+            else:
+                ok = conds[0]
+                for c in conds[1:]:
+                    ok = cx.op("stablehlo.or", [ok, c], cx.tt(ok))
+            inputs, values = [], []
+            for label, t in shown:
+                d = self.dim(t)
+                if isinstance(d, int):
+                    values.append(f"{_escape_braces(label)} = {d}")
+                else:
+                    values.append(f"{_escape_braces(label)} = {{{len(inputs)}}}")
+                    inputs.append(d)
+            message = (f"legalize: runtime constraint {_escape_braces(text)} ({_escape_braces(nodes)}) does not hold"
+                       + (": " + ", ".join(values) if values else ""))
+            cx.shape_assertion(ok, inputs, message)
+        finally:
+            cx.node, cx.base = node, None
+
+    def finish(self) -> None:
+        """Constraints still waiting read dims of values never defined (an optional
+        output no one uses): said in a comment, as the unresolved ones."""
+        for i, n in enumerate(self.missing):
+            if n > 0:
+                text, nodes = self.todo[i][:2]
+                self.skipped.append(f"// legalize: runtime constraint {text} ({nodes}) is not asserted:"
+                                    " it names dims of a value this module does not compute")
+        self.cx.lines.extend(" ".join(line.splitlines()) for line in self.skipped)
+
+
+def _dim_terms(t: Term):
+    """The ("dim", value, axis) terms in ``t``."""
+    if isinstance(t, int):
+        return
+    if t[0] == "broadcast":
+        yield from _dim_terms(t[1])
+        yield from _dim_terms(t[2])
+    else:
+        yield t
+
+
 # ---- the module ------------------------------------------------------------------------------
 
-def _describe(failures: Counter) -> str:
+def _describe(failures: List[Tuple[str, str, Optional[str]]]) -> str:
+    """One line naming every op that cannot be emitted: ``failures`` holds (op, reason,
+    node label), or (what, reason, None) for an input or initializer; grouped by op and
+    reason, in the order first met."""
+    groups: Dict[Tuple[str, str], List[str]] = {}
+    for what, reason, label in failures:
+        names = groups.setdefault((what, reason), [])
+        if label is not None:
+            names.append(label)
     parts = []
-    for (op, reason), n in failures.items():
-        count = f"{n} node{'s' if n > 1 else ''}"
-        inner = ", ".join(x for x in (reason, count if n > 1 else "") if x)
-        parts.append(f"{op} ({inner})" if inner else op)
-    return "cannot emit StableHLO for: " + ", ".join(parts)
+    for (what, reason), labels in groups.items():
+        inner = ": ".join(x for x in (_names(labels), reason) if x)
+        parts.append(f"{what} ({inner})" if inner else what)
+    n = len(failures)
+    return " ".join(f"cannot emit StableHLO for {n} op{'s' if n != 1 else ''}: {', '.join(parts)}".splitlines())
 
 
-def emit_stablehlo(model) -> str:
+def emit_stablehlo(model, constraints=None) -> str:
     """StableHLO MLIR text of ``model`` (a ``Model`` or a ``Graph``), which must be in
-    the ``xla`` legal form. Raises ``BadInput`` naming every op that cannot be lowered,
-    and ``ImplicitBroadcast`` if an elementwise op still broadcasts."""
+    the ``xla`` legal form. Every runtime constraint becomes a ``@shape_assertion``:
+    ``constraints``, the ``ConstraintSet`` (or ``VerifyResult``) of the model's
+    verification before legalization, what the report lists; by default they are found
+    again in the legalized graph (``runtime_constraints``). Raises ``BadInput`` naming
+    every op that cannot be lowered, and ``ImplicitBroadcast`` if an elementwise op still
+    broadcasts."""
     graph: Graph = model if isinstance(model, Graph) else model.graph
     if graph.frontend != "onnx":
         raise BadInput("cannot emit StableHLO for a TFLite model's graph (its ONNX form can be)")
     cx = Emitter(graph)
-    failures: Counter = Counter()
+    constraints = getattr(constraints, "constraints", constraints)
+    asserts = _Assertions(cx, graph, runtime_constraints(graph) if constraints is None else constraints)
+    failures: List[Tuple[str, str, Optional[str]]] = []
     poisoned: set = set()
     args: List[str] = []
     for node in graph.nodes():
         if node.kind == CONST:
             if node.data is None or node.data.sparse:
-                failures[("sparse initializer", "")] += 1
+                failures.append((f"initializer '{node.output.name}'", "sparse", None))
                 poisoned.update(node.outputs)
             else:
                 cx.known[node.output] = np.asarray(node.data.array)
+                asserts.defined(node.outputs)
             continue
         if node.kind == INPUT:
             # An input with an initializer default (IR version < 4) is that constant:
             # the check feeds only inputs without one, and XLA needs its static value.
             if node.data is not None:
                 cx.known[node.output] = np.asarray(node.data.array)
+                asserts.defined(node.outputs)
                 continue
             try:
                 tt = TT.of(node.output)
             except _Unsupported as e:
-                failures[(f"input '{node.output.name}'", str(e))] += 1
+                failures.append((f"input '{node.output.name}'", str(e), None))
                 poisoned.add(node.output)
                 continue
             name = cx.fresh(node.output.name)
             cx.values[node.output] = name
             cx.types[name] = tt
             args.append(f"{name}: {tt}")
+            asserts.defined(node.outputs)
             continue
         if node.kind != OP:
             continue
         if any(v in poisoned for v in node.inputs if v is not None):
             poisoned.update(node.outputs)
             if node.op not in LOWERINGS:
-                failures[(node.op, "")] += 1
+                failures.append((node.op, "", node.label))
             continue
         cx.node = node
         try:
             if _fold(cx, node):
+                asserts.defined(node.outputs)
                 continue
             fn = LOWERINGS.get(node.op)
             if fn is None or node.domain not in ("", "ai.onnx") or any(True for _ in node.subgraphs()):
@@ -1681,11 +1963,14 @@ def emit_stablehlo(model) -> str:
                 cx.values[o] = cx.rename_new(r, o.name, mark)
             _track_parts(cx, node)
         except _Unsupported as e:
-            failures[(node.op, str(e))] += 1
+            failures.append((node.op, str(e), node.label))
             poisoned.update(node.outputs)
+            continue
+        asserts.defined([o for o in node.outputs if o in cx.values])
     cx.node = None
     if failures:
         raise BadInput(_describe(failures))
+    asserts.finish()
     rets, types = [], []
     for out in graph.outputs:
         v = out.inputs[0]

@@ -207,7 +207,39 @@ def _label_after(d: Dim, d0: Dim, d1: Dim, label0: str, label1: str) -> str:
         return label0
     if d0 == 1:
         return label1
+    return broadcast_label(label0, label1)
+
+
+def broadcast_label(label0: str, label1: str) -> str:
+    """How constraints name the numpy broadcast of two dynamic dims."""
     return f"broadcast({label0}, {label1})"
+
+
+def broadcast_label_operands(label: str) -> Optional[Tuple[str, str]]:
+    """The two labels of a ``broadcast_label``, or None if ``label`` is not one (split at
+    the first ", " outside brackets)."""
+    if not (label.startswith("broadcast(") and label.endswith(")")):
+        return None
+    inner, depth = label[len("broadcast("):-1], 0
+    for i, ch in enumerate(inner):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and inner.startswith(", ", i):
+            return inner[:i], inner[i + 2:]
+    return None
+
+
+def alternatives(c: Constraint) -> List[Tuple[str, str]]:
+    """``c`` as equalities of dim labels, any one of which makes it hold. A label is a
+    symbol, ``name[axis]`` (``dim_labels``), a ``broadcast_label`` or a number."""
+    kind, a, b = c.key
+    if kind == "eq":
+        return [(a, b)]
+    if isinstance(b, int):  # a dynamic dim against a static size
+        return [(a, str(b)), (a, "1")]
+    return [(a, b), (a, "1"), (b, "1")]
 
 
 def _expanded_labels(labels, i: int, shape: Sequence[Dim], rank: int) -> List[str]:
