@@ -87,17 +87,25 @@ def _export_node(n: Node, out: NodeProto) -> NodeProto:
     return out
 
 
-def _unchanged(n: Node, p: NodeProto) -> bool:
-    """Whether ``n`` still is the node ``p`` it was imported from: same identity fields,
-    operand and result names, and the very attribute protos, in order (no subgraph)."""
-    if p.op_type != n.op_type or p.domain != n.domain or p.name != n.name:
-        return False
-    if list(p.input) != [v.name if v is not None else "" for v in n.inputs]:
-        return False
-    if list(p.output) != [v.name for v in n.outputs]:
-        return False
+def _node_proto(n: Node, p: Optional[NodeProto]) -> NodeProto:
+    """The NodeProto of ``n``: its imported proto ``p`` itself while ``n`` still is that
+    node (same identity fields, operand and result names, and the very attribute protos,
+    in order; no subgraph); a copy with new operand names where only those changed (what
+    a rewrite of its operands does), both copied in C; else built field by field."""
+    if p is None or p.op_type != n.op_type or p.domain != n.domain or p.name != n.name:
+        return _export_node(n, NodeProto())
     attrs = p.attribute
-    return len(attrs) == len(n.attrs) and all(a is b for a, b in zip(n.attrs.values(), attrs))
+    if list(p.output) != [v.name for v in n.outputs] or len(attrs) != len(n.attrs) or \
+            not all(a is b for a, b in zip(n.attrs.values(), attrs)):
+        return _export_node(n, NodeProto())
+    inputs = [v.name if v is not None else "" for v in n.inputs]
+    if list(p.input) == inputs:
+        return p
+    out = NodeProto()
+    out.CopyFrom(p)
+    del out.input[:]
+    out.input.extend(inputs)
+    return out
 
 
 def export_graph(graph: Graph, gp: Optional[GraphProto] = None,
@@ -127,9 +135,7 @@ def export_graph(graph: Graph, gp: Optional[GraphProto] = None,
             else:
                 inits.append((n.data.index if n.data.proto is not None else 1 << 60, _initializer(n)))
         elif n.kind == OP:
-            # An unchanged node is its imported proto, copied whole in C.
-            p = n.proto
-            node_protos.append(p if p is not None and _unchanged(n, p) else _export_node(n, NodeProto()))
+            node_protos.append(_node_proto(n, n.proto))
     gp.node.extend(node_protos)
     for n in graph.outputs:
         v = n.inputs[0]
