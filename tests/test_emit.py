@@ -107,18 +107,9 @@ def test_stablehlo_bytecode_of_a_chlo_op_is_one_clear_line(tmp_path):
                                            "emit StableHLO (made from its ONNX form)")])
 def test_tflite_op_without_onnx_form_writes_nothing(tmp_path, emit, dialect):
     # Every extra format is made before the model's own is written: no partial result.
-    import sys
+    from test_tflite import custom_op_model
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import tflite_models
-    from legalizer.exporters.tflite import to_tflite
-
-    b = tflite_models.Builder("custom", 1)
-    x = b.input("x", "float", (2, 3))
-    y = b.g.add_op("MyFrob", [x], [x.type], domain="tflite.custom", output_names=["frob"]).output
-    b.output(b.op("ADD", [y, b.const("c", np.ones(3, np.float32))], (2, 3), name="out", fused_activation_function=0))
-    src = tmp_path / "custom.tflite"
-    src.write_bytes(to_tflite(tflite_models._model(b)))
+    src = custom_op_model(tmp_path / "custom.tflite")
     p = legalize(src, *emit, "-q")
     assert_clean(p)
     assert p.returncode == 2

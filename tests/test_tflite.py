@@ -286,13 +286,18 @@ def test_schema_type_without_ir_dtype_is_kept_by_number(tmp_path):
     assert to_tflite(m) == data
 
 
-def test_custom_op_is_kept_opaque(tmp_path):
+def custom_op_model(path: Path) -> Path:
+    """A TFLite model with a custom op (MyFrob) feeding a rank-mismatched ADD."""
     b = tflite_models.Builder("custom", 1)
     x = b.input("x", "float", (2, 3))
     y = b.g.add_op("MyFrob", [x], [x.type], domain="tflite.custom", output_names=["frob"]).output
     b.output(b.op("ADD", [y, b.const("c", np.ones(3, np.float32))], (2, 3), name="out", fused_activation_function=0))
-    src = tmp_path / "custom.tflite"
-    src.write_bytes(to_tflite(tflite_models._model(b)))
+    path.write_bytes(to_tflite(tflite_models._model(b)))
+    return path
+
+
+def test_custom_op_is_kept_opaque(tmp_path):
+    src = custom_op_model(tmp_path / "custom.tflite")
     m = legalizer.load(src)
     assert m.warnings == ["subgraph 'custom': custom ops kept opaque: MyFrob"]
     assert _ops(m)["tflite.custom.MyFrob"] == 1
