@@ -145,11 +145,12 @@ def test_tflite_constant_with_a_negative_dim():
 
 def test_tflite_constant_of_an_unknown_element_type():
     """was: ValueError ("cannot reshape array of size 12 into shape (1,1,3)") folding
-    the raw bytes kept for a type code the importer does not know."""
+    the raw bytes kept for a type code the importer does not know; a code TFLite does
+    not define is now rejected at import."""
     c = tensor("c", 100, [3], data=np.array([1, 2, 3], np.float32))
     data = build_tflite([tensor("x", "float32", [1, 2, 3]), c, tensor("y", "float32", [1, 2, 3])],
                         [op("ADD", [0, 1], [2], "AddOptions", fused_activation_function=0)], inputs=[0], outputs=[2])
-    assert "tensor 'c' has type tflite_type100" in _error(_run(data, ".tflite"))
+    assert "subgraph 0: tensor 1 'c' has type code 100, which TFLite does not define" in _error(_run(data, ".tflite"))
 
 
 @pytest.mark.parametrize("x_shape, why", [

@@ -187,6 +187,7 @@ def test_cuda_sessions_multiply_in_fp32_not_tf32(monkeypatch):
     from legalizer.check import ort as ort_check
 
     seen = {}
-    monkeypatch.setattr(ort, "InferenceSession", lambda source, opts, providers: seen.setdefault("p", providers))
+    monkeypatch.setattr(ort, "InferenceSession",
+                        lambda source, opts, providers, **kw: seen.setdefault("p", providers))
     ort_check.session(onnx.load(str(MODELS / "mlp_bias.onnx")), ["CUDAExecutionProvider", "CPUExecutionProvider"])
     assert seen["p"] == [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
