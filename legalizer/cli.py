@@ -19,7 +19,7 @@ from . import html_report
 from .errors import LegalizeError, UsageError
 from .fileio import atomic_output, check_output_path
 from .check.ort import ATOL, RTOL
-from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run
+from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run, stages
 from .transform import TARGETS
 from .verify import PROFILES
 
@@ -79,16 +79,18 @@ LARGE_NODE_COUNT = 20_000
 
 
 class _Progress:
-    """The ``on_stage`` callback of ``pipeline.run``: a transient spinner on stderr with
-    the stage, its size and the time taken, shown once a run has gone on for over a
-    second (a timer thread starts it), or at once for a large file or graph; ``close``
-    before printing anything."""
+    """The ``on_stage`` callback of ``pipeline.run``: a transient bar on stderr over the
+    run's stages, with the stage under way, its size and the time taken, shown once a
+    run has gone on for over a second (a timer thread starts it), or at once for a large
+    file or graph; ``close`` before printing anything."""
 
     LABELS = {"load": "loading", "verify": "verifying", "passes": "rewriting", "check": "checking",
               "save": "writing", "emit": "emitting"}
 
-    def __init__(self, enabled: bool, name: str, delay: float = SHOW_AFTER_S):
+    def __init__(self, enabled: bool, name: str, delay: float = SHOW_AFTER_S, stages: int = 2):
         self.enabled, self.name, self.delay = enabled, name, delay
+        self.total = stages  # the stages the run will announce (pipeline.stages)
+        self.done = -1  # stages finished: each announcement ends the one before
         self.progress = None
         self.task = None
         self.what = ""
@@ -99,6 +101,7 @@ class _Progress:
     def __call__(self, stage: str, size: dict) -> None:
         if not self.enabled:
             return
+        self.done = min(self.done + 1, self.total - 1)
         what = f"{self.LABELS.get(stage, stage)} {self.name}"
         if "bytes" in size:
             what += f" ({size['bytes'] / 1e6:.1f} MB)"
@@ -108,7 +111,7 @@ class _Progress:
         with self.lock:
             self.what = one_line(what)
             if self.progress is not None:
-                self.progress.update(self.task, description=self.what, refresh=True)
+                self.progress.update(self.task, description=self.what, completed=self.done, refresh=True)
             elif size.get("bytes", 0) >= LARGE_FILE_BYTES or size.get("nodes", 0) >= LARGE_NODE_COUNT:
                 show_now = True
             elif self.timer is None:
@@ -119,17 +122,17 @@ class _Progress:
             self._show()
 
     def _show(self) -> None:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         with self.lock:
             if self.closed or self.progress is not None:
                 return
             self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
-                                     TimeElapsedColumn(),
+                                     BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
                                      console=Console(stderr=True, highlight=False, emoji=False),
                                      transient=True)
             self.progress.start()
-            self.task = self.progress.add_task(self.what, total=None)
+            self.task = self.progress.add_task(self.what, total=self.total, completed=max(self.done, 0))
 
     def close(self) -> None:
         with self.lock:
@@ -371,7 +374,8 @@ def legalize(
         html_report.check_path(html, protect=[model, options.output])
         options.regions = True
     printer = _Printer(quiet, verbose, json_out, legalizing=not verify_only)
-    progress = _Progress(sys.stderr.isatty() and not quiet and not json_out, model.name)
+    progress = _Progress(sys.stderr.isatty() and not quiet and not json_out, model.name,
+                         stages=len(stages(options)))
     try:
         res = run(model, options, on_stage=progress)
     except LegalizeError as e:  # bad input: the error line, and a report that says so

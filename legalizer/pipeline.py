@@ -130,6 +130,14 @@ def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_
         res.exit_code = EXIT_VIOLATIONS
 
 
+def stages(options: RunOptions) -> List[str]:
+    """The stages ``run`` announces to ``on_stage``, in order, when nothing stops it early
+    (a violation, a failed check)."""
+    if options.verify_only:
+        return ["load", "verify"] + (["check"] if options.against is not None else [])
+    return ["load", "verify", "passes", "verify", "emit", "save"] + (["check"] if options.check else [])
+
+
 def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
     onnxruntime and write it. Raises LegalizeError for bad input; violations and

@@ -484,7 +484,9 @@ def test_progress_shows_only_once_a_run_has_gone_on_for_its_delay(capsys):
         time.sleep(0.01)
     assert slow.progress is not None
     slow("verify", {"nodes": 12_345})
-    assert slow.progress.tasks[0].description == "verifying m.onnx (12,345 nodes)"
+    task = slow.progress.tasks[0]
+    assert task.description == "verifying m.onnx (12,345 nodes)"
+    assert (task.completed, task.total) == (1, 2)  # a bar over the run's stages: load done
     slow.close()
     assert slow.progress is None
 
@@ -495,10 +497,14 @@ def test_progress_shows_only_once_a_run_has_gone_on_for_its_delay(capsys):
 
 def test_every_stage_of_a_run_is_announced(tmp_path):
     # The progress indicator names the stage under way, the write included.
-    from legalizer.pipeline import RunOptions, run
+    from legalizer.pipeline import RunOptions, run, stages
 
-    seen = []
-    options = RunOptions(output=tmp_path / "m.legal.onnx")
-    res = run(MODELS / "mlp_bias.onnx", options, on_stage=lambda stage, size: seen.append(stage))
-    assert res.exit_code == 0
-    assert seen == ["load", "verify", "passes", "verify", "emit", "save", "check"]
+    for options, want in ((RunOptions(output=tmp_path / "m.legal.onnx"),
+                           ["load", "verify", "passes", "verify", "emit", "save", "check"]),
+                          (RunOptions(output=tmp_path / "n.legal.onnx", check=False),
+                           ["load", "verify", "passes", "verify", "emit", "save"]),
+                          (RunOptions(verify_only=True), ["load", "verify"])):
+        seen = []
+        res = run(MODELS / "mlp_bias.onnx", options, on_stage=lambda stage, size: seen.append(stage))
+        assert res.exit_code == 0
+        assert seen == want == stages(options)  # the bar's length is what the run announces
