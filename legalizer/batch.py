@@ -310,13 +310,12 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: int, report: Opti
     line = summary_line(outcomes, options.verify_only)
     print(line, file=sys.stderr if settings.json_out else sys.stdout, flush=True)
     if report is not None or settings.json_out:
-        text = json.dumps([o.report_entry() for o in outcomes], indent=2)
+        entries = [o.report_entry() for o in outcomes]
         if report is not None:
-            from .fileio import atomic_output
+            from .report import write_json
 
-            with atomic_output(Path(report), force=True) as tmp:
-                tmp.write_text(text + "\n", encoding="utf-8")
+            write_json(report, entries)
         if settings.json_out:
-            sys.stdout.write(text + "\n")
+            sys.stdout.write(json.dumps(entries, indent=2) + "\n")
     return code
 

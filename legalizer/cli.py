@@ -17,7 +17,7 @@ from rich.text import Text
 
 from . import html_report
 from .errors import LegalizeError, UsageError
-from .fileio import atomic_output, check_output_path
+from .fileio import check_output_path
 from .check.ort import ATOL, RTOL
 from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run, stages
 from .transform import TARGETS
@@ -394,14 +394,13 @@ def legalize(
 
 
 def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_out: bool) -> None:
-    from .report import error_report
+    from .report import error_report, write_json
 
-    entry = json.dumps(error_report(str(model), e.exit_code, one_line(str(e))), indent=2)
+    entry = error_report(str(model), e.exit_code, one_line(str(e)))
     if report is not None:
-        with atomic_output(report, force=True, protect=model) as tmp:
-            tmp.write_text(entry + "\n", encoding="utf-8")
+        write_json(report, entry, protect=model)
     if json_out:
-        sys.stdout.write(entry + "\n")
+        sys.stdout.write(json.dumps(entry, indent=2) + "\n")
 
 
 def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int]) -> bool:

@@ -71,15 +71,13 @@ def _as_onnx_ir(model: Model, target: str) -> Model:
     return onnx_ir
 
 
-def _emitters(constraints=None) -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
+def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
     def stablehlo(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.stablehlo import emit_stablehlo
 
-        # The input's runtime constraints, as the report lists them, become the module's
-        # shape assertions; a TFLite model's ONNX form has names of its own, and its
-        # constraints are found again in that graph.
-        return emit_stablehlo(_as_onnx_ir(m, NEEDS_TARGET["stablehlo"]),
-                              constraints if m.format == "onnx" else None)
+        # asserts the runtime constraints legalize recorded on the model (a TFLite
+        # model's: those of its ONNX form, legalized again under its own names)
+        return emit_stablehlo(_as_onnx_ir(m, NEEDS_TARGET["stablehlo"]))
 
     def tosa(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.tosa import emit_tosa
@@ -94,20 +92,18 @@ def _emitters(constraints=None) -> Dict[str, Callable[[Model, Dict[str, int]], U
     return {"stablehlo": stablehlo, "stablehlo-bytecode": stablehlo_bytecode, "tosa": tosa}
 
 
-def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None,
-                constraints=None) -> Dict[str, Union[str, bytes]]:
+def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None) -> Dict[str, Union[str, bytes]]:
     """The MLIR text (bytes for bytecode) of each MLIR format asked for (BadInput if an op
     cannot be emitted). ``dims`` binds symbolic dims where the dialect needs static shapes
-    (TOSA convs); ``constraints``, the input's verification, gives StableHLO's assertions."""
-    emitters = _emitters(constraints)
+    (TOSA convs)."""
+    emitters = _emitters()
     return {f: emitters[f](model, dict(dims or {})) for f in formats if f in emitters}
 
 
-def render(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None,
-           constraints=None) -> Dict[str, object]:
+def render(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None) -> Dict[str, object]:
     """Every format asked for but the model's own: the MLIR texts, and a TFLite model's
     ONNX form (a ModelProto), all made before anything is written."""
-    made: Dict[str, object] = dict(render_mlir(model, formats, dims, constraints))
+    made: Dict[str, object] = dict(render_mlir(model, formats, dims))
     if "onnx" in formats and model.format != "onnx":
         made["onnx"] = onnx_form(model)
     return made

@@ -23,6 +23,9 @@ class Model:
     # A model exported from PyTorch (a .pt2, an nn.Module): its TorchSource (the
     # program, its original ONNX export), the check's reference. None otherwise.
     torch: Any = None
+    # The runtime constraints (a ConstraintSet) of the graph before ``legalize`` rewrote
+    # it, which the report lists: the xla form's StableHLO asserts them. None until then.
+    constraints: Any = None
 
     @property
     def graphs(self) -> List[Graph]:

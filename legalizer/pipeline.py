@@ -169,6 +169,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
+    model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
         before = snapshot(model) if options.regions else None
         done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
@@ -217,7 +218,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
 
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
-        made = emit.render(model, formats, options.dims, result)  # before anything is written
+        made = emit.render(model, formats, options.dims)  # before anything is written
     t0 = time.perf_counter()
     if on_stage is not None:
         on_stage("save", {"nodes": _nodes(model)})

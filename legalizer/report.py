@@ -21,6 +21,15 @@ STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
              "runtime_broadcast_checks_elided")
 
 
+def write_json(path: Path, data, protect: Optional[Path] = None) -> None:
+    """Write a report (a dict, or a list of them) atomically; an existing report is
+    replaced, ``protect`` (the input model) never."""
+    from .fileio import atomic_output
+
+    with atomic_output(Path(path), force=True, protect=protect) as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
 def error_report(input: str, exit_code: int, error: str) -> dict:
     """The report of a model that could not be processed (bad input, usage): what a
     pipeline reading --json or --report gets instead of nothing."""
@@ -73,9 +82,4 @@ class Report:
         return json.dumps(self.to_json(), indent=2)
 
     def write(self, path: Path, protect: Optional[Path] = None) -> None:
-        """Write the report atomically; an existing report is replaced, ``protect``
-        (the input model) never."""
-        from .fileio import atomic_output
-
-        with atomic_output(Path(path), force=True, protect=protect) as tmp:
-            tmp.write_text(self.dumps() + "\n", encoding="utf-8")
+        write_json(path, self.to_json(), protect)

@@ -36,6 +36,10 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
         raise UsageError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
     ctx = PassContext(target=target, assume_dynamic_not_one=assume_dynamic_not_one)
     check = _verify_after_pass if debug else None
+    if model.constraints is None and model.format == "onnx":  # the pipeline records its own
+        from .verify import verify
+
+        model.constraints = verify(model.graph, "mlir", assume_dynamic_not_one=assume_dynamic_not_one).constraints
     if model.format == "tflite":  # no opsets, no legacy forms; every subgraph
         for graph in model.graphs:
             PassManager(PIPELINES[target], debug=debug, check=check).run(graph, ctx)

@@ -49,7 +49,7 @@ from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..oprules import frontend_rules
 from ..shapes import same_shape
 
-__all__ = ["emit_stablehlo", "runtime_constraints", "ImplicitBroadcast", "LOWERINGS"]
+__all__ = ["emit_stablehlo", "ImplicitBroadcast", "LOWERINGS"]
 
 
 class ImplicitBroadcast(LegalizeError):
@@ -668,24 +668,6 @@ def _bitshift(cx: Emitter, node: Node):
     right = "stablehlo.shift_right_logical" if _out(node).elem.startswith("ui") else "stablehlo.shift_right_arithmetic"
     name = "stablehlo.shift_left" if cx.attr(node, "direction") == "LEFT" else right
     return [cx.op(name, [_in(cx, node, 0), _in(cx, node, 1)], _out(node))]
-
-
-def _broadcast_check_operands(node: Node, known: Callable[[Value], Optional[np.ndarray]]
-                              ) -> Optional[Tuple[Value, Value]]:
-    """(a, b) when ``node`` is the ``xla`` pass's runtime broadcast of two dims,
-    ``Where(Equal(a, [1]), b, a)`` on tensor<1xi64> values (``known``: a value's
-    compile-time array, or None)."""
-    if node.kind != OP or node.op != "Where" or len(node.inputs) != 3 or None in node.inputs:
-        return None
-    cond, b, a = node.inputs
-    eq = cond.producer
-    if eq is None or eq.kind != OP or eq.op != "Equal" or a.type.shape != (1,) or b.type.shape != (1,):
-        return None
-    x, y = eq.inputs
-    one = known(y)
-    if x is a and one is not None and np.asarray(one).reshape(-1).tolist() == [1]:
-        return a, b
-    return None
 
 
 @lowering("Where")
@@ -1632,77 +1614,6 @@ def _track_parts(cx: Emitter, node: Node) -> None:
 
 # ---- runtime constraints ----------------------------------------------------------------------
 
-def _before_broadcast(v: Value) -> Value:
-    """The operand an explicit broadcast of the ``xla`` pass was made from: ``v`` is
-    ``Expand(x)`` or ``Expand(Unsqueeze(x))``, named ``{x}_bcast`` (a constant's
-    Unsqueeze is folded into a constant ``{x}_r{rank}``, whose dims are as good). Any
-    other ``v`` is itself."""
-    p = v.producer
-    if p is None or p.kind != OP or p.op != "Expand" or not p.inputs or p.inputs[0] is None:
-        return v
-    m = re.fullmatch(r"(.*)_bcast(?:_\d+)?", v.name, re.S)
-    if m is None:
-        return v
-    x = p.inputs[0]
-    q = x.producer
-    if q is not None and q.kind == OP and q.op == "Unsqueeze" and q.inputs and q.inputs[0] is not None \
-            and q.inputs[0].name == m[1]:
-        return q.inputs[0]
-    if x.name == m[1] or re.fullmatch(re.escape(m[1]) + r"_r\d+(?:_\d+)?", x.name):
-        return x
-    return v
-
-
-class _PreBroadcastNode:
-    """A broadcasting node as the verifier saw it before the ``xla`` pass: each operand
-    taken from before its explicit broadcast. Reads like a ``Node`` to ``verify``."""
-
-    kind = OP
-
-    def __init__(self, node: Node):
-        self.node = node
-        self.op, self.domain, self.label = node.op, node.domain, node.label
-        self.attrs, self.outputs = node.attrs, node.outputs
-        self.inputs = [None if v is None else _before_broadcast(v) for v in node.inputs]
-
-    def subgraphs(self):
-        return iter(())  # a node with subgraphs is not lowered
-
-
-class _PreBroadcastGraph:
-    """The broadcasting nodes of a graph as ``_PreBroadcastNode``s. Reads like a
-    ``Graph`` to ``verify``."""
-
-    def __init__(self, graph: Graph, nodes: List[_PreBroadcastNode]):
-        self.graph, self._nodes = graph, nodes
-
-    def nodes(self) -> List[_PreBroadcastNode]:
-        return self._nodes
-
-    def opset_of(self, node: _PreBroadcastNode) -> int:
-        return self.graph.opset_of(node.node)
-
-
-def runtime_constraints(graph: Graph):
-    """The runtime constraints of the model that ``graph`` was legalized from (target
-    ``xla``), deduplicated, with their nodes (a ``ConstraintSet``): the verifier run
-    again on the broadcasting nodes with the operands they had before their broadcasts
-    were made explicit. The strict symbolic mode (``--assume-dynamic-not-one``) shows in
-    the graph: a broadcast of two dynamic dims that has no runtime check
-    (``Where(a == 1, b, a)``, which the default mode writes for every such broadcast)."""
-    from ..oprules import builtin_rules
-    from ..passes.rewrite import constant_array
-    from ..verify import verify
-
-    rules = builtin_rules()
-    view = _PreBroadcastGraph(graph, [_PreBroadcastNode(n) for n in graph.ops() if n.op in rules])
-    found = verify(view, "mlir", rules).constraints  # type: ignore[arg-type] - see _PreBroadcastGraph
-    two_dynamic = any(kind == "bcast" and not isinstance(b, int) for kind, _, b in found.items)
-    if two_dynamic and not any(_broadcast_check_operands(n, constant_array) for n in graph.ops()):
-        found = verify(view, "mlir", rules, assume_dynamic_not_one=True).constraints  # type: ignore[arg-type]
-    return found
-
-
 # A term of a constraint, resolved in the graph: a static size, ("dim", value, axis), or
 # ("broadcast", term, term), numpy's broadcast of two dims.
 Term = Union[int, Tuple]
@@ -1891,17 +1802,21 @@ def _describe(failures: List[Tuple[str, str, Optional[str]]]) -> str:
 def emit_stablehlo(model, constraints=None) -> str:
     """StableHLO MLIR text of ``model`` (a ``Model`` or a ``Graph``), which must be in
     the ``xla`` legal form. Every runtime constraint becomes a ``@shape_assertion``:
-    ``constraints``, the ``ConstraintSet`` (or ``VerifyResult``) of the model's
-    verification before legalization, what the report lists; by default they are found
-    again in the legalized graph (``runtime_constraints``). Raises ``BadInput`` naming
-    every op that cannot be lowered, and ``ImplicitBroadcast`` if an elementwise op still
-    broadcasts."""
+    ``constraints`` (a ``ConstraintSet`` or ``VerifyResult``), by default those
+    ``legalize`` recorded on the model (``Model.constraints``: what the report lists),
+    else those of the graph as it is. Raises ``BadInput`` naming every op that cannot be
+    lowered, and ``ImplicitBroadcast`` if an elementwise op still broadcasts."""
     graph: Graph = model if isinstance(model, Graph) else model.graph
     if graph.frontend != "onnx":
         raise BadInput("cannot emit StableHLO for a TFLite model's graph (its ONNX form can be)")
     cx = Emitter(graph)
-    constraints = getattr(constraints, "constraints", constraints)
-    asserts = _Assertions(cx, graph, runtime_constraints(graph) if constraints is None else constraints)
+    if constraints is None:
+        constraints = getattr(model, "constraints", None)
+    if constraints is None:
+        from ..verify import verify
+
+        constraints = verify(graph, "mlir")
+    asserts = _Assertions(cx, graph, getattr(constraints, "constraints", constraints))
     failures: List[Tuple[str, str, Optional[str]]] = []
     poisoned: set = set()
     args: List[str] = []
