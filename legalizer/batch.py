@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .errors import LegalizeError, UsageError
 from .fileio import check_output_path, sniff
-from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output
+from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, is_output
 
 MODEL_SUFFIXES = (".onnx", ".tflite")
 VERIFY_SUFFIXES = (".mlir", ".mlirbc")
@@ -48,7 +48,7 @@ def find_models(folder: Path, verify_only: bool) -> List[Path]:
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if name.startswith(".") or ".legal." in name or not name.endswith(suffixes):
+            if name.startswith(".") or is_output(name) or not name.endswith(suffixes):
                 continue
             p = Path(root) / name
             if p.is_file():

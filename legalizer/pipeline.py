@@ -72,6 +72,12 @@ class _CheckFailed(Exception):
     """Raised inside the save to keep a model that computes something else unwritten."""
 
 
+def is_output(path) -> bool:
+    """Whether ``path`` is named as legalize names what it writes (``<stem>.legal.<ext>``,
+    ``<stem>.legal.tosa.mlir``, ...): an output, not a model to legalize."""
+    return ".legal." in Path(path).name
+
+
 def default_output(path: Path) -> Path:
     """``model.onnx`` -> ``model.legal.onnx`` beside it; ``model.pt2`` (PyTorch, whose
     legal form is ONNX) -> ``model.legal.onnx``."""

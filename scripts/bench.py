@@ -223,7 +223,9 @@ def big_model(matmuls: int = 35, width: int = 4096) -> Path:
 
 
 def tflite_models() -> list:
-    return sorted((ROOT / "models" / "tflite").glob("*.tflite"))
+    from legalizer.pipeline import is_output
+
+    return sorted(p for p in (ROOT / "models" / "tflite").glob("*.tflite") if not is_output(p))
 
 
 def measure(stage: str, path: Path) -> dict:
@@ -308,7 +310,9 @@ OPT_LEVELS = ("all", "extended", "basic", "none")
 
 
 def target_models() -> list:
-    models = sorted(p for p in (ROOT / "models").glob("*.onnx") if p.name != "incompatible_add.onnx")
+    from legalizer.pipeline import is_output
+
+    models = sorted(p for p in (ROOT / "models").glob("*.onnx") if p.name != "incompatible_add.onnx" and not is_output(p))
     return models + sorted(wheel_model("").glob("*.onnx"))
 
 

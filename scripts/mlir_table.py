@@ -27,6 +27,7 @@ import legalizer  # noqa: E402
 from legalizer.api import to_onnx  # noqa: E402
 from legalizer.check.ort import session, synthesize  # noqa: E402
 from legalizer.emit import NEEDS_TARGET, render_mlir  # noqa: E402
+from legalizer.pipeline import is_output  # noqa: E402
 from legalizer.errors import LegalizeError  # noqa: E402
 
 SIZE = 3
@@ -35,9 +36,10 @@ FORMATS = ("stablehlo", "tosa")
 
 def models(only: Optional[str]) -> Dict[str, List[Path]]:
     light = Path(onnx.__file__).parent / "backend/test/data/light"
-    sets = {"sample": sorted(p for p in (ROOT / "models").glob("*.onnx") if p.stem != "incompatible_add"),
+    sets = {"sample": sorted(p for p in (ROOT / "models").glob("*.onnx") if p.stem != "incompatible_add"
+                             and not is_output(p)),
             "light": sorted(light.glob("*.onnx")),
-            "tflite": sorted((ROOT / "models" / "tflite").glob("*.tflite"))}
+            "tflite": sorted(p for p in (ROOT / "models" / "tflite").glob("*.tflite") if not is_output(p))}
     return {k: v for k, v in sets.items() if only in (None, k)}
 
 

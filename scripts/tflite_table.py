@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import legalizer  # noqa: E402
 from legalizer.errors import LegalizeError  # noqa: E402
 from legalizer.ir.graph import OP  # noqa: E402
-from legalizer.pipeline import RunOptions, run, verify_model  # noqa: E402
+from legalizer.pipeline import RunOptions, is_output, run, verify_model  # noqa: E402
 
 
 def _runtime_ok(check: dict, runtime: str):
@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--converter-python", help="a python with tosa-converter-for-tflite installed")
     args = ap.parse_args()
-    models = args.models or sorted((ROOT / "models" / "tflite").glob("*.tflite"))
+    models = args.models or sorted(p for p in (ROOT / "models" / "tflite").glob("*.tflite") if not is_output(p))
     rows = {}
     with tempfile.TemporaryDirectory() as d:
         for path in models:

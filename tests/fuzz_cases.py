@@ -34,9 +34,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
+sys.path.insert(0, str(ROOT))  # run as a script, too
+from legalizer.pipeline import is_output  # noqa: E402
 
-ONNX_SOURCES = sorted(p.name for p in MODELS.glob("*.onnx"))
-TFLITE_SOURCES = sorted(f"tflite/{p.name}" for p in (MODELS / "tflite").glob("*.tflite"))
+ONNX_SOURCES = sorted(p.name for p in MODELS.glob("*.onnx") if not is_output(p))
+TFLITE_SOURCES = sorted(f"tflite/{p.name}" for p in (MODELS / "tflite").glob("*.tflite") if not is_output(p))
 
 HUGE = [2**31, 2**32 + 1, 2**40, 2**62, 2**63 - 1]
 MEMORY_LIMIT = 3 << 30  # bytes of address space for one case
