@@ -66,10 +66,17 @@ Exit status: 0 legal (and checked); 1 verification violations or a numeric misma
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (ESC sequences, NUL, line
+    and paragraph separators: any non-printable one) escaped, never printed: names in a
+    model are untrusted."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def one_line(text: str) -> str:
     """``text`` as one printable line: control characters (a newline in a node name of
     a corrupt model, say) are escaped, never printed."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text).strip())
+    return printable(str(text).strip())
 
 
 # A model this big gets a progress indicator (stderr a terminal, no -q, no --json).
@@ -158,7 +165,8 @@ class _Printer:
                 self.err.print(one_line(f"legalize: warning: {w}"), markup=False)
         if self.verbose and res.model is not None:
             from .ir import format_graph
-            self.out.print(format_graph(res.model.graph), markup=False)
+            for line in format_graph(res.model.graph).split("\n"):  # not splitlines: U+2028 is a name's
+                self.out.print(printable(line), markup=False)
         for v in rep.violations:
             where = f"graph '{v['graph']}', " if v.get("graph") else ""
             where = ("in the output, " if v["stage"] == "output" else "") + where
@@ -232,7 +240,7 @@ class _Printer:
             table.add_row("nodes", str(st["nodes_in"]), str(st["nodes_out"]))
             for op in sorted(set(res.ops_before) | set(res.ops_after)):
                 if res.ops_before[op] != res.ops_after[op]:
-                    table.add_row(Text(f"  {op}"), str(res.ops_before[op]), str(res.ops_after[op]))
+                    table.add_row(Text(printable(f"  {op}")), str(res.ops_before[op]), str(res.ops_after[op]))
             n_in = sum(1 for v in rep.violations if v["stage"] == "input")
             n_out = sum(1 for v in rep.violations if v["stage"] == "output")
             table.add_row("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})")
