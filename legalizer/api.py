@@ -108,7 +108,7 @@ def _as_proto(obj) -> Any:
 
 # -- the API --------------------------------------------------------------------------
 
-def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None) -> Model:
+def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None, trust_pt2: bool = False) -> Model:
     """Load ``source`` into legalize's IR (a ``Model``; its graph is ``model.graph``).
 
     ``source`` is a path (the format is recognized by content: ONNX, TFLite, TOSA
@@ -121,6 +121,11 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
     A model from PyTorch keeps its program in ``model.torch``: ``check`` runs it as a
     reference. ``infer`` runs ONNX shape inference on import.
 
+    A ``.pt2`` is pickle and more: it is read so that nothing in it runs, and one that
+    needs torch's unsafe unpickling (or would run code another way) is refused;
+    ``trust_pt2=True`` loads it with ``torch.export.load`` as it is, only for a file
+    you trust.
+
     Raises ``BadInput`` (a ``LegalizeError``) for a missing, corrupt or unsupported
     input, and for PyTorch input without the ``torch`` extra.
     """
@@ -130,7 +135,7 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
     if kind == "path":
         from .fileio import load as load_file
 
-        return load_file(Path(source), infer=infer)
+        return load_file(Path(source), infer=infer, trust_pt2=trust_pt2)
     if kind == "torch":
         from .importers.pytorch import load_module
 
@@ -241,7 +246,7 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
       ``.pt2``) unless ``check=False``, write ``output`` (default
       ``<stem>.legal.<ext>`` beside the input; ``<stem>.legal.onnx`` for a ``.pt2``)
       - and returns the path written. ``options`` are ``pipeline.RunOptions`` fields
-      (``provider``, ``dims``, ``inputs``, ``rtol``, ``atol``, ``emit``).
+      (``provider``, ``dims``, ``inputs``, ``rtol``, ``atol``, ``emit``, ``trust_pt2``).
 
     The ModelProto, ``onnx_ir.Model`` and path forms raise ``NotLegal`` (exit code 1)
     when the input violates the Broadcastable trait or the check finds different
@@ -280,7 +285,7 @@ def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, 
 
 
 def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs=None, rtol: float = RTOL,
-          atol: float = ATOL, **kwargs):
+          atol: float = ATOL, trust_pt2: bool = False, **kwargs):
     """Run ``original`` and ``legalized`` on onnxruntime on the same inputs, for each
     binding of the dynamic input dims (a small size and 1, or ``dims``), and compare
     every output; returns a ``CheckResult`` (``.ok``, ``.bindings`` with each output's
@@ -292,12 +297,12 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     (``result.torch``, provider ``"torch"``); so is the path of a ``.pt2``. With ``legalized`` left out,
     ``original`` is a ``Model`` that was legalized in place, compared with where it
     came from: its source file, or its PyTorch program and export. ``inputs`` maps
-    input names to arrays (instead of synthesized data)."""
+    input names to arrays (instead of synthesized data); ``trust_pt2`` as ``load``."""
     from .check.ort import check as check_ort
     from .fileio import sniff
 
     if _is_path(original) and sniff(Path(original)) == "pt2":
-        original = load(original)  # its ONNX export, and the program as PyTorch runs it
+        original = load(original, trust_pt2=trust_pt2)  # its ONNX export, and the program as PyTorch runs it
     source = original.torch if isinstance(original, Model) else None
     if legalized is None:
         if not isinstance(original, Model) or (source is None and original.source is None):

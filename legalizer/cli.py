@@ -343,6 +343,8 @@ def legalize(
                                         "<stem>.legal.html page each).", show_default=False),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report to stdout."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output file."),
+    trust_pt2: bool = typer.Option(False, "--trust-pt2", help="Load a .pt2 with torch.export.load as it is, unsafe "
+                                   "unpickling included (it can run code): only for a file you trust."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
@@ -357,7 +359,8 @@ def legalize(
                                 RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
                                            inputs=_parse_inputs(input_), rtol=rtol, atol=atol,
-                                           assume_dynamic_not_one=not_one, emit=list(emit))))
+                                           assume_dynamic_not_one=not_one, emit=list(emit),
+                                           trust_pt2=trust_pt2)))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -370,7 +373,7 @@ def legalize(
     options = RunOptions(target=target, profile=profile, verify_only=verify_only, force=force, check=do_check,
                          provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
                          rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
-                         against=against)
+                         against=against, trust_pt2=trust_pt2)
     # Fail on a bad output or report path before the work, not after it.
     if not verify_only:
         options.output = output if output is not None else default_output(model)

@@ -154,9 +154,10 @@ def invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
     return None
 
 
-def load(path, infer: bool = True) -> Model:
+def load(path, infer: bool = True, trust_pt2: bool = False) -> Model:
     """Load a model file of any supported format into the IR (a ``.pt2`` through its
-    ONNX export: ``importers.pytorch``, the optional torch extra)."""
+    ONNX export: ``importers.pytorch``, the optional torch extra; read so that nothing
+    in it runs unless ``trust_pt2``)."""
     path = Path(path)
     fmt = sniff(path)
     if fmt == "onnx":
@@ -180,7 +181,7 @@ def load(path, infer: bool = True) -> Model:
     if fmt == "pt2":  # the optional torch extra: exported to ONNX by torch.onnx.export
         from .importers.pytorch import load_pt2
 
-        return load_pt2(path, infer=infer)
+        return load_pt2(path, infer=infer, trust=trust_pt2)
     raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
 
 

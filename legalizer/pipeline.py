@@ -52,6 +52,7 @@ class RunOptions:
     emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
     against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
     regions: bool = False  # record the rewritten regions (for the HTML report)
+    trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (importers.pt2_safety)
 
 
 @dataclass
@@ -150,7 +151,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     mismatches are in the result, with exit code 1, and then nothing is written."""
     timings: Dict[str, float] = {}
     with _timed(timings, "load", on_stage, bytes=_file_size(path)):
-        model = load(path)
+        model = load(path, trust_pt2=options.trust_pt2)
     profile = options.profile or ("tosa" if model.format == "mlir" else "mlir")
     if model.format == "mlir" and not options.verify_only:
         raise UsageError(f"{path}: a TOSA MLIR module is verified, not legalized: add --verify-only")

@@ -75,19 +75,35 @@ def quiet_torch():
             lg.setLevel(lv)
 
 
-def load_pt2(path: Path, infer: bool = True) -> Model:
-    """A ``.pt2`` archive (``torch.export.save``) as a Model of its ONNX export."""
-    require_torch(f"{path}: is a torch.export archive (.pt2); reading it")
-    import torch
+def load_pt2(path: Path, infer: bool = True, trust: bool = False) -> Model:
+    """A ``.pt2`` archive (``torch.export.save``) as a Model of its ONNX export.
 
-    try:
-        with quiet_torch():
-            program = torch.export.load(str(path))
-    except Exception as e:  # noqa: BLE001 - torch's own words are the reason
-        raise BadInput(f"{path}: not a valid torch.export archive ({type(e).__name__}: {first_line(e)})") from None
+    An archive is pickle and more (``pt2_safety``): unless ``trust``, it is read so that
+    nothing in it runs, and one that would run code is refused (BadInput). ``trust``
+    is ``torch.export.load`` as it is, unsafe fallbacks included, for a file the user
+    vouches for."""
+    require_torch(f"{path}: is a torch.export archive (.pt2); reading it")
+    if trust:
+        program = _load_trusted(path)
+    else:
+        from .pt2_safety import load_untrusted
+
+        program = load_untrusted(path)
     model = from_program(program, what=str(path), infer=infer)
     model.source = path
     return model
+
+
+def _load_trusted(path: Path):
+    import torch
+
+    from .pt2_safety import invalid
+
+    try:
+        with quiet_torch():
+            return torch.export.load(str(path))
+    except Exception as e:  # noqa: BLE001 - torch's own words are the reason
+        raise invalid(path, e) from None
 
 
 def load_module(module, example_inputs, dynamic_shapes=None, infer: bool = True) -> Model:
