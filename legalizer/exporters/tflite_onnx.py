@@ -163,7 +163,9 @@ class _Emitter:
         if key is not None and key in self._small:
             return self._small[key]
         name = self.fresh(base)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(a), name))
+        # Not np.ascontiguousarray: it makes a scalar 1-D, and a scalar constant packed
+        # into a shape vector (Keras' Flatten) then gave Concat a rank-2 operand.
+        self.inits.append(numpy_helper.from_array(np.require(a, requirements="C"), name))
         if key is not None:
             self._small[key] = name
         return name
