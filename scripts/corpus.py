@@ -307,8 +307,17 @@ def legalize_row(path: Path, target: str, out_dir: Path, extra: Iterable[str] = 
         bindings=[b.get("dims", {}) for b in ran],
         tried=len(check.get("bindings", [])),
         warnings=rep.get("warnings", []),
-        error=check.get("error") or rep.get("error"))
+        error=check.get("error") or rep.get("error") or _first_miss(check))
     return row
+
+
+def _first_miss(check: dict) -> Optional[str]:
+    """The first output that differs, as the check words it."""
+    for b in check.get("bindings", []):
+        for o in b.get("outputs", []):
+            if not o["ok"]:
+                return f"{o['name']}: {o.get('detail') or 'max abs err %.3g, max rel err %.3g' % (o['max_abs_err'], o['max_rel_err'])}"
+    return None
 
 
 # Models whose original runs only at sizes or values the check would not synthesize
@@ -368,24 +377,32 @@ def table(paths: List[Path]) -> List[dict]:
     return rows
 
 
-def print_table(rows: List[dict]) -> None:
-    def mark(v):
-        return "yes" if v else "**no**"
+def _verdict(r: dict) -> str:
+    """legalized / check ran fully / matched, as the table writes it."""
+    if not r.get("legalized"):
+        return f"exit {r['exit']}"
+    ran = "ran" if r.get("check_ran") and not r.get("in_part") else ("in part" if r.get("check_ran") else "not run")
+    return f"{ran}, {'matched' if r.get('matched') else 'differs'}" if r.get("check_ran") else ran
 
-    print("| model | target | legalized | reshapes / folds | check ran fully | matched | bindings used |")
-    print("| --- | --- | --- | ---: | --- | --- | --- |")
+
+def print_table(rows: List[dict]) -> None:
+    """One row per model, both targets: the README's figures table, then the totals and
+    what failed, and why."""
+    by_model: Dict[str, Dict[str, dict]] = {}
     for r in rows:
-        counts = f"{r.get('reshapes', 0)} / {r.get('folded', 0)}" + (
-            f" (+{r['broadcasts']} broadcasts)" if r["target"] == "xla" and r.get("broadcasts") else "")
-        print(f"| {r['model']} | {r['target']} | {mark(r.get('legalized'))} | {counts} | "
-              f"{mark(r.get('check_ran') and not r.get('in_part'))} | {mark(r.get('matched'))} | {_bindings_cell(r)} |")
+        by_model.setdefault(r["model"], {})[r["target"]] = r
+    print("| model | tosa: reshapes / folds | xla: broadcasts | tosa check | xla check | bindings used |")
+    print("| --- | ---: | ---: | --- | --- | --- |")
+    for model, t in by_model.items():
+        tosa, xla = t.get("tosa", {"exit": "-"}), t.get("xla", {"exit": "-"})
+        print(f"| {model} | {tosa.get('reshapes', '-')} / {tosa.get('folded', '-')} | {xla.get('broadcasts', '-')} | "
+              f"{_verdict(tosa)} | {_verdict(xla)} | {_bindings_cell(tosa)} |")
+    print()
     for target in TARGETS:
         mine = [r for r in rows if r["target"] == target]
-        full = [r for r in mine if r.get("legalized") and r.get("check_ran") and not r.get("in_part") and r.get("matched")]
-        print(f"\n{target}: {len(mine)} models, {sum(bool(r.get('legalized')) for r in mine)} legalized, "
-              f"{sum(bool(r.get('check_ran')) and not r.get('in_part') for r in mine)} checked fully, "
-              f"{len(full)} legalized, checked fully and matched", end="")
-    print()
+        full = [r for r in mine if r.get("check_ran") and not r.get("in_part")]
+        print(f"{target}: {len(mine)} models, {sum(bool(r.get('legalized')) for r in mine)} legalized, "
+              f"{len(full)} checked fully, {sum(bool(r.get('matched')) for r in full)} of them matched")
     for r in rows:
         if not (r.get("legalized") and r.get("check_ran") and not r.get("in_part") and r.get("matched")):
             why = r.get("error") or _last_line(r.get("stderr", "")) or "?"
