@@ -423,3 +423,63 @@ def test_legalized_offset_model_runs_on_litert(tmp_path):
         want = run_tflite(data, {"x": x})["y"]
         np.testing.assert_array_equal(want, (x + c) * d)
         np.testing.assert_array_equal(run_tflite(out, {"x": x})["y"], want)
+
+
+def _compounding_int8_model(path: Path) -> Path:
+    """int8 MEAN over 2 values (half the sums odd: ties, which LiteRT rounds away from
+    zero and onnxruntime's QuantizeLinear to even: one step apart), then MUL by 1 into a
+    4x finer scale, so that one step of the MEAN is 4 steps of the output."""
+    import tflite_build as tb
+
+    data = tb.build_tflite(
+        tensors=[tb.tensor("x", "INT8", [1, 2, 64], scale=1.0, zero_point=0),
+                 tb.tensor("axes", "int32", [1], data=np.array([1], np.int32)),
+                 tb.tensor("mean", "INT8", [1, 64], scale=1.0, zero_point=0),
+                 tb.tensor("one", "INT8", [1], data=np.array([1], np.int8), scale=1.0, zero_point=0),
+                 tb.tensor("y", "INT8", [1, 64], scale=0.25, zero_point=0)],
+        operators=[tb.op("MEAN", [0, 1], [2], "ReducerOptions", keep_dims=False),
+                   tb.op("MUL", [2, 3], [4], "MulOptions", fused_activation_function=0)],
+        inputs=[0], outputs=[4])
+    path.write_bytes(data)
+    return path
+
+
+@needs_litert
+def test_quantized_rounding_that_compounds_is_judged_op_by_op(tmp_path):
+    """The ONNX form is 4 steps off end to end (> one step), each op within one step of
+    LiteRT when fed LiteRT's operands: the output passes, and says why."""
+    from legalizer.check.tflite import check_tflite
+
+    src = _compounding_int8_model(tmp_path / "m.tflite")
+    model = legalizer.load(src)
+    out = tmp_path / "m.legal.tflite"
+    out.write_bytes(to_tflite(model))
+    res = check_tflite(src, out, model, provider="cpu")
+    assert res.ran and res.ok and not res.error, res.to_json()
+    ort = [o for b in res.bindings for o in b.outputs if o.name.endswith("(onnxruntime)")]
+    assert [o.max_abs_err for o in ort] == [4.0]
+    assert ort[0].detail == ("4 steps off end to end (quantized rounding compounds); op by op, all 2 ops agree"
+                             " with LiteRT")
+
+
+@needs_litert
+def test_op_by_op_names_the_op_that_differs(tmp_path, monkeypatch):
+    """A MEAN translated 3 steps off (a stand-in for a translation bug) fails op by op,
+    named, while LiteRT still matches."""
+    from legalizer.check.tflite import check_tflite
+    from legalizer.exporters import tflite_onnx
+
+    reduce = tflite_onnx._OPS["MEAN"]
+    monkeypatch.setitem(tflite_onnx._OPS, "MEAN",
+                        lambda e, n: [e.emit("Add", [reduce(e, n)[0], e.scalar(3.0, "float")])])
+    src = _compounding_int8_model(tmp_path / "m.tflite")
+    model = legalizer.load(src)
+    out = tmp_path / "m.legal.tflite"
+    out.write_bytes(to_tflite(model))
+    res = check_tflite(src, out, model, provider="cpu")
+    assert res.ran and not res.ok
+    (litert_out, ort), = [b.outputs for b in res.bindings]
+    assert litert_out.ok and not ort.ok
+    # The MUL, fed LiteRT's MEAN, is right: only the MEAN is named.
+    assert ort.detail == ("12 steps off end to end; op by op, 1 of 2 ops differ from LiteRT: 'mean' (MEAN) more"
+                          " than one quantization step")

@@ -291,6 +291,24 @@ def test_more_data_movement_ops():
     check(one_op("SELECT", [("c", cond), ("x", x), ("y", -x)], "float", x.shape), np.where(cond[:, None, None], x, -x))
 
 
+
+def test_scalar_constant_keeps_rank_zero():
+    # Keras' Flatten as TFLiteConverter writes it: PACK of a dim sliced off SHAPE (a
+    # scalar) and a scalar constant into the RESHAPE's target shape. The constant once
+    # came out 1-D, and onnxruntime refused the Concat ("Input 1 has rank 2 != 1").
+    t = TFLiteGraph()
+    x = t.input("x", "float", (2, 1, 1, 5))
+    dims = t.op("SHAPE", [x], "int32", (4,), out_type=2)
+    batch = t.op("STRIDED_SLICE", [dims, t.const("b", np.array([0], np.int32)),
+                                   t.const("e", np.array([1], np.int32)), t.const("s", np.array([1], np.int32))],
+                 "int32", (), begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=1)
+    shape = t.op("PACK", [batch, t.const("five", np.array(5, np.int32))], "int32", (2,), axis=0, values_count=2)
+    t.output(t.op("RESHAPE", [x, shape], "float", (2, 5)))
+    inits = {i.name: i for i in t.onnx().graph.initializer}
+    assert list(inits["five"].dims) == []
+    x_in = floats((2, 1, 1, 5))
+    check(t.run(x_in)[0], x_in.reshape(2, 5))
+
 def test_normalizations():
     x = floats((3, 4))
     check(one_op("L2_NORMALIZATION", [("x", x)], "float", x.shape),

@@ -89,7 +89,10 @@ def _one_line(e: BaseException, limit: int = 400) -> str:
 class LiteRTModel:
     """One loaded .tflite model (path or bytes) on a LiteRT interpreter."""
 
-    def __init__(self, source: Source, *, kernels: str = "builtin", num_threads: int = 1):
+    def __init__(self, source: Source, *, kernels: str = "builtin", num_threads: int = 1,
+                 keep_tensors: bool = False):
+        """``keep_tensors``: LiteRT keeps every intermediate tensor of a run (more
+        memory), for ``tensors()``."""
         mod = _interpreter_module()
         resolver = {
             "builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
@@ -109,8 +112,8 @@ class LiteRTModel:
             kwargs = {"model_path": path}
             self.label = path
         try:
-            self.interpreter = mod.Interpreter(experimental_op_resolver_type=resolver,
-                                               num_threads=num_threads, **kwargs)
+            self.interpreter = mod.Interpreter(experimental_op_resolver_type=resolver, num_threads=num_threads,
+                                               experimental_preserve_all_tensors=keep_tensors, **kwargs)
         except Exception as e:  # noqa: BLE001 - LiteRT's words are the reason
             raise LiteRTError("load", _one_line(e)) from None
         try:
@@ -164,6 +167,24 @@ class LiteRTModel:
             raise
         except Exception as e:  # noqa: BLE001
             raise LiteRTError(getattr(e, "_stage", "invoke"), _one_line(e)) from None
+
+
+    def tensors(self) -> Dict[str, np.ndarray]:
+        """Every tensor of subgraph 0 after the last ``run`` of it, by name (with
+        ``keep_tensors``; else LiteRT may have reused intermediate buffers). A name two
+        tensors share, and a tensor LiteRT cannot give, is left out."""
+        details = self.interpreter.get_tensor_details()
+        counts: Dict[str, int] = {}
+        for d in details:
+            counts[d["name"]] = counts.get(d["name"], 0) + 1
+        out = {}
+        for d in details:
+            if counts[d["name"]] == 1:
+                try:
+                    out[d["name"]] = np.asarray(self.interpreter.get_tensor(d["index"]))
+                except Exception:  # noqa: BLE001 - a tensor without data (unused, freed)
+                    pass
+        return out
 
 
 def _spec(d) -> InputSpec:

@@ -103,6 +103,7 @@ class _Emitter:
         self.label = ""
         self._op_start = 0
         self._fresh: set = set()  # tensors made by the op being translated
+        self.results: Dict[str, Value] = {}  # ONNX tensor -> the op result it holds (stored data)
 
     # ---- names ----------------------------------------------------------------------
     def fresh(self, base: str) -> str:
@@ -163,7 +164,9 @@ class _Emitter:
         if key is not None and key in self._small:
             return self._small[key]
         name = self.fresh(base)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(a), name))
+        # Not np.ascontiguousarray: it makes a scalar 1-D, and a scalar constant packed
+        # into a shape vector (Keras' Flatten) then gave Concat a rank-2 operand.
+        self.inits.append(numpy_helper.from_array(np.require(a, requirements="C"), name))
         if key is not None:
             self._small[key] = name
         return name
@@ -272,6 +275,7 @@ class _Emitter:
         else:
             target = name
         self.names[id(v)] = target
+        self.results[target] = v
 
     def give_out(self) -> None:
         """Graph outputs not written by an op under their name (a constant, a graph
@@ -818,10 +822,13 @@ def _needs_int16(graph: Graph) -> bool:
     return any(_quant(v) is not None and v.type.dtype == "int16" for n in graph.nodes() for v in n.outputs)
 
 
-def tflite_to_onnx(model: Union[Model, Graph], opset: Optional[int] = None, subgraph: int = 0) -> onnx.ModelProto:
+def tflite_to_onnx(model: Union[Model, Graph], opset: Optional[int] = None, subgraph: int = 0,
+                   results: Optional[Dict[str, Value]] = None) -> onnx.ModelProto:
     """The ONNX model computing what TFLite subgraph ``subgraph`` of ``model`` (a
     ``Model`` or one ``Graph``) computes, at ``opset`` (by default 20, or 21 for int16
-    quantization). Raises ``CheckUnavailable`` naming every op that has no ONNX form."""
+    quantization). Raises ``CheckUnavailable`` naming every op that has no ONNX form.
+    ``results``, if given, is filled with each ONNX tensor that holds an op's result as
+    TFLite stores it (int8 for a quantized one) -> that result's IR value."""
     graph = model.graphs[subgraph] if isinstance(model, Model) else model
     if graph.frontend != "tflite":
         raise ValueError(f"graph '{graph.name}' is not a TFLite graph (frontend {graph.frontend!r})")
@@ -844,6 +851,8 @@ def tflite_to_onnx(model: Union[Model, Graph], opset: Optional[int] = None, subg
     if missing:
         raise CheckUnavailable("no ONNX form for TFLite ops: " + ", ".join(missing))
     e.give_out()
+    if results is not None:
+        results.update(e.results)
     gp = helper.make_graph(e.nodes, graph.name or "main",
                            [_boundary_info(n.output) for n in graph.inputs],
                            [_boundary_info(n.inputs[0]) for n in graph.outputs], initializer=e.inits)
