@@ -328,7 +328,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
 
         keep = {k: v for k, v in kwargs.items() if k in ("max_bindings", "seed", "not_one", "choices")}
         if result.search is not None and result.search.found is not None:
-            keep["choices"] = result.search.choices
+            keep["choices"], keep["searched"] = result.search.choices, True
         bound = user_dims(declared_shapes(source.onnx), dims, input_shapes, inputs)
         result.torch = check_torch(source, new, provider=provider, dims=bound, inputs=inputs, rtol=rtol, atol=atol,
                                    **keep)

@@ -251,6 +251,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             if model.format == "tflite":
                 res.check = check_tflite(path, written, model, provider=options.provider, dims=dims,
                                          inputs=given, rtol=options.rtol, atol=options.atol)
+                if len(model.graphs) == 1:  # its bindings are named as the user names them
+                    for b in res.check.bindings:
+                        b.source = "user" if b.dims and set(b.dims) <= set(dims) else b.source
             else:
                 # A PyTorch input: against its original ONNX export, and against PyTorch
                 choices = choices_from_constraints([c["text"] for c in report.constraints])
@@ -265,7 +268,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                     res.check.torch = check_torch(model.torch, written, provider=options.provider,
                                                   dims=dims, inputs=given, rtol=options.rtol,
                                                   atol=options.atol, not_one=options.assume_dynamic_not_one,
-                                                  choices=res.check.search.choices if found else choices)
+                                                  choices=res.check.search.choices if found else choices,
+                                                  searched=found)
         report.check = res.check.to_json()
         if res.check.ran and not res.check.ok:
             raise _CheckFailed

@@ -31,8 +31,24 @@ def parse_input_shape(text: str) -> Tuple[str, Tuple[int, ...]]:
     return name, tuple(int(p) for p in parts)
 
 
+_NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"
+
+
+def _kind(file: Union[str, os.PathLike]) -> str:
+    """"npy", "npz" or "" by the file's first bytes: np.load takes anything else for a
+    pickle, which it refuses with words about pickles, not about the file."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return "?"  # np.load says what is wrong with the path
+    return "npy" if head.startswith(_NPY) else "npz" if head.startswith(_ZIP) else ""
+
+
 def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
     """One array from a ``.npy`` file, for input ``name``."""
+    if _kind(file) == "":
+        raise UsageError(f"--input {name}: cannot read '{file}': not a .npy array (nor an .npz archive)")
     try:
         data = np.load(file, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
@@ -45,6 +61,8 @@ def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
 
 def read_npz(file: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive (``np.savez``), by name: the inputs it feeds."""
+    if _kind(file) == "":
+        raise UsageError(f"--input {file}: cannot read it: not an .npz archive (nor a .npy array)")
     try:
         data = np.load(file, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:

@@ -20,7 +20,7 @@ from onnx import helper
 
 from ..errors import first_line
 from .given import Declared, as_arrays, user_dims
-from .search import MAX_TRIES, SearchResult, TooBig, graph_sizes, search, sizes_in_name
+from .search import SearchResult, TooBig, graph_sizes, search, sizes_in_name
 
 SMALL = 3  # the "small size" a dynamic dim gets besides 1
 # The check's tolerances, for the command line and the library alike: float kernels of
@@ -317,7 +317,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
           declared: Optional[onnx.ModelProto] = None, not_one: bool = False,
           choices: Optional[Mapping[str, List[int]]] = None,
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-          hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: int = MAX_TRIES) -> CheckResult:
+          hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
@@ -380,8 +380,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     free = _free_keys(declared, fixed)
     plan = bindings_for(declared, fixed, max_bindings, seed, not_one, choices)
     try:
-        errors = [e for e in (compare_binding(b, "synthesized" if free or not fixed else "user") for b in plan)
-                  if e is not None]
+        errors = [e for e in (compare_binding(b, source_of(declared, fixed)) for b in plan) if e is not None]
         if free and len(errors) == len(plan):
             all_hints = {k: [*(hints or {}).get(k, ()), *sizes_in_name(k)] for k in free}
             found = result.search = search(free, plan[0], run_original, errors=errors, hints=all_hints,
@@ -400,6 +399,14 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
                         f" synthesized{searched}): " + (result.bindings[0].skipped if result.bindings else ""))
         result.ran = False
     return result
+
+
+def source_of(declared: onnx.ModelProto, fixed: Mapping[str, int], searched: bool = False) -> str:
+    """A binding's ``source``: "search" (its sizes were searched for), "user" (every
+    dynamic dim bound by the user) or "synthesized"."""
+    if searched:
+        return "search"
+    return "user" if fixed and not _free_keys(declared, fixed) else "synthesized"
 
 
 def _free_keys(declared: onnx.ModelProto, fixed: Mapping[str, int]) -> List[str]:

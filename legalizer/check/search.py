@@ -48,6 +48,7 @@ class SearchResult:
     tried: int  # runs of the original
     found: Optional[Dict[str, int]] = None  # the first binding it accepted
     stopped: str = ""  # why it gave up: "tries", "time", or "" (no candidate left)
+    limit: str = ""  # the limit it stopped at, in words
     seconds: float = 0.0
     # Per dim, the sizes to check at: the one found, and 1 where the check would try 1.
     choices: Dict[str, List[int]] = field(default_factory=dict)
@@ -63,8 +64,8 @@ class SearchResult:
         if self.found is not None:
             dims = ", ".join(f"{k}={v}" for k, v in self.found.items())
             return f"{self.tried} tr{'y' if self.tried == 1 else 'ies'} found {dims}"
-        why = {"tries": f" (the limit of {MAX_TRIES})", "time": f" (the limit of {MAX_SECONDS:g} s)"}
-        return f"{self.tried} more bindings searched{why.get(self.stopped, '')} found none it accepts"
+        limit = f" (its limit of {self.limit})" if self.limit else ""
+        return f"{self.tried} more bindings tried{limit}, none accepted"
 
 
 # -- candidate sizes ------------------------------------------------------------------
@@ -172,13 +173,15 @@ def signature(binding: Mapping[str, int]) -> Tuple:
 
 def search(keys: Sequence[str], base: Mapping[str, int], run: Run, *, errors: Sequence[str] = (),
            hints: Optional[Mapping[str, Sequence[int]]] = None, constants: Sequence[int] = (),
-           tried: Iterable[Mapping[str, int]] = (), max_tries: int = MAX_TRIES,
-           seconds: float = MAX_SECONDS) -> SearchResult:
+           tried: Iterable[Mapping[str, int]] = (), max_tries: Optional[int] = None,
+           seconds: Optional[float] = None) -> SearchResult:
     """The first binding of ``keys`` (the others as in ``base``) that ``run`` accepts:
     ``run(binding)`` is None when the original runs it, else its error text, and raises
     TooBig for a binding whose inputs are not made (not counted as a try). ``errors``
     are the synthesized bindings' errors, ``tried`` those bindings (not run again)."""
     t0 = time.monotonic()
+    max_tries = MAX_TRIES if max_tries is None else max_tries
+    seconds = MAX_SECONDS if seconds is None else seconds
     result = SearchResult(0, rejected={signature(b) for b in tried})
     done = set(result.rejected)
     queued: Set[int] = set()
@@ -200,6 +203,7 @@ def search(keys: Sequence[str], base: Mapping[str, int], run: Run, *, errors: Se
             return False
         if result.tried >= max_tries or time.monotonic() - t0 > seconds:
             result.stopped = "tries" if result.tried >= max_tries else "time"
+            result.limit = f"{max_tries} tries" if result.stopped == "tries" else f"{seconds:g} s"
             raise _Spent
         done.add(sig)
         try:
