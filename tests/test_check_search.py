@@ -359,3 +359,14 @@ def test_require_check_passes_a_check_that_ran_through_the_search(tmp_path):
     p = legalize(src, "--require-check", "-q")
     assert p.returncode == 0, p.stdout
     assert legalizer.check(src, tmp_path / "window.legal.onnx", provider="cpu", require_check=True).ok
+
+
+def test_the_readme_session_of_the_search(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```text\n$ legalize audio.onnx\n...\n", 1)[1].split("```", 1)[0].splitlines()
+    save(window_model(), tmp_path, "audio.onnx")
+    p = subprocess.run([sys.executable, "-m", "legalizer.cli", "audio.onnx"], capture_output=True, text=True,
+                       cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert len(block) == 5
+    assert p.stdout.replace("CUDAExecutionProvider", "CPUExecutionProvider").splitlines()[-5:] == block
