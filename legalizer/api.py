@@ -246,7 +246,9 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
       ``.pt2``) unless ``check=False``, write ``output`` (default
       ``<stem>.legal.<ext>`` beside the input; ``<stem>.legal.onnx`` for a ``.pt2``)
       - and returns the path written. ``options`` are ``pipeline.RunOptions`` fields
-      (``provider``, ``dims``, ``inputs``, ``rtol``, ``atol``, ``emit``, ``trust_pt2``).
+      (``provider``, ``dims``, ``input_shapes`` such as ``{"x": (1, 512)}``, ``inputs``:
+      arrays by input name or an ``.npz`` path, ``rtol``, ``atol``, ``emit``, ``trust_pt2``,
+      ``require_check``: a check that did not run fully raises ``NotLegal``).
 
     The ModelProto, ``onnx_ir.Model`` and path forms raise ``NotLegal`` (exit code 1)
     when the input violates the Broadcastable trait or the check finds different
@@ -279,17 +281,20 @@ def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, 
     if res.exit_code != EXIT_OK:
         bad = report["violations"]
         why = (f"{len(bad)} violation{'s' if len(bad) != 1 else ''} ({bad[0]['message']})" if bad
+               else f"the check is required (require_check) and {res.unchecked}" if res.unchecked
                else "the legalized model computes different outputs")
         raise NotLegal(f"{path}: {why}; nothing written", bad, report)
     return Path(report["output"])
 
 
 def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs=None, rtol: float = RTOL,
-          atol: float = ATOL, trust_pt2: bool = False, **kwargs):
+          atol: float = ATOL, input_shapes=None, require_check: bool = False, trust_pt2: bool = False,
+          **kwargs):
     """Run ``original`` and ``legalized`` on onnxruntime on the same inputs, for each
-    binding of the dynamic input dims (a small size and 1, or ``dims``), and compare
-    every output; returns a ``CheckResult`` (``.ok``, ``.bindings`` with each output's
-    ``max_abs_err``/``max_rel_err``, ``.to_json()``: the report's ``check``).
+    binding of the dynamic input dims (a small size and 1, or ``dims``; when the original
+    rejects all of those, bindings it accepts are searched for: ``result.search``), and
+    compare every output; returns a ``CheckResult`` (``.ok``, ``.bindings`` with each
+    output's ``max_abs_err``/``max_rel_err``, ``.to_json()``: the report's ``check``).
 
     Each is a path, a ModelProto, an ``onnx_ir.Model`` or a ``Model``. A ``Model``
     loaded from PyTorch (a ``.pt2``, an ``nn.Module``) as ``original`` is compared as
@@ -297,9 +302,14 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     (``result.torch``, provider ``"torch"``); so is the path of a ``.pt2``. With ``legalized`` left out,
     ``original`` is a ``Model`` that was legalized in place, compared with where it
     came from: its source file, or its PyTorch program and export. ``inputs`` maps
-    input names to arrays (instead of synthesized data); ``trust_pt2`` as ``load``."""
+    input names to arrays (instead of synthesized data), or is the path of an ``.npz``
+    of them; ``input_shapes`` maps input names to shapes (``{"x": (1, 512)}``) that bind
+    their dynamic dims. ``require_check`` raises ``NotLegal`` when the check did not
+    run, or ran in part; ``trust_pt2`` as ``load``."""
+    from .check.given import as_arrays
     from .check.ort import check as check_ort
     from .fileio import sniff
+    from .pipeline import range_hints, unchecked
 
     if _is_path(original) and sniff(Path(original)) == "pt2":
         original = load(original, trust_pt2=trust_pt2)  # its ONNX export, and the program as PyTorch runs it
@@ -313,11 +323,21 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     else:
         reference = source.onnx if source is not None else _as_proto(original)
     new = _as_proto(legalized)
-    result = check_ort(reference, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol, **kwargs)
+    inputs = as_arrays(inputs)
+    kwargs.setdefault("hints", range_hints(source))
+    result = check_ort(reference, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol,
+                       input_shapes=input_shapes, **kwargs)
     if source is not None:
+        from .check.given import user_dims
+        from .check.ort import declared_shapes
         from .check.torch_ref import check_torch
 
         keep = {k: v for k, v in kwargs.items() if k in ("max_bindings", "seed", "not_one", "choices")}
-        result.torch = check_torch(source, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol,
+        if result.search is not None and result.search.found is not None:
+            keep["choices"], keep["searched"] = result.search.choices, True
+        bound = user_dims(declared_shapes(source.onnx), dims, input_shapes, inputs)
+        result.torch = check_torch(source, new, provider=provider, dims=bound, inputs=inputs, rtol=rtol, atol=atol,
                                    **keep)
+    if require_check and unchecked(result):
+        raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
     return result

@@ -36,6 +36,9 @@ Examples:
   legalize model.onnx out.onnx --force              # choose the output; replace it
   legalize model.onnx --dim N=1 --dim N=8           # bind dynamic dims for the check
   legalize model.onnx --input x=x.npy --rtol 1e-3   # check with your own data
+  legalize model.onnx --input inputs.npz            # ... every array of an .npz, by name
+  legalize model.onnx --input-shape x:1x16000       # bind input x's dynamic dims
+  legalize model.onnx --require-check               # exit 1 unless the check ran fully
   legalize model.onnx --verify-only                 # check the trait, write nothing
   legalize model.onnx --verify-only --profile tosa  # also require equal operand ranks
   legalize model.onnx --report r.json               # machine-readable report
@@ -60,7 +63,8 @@ give a JSON list, one report per model; the exit status is the worst of all.
 
 \b
 Exit status: 0 legal (and checked); 1 verification violations or a numeric mismatch
-(nothing is written then); 2 bad input or usage.
+(nothing is written then), or with --require-check a check that did not run fully;
+2 bad input or usage.
 """
 
 app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
@@ -204,6 +208,9 @@ class _Printer:
             n = stages["input"]
             return f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'" + \
                 ("; not legalized, nothing written" if self.legalizing else "")
+        if res.unchecked:
+            return (f"the check is required (--require-check) and {res.unchecked}" +
+                    ("; nothing written" if self.legalizing else ""))
         if not self.legalizing:
             chk = res.check
             if chk is None:
@@ -225,7 +232,11 @@ class _Printer:
         if not chk.ran:
             return f"legalized for '{rep.target}'{where} (not checked: {chk.error})"
         torch_too = " and PyTorch" if getattr(chk, "torch", None) is not None and chk.torch.ran else ""
-        return f"legalized for '{rep.target}'{where}, outputs match on {chk.provider}{torch_too}"
+        searched = getattr(chk, "search", None)
+        at = ""
+        if searched is not None and searched.found is not None:
+            at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in searched.found.items())})"
+        return f"legalized for '{rep.target}'{where}, outputs match on {chk.provider}{torch_too}{at}"
 
     def legalize_summary(self, res: RunResult) -> None:
         """The main job's table: ops before and after, what was inserted, the check."""
@@ -257,6 +268,10 @@ class _Printer:
         # A PyTorch input is compared twice: with its ONNX export, and with PyTorch.
         for chk, ref, who in ((res.check, "", "the original model"),
                               (getattr(res.check, "torch", None), "vs torch | ", "PyTorch")):
+            searched = getattr(chk, "search", None)
+            if searched is not None and not self.quiet:
+                self.out.print(one_line(f"search: {who} rejects every synthesized dim binding; {searched.summary()}"),
+                               markup=False)
             if chk is None or not chk.ran:
                 continue
             skipped = [b for b in chk.bindings if b.skipped]
@@ -288,18 +303,33 @@ def _parse_dims(items: List[str]) -> Dict[str, int]:
 
 
 def _parse_inputs(items: List[str]) -> Dict[str, object]:
-    import numpy as np
+    """``--input NAME=FILE.npy`` (one array) and ``--input FILE.npz`` (each array of
+    the archive, by name); an input given twice is a usage error."""
+    from .check.given import read_npy, read_npz
 
-    arrays = {}
+    arrays: Dict[str, object] = {}
     for item in items:
         name, sep, file = item.partition("=")
-        if not sep or not name or not file:
-            raise UsageError(f"--input expects NAME=FILE.npy, not '{item}'")
-        try:
-            arrays[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"--input {name}: cannot read '{file}' as a .npy array: {e}") from None
+        if sep and (not name or not file):
+            raise UsageError(f"--input expects NAME=FILE.npy or FILE.npz, not '{item}'")
+        given = {name: read_npy(name, file)} if sep else read_npz(item)
+        for key, array in given.items():
+            if key in arrays:
+                raise UsageError(f"--input: input '{key}' is given twice")
+            arrays[key] = array
     return arrays
+
+
+def _parse_input_shapes(items: List[str]) -> Dict[str, tuple]:
+    from .check.given import parse_input_shape
+
+    shapes: Dict[str, tuple] = {}
+    for item in items:
+        name, shape = parse_input_shape(item)
+        if name in shapes:
+            raise UsageError(f"--input-shape: input '{name}' is given twice")
+        shapes[name] = shape
+    return shapes
 
 
 @app.command(help=HELP, no_args_is_help=True)
@@ -322,8 +352,13 @@ def legalize(
     provider: str = typer.Option("auto", "--provider", metavar="auto|cpu|cuda", help="Execution provider for the check: auto, cpu or cuda."),
     dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Bind a dynamic input dim for the check (repeatable).",
                                   show_default=False),
-    input_: List[str] = typer.Option([], "--input", metavar="NAME=FILE.npy", help="Feed this array to the check (repeatable).",
-                                     show_default=False),
+    input_: List[str] = typer.Option([], "--input", metavar="NAME=FILE.npy|FILE.npz", help="Feed this array to the check, or"
+                                     " every array of an .npz by name (repeatable).", show_default=False),
+    input_shape: List[str] = typer.Option([], "--input-shape", metavar="NAME:DIMxDIM", help="Bind input NAME's dynamic"
+                                          " dims for the check, as Polygraphy does: x:1x512 (repeatable).",
+                                          show_default=False),
+    require_check: bool = typer.Option(False, "--require-check", help="Exit 1 (nothing written) when the numeric"
+                                       " check did not run, or ran in part."),
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
                                  help="Strict symbolic mode: no dynamic dim is 1 at run time, so no runtime "
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
@@ -358,9 +393,9 @@ def legalize(
         raise typer.Exit(_batch(paths, out_opt, jobs, report, json_out, quiet, verbose, against, html,
                                 RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
-                                           inputs=_parse_inputs(input_), rtol=rtol, atol=atol,
-                                           assume_dynamic_not_one=not_one, emit=list(emit),
-                                           trust_pt2=trust_pt2)))
+                                           inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
+                                           rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
+                                           require_check=require_check, trust_pt2=trust_pt2)))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -372,8 +407,9 @@ def legalize(
         raise UsageError("-q and -v cannot be used together")
     options = RunOptions(target=target, profile=profile, verify_only=verify_only, force=force, check=do_check,
                          provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
-                         rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
-                         against=against, trust_pt2=trust_pt2)
+                         input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
+                         assume_dynamic_not_one=not_one, emit=list(emit), against=against,
+                         require_check=require_check, trust_pt2=trust_pt2)
     # Fail on a bad output or report path before the work, not after it.
     if not verify_only:
         options.output = output if output is not None else default_output(model)

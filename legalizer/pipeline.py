@@ -9,12 +9,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import emit
 from .api import save
-from .check.ort import ATOL, RTOL, CheckResult, check, choices_from_constraints
+from .check.given import as_arrays, user_dims
+from .check.ort import ATOL, RTOL, CheckResult, check, choices_from_constraints, declared_shapes
+from .check.search import sizes_in_range
 from .check.tflite import check_tflite
+from .check.tflite import declared_shapes as tflite_declared_shapes
 from .errors import UsageError
 from .fileio import load
 from .ir.graph import OP
@@ -45,7 +48,8 @@ class RunOptions:
     check: bool = True
     provider: str = "auto"
     dims: Dict[str, int] = field(default_factory=dict)
-    inputs: Dict[str, Any] = field(default_factory=dict)
+    input_shapes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # binds the inputs' dynamic dims
+    inputs: Any = field(default_factory=dict)  # arrays by input name, or an .npz path
     rtol: float = RTOL
     atol: float = ATOL
     assume_dynamic_not_one: bool = False
@@ -53,6 +57,7 @@ class RunOptions:
     against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
     regions: bool = False  # record the rewritten regions (for the HTML report)
     trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (importers.pt2_safety)
+    require_check: bool = False  # a check that did not run, or ran in part, fails the run (exit 1)
 
 
 @dataclass
@@ -67,6 +72,7 @@ class RunResult:
     ops_before: Counter = field(default_factory=Counter)
     ops_after: Counter = field(default_factory=Counter)
     regions: Optional[Regions] = None  # with RunOptions.regions, once legalized
+    unchecked: str = ""  # with RunOptions.require_check: why the check did not run fully (exit 1)
 
 
 class _CheckFailed(Exception):
@@ -124,14 +130,55 @@ def _file_size(path: Path) -> int:
         return 0  # load() says what is wrong with it
 
 
-def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_stage) -> None:
+def unchecked(result: CheckResult) -> str:
+    """Why ``result`` is not a full check (it did not run, or ran in part), or ""."""
+    if not result.ran:
+        return f"the numeric check did not run: {result.error}"
+    if result.error:
+        return f"the numeric check ran in part: {result.error}"
+    if result.torch is not None and not result.torch.ran:
+        return f"the check against PyTorch did not run: {result.torch.error}"
+    return ""
+
+
+def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict[str, int]:
+    """The dims the user binds (``--dim``, ``--input-shape``, ``--input``), checked
+    against the model's inputs before any work (UsageError)."""
+    if not options.input_shapes and not given:
+        return dict(options.dims)
+    if model.format == "mlir":
+        if options.input_shapes:
+            raise UsageError("--input-shape binds the inputs of an ONNX, TFLite or .pt2 model; a TOSA MLIR"
+                             " module's comparison (--against) takes arrays with --input")
+        return dict(options.dims)
+    if model.format == "tflite":
+        declared = tflite_declared_shapes(model.graph)
+    else:
+        declared = declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
+    return user_dims(declared, options.dims, options.input_shapes, given)
+
+
+def range_hints(source) -> Dict[str, List[int]]:
+    """Per dim, the sizes at the bounds of its range (a PyTorch program's range
+    constraints; ``source`` a ``TorchSource`` or None), for the check's search."""
+    if source is None:
+        return {}
+    from .importers.pytorch import dim_ranges
+
+    return {key: sizes_in_range(lo, hi) for key, (lo, hi) in dim_ranges(source).items()}
+
+
+def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_stage, given) -> None:
     from .check.against import check_against
 
     with _timed(timings, "check", on_stage):
         res.check = check_against(path, Path(options.against), provider=options.provider, rtol=options.rtol,
-                                  atol=options.atol, given=options.inputs)
+                                  atol=options.atol, given=given)
     res.report.check = res.check.to_json()
-    if not res.check.ran:
+    if options.require_check and unchecked(res.check):
+        res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")
+        res.exit_code = EXIT_VIOLATIONS
+    elif not res.check.ran:
         res.report.warnings.append(f"the comparison did not run: {res.check.error}")
     elif not res.check.ok:
         res.exit_code = EXIT_VIOLATIONS
@@ -149,6 +196,10 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
     onnxruntime and write it. Raises LegalizeError for bad input; violations and
     mismatches are in the result, with exit code 1, and then nothing is written."""
+    if options.require_check and (not options.check or (options.verify_only and options.against is None)):
+        raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"
+                         " --verify-only (except with --against)")
+    given = as_arrays(options.inputs)
     timings: Dict[str, float] = {}
     with _timed(timings, "load", on_stage, bytes=_file_size(path)):
         model = load(path, trust_pt2=options.trust_pt2)
@@ -161,12 +212,13 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                     target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
     report.timings_s = timings
+    dims = _user_dims(model, options, given)
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         result = verify_model(model, profile, options.assume_dynamic_not_one)
     report.add_verification(result, "input")
     res = RunResult(report, model, result, EXIT_VIOLATIONS if result.violations else EXIT_OK, timings)
     if options.against is not None and not result.violations:
-        _check_against(path, options, res, timings, on_stage)
+        _check_against(path, options, res, timings, on_stage, given)
     if options.verify_only or result.violations:
         return res  # a model that violates the trait is not legalized
 
@@ -198,24 +250,32 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     def run_check(written: Path) -> None:
         with _timed(timings, "check", on_stage):
             if model.format == "tflite":
-                res.check = check_tflite(path, written, model, provider=options.provider, dims=options.dims,
-                                         inputs=options.inputs, rtol=options.rtol, atol=options.atol)
+                res.check = check_tflite(path, written, model, provider=options.provider, dims=dims,
+                                         inputs=given, rtol=options.rtol, atol=options.atol)
+                if len(model.graphs) == 1:  # its bindings are named as the user names them
+                    for b in res.check.bindings:
+                        b.source = "user" if b.dims and set(b.dims) <= set(dims) else b.source
             else:
                 # A PyTorch input: against its original ONNX export, and against PyTorch
                 choices = choices_from_constraints([c["text"] for c in report.constraints])
                 original = path if model.torch is None else model.torch.onnx
-                res.check = check(original, written, provider=options.provider, dims=options.dims,
-                                  inputs=options.inputs, rtol=options.rtol, atol=options.atol,
-                                  not_one=options.assume_dynamic_not_one, choices=choices)
+                res.check = check(original, written, provider=options.provider, dims=dims, inputs=given,
+                                  rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
+                                  choices=choices, hints=range_hints(model.torch))
                 if model.torch is not None:
                     from .check.torch_ref import check_torch
 
+                    found = res.check.search is not None and res.check.search.found is not None
                     res.check.torch = check_torch(model.torch, written, provider=options.provider,
-                                                  dims=options.dims, inputs=options.inputs, rtol=options.rtol,
+                                                  dims=dims, inputs=given, rtol=options.rtol,
                                                   atol=options.atol, not_one=options.assume_dynamic_not_one,
-                                                  choices=choices)
+                                                  choices=res.check.search.choices if found else choices,
+                                                  searched=found)
         report.check = res.check.to_json()
         if res.check.ran and not res.check.ok:
+            raise _CheckFailed
+        if options.require_check and unchecked(res.check):
+            res.unchecked = unchecked(res.check)
             raise _CheckFailed
         if not res.check.ran:
             report.warnings.append(f"the numeric check did not run: {res.check.error}")
@@ -225,7 +285,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
 
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
-        made = emit.render(model, formats, options.dims)  # before anything is written
+        made = emit.render(model, formats, dims)  # before anything is written
     t0 = time.perf_counter()
     if on_stage is not None:
         on_stage("save", {"nodes": _nodes(model)})

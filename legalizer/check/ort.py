@@ -19,6 +19,8 @@ import onnx
 from onnx import helper
 
 from ..errors import first_line
+from .given import Declared, as_arrays, user_dims
+from .search import SearchResult, TooBig, graph_sizes, search, sizes_in_name
 
 SMALL = 3  # the "small size" a dynamic dim gets besides 1
 # The check's tolerances, for the command line and the library alike: float kernels of
@@ -51,9 +53,14 @@ class BindingResult:
     ok: bool
     outputs: List[OutputResult] = field(default_factory=list)
     skipped: str = ""  # why this binding was not compared (the original rejects it)
+    # Where its dim sizes came from: "synthesized" (3 and 1, or the runtime constraints'),
+    # "search" (found by the search, when the original rejects every synthesized one),
+    # "user" (every dynamic dim bound by --dim, --input-shape or a given array).
+    source: str = "synthesized"
 
     def to_json(self) -> dict:
-        out = {"dims": self.dims, "ok": self.ok, "outputs": [o.to_json() for o in self.outputs]}
+        out = {"dims": self.dims, "ok": self.ok, "source": self.source,
+               "outputs": [o.to_json() for o in self.outputs]}
         if self.skipped:
             out["skipped"] = self.skipped
         return out
@@ -68,6 +75,8 @@ class CheckResult:
     # For a model exported from PyTorch: the legalized model against PyTorch running the
     # program (provider "torch"), besides this one against the original ONNX export.
     torch: Optional["CheckResult"] = None
+    # The search for bindings the original accepts, when it rejected every synthesized one.
+    search: Optional[SearchResult] = None
 
     @property
     def ok(self) -> bool:
@@ -81,6 +90,8 @@ class CheckResult:
                "bindings": [b.to_json() for b in self.bindings]}
         if self.error:
             out["error"] = self.error
+        if self.search is not None:
+            out["search"] = self.search.to_json()
         if self.torch is not None:
             out["torch"] = self.torch.to_json()
         return out
@@ -139,19 +150,25 @@ class CheckUnavailable(Exception):
 
 # -- inputs ---------------------------------------------------------------------------
 
-def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
-    """(input name, dim key, axis) for every dynamic dim of the graph inputs; a dim
-    key is the symbol, or ``input[axis]`` for an anonymous dim."""
+def declared_shapes(model: onnx.ModelProto) -> Declared:
+    """Each fed graph input (a tensor, not an initializer): its name and per axis its
+    static size or its dim key - the symbol, or ``input[axis]`` for an anonymous dim.
+    An unranked input has None."""
     inits = {t.name for t in model.graph.initializer}
-    out = []
+    out: Declared = []
     for vi in model.graph.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
-        for k, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value"):
-                continue
-            out.append((vi.name, d.dim_param or f"{vi.name}[{k}]", k))
+        tt = vi.type.tensor_type
+        out.append((vi.name, [d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{vi.name}[{k}]")
+                              for k, d in enumerate(tt.shape.dim)] if tt.HasField("shape") else None))
     return out
+
+
+def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
+    """(input name, dim key, axis) for every dynamic dim of the graph inputs."""
+    return [(name, d, k) for name, shape in declared_shapes(model) for k, d in enumerate(shape or [])
+            if isinstance(d, str)]
 
 
 _BCAST = re.compile(r"^(\S+) == (\d+) or \1 == 1$")
@@ -174,18 +191,22 @@ def choices_from_constraints(texts: Sequence[str]) -> Dict[str, List[int]]:
     return out
 
 
+def _options(key: str, not_one: bool, choices: Optional[Mapping[str, List[int]]]) -> List[int]:
+    """The sizes the check runs a free dynamic dim at: its ``choices``, else {SMALL, 1}
+    (just SMALL with ``not_one``, strict symbolic mode, where no dynamic dim is 1)."""
+    return list((choices or {}).get(key, [SMALL] if not_one else [SMALL, 1]))
+
+
 def bindings_for(model: onnx.ModelProto, fixed: Mapping[str, int], max_bindings: int = 8,
                  seed: int = 0, not_one: bool = False,
                  choices: Optional[Mapping[str, List[int]]] = None) -> List[Dict[str, int]]:
-    """Dim bindings to run: every combination of each free dynamic dim's sizes - its
-    ``choices``, else {SMALL, 1} (just SMALL with ``not_one``, strict symbolic mode,
-    where no dynamic dim is 1) - up to ``max_bindings``, then a seeded sample that
-    keeps the first and the last combination (all large, all small)."""
+    """Dim bindings to run: every combination of each free dynamic dim's ``_options``
+    up to ``max_bindings``, then a seeded sample that keeps the first and the last
+    combination (all large, all small)."""
     keys = sorted({key for _, key, _ in _dims_of(model)} - set(fixed))
     if not keys:
         return [dict(fixed)]
-    default = [SMALL] if not_one else [SMALL, 1]
-    options = [list((choices or {}).get(k, default)) for k in keys]
+    options = [_options(k, not_one, choices) for k in keys]
     total = 1
     for o in options:
         total *= len(o)
@@ -292,16 +313,24 @@ def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol:
 
 
 def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
-          inputs: Optional[Mapping[str, np.ndarray]] = None, rtol: float = RTOL, atol: float = ATOL,
-          max_bindings: int = 8, seed: int = 0, declared: Optional[onnx.ModelProto] = None,
-          not_one: bool = False, choices: Optional[Mapping[str, List[int]]] = None) -> CheckResult:
+          inputs=None, rtol: float = RTOL, atol: float = ATOL, max_bindings: int = 8, seed: int = 0,
+          declared: Optional[onnx.ModelProto] = None, not_one: bool = False,
+          choices: Optional[Mapping[str, List[int]]] = None,
+          input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+          hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
-    ``original`` is a path (its weights are not needed for that)."""
+    ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
+    input name, or an ``.npz`` path) and ``input_shapes`` bind the dims of their inputs,
+    as ``dims`` does (UsageError when they do not fit the model). When the original
+    rejects every synthesized binding, the bindings are searched for (``search.py``;
+    ``hints``: per dim, sizes to try first, e.g. its range's bounds)."""
     provider_list = providers(provider)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
             onnx.load_model(str(original), load_external_data=False)
+    given = as_arrays(inputs)
+    fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
     try:
         ref = session(original, provider_list)
     except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
@@ -317,26 +346,82 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
         return CheckResult(True, used, error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
     result = CheckResult(True, used)
     out_names = [o.name for o in ref.get_outputs()]
-    for binding in bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices):
+
+    def run_original(binding: Dict[str, int]):
         try:
-            feeds = synthesize(declared, binding, inputs or {}, seed)
-        except CheckUnavailable as e:
-            return CheckResult(False, used, error=str(e))
+            feeds = synthesize(declared, binding, given, seed)
+        except CheckUnavailable:
+            raise TooBig from None
+        try:
+            ref.run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - the original rejects this binding
+            return str(e)
+        return None
+
+    def compare_binding(binding: Dict[str, int], source: str) -> Optional[str]:
+        """Compare one binding; the original's error when it rejects it."""
+        feeds = synthesize(declared, binding, given, seed)
         try:
             expected = ref.run(None, feeds)
         except Exception as e:  # noqa: BLE001 - the original rejects this binding
-            result.bindings.append(BindingResult(binding, True, skipped=f"original fails: {first_line(e)}"))
-            continue
+            result.bindings.append(BindingResult(binding, True, skipped=f"original fails: {first_line(e)}",
+                                                 source=source))
+            return str(e)
         try:
             got = new.run(None, feeds)
         except Exception as e:  # noqa: BLE001
             result.bindings.append(BindingResult(binding, False, [OutputResult(n, False, detail=first_line(e))
-                                                                   for n in out_names]))
-            continue
+                                                                   for n in out_names], source=source))
+            return None
         outs = [compare(n, e, g, rtol, atol) for n, e, g in zip(out_names, expected, got)]
-        result.bindings.append(BindingResult(binding, all(o.ok for o in outs), outs))
+        result.bindings.append(BindingResult(binding, all(o.ok for o in outs), outs, source=source))
+        return None
+
+    free = _free_keys(declared, fixed)
+    plan = bindings_for(declared, fixed, max_bindings, seed, not_one, choices)
+    try:
+        errors = [e for e in (compare_binding(b, source_of(declared, fixed)) for b in plan) if e is not None]
+        if free and len(errors) == len(plan):
+            all_hints = {k: [*(hints or {}).get(k, ()), *sizes_in_name(k)] for k in free}
+            found = result.search = search(free, plan[0], run_original, errors=errors, hints=all_hints,
+                                           constants=graph_sizes(declared), tried=plan, max_tries=max_search_tries)
+            if found.found is not None:
+                found.choices = {k: _with_found(_options(k, not_one, choices), found.found[k], plan[0][k])
+                                 for k in free}
+                for binding in bindings_for(declared, fixed, max_bindings, seed, not_one, found.choices):
+                    if not found.knows_rejected(binding):  # no binding the original rejected again
+                        compare_binding(binding, "search")
+    except CheckUnavailable as e:
+        return CheckResult(False, used, error=str(e))
     if not any(not b.skipped for b in result.bindings):
-        result.error = "the original model fails on onnxruntime for every input binding tried: " + \
-            (result.bindings[0].skipped if result.bindings else "")
+        searched = f"; a search of {result.search.tried} more found none it accepts" if result.search else ""
+        result.error = (f"the original model fails on onnxruntime for every input binding tried ({len(plan)}"
+                        f" synthesized{searched}): " + (result.bindings[0].skipped if result.bindings else ""))
         result.ran = False
     return result
+
+
+def source_of(declared: onnx.ModelProto, fixed: Mapping[str, int], searched: bool = False) -> str:
+    """A binding's ``source``: "search" (its sizes were searched for), "user" (every
+    dynamic dim bound by the user) or "synthesized"."""
+    if searched:
+        return "search"
+    return "user" if fixed and not _free_keys(declared, fixed) else "synthesized"
+
+
+def _free_keys(declared: onnx.ModelProto, fixed: Mapping[str, int]) -> List[str]:
+    """The dynamic dims not bound by the user, in the order the search grows them: the
+    last axes first (a leading dim is usually a batch, which any size fits)."""
+    axis: Dict[str, int] = {}
+    for _, key, k in _dims_of(declared):
+        if key not in fixed:
+            axis[key] = max(axis.get(key, k), k)
+    return sorted(axis, key=lambda key: -axis[key])
+
+
+def _with_found(options: List[int], found: int, base: int) -> List[int]:
+    """A dim's sizes after the search: the size found where it changed the dim (and 1,
+    when the check would try 1 anyway), else the dim's own."""
+    if found == base:
+        return options
+    return [found] + ([1] if 1 in options and found != 1 else [])

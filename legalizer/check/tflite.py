@@ -26,6 +26,7 @@ from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
 from ..errors import first_line
+from .given import Declared
 from .ort import (ATOL, RTOL, SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _random,
                   _too_big, compare, providers, session)
 
@@ -36,6 +37,13 @@ ORT, LITERT = "onnxruntime", "LiteRT"
 
 def _dim_key(name: str, axis: int) -> str:
     return f"{name}[{axis}]"
+
+
+def declared_shapes(graph: Graph) -> Declared:
+    """Each input of ``graph``: its name and per axis its static size or its dim key."""
+    return [(n.output.name, None if n.output.type.shape is None else
+             [d if isinstance(d, int) else _dim_key(n.output.name, a) for a, d in enumerate(n.output.type.shape)])
+            for n in graph.inputs]
 
 
 def _bindings(graph: Graph, fixed: Mapping[str, int]) -> List[Dict[str, int]]:

@@ -19,7 +19,7 @@ import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..errors import BadInput, first_line
 from ..model import Model
@@ -179,3 +179,21 @@ def _module(source: TorchSource):
             mod = source.program.module()
         source._module = mod
     return mod
+
+
+def dim_ranges(source: TorchSource) -> Dict[str, Tuple[int, Optional[int]]]:
+    """The program's range constraints, keyed by the name its ONNX export gives each dim
+    (``s77``, ``4*s94``): (lower, upper) bounds, upper None when unbounded. The check's
+    search for bindings tries them."""
+    out: Dict[str, Tuple[int, Optional[int]]] = {}
+    for symbol, bounds in getattr(source.program, "range_constraints", {}).items():
+        try:
+            lower = int(bounds.lower)
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            continue
+        try:
+            upper: Optional[int] = int(bounds.upper)
+        except (TypeError, ValueError, AttributeError, OverflowError):  # int_oo: no upper bound
+            upper = None
+        out[str(symbol)] = (lower, upper)
+    return out

@@ -1,0 +1,134 @@
+"""What the user gives the check instead of synthesized data: per-input shapes
+(``--input-shape NAME:1x512``, as Polygraphy takes them), arrays (``--input
+NAME=FILE.npy``, ``--input FILE.npz``), and the dim bindings both imply.
+
+A model's inputs are described as ``Declared``: per input, its name and per axis its
+static size (an int) or the key of its dynamic dim (the symbol, or ``input[axis]``),
+as the check's bindings name them."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..errors import UsageError, first_line
+
+Declared = List[Tuple[str, Optional[List[Union[int, str]]]]]
+
+
+def parse_input_shape(text: str) -> Tuple[str, Tuple[int, ...]]:
+    """``NAME:1x512`` -> ("NAME", (1, 512)). The last ``:`` splits, as input names
+    from TensorFlow (``input:0``) hold one themselves."""
+    name, sep, dims = text.rpartition(":")
+    parts = dims.split("x")
+    if not sep or not name or not all(p.strip().isdigit() for p in parts):
+        raise UsageError(f"--input-shape expects NAME:DIMxDIM... with each DIM a non-negative integer"
+                         f" (e.g. x:1x512), not '{text}'")
+    return name, tuple(int(p) for p in parts)
+
+
+_NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"
+
+
+def _kind(file: Union[str, os.PathLike]) -> str:
+    """"npy", "npz" or "" by the file's first bytes: np.load takes anything else for a
+    pickle, which it refuses with words about pickles, not about the file."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return "?"  # np.load says what is wrong with the path
+    return "npy" if head.startswith(_NPY) else "npz" if head.startswith(_ZIP) else ""
+
+
+def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
+    """One array from a ``.npy`` file, for input ``name``."""
+    if _kind(file) == "":
+        raise UsageError(f"--input {name}: cannot read '{file}': not a .npy array (nor an .npz archive)")
+    try:
+        data = np.load(file, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise UsageError(f"--input {name}: cannot read '{file}' as a .npy array: {first_line(e)}") from None
+    if not isinstance(data, np.ndarray):  # an .npz archive: np.load gave its NpzFile
+        data.close()
+        raise UsageError(f"--input {name}: '{file}' is an .npz archive, not a .npy array: give it as --input {file}")
+    return data
+
+
+def read_npz(file: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
+    """Every array of an ``.npz`` archive (``np.savez``), by name: the inputs it feeds."""
+    if _kind(file) == "":
+        raise UsageError(f"--input {file}: cannot read it: not an .npz archive (nor a .npy array)")
+    try:
+        data = np.load(file, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UsageError(f"--input {file}: cannot read it as an .npz archive: {first_line(e)}") from None
+    if isinstance(data, np.ndarray):
+        raise UsageError(f"--input {file}: is a .npy array, not an .npz archive: give it as --input NAME={file}")
+    try:
+        with data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UsageError(f"--input {file}: cannot read it as an .npz archive: {first_line(e)}") from None
+    if not arrays:
+        raise UsageError(f"--input {file}: the archive holds no arrays")
+    return arrays
+
+
+def as_arrays(inputs) -> Dict[str, np.ndarray]:
+    """The library's ``inputs=``: a mapping of input names to arrays, or the path of an
+    ``.npz`` archive."""
+    if inputs is None:
+        return {}
+    if isinstance(inputs, (str, os.PathLike)):
+        return read_npz(Path(inputs))
+    return {name: np.asarray(a) for name, a in inputs.items()}
+
+
+def _text(shape: Sequence[Union[int, str]]) -> str:
+    """A shape MLIR-style: ``1x512``, a dynamic dim by its symbol (``?`` when anonymous)."""
+    dims = ["?" if isinstance(d, str) and d.endswith("]") else str(d) for d in shape]
+    return "x".join(dims) if dims else "scalar"
+
+
+def user_dims(declared: Declared, dims: Optional[Mapping[str, int]] = None,
+              input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+              inputs: Optional[Mapping[str, np.ndarray]] = None) -> Dict[str, int]:
+    """The dim bindings the user gives: ``dims`` (``--dim``) as they are, plus each dynamic
+    dim of an input given a shape (``input_shapes``) or an array (``inputs``). A shape or
+    array must name an input, have its rank and its static dims, and agree with the other
+    bindings of the same dim: otherwise UsageError, naming the input, the dim and both
+    sizes."""
+    by_name = dict(declared)
+    bound: Dict[str, int] = {k: int(v) for k, v in (dims or {}).items()}
+    origin = {k: f"--dim {k}={v}" for k, v in bound.items()}
+    given = [("input shape", name, tuple(shape)) for name, shape in (input_shapes or {}).items()] + \
+            [("input array", name, tuple(np.shape(a))) for name, a in (inputs or {}).items()]
+    for what, name, shape in given:
+        where = f"{what} '{name}' ({_text(shape)})"
+        if name not in by_name:
+            raise UsageError(f"{where}: the model has no input '{name}' (its inputs: "
+                             f"{', '.join(repr(n) for n in by_name) or 'none'})")
+        decl = by_name[name]
+        if decl is None:  # unranked: any shape, and no dim of it to bind
+            continue
+        if len(shape) != len(decl):
+            raise UsageError(f"{where}: rank {len(shape)}, but input '{name}' is declared"
+                             f" '{_text(decl)}' (rank {len(decl)})")
+        for axis, (want, got) in enumerate(zip(decl, shape)):
+            if not isinstance(got, (int, np.integer)) or got < 0:
+                raise UsageError(f"{where}: dim {axis} is '{got}', not a non-negative integer")
+            if isinstance(want, int):
+                if want != got:
+                    raise UsageError(f"{where}: dim {axis} is {got}, but input '{name}' is declared"
+                                     f" '{_text(decl)}', static {want} there")
+                continue
+            if want in bound and bound[want] != got:
+                raise UsageError(f"{where}: dim {axis} ('{want}') is {got}, but {origin[want]} binds it"
+                                 f" to {bound[want]}")
+            bound[want], origin[want] = int(got), f"{what} '{name}'"
+    return bound
