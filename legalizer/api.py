@@ -294,10 +294,13 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     came from: its source file, or its PyTorch program and export. ``inputs`` maps
     input names to arrays (instead of synthesized data)."""
     from .check.ort import check as check_ort
-    from .fileio import sniff
+    from .fileio import check_external_data, sniff
 
     if _is_path(original) and sniff(Path(original)) == "pt2":
         original = load(original)  # its ONNX export, and the program as PyTorch runs it
+    for m in (original, legalized):  # onnxruntime reads a path's external data: checked first
+        if _is_path(m):
+            check_external_data(Path(m))
     source = original.torch if isinstance(original, Model) else None
     if legalized is None:
         if not isinstance(original, Model) or (source is None and original.source is None):

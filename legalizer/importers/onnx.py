@@ -19,7 +19,7 @@ from ..errors import BadInput
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
-from ..ir.constdata import ConstData, check_tensor
+from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
 from ..passes.base import _graphs as all_graphs
@@ -134,6 +134,7 @@ class _Importer:
         ``_register`` (a subgraph's links to outer values need the outer nodes)."""
         graph = Graph(g.name, self.opsets, owner)
         graph.ir_version = self.model.ir_version
+        graph.base_dir = self.base_dir
         graph.proto = g
         types = self._types(g, inf)
         infos = {vi.name: (i, vi) for i, vi in enumerate(g.value_info)}
@@ -291,6 +292,9 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
     except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
         serialized = None
     _check_strings(model, serialized)
+    # Every external location before a byte is read; with a model file, its data files
+    # and offsets too (a model held in memory may name files it never needs read).
+    check_external(model, base_dir, files=base_dir is not None)
     inferred = _infer(serialized) if infer else None
     del serialized
     imp = _Importer(model, inferred, base_dir)
