@@ -139,6 +139,13 @@ class CheckUnavailable(Exception):
 
 # -- inputs ---------------------------------------------------------------------------
 
+def _static(d) -> bool:
+    """Whether a declared dim has a size: a negative ``dim_value`` (-1, as Paddle2ONNX
+    and older exporters write a dynamic dim) is dynamic, as onnxruntime and the
+    importer read it."""
+    return d.HasField("dim_value") and d.dim_value >= 0
+
+
 def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
     """(input name, dim key, axis) for every dynamic dim of the graph inputs; a dim
     key is the symbol, or ``input[axis]`` for an anonymous dim."""
@@ -148,7 +155,7 @@ def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
         for k, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value"):
+            if _static(d):
                 continue
             out.append((vi.name, d.dim_param or f"{vi.name}[{k}]", k))
     return out
@@ -217,7 +224,7 @@ def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[s
         tt = vi.type.tensor_type
         shape = []
         for k, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value"):
+            if _static(d):
                 shape.append(d.dim_value)
             else:
                 shape.append(dims.get(d.dim_param or f"{vi.name}[{k}]", SMALL))
