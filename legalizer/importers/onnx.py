@@ -183,16 +183,16 @@ class _Importer:
                 continue
             n = Node(CONST, "$const", name=name, proto=t, data=ConstData(t, self.base_dir, idx))
             v = define(name, "initializer")
-            if v.type.shape is None:
-                v.type = TensorType(dtype_name(t.data_type), tuple(t.dims))
+            # Its dims are its shape, whatever a value_info entry declares (a '?' or a -1
+            # there is no dynamic dim of a constant).
+            v.type = TensorType(dtype_name(t.data_type) or v.type.dtype, tuple(t.dims))
             n.outputs = [v]
             nodes.append(n)
         for idx, st in enumerate(g.sparse_initializer):
             name = st.values.name
             n = Node(CONST, "$const", name=name, proto=st, data=ConstData(st, self.base_dir, idx, sparse=True))
             v = define(name, "sparse initializer")
-            if v.type.shape is None:
-                v.type = TensorType(dtype_name(st.values.data_type), tuple(st.dims))
+            v.type = TensorType(dtype_name(st.values.data_type) or v.type.dtype, tuple(st.dims))
             n.outputs = [v]
             nodes.append(n)
 
