@@ -273,6 +273,13 @@ def _without_weights(model: ModelProto) -> ModelProto:
     return stub
 
 
+# ``TensorProto.data_location = EXTERNAL`` serialized (field 14, varint 1): the weightless
+# copy of a model holds every tensor's metadata (only large inline data is left out), so
+# a model whose copy lacks these bytes has no external tensor; one that has them (or
+# bytes of a small tensor that look like them) is walked.
+_EXTERNAL = bytes([TensorProto.DESCRIPTOR.fields_by_name["data_location"].number << 3, TensorProto.EXTERNAL])
+
+
 # A negative int64 in a protobuf varint takes ten bytes, the last 0x01; after 0x08, the
 # tag of ``Dimension.dim_value``, it is a negative dim (or, rarely, bytes of a small
 # initializer that look like one: then the search below finds nothing).
@@ -333,7 +340,8 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
     _check_strings(model, serialized)
     # Every external location before a byte is read; with a model file, its data files
     # and offsets too (a model held in memory may name files it never needs read).
-    check_external(model, base_dir, files=base_dir is not None)
+    if _EXTERNAL in serialized:
+        check_external(model, base_dir, files=base_dir is not None)
     if infer and _NEGATIVE_DIM.search(serialized) and _clear_negative_dims(stub.graph):
         serialized = stub.SerializeToString()
     inferred = _infer(serialized) if infer else None

@@ -16,8 +16,8 @@ import onnx.numpy_helper
 from onnx import TensorProto, helper
 
 from ..errors import BadInput
-from .dtypes import dtype_name
 from ..protoutil import model_tensors
+from .dtypes import dtype_name
 
 
 # Element types stored packed, several to a byte: their data is not itemsize * count
@@ -125,7 +125,10 @@ def read_tensor(p: TensorProto, base_dir: Optional[Path], what: str) -> np.ndarr
         except (ValueError, TypeError) as e:
             raise BadInput(f"{what}: cannot read its data ({e})") from None
     ext = external_data(p, base_dir, what)
-    np_dtype = helper.tensor_dtype_to_np_dtype(p.data_type)
+    try:
+        np_dtype = helper.tensor_dtype_to_np_dtype(p.data_type)
+    except (KeyError, ValueError, TypeError):
+        raise BadInput(f"{what} has element type {p.data_type}, which ONNX does not define") from None
     shape = tuple(p.dims)
     if _nbytes(p) == 0:
         return np.zeros(shape, np_dtype)
