@@ -308,11 +308,14 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     run, or ran in part; ``trust_pt2`` as ``load``."""
     from .check.given import as_arrays
     from .check.ort import check as check_ort
-    from .fileio import sniff
+    from .fileio import check_external_data, sniff
     from .pipeline import range_hints, unchecked
 
     if _is_path(original) and sniff(Path(original)) == "pt2":
         original = load(original, trust_pt2=trust_pt2)  # its ONNX export, and the program as PyTorch runs it
+    for m in (original, legalized):  # onnxruntime reads a path's external data: checked first
+        if _is_path(m):
+            check_external_data(Path(m))
     source = original.torch if isinstance(original, Model) else None
     if legalized is None:
         if not isinstance(original, Model) or (source is None and original.source is None):

@@ -154,6 +154,21 @@ def invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
     return None
 
 
+def check_external_data(path: Path) -> None:
+    """For an ONNX file that is handed to onnxruntime as a path (which then reads its
+    external data): BadInput, naming the file, for external data that
+    ``ir.constdata.external_data`` refuses. Other formats are left alone."""
+    if sniff(path) != "onnx":
+        return
+    from .ir.constdata import check_external
+
+    proto = load_onnx_proto(path)
+    try:
+        check_external(proto, path.resolve().parent)
+    except BadInput as e:
+        raise BadInput(f"{path}: {e}") from None
+
+
 def load(path, infer: bool = True, trust_pt2: bool = False) -> Model:
     """Load a model file of any supported format into the IR (a ``.pt2`` through its
     ONNX export: ``importers.pytorch``, the optional torch extra; read so that nothing

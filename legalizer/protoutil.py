@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Optional
+from typing import Any, Iterator, Optional, Tuple
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
@@ -69,3 +69,49 @@ def strings_are_utf8(serialized: bytes) -> Optional[bool]:
     except DecodeError:
         return False
     return True
+
+
+def _attribute(n, a) -> str:
+    """How diagnostics name attribute ``a`` of NodeProto ``n`` (the node as
+    ``Node.label`` does: its name, or its first output's)."""
+    return f"node '{n.name or next((o for o in n.output if o), n.op_type)}' attribute '{a.name}'"
+
+
+def model_tensors(proto, inits=None) -> Iterator[Tuple[str, Any]]:
+    """(how to name it, TensorProto) for every tensor of a ModelProto that can hold
+    data: initializers (sparse ones' values and indices too; ``inits``, the main graph's
+    when they are held apart from ``proto``) and tensor attributes, in every graph,
+    subgraph, function and training graph."""
+    def of_nodes(nodes):
+        for n in nodes:
+            if not n.attribute:
+                continue
+            for a in n.attribute:
+                if a.HasField("t"):
+                    yield _attribute(n, a), a.t
+                for t in a.tensors:
+                    yield _attribute(n, a), t
+                for st in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
+                    yield _attribute(n, a), st.values
+                    yield _attribute(n, a), st.indices
+                if a.HasField("g"):
+                    yield from of_graph(a.g)
+                for g in a.graphs:
+                    yield from of_graph(g)
+
+    def of_graph(g):
+        for t in g.initializer:
+            yield f"initializer '{t.name}'", t
+        for st in g.sparse_initializer:
+            yield f"sparse initializer '{st.values.name}'", st.values
+            yield f"sparse initializer '{st.values.name}'", st.indices
+        yield from of_nodes(g.node)
+
+    for t in inits or ():
+        yield f"initializer '{t.name}'", t
+    yield from of_graph(proto.graph)
+    for f in proto.functions:
+        yield from of_nodes(f.node)
+    for ti in proto.training_info:
+        yield from of_graph(ti.initialization)
+        yield from of_graph(ti.algorithm)

@@ -77,10 +77,6 @@ def domain_not_imported() -> bytes:
                          [vi("x", F, [2])], [vi("y", F, [2])]))
 
 
-def negative_dim() -> bytes:
-    return _bytes(_model([_relu()], [vi("x", F, [2, -3])], [vi("y", F, [2, 3])]))
-
-
 def no_opset_import() -> bytes:
     m = _model([_relu()], [vi("x", F, [2])], [vi("y", F, [2])])
     del m.opset_import[:]
@@ -177,7 +173,6 @@ CASES: Dict[str, Case] = {
     "output redefines an input": Case(content=output_redefines_input, expect="'x' is defined twice"),
     "unknown op in the ONNX domain": Case(content=unknown_onnx_op, expect="unknown op 'Frobnicate'"),
     "custom domain not imported": Case(content=domain_not_imported, expect="does not import"),
-    "negative declared dim": Case(content=negative_dim, expect="negative dim -3"),
     "no opset_import": Case(content=no_opset_import, expect="imports no opset"),
     "unnamed graph output": Case(content=unnamed_graph_output, expect="graph output has no name"),
     "no graph": Case(content=no_graph, expect="not an ONNX model"),

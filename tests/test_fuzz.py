@@ -127,6 +127,17 @@ def test_onnx_initializer_whose_data_does_not_fit_its_dims(dims, expect):
     assert expect in _error(_run(_add_with(_dims_over_data(dims)), ".onnx"))
 
 
+@pytest.mark.parametrize("declared", [-4, None], ids=["-4", "?"])
+def test_onnx_initializer_declared_with_a_dynamic_dim(declared):
+    """was: TypeError ("'NoneType' object cannot be interpreted as an integer") folding
+    initializer b[3] whose value_info declared [-4] (once negative dims became dynamic
+    ones) or [?]: a constant's dims are its shape, whatever is declared."""
+    m = onnx.load_from_string(_add_with(numpy_helper.from_array(np.arange(3, dtype=np.float32), "b")))
+    m.graph.value_info.append(helper.make_tensor_value_info("b", F, [declared]))
+    o = _run(m.SerializeToString(), ".onnx")
+    assert o.code == 0 and o.stdout.endswith("outputs match on CPUExecutionProvider\n"), o.stdout
+
+
 def test_onnx_initializer_with_typed_data_that_does_not_fit_its_dims():
     t = helper.make_tensor("b", F, [3], [1.0, 2.0, 3.0])
     t.dims[:] = [2, 3]

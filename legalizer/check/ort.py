@@ -150,6 +150,13 @@ class CheckUnavailable(Exception):
 
 # -- inputs ---------------------------------------------------------------------------
 
+def _static(d) -> bool:
+    """Whether a declared dim has a size: a negative ``dim_value`` (-1, as Paddle2ONNX
+    and older exporters write a dynamic dim) is dynamic, as onnxruntime and the
+    importer read it."""
+    return d.HasField("dim_value") and d.dim_value >= 0
+
+
 def declared_shapes(model: onnx.ModelProto) -> Declared:
     """Each fed graph input (a tensor, not an initializer): its name and per axis its
     static size or its dim key - the symbol, or ``input[axis]`` for an anonymous dim.
@@ -160,7 +167,7 @@ def declared_shapes(model: onnx.ModelProto) -> Declared:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
         tt = vi.type.tensor_type
-        out.append((vi.name, [d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{vi.name}[{k}]")
+        out.append((vi.name, [d.dim_value if _static(d) else (d.dim_param or f"{vi.name}[{k}]")
                               for k, d in enumerate(tt.shape.dim)] if tt.HasField("shape") else None))
     return out
 
@@ -238,7 +245,7 @@ def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[s
         tt = vi.type.tensor_type
         shape = []
         for k, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value"):
+            if _static(d):
                 shape.append(d.dim_value)
             else:
                 shape.append(dims.get(d.dim_param or f"{vi.name}[{k}]", SMALL))

@@ -11,17 +11,18 @@ moving external data beside it when it goes to another folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
 from ..errors import BadInput
 from ..fileio import atomic_output
+from ..ir.constdata import external_data
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..ir.dtypes import elem_type
 from ..ir.types import TensorType
-from ..protoutil import copy_fields as _copy_fields, is_repeated
+from ..protoutil import copy_fields as _copy_fields, is_repeated, model_tensors
 
 _NODE_REBUILT = {"input", "output", "attribute"}
 _GRAPH_REBUILT = {"node", "input", "output", "initializer", "sparse_initializer", "value_info"}
@@ -199,7 +200,7 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
     base = Path(base_dir) if base_dir is not None else Path(".")
     inits = list(initializers) if initializers is not None else None
     relocate = (path.parent.resolve() != base.resolve()
-                and any(t.data_location == TensorProto.EXTERNAL for t in _tensors(proto, inits)))
+                and any(t.data_location == TensorProto.EXTERNAL for _, t in model_tensors(proto, inits)))
     with atomic_output(path, force=force, protect=protect) as tmp:
         if relocate:
             copy = ModelProto()
@@ -208,8 +209,8 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
                 inits = [_copied(t) if t.data_location == TensorProto.EXTERNAL else t for t in inits]
             data = path.with_name(path.name + ".data")
             with atomic_output(data, force=force) as tmp_data:
-                _copy_external([t for t in _tensors(copy, inits) if t.data_location == TensorProto.EXTERNAL],
-                               base, tmp_data, data.name)
+                _copy_external([(what, t) for what, t in model_tensors(copy, inits)
+                                if t.data_location == TensorProto.EXTERNAL], base, tmp_data, data.name)
                 _write(copy, inits, tmp)
             try:
                 if inspect is not None:
@@ -294,76 +295,38 @@ def _write(proto: ModelProto, inits: Optional[List[TensorProto]], path: Path) ->
 _CHUNK = 1 << 24
 
 
-def _copy_external(tensors: List[TensorProto], base: Path, dst: Path, location: str) -> None:
+def _copy_external(tensors: List[Tuple[str, TensorProto]], base: Path, dst: Path, location: str) -> None:
     """Copy each tensor's external bytes from its file under ``base`` into ``dst``, in
     chunks (a multi-GB weight is never in memory at once), once for tensors that share
-    them, and point the tensor at ``location`` (``dst``'s final name)."""
+    them, and point the tensor at ``location`` (``dst``'s final name). Every tensor's
+    data is checked (``external_data``: inside ``base``, within its file) before a byte
+    is copied."""
+    sources = [(what, t, external_data(t, base, what)) for what, t in tensors]
     copied = {}
     with open(dst, "wb") as out:
-        for t in tensors:
-            info = {e.key: e.value for e in t.external_data}
-            src = base / info.get("location", "")
-            offset = int(info.get("offset", 0))
-            length = int(info["length"]) if "length" in info else None  # None: to the file's end
-            key = (src, offset, length)
+        for what, t, ext in sources:
+            key = (ext.path, ext.offset, ext.length)
             if key not in copied:
                 start = out.tell()
                 try:
-                    with open(src, "rb") as f:
-                        f.seek(offset)
-                        left = length
-                        while left is None or left > 0:
-                            chunk = f.read(_CHUNK if left is None else min(_CHUNK, left))
+                    with open(ext.path, "rb") as f:
+                        f.seek(ext.offset)
+                        left = ext.length
+                        while left > 0:
+                            chunk = f.read(min(_CHUNK, left))
                             if not chunk:
                                 break
                             out.write(chunk)
-                            if left is not None:
-                                left -= len(chunk)
+                            left -= len(chunk)
                 except OSError as e:
-                    raise BadInput(f"initializer '{t.name}': cannot read external data '{src}':"
+                    raise BadInput(f"{what}: cannot read external data '{ext.location}':"
                                    f" {e.strerror}") from None
-                if left:
-                    raise BadInput(f"initializer '{t.name}': external data '{src}' is shorter than"
-                                   f" its length ({offset + length} bytes)")
+                if left:  # the file shrank since it was checked
+                    raise BadInput(f"{what}: external data '{ext.location}' is shorter than"
+                                   f" its length ({ext.offset + ext.length} bytes)")
                 copied[key] = (start, out.tell() - start)
             start, size = copied[key]
             rest = [(e.key, e.value) for e in t.external_data if e.key not in ("location", "offset", "length")]
             del t.external_data[:]
             for k, v in [("location", location), ("offset", str(start)), ("length", str(size))] + rest:
                 t.external_data.add(key=k, value=v)
-
-
-def _tensors(proto: ModelProto, inits: Optional[List[TensorProto]] = None) -> Iterator[TensorProto]:
-    """Every TensorProto of the model that can hold data: initializers (sparse ones'
-    parts too; ``inits``, the main graph's if detached) and tensor attributes, in every
-    graph, subgraph and function."""
-    def of_nodes(nodes):
-        for n in nodes:
-            if not n.attribute:
-                continue
-            for a in n.attribute:
-                if a.HasField("t"):
-                    yield a.t
-                yield from a.tensors
-                for st in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + list(a.sparse_tensors):
-                    yield st.values
-                    yield st.indices
-                if a.HasField("g"):
-                    yield from of_graph(a.g)
-                for g in a.graphs:
-                    yield from of_graph(g)
-
-    def of_graph(g):
-        yield from g.initializer
-        for st in g.sparse_initializer:
-            yield st.values
-            yield st.indices
-        yield from of_nodes(g.node)
-
-    yield from inits or ()
-    yield from of_graph(proto.graph)
-    for f in proto.functions:
-        yield from of_nodes(f.node)
-    for ti in proto.training_info:
-        yield from of_graph(ti.initialization)
-        yield from of_graph(ti.algorithm)

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import onnx.numpy_helper
 from onnx import helper
 
 from ..errors import BadInput, LegalizeError
 from . import registrar
+from ..ir.constdata import attribute_array
 from ..ir.dtypes import numpy_dtype
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..oprules import frontend_rules
@@ -961,7 +961,7 @@ def _expand(cx: Emitter, node: Node):
 def _constant_of_shape(cx: Emitter, node: Node):
     out = _out(node)
     value = node.attrs.get("value")
-    fill = onnx.numpy_helper.to_array(value.t).reshape(-1)[0].item() if value is not None else 0.0
+    fill = attribute_array(node, "value").reshape(-1)[0].item() if value is not None else 0.0
     if out.static:
         return [cx.splat(fill, out)]
     shape = cx.v(node.inputs[0])

@@ -39,6 +39,7 @@ from onnx import helper
 
 from ..errors import BadInput
 from . import registrar
+from ..ir.constdata import attribute_array
 from ..ir.dtypes import numpy_dtype
 from ..ir.graph import OP, Graph, Node, Value
 from ..model import Model
@@ -1432,7 +1433,7 @@ def _fold(e: _Emitter, node: Node) -> Optional[List[np.ndarray]]:
         if shape is None:
             return None
         value = node.attrs.get("value")
-        fill = np.zeros(1, np.float32) if value is None else _tensor(value)
+        fill = np.zeros(1, np.float32) if value is None else attribute_array(node, "value")
         # a splat view: never materialized (a 100M-element weight costs nothing)
         return [np.broadcast_to(fill.reshape(-1)[0], tuple(int(d) for d in np.asarray(shape).reshape(-1)))]
     if op in ("Shape", "Size"):
@@ -1462,12 +1463,6 @@ def _fold(e: _Emitter, node: Node) -> Optional[List[np.ndarray]]:
     if any(a is not None and a.size > FOLD_LIMIT for a in arrays):
         return None
     return _evaluate(e.graph, node, arrays)
-
-
-def _tensor(attr) -> np.ndarray:
-    import onnx.numpy_helper
-
-    return onnx.numpy_helper.to_array(helper.get_attribute_value(attr))
 
 
 def _evaluate(graph: Graph, node: Node, arrays: List[Optional[np.ndarray]]) -> Optional[List[np.ndarray]]:

@@ -8,8 +8,10 @@ pass in between gives the model back.
 
 from __future__ import annotations
 
+import itertools
+import re
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import onnx
 import onnx.defs
@@ -19,7 +21,7 @@ from ..errors import BadInput
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
-from ..ir.constdata import ConstData, check_tensor
+from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
 from ..passes.base import _graphs as all_graphs
@@ -28,34 +30,38 @@ from ..protoutil import copy_fields, strings_are_utf8
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
 
 
-def tensor_type(tp: TypeProto, what: str, declared: bool = True) -> TensorType:
-    """TypeProto -> TensorType; non-tensor types (sequences, maps, optionals) and
-    missing types are UNKNOWN, as the Broadcastable trait never looks at them.
-    A negative dim is bad input where the model declares it; where shape inference
-    produced it (it sometimes does), it is read as unknown."""
+def tensor_type(tp: TypeProto, what: str) -> Tuple[TensorType, Tuple[Tuple[int, int], ...]]:
+    """TypeProto -> TensorType, and the (axis, size) of each negative dim in it;
+    non-tensor types (sequences, maps, optionals) and missing types are UNKNOWN, as
+    the Broadcastable trait never looks at them. A negative dim is an anonymous dynamic
+    dim, ``?``: Paddle2ONNX and older exporters write -1 for a dynamic dim, and
+    onnxruntime reads it so (shape inference sometimes produces one too)."""
     if tp is None or tp.WhichOneof("value") != "tensor_type":
-        return UNKNOWN
+        return UNKNOWN, ()
     tt = tp.tensor_type
     if tt.elem_type not in _ELEM_TYPES:
         raise BadInput(f"{what} has element type {tt.elem_type}, which ONNX does not define")
     dtype = dtype_name(tt.elem_type)
     if not tt.HasField("shape"):
-        return TensorType(dtype, None)
+        return TensorType(dtype, None), ()
     dims = []
-    for d in tt.shape.dim:
+    negative = []
+    for k, d in enumerate(tt.shape.dim):
         kind = d.WhichOneof("value")
-        if kind == "dim_value":
-            if d.dim_value < 0:
-                if declared:
-                    raise BadInput(f"{what} has a negative dim {d.dim_value}")
-                dims.append(None)
-            else:
-                dims.append(d.dim_value)
+        if kind == "dim_value" and d.dim_value >= 0:
+            dims.append(d.dim_value)
         elif kind == "dim_param" and d.dim_param:
             dims.append(d.dim_param)
         else:
+            if kind == "dim_value":
+                negative.append((k, d.dim_value))
             dims.append(None)
-    return TensorType(dtype, tuple(dims))
+    return TensorType(dtype, tuple(dims)), tuple(negative)
+
+
+# A model may declare a negative dim in many places (every value_info entry of an
+# exporter that writes -1 for each dynamic dim): the first ones are named, then counted.
+NEGATIVE_DIM_WARNINGS = 10
 
 
 def _merge(declared: TensorType, inferred: TensorType) -> TensorType:
@@ -79,7 +85,8 @@ class _Importer:
         self.warnings: List[str] = []
         self._warned_ops = set()
         self.pending: Dict[Graph, List[Node]] = {}
-        self._type_cache: Dict[tuple, TensorType] = {}
+        self._type_cache: Dict[bytes, Tuple[TensorType, tuple]] = {}
+        self.negative_dims = 0  # declared negative dims, warned of up to NEGATIVE_DIM_WARNINGS
 
     def register(self, graph: Graph) -> None:
         graph.add_nodes(self.pending.pop(graph))
@@ -96,10 +103,13 @@ class _Importer:
             for vi in infos:
                 if vi.HasField("type"):
                     # Large graphs repeat a few types: each distinct TypeProto is read once.
-                    key = (vi.type.SerializeToString(), declared)
-                    t = cache.get(key)
-                    if t is None:
-                        t = cache[key] = tensor_type(vi.type, f"{where} '{vi.name}'", declared)
+                    key = vi.type.SerializeToString()
+                    got = cache.get(key)
+                    if got is None:
+                        got = cache[key] = tensor_type(vi.type, f"{where} '{vi.name}'")
+                    t, negative = got
+                    if negative and declared:
+                        self._negative_dims(g, f"{where} '{vi.name}'", negative)
                     old = types.get(vi.name)
                     types[vi.name] = t if old is None else _merge(old, t)
         add(g.input, "graph input")
@@ -109,6 +119,14 @@ class _Importer:
             add(inf.value_info, "value", declared=False)
             add(inf.output, "graph output", declared=False)
         return types
+
+    def _negative_dims(self, g: GraphProto, what: str, negative) -> None:
+        """One warning for each place the model declares a negative dim (read as ``?``)."""
+        graph = f"graph '{g.name}': " if g is not self.model.graph else ""
+        for axis, size in negative:
+            self.negative_dims += 1
+            if self.negative_dims <= NEGATIVE_DIM_WARNINGS:
+                self.warnings.append(f"{graph}{what} dim {axis} is {size}: read as a dynamic dim")
 
     def _check_op(self, np_: onnx.NodeProto) -> None:
         domain = "" if np_.domain == "ai.onnx" else np_.domain
@@ -134,6 +152,7 @@ class _Importer:
         ``_register`` (a subgraph's links to outer values need the outer nodes)."""
         graph = Graph(g.name, self.opsets, owner)
         graph.ir_version = self.model.ir_version
+        graph.base_dir = self.base_dir
         graph.proto = g
         types = self._types(g, inf)
         infos = {vi.name: (i, vi) for i, vi in enumerate(g.value_info)}
@@ -164,16 +183,16 @@ class _Importer:
                 continue
             n = Node(CONST, "$const", name=name, proto=t, data=ConstData(t, self.base_dir, idx))
             v = define(name, "initializer")
-            if v.type.shape is None:
-                v.type = TensorType(dtype_name(t.data_type), tuple(t.dims))
+            # Its dims are its shape, whatever a value_info entry declares (a '?' or a -1
+            # there is no dynamic dim of a constant).
+            v.type = TensorType(dtype_name(t.data_type) or v.type.dtype, tuple(t.dims))
             n.outputs = [v]
             nodes.append(n)
         for idx, st in enumerate(g.sparse_initializer):
             name = st.values.name
             n = Node(CONST, "$const", name=name, proto=st, data=ConstData(st, self.base_dir, idx, sparse=True))
             v = define(name, "sparse initializer")
-            if v.type.shape is None:
-                v.type = TensorType(dtype_name(st.values.data_type), tuple(st.dims))
+            v.type = TensorType(dtype_name(st.values.data_type) or v.type.dtype, tuple(st.dims))
             n.outputs = [v]
             nodes.append(n)
 
@@ -254,6 +273,33 @@ def _without_weights(model: ModelProto) -> ModelProto:
     return stub
 
 
+# ``TensorProto.data_location = EXTERNAL`` serialized (field 14, varint 1): the weightless
+# copy of a model holds every tensor's metadata (only large inline data is left out), so
+# a model whose copy lacks these bytes has no external tensor; one that has them (or
+# bytes of a small tensor that look like them) is walked.
+_EXTERNAL = bytes([TensorProto.DESCRIPTOR.fields_by_name["data_location"].number << 3, TensorProto.EXTERNAL])
+
+
+# A negative int64 in a protobuf varint takes ten bytes, the last 0x01; after 0x08, the
+# tag of ``Dimension.dim_value``, it is a negative dim (or, rarely, bytes of a small
+# initializer that look like one: then the search below finds nothing).
+_NEGATIVE_DIM = re.compile(rb"\x08[\x80-\xff]{9}\x01")
+
+
+def _clear_negative_dims(g: GraphProto) -> bool:
+    """Make the negative dims declared on ``g``'s inputs, outputs and value_info
+    anonymous, as onnxruntime reads them, so that shape inference does not compute with
+    -1 as a size (an Add of ``-1x3`` and ``2x3`` would be left untyped); whether any was."""
+    found = False
+    for vi in itertools.chain(g.input, g.output, g.value_info):
+        if vi.type.HasField("tensor_type"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.WhichOneof("value") == "dim_value" and d.dim_value < 0:
+                    d.ClearField("dim_value")
+                    found = True
+    return found
+
+
 def _infer(serialized: bytes) -> Optional[ModelProto]:
     """ONNX shape inference, non-strict, with data propagation; None if it cannot run."""
     try:
@@ -287,16 +333,26 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         raise BadInput("the model imports no opset (opset_import is empty)")
     # The model without its weights: UTF-8 checked and shape-inferred, from one serialization.
     try:
-        serialized = _without_weights(model).SerializeToString()
+        stub = _without_weights(model)
+        serialized = stub.SerializeToString()
     except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
-        serialized = None
+        stub = serialized = None
     _check_strings(model, serialized)
+    # Every external location before a byte is read; with a model file, its data files
+    # and offsets too (a model held in memory may name files it never needs read).
+    if _EXTERNAL in serialized:
+        check_external(model, base_dir, files=base_dir is not None)
+    if infer and _NEGATIVE_DIM.search(serialized) and _clear_negative_dims(stub.graph):
+        serialized = stub.SerializeToString()
     inferred = _infer(serialized) if infer else None
-    del serialized
+    del serialized, stub
     imp = _Importer(model, inferred, base_dir)
     with paused_gc():
         graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
         imp.register(graph)
+    if imp.negative_dims > NEGATIVE_DIM_WARNINGS:
+        imp.warnings.append(f"{imp.negative_dims - NEGATIVE_DIM_WARNINGS} more declared dims are negative:"
+                            " read as dynamic dims")
     for g in all_graphs(graph):
         g.nodes()  # a cycle is bad input: fail now, not in a pass
     return Model(graph, "onnx", model, base_dir, warnings=imp.warnings)

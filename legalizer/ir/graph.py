@@ -124,6 +124,9 @@ class Graph:
         # value_info entries naming no value of this graph (an outer or inner value, or
         # nothing), kept with their positions so an export gives them back.
         self.foreign_value_info: List[Tuple[int, Any]] = []
+        # Where the model's external data lies (its folder), for tensors held in node
+        # attributes (a Constant's value); initializers' ConstData know it themselves.
+        self.base_dir: Any = owner.graph.base_dir if owner is not None and owner.graph is not None else None
         self._nx = nx.DiGraph()
         self._ids = itertools.count()
         self._inputs: List[Node] = []

@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
-import onnx.numpy_helper
 from onnx import helper
 
-from ..ir.constdata import ConstData
+from ..ir.constdata import ConstData, attribute_array
 from ..ir.dtypes import numpy_dtype
 from ..ir.graph import CONST, OP, Graph, Value
 from ..ir.types import Quantization
@@ -48,7 +47,7 @@ def constant_array(value: Value) -> Optional[np.ndarray]:
     if prod.kind == OP and prod.op == "Constant" and len(prod.attrs) == 1:
         (name, attr), = prod.attrs.items()
         if name == "value":
-            return onnx.numpy_helper.to_array(attr.t)
+            return attribute_array(prod, name)
         if name in _CONSTANT_ATTRS:
             return np.asarray(helper.get_attribute_value(attr), _CONSTANT_ATTRS[name])
     return None
