@@ -30,7 +30,6 @@ ORIGINAL_CANNOT_RUN = {
     "wheel_mediapipe_selfie_segmentation_landscape": "unresolved custom op: Convolution2DTransposeBias",
 }
 PENDING = {
-    "wheel_rapidocr_cls": "item 3: its input has dim_value -1 (refused as a negative dim)",
     "wheel_mediapipe_face_detection_full_range_sparse": "item 6: sparse constants are refused",
     "wheel_mediapipe_pose_detection": "item 6: sparse constants are refused",
     "wheel_mediapipe_face_detection_short_range": "item 6: its float output is 4.6e-5 off on onnxruntime",

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-MAX_TRIES = 48
+MAX_TRIES = 256
 MAX_SECONDS = 20.0
 MAX_SIZE = 1 << 40  # a dim in no input big enough to meet the byte cap stops here
 _MAX_NAMED = 8  # sizes taken from one error message / the graph's constants
