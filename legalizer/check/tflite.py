@@ -18,6 +18,7 @@ from ..ir.dtypes import elem_type
 from ..ir.graph import Graph
 from ..model import Model
 from ..errors import first_line
+from ..importers.tflite import CUSTOM_DOMAIN
 from .ort import (ATOL, RTOL, SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _random,
                   _too_big, compare, providers, session)
 
@@ -71,36 +72,91 @@ def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, 
     return compare(name, expected, got, rtol, atol)
 
 
+def _outputs(names) -> str:
+    names = list(names)
+    return ("output " if len(names) == 1 else "outputs ") + ", ".join(f"'{n}'" for n in names)
+
+
+class _OnnxSide:
+    """The ONNX form of one subgraph on onnxruntime, of the outputs it has a form for;
+    ``notes`` say which outputs are not compared there, and why."""
+
+    def __init__(self, model: Model, k: int, provider_list: List[str]):
+        from ..exporters.tflite_onnx import onnx_form
+
+        self.graph = model.graphs[k]
+        self.notes: List[str] = []
+        self.session = None
+        form, left_out = onnx_form(model, k)
+        by_reason: Dict[str, List[str]] = {}
+        for name, why in left_out.items():
+            by_reason.setdefault(why, []).append(name)
+        for why, names in by_reason.items():
+            self.note(names, why)
+        if form is None:
+            return
+        try:
+            # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
+            # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
+            # a scalar") and would compute int8 ops in integer kernels, not as written.
+            self.session = session(form, provider_list, basic=True)
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own words
+            self.note([o.name for o in form.graph.output], f"onnxruntime cannot load their ONNX form: {first_line(e)}")
+            return
+        self.names = [o.name for o in self.session.get_outputs()]
+
+    def note(self, names, why: str) -> None:
+        text = f"{_outputs(names)} of subgraph '{self.graph.name}' not compared on {ORT}: {why}"
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """The outputs the form computes; none (and a note) if onnxruntime fails on it:
+        the ONNX form is the second reference, not what is checked."""
+        try:
+            return dict(zip(self.names, self.session.run(None, dict(feeds))))
+        except Exception as e:  # noqa: BLE001 - the runtime's own words
+            self.note(self.names, f"it fails on their ONNX form: {first_line(e)}")
+            return {}
+
+
+def _litert_pair(original: Path, legalized: Path, model: Model):
+    """The original and the legalized model on LiteRT's builtin kernels, or on its
+    default op resolver (and delegate) when a custom op has no builtin kernel; the
+    second item says which, for the report."""
+    from .litert import LiteRTModel
+
+    ref = LiteRTModel(str(original))
+    custom = sorted({n.op_type for g in model.graphs for n in g.ops() if n.domain == CUSTOM_DOMAIN})
+    if custom and ref.unresolved_custom_op():
+        return ((LiteRTModel(str(original), kernels="default"), LiteRTModel(str(legalized), kernels="default")),
+                f"{LITERT} default resolver (XNNPACK), for custom ops {', '.join(custom)}")
+    return (ref, LiteRTModel(str(legalized))), LITERT
+
+
 def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                  rtol: float = RTOL, atol: float = ATOL, seed: int = 0) -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
-    Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``."""
-    from ..exporters.tflite_onnx import tflite_to_onnx
-    from .litert import LiteRTError, LiteRTModel, litert_available
+    Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``.
+    Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
+    ``error`` says which and why (the check ran in part)."""
+    from .litert import LiteRTError, litert_available
 
     if not litert_available():
         return CheckResult(False, LITERT, error="ai-edge-litert is not installed: install the litert extra:"
                                                  " pip install 'legalize[litert]'")
     try:
-        ref, new = LiteRTModel(str(original)), LiteRTModel(str(legalized))
+        (ref, new), litert = _litert_pair(original, legalized, model)
     except LiteRTError as e:
         return CheckResult(False, LITERT, error=str(e))
     provider_list = providers(provider)
-    result = CheckResult(True, f"{LITERT} + {ORT} {provider_list[0]}")
-    notes = []
+    result = CheckResult(True, f"{litert} + {ORT} {provider_list[0]}")
+    notes: List[str] = []
     for k, graph in enumerate(model.graphs):
-        try:
-            # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
-            # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
-            # a scalar") and would compute int8 ops in integer kernels, not as written.
-            ort_session = session(tflite_to_onnx(model, subgraph=k), provider_list, basic=True)
-        except CheckUnavailable as e:
-            ort_session = None
-            notes.append(f"subgraph '{graph.name}' not run on onnxruntime: {e}")
-        except Exception as e:  # noqa: BLE001 - onnxruntime's own words
-            ort_session = None
-            notes.append(f"subgraph '{graph.name}': its ONNX form does not load on onnxruntime: {first_line(e)}")
+        if not graph.outputs:
+            continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
+        onnx_side = _OnnxSide(model, k, provider_list)
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         # onnxruntime computes quantized ops in float and requantizes: a float output
         # downstream of them agrees within one step of the coarsest quantization.
@@ -119,24 +175,25 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                 result.bindings.append(BindingResult(label, True, skipped=f"original fails: {e}"))
                 continue
             outs: List[OutputResult] = []
-            runs = [(LITERT, lambda: new.run(feeds, k))]
-            if ort_session is not None:
-                names = [o.name for o in ort_session.get_outputs()]
-                runs.append((ORT, lambda: dict(zip(names, ort_session.run(None, feeds)))))
-            for runtime, run in runs:
-                try:
-                    got = run()
-                except Exception as e:  # noqa: BLE001 - the runtime's own words
-                    outs += [OutputResult(f"{prefix}{n} ({runtime})", False, detail=first_line(e)) for n in expected]
-                    continue
+            try:
+                got = new.run(feeds, k)
+            except LiteRTError as e:
+                outs += [OutputResult(f"{prefix}{n} ({LITERT})", False, detail=str(e)) for n in expected]
+                got = None
+            if got is not None:
                 for n, e in expected.items():
-                    name = f"{prefix}{n} ({runtime})"
+                    name = f"{prefix}{n} ({LITERT})"
                     if n not in got:
                         outs.append(OutputResult(name, False, detail="missing from the legalized model's outputs"))
                     else:
-                        tol = max(atol, step) if runtime == ORT else atol
-                        outs.append(_compare(name, e, got[n], quantized.get(n, False), rtol, tol))
+                        outs.append(_compare(name, e, got[n], quantized.get(n, False), rtol, atol))
+            formed = onnx_side.run(feeds) if onnx_side.session is not None else {}
+            for n, e in expected.items():
+                if n in formed:
+                    outs.append(_compare(f"{prefix}{n} ({ORT})", e, formed[n], quantized.get(n, False), rtol,
+                                         max(atol, step)))
             result.bindings.append(BindingResult(label, all(o.ok for o in outs), outs))
+        notes += onnx_side.notes
     if not any(not b.skipped for b in result.bindings):
         result.ran = False
         result.error = "the original model fails on LiteRT for every input binding tried: " + \
@@ -144,5 +201,5 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
     if notes:
         result.error = "; ".join(notes) if result.ran else result.error
         if not any(o.name.endswith(f"({ORT})") for b in result.bindings for o in b.outputs):
-            result.provider = LITERT  # the summary names only what ran
+            result.provider = litert  # the summary names only what ran
     return result

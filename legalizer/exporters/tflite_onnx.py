@@ -42,8 +42,10 @@ from .onnx import value_info
 DEFAULT_OPSET, INT16_OPSET = 20, 21
 MIN_OPSET = 18  # axes as inputs of every Reduce*, BitwiseXor, Split's num_outputs
 
+_MAX_CALL_DEPTH = 16  # WHILE in IF in WHILE ...: deeper than this (or recursion) has no form
 _BIG = int(np.iinfo(np.int64).max)  # a Slice bound meaning "to the end" (onnx clamps it)
 _FLOATS = ("float", "float16", "double", "bfloat16")
+_BOOL = Value("cond", TensorType("bool", ()))  # the type of a Loop body's condition
 _ELEMENTWISE = ("unary", "binary", "ternary", "unidirectional")
 _SAME, _VALID = 0, 1  # tflite.Padding
 
@@ -90,16 +92,21 @@ def _attr(n: Node, key: str, default=0):
 class _Emitter:
     """The ONNX graph being written, and where each IR value went in it."""
 
-    def __init__(self, graph: Graph, opset: int):
+    def __init__(self, graph: Graph, opset: int, subgraphs: Sequence[Graph] = (),
+                 caller: Optional["_Emitter"] = None, nodes: Optional[List[onnx.NodeProto]] = None):
         self.graph, self.opset = graph, opset
-        self.nodes: List[onnx.NodeProto] = []
-        self.inits: List[TensorProto] = []
+        self.subgraphs = list(subgraphs)  # the model's, which WHILE / IF / CALL name by index
+        self.nodes: List[onnx.NodeProto] = [] if nodes is None else nodes
         self.names: Dict[int, str] = {}  # id(Value) -> the ONNX tensor of its stored data
         self._real: Dict[int, str] = {}  # id(Value) -> its dequantized form
         self._reserved: Dict[int, str] = {}  # id(Value) -> its name as a graph output
-        self._taken: set = set()
-        self._node_names: set = set()
-        self._small: Dict[tuple, str] = {}  # small constants, shared
+        # A called subgraph is written into its caller's model: one namespace, one set of
+        # initializers (a Loop body or If branch reads them from the outer scope).
+        self.depth = 0 if caller is None else caller.depth + 1
+        self.inits: List[TensorProto] = [] if caller is None else caller.inits
+        self._taken: set = set() if caller is None else caller._taken
+        self._node_names: set = set() if caller is None else caller._node_names
+        self._small: Dict[tuple, str] = {} if caller is None else caller._small  # small constants, shared
         self.label = ""
         self._op_start = 0
         self._fresh: set = set()  # tensors made by the op being translated
@@ -163,7 +170,9 @@ class _Emitter:
         if key is not None and key in self._small:
             return self._small[key]
         name = self.fresh(base)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(a), name))
+        # (np.ascontiguousarray would make a scalar 1-D: a WHILE body's counter then
+        # came back as [1] for a [] loop variable)
+        self.inits.append(numpy_helper.from_array(np.require(a, requirements="C"), name))
         if key is not None:
             self._small[key] = name
         return name
@@ -273,15 +282,41 @@ class _Emitter:
             target = name
         self.names[id(v)] = target
 
-    def give_out(self) -> None:
+    def give_out(self, outputs: Sequence[Node]) -> None:
         """Graph outputs not written by an op under their name (a constant, a graph
         input given out again) get it through an Identity."""
-        for out in self.graph.outputs:
+        for out in outputs:
             v = out.inputs[0]
             name = self.raw(v)
             if name != v.name:
                 self.label = v.name
                 self._node("Identity", [name], [v.name])
+
+    def call(self, index: int, args: Sequence[str], nodes: List[onnx.NodeProto], role: str) -> List[str]:
+        """Subgraph ``index`` (a WHILE's body, an IF's branch) applied to ``args`` (the
+        stored data of its inputs): its nodes are written into ``nodes``; the result is
+        a fresh tensor per output (a subgraph output may be one of its inputs, and an
+        ONNX body's outputs must be its own)."""
+        if not 0 <= index < len(self.subgraphs):
+            raise _NoForm(f"{role} subgraph {index} is not in the model")
+        if self.depth >= _MAX_CALL_DEPTH:
+            raise _NoForm(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
+        sub = self.subgraphs[index]
+        if len(args) != len(sub.inputs):
+            raise _NoForm(f"{role} subgraph '{sub.name}' takes {len(sub.inputs)} inputs, not {len(args)}")
+        callee = _Emitter(sub, self.opset, self.subgraphs, caller=self, nodes=nodes)
+        for n, arg in zip(sub.inputs, args):
+            callee.names[id(n.output)] = arg
+        missing, _ = _translate_all(callee)
+        if missing:
+            raise _NoForm(f"{role} subgraph '{sub.name}': {', '.join(missing)}")
+        outs = []
+        for o in sub.outputs:
+            callee.label = f"{sub.name}/{o.inputs[0].name}"
+            out = self.fresh(callee.label)
+            callee._node("Identity", [callee.raw(o.inputs[0])], [out])
+            outs.append(out)
+        return outs
 
     def clip(self, y: str, lo, hi, dtype: str) -> str:
         return self.emit("Clip", [y, "" if lo is None else self.scalar(lo, dtype),
@@ -786,6 +821,103 @@ def _pool(e, n):
                   e.real(n.inputs[0]), [], **attrs)]
 
 
+# tflite ResizeBilinear/NearestNeighborOptions -> ONNX Resize's coordinate transformation.
+# TFLite maps output pixel x to input x * scale (scale = in / out); align_corners uses
+# (in - 1) / (out - 1); half_pixel_centers (x + 0.5) * scale - 0.5 for bilinear and
+# (x + 0.5) * scale for nearest, which half_pixel followed by rounding half up gives.
+# TFLite rounds nearest neighbours down, and half away from zero with align_corners.
+@_op("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
+def _resize(e, n):
+    x, size = n.inputs[:2]
+    align, half = bool(_attr(n, "align_corners", False)), bool(_attr(n, "half_pixel_centers", False))
+    if align and half:
+        raise _NoForm("align_corners with half_pixel_centers")  # LiteRT refuses it too
+    if x.type.rank != 4:
+        raise _NoForm("not 4-D")
+    attrs = {"coordinate_transformation_mode": "align_corners" if align else "half_pixel" if half else "asymmetric",
+             "axes": [1, 2]}  # NHWC: H and W
+    if n.op_type == "RESIZE_BILINEAR":
+        attrs["mode"] = "linear"
+    else:
+        attrs.update(mode="nearest", nearest_mode="round_prefer_ceil" if align or half else "floor")
+    return [e.emit("Resize", [e.real(x), "", "", e.index(size)], **attrs)]
+
+
+@_op("DENSIFY", raw=True)
+def _densify(e, n):
+    return [e.raw(n.inputs[0])]  # a sparse constant is read dense (importers.tflite)
+
+
+# ---- subgraph calls -----------------------------------------------------------------
+def _scalar_bool(e: _Emitter, name: str) -> str:
+    """A TFLite condition ([] or [1]) as the scalar ONNX's If and Loop take."""
+    return e.emit("Reshape", [name, e.ints([])])
+
+
+def _body(e: _Emitter, name: str, nodes, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[str],
+          types: Sequence[Value]) -> onnx.GraphProto:
+    """An ONNX subgraph of ``nodes``; its outputs typed by element type only (TFLite lets a
+    loop variable change shape from one iteration to the next)."""
+    outs = [helper.make_tensor_value_info(o, elem_type(v.type.dtype), None) for o, v in zip(outputs, types)]
+    return helper.make_graph(nodes, e.fresh(name), list(inputs), outs)
+
+
+@_op("WHILE", raw=True)
+def _while(e, n):
+    """WHILE(vars) -> Loop: the condition subgraph runs on the initial vars before the
+    Loop, and on the body's results at the end of each iteration."""
+    cond_index, body_index = int(_attr(n, "cond_subgraph_index")), int(_attr(n, "body_subgraph_index"))
+    init = [e.raw(v) for v in n.inputs]
+    cond0 = _scalar_bool(e, e.call(cond_index, init, e.nodes, "cond")[0])
+    nodes: List[onnx.NodeProto] = []
+    formal = [e.fresh(f"{v.name}_in") for v in n.inputs]
+    caller_nodes = e.nodes
+    e.nodes = nodes  # the body's own nodes, written by e's helpers too
+    try:
+        results = e.call(body_index, formal, nodes, "body")
+        cond = _scalar_bool(e, e.call(cond_index, results, nodes, "cond")[0])
+    finally:
+        e.nodes = caller_nodes
+    inputs = [helper.make_tensor_value_info(e.fresh("iteration"), TensorProto.INT64, []),
+              helper.make_tensor_value_info(e.fresh("cond_in"), TensorProto.BOOL, [])]
+    inputs += [helper.make_tensor_value_info(f, elem_type(v.type.dtype), None) for f, v in zip(formal, n.inputs)]
+    body = _body(e, f"{n.label}_body", nodes, inputs, [cond] + results, [_BOOL] + list(n.outputs))
+    outs = e.emit("Loop", ["", cond0, *init], len(n.outputs), body=body)
+    return outs if len(n.outputs) > 1 else [outs]
+
+
+@_op("IF", raw=True)
+def _if(e, n):
+    """IF(cond, args) -> If: each branch calls its subgraph on the args, read from the
+    outer scope."""
+    args = [e.raw(v) for v in n.inputs[1:]]
+    branches = {}
+    caller_nodes = e.nodes
+    for key, attr in (("then_branch", "then_subgraph_index"), ("else_branch", "else_subgraph_index")):
+        nodes: List[onnx.NodeProto] = []
+        e.nodes = nodes
+        try:
+            results = e.call(int(_attr(n, attr)), args, nodes, key.split("_")[0])
+        finally:
+            e.nodes = caller_nodes
+        branches[key] = _body(e, f"{n.label}_{key}", nodes, [], results, n.outputs)
+    outs = e.emit("If", [_scalar_bool(e, e.raw(n.inputs[0]))], len(n.outputs), **branches)
+    return outs if len(n.outputs) > 1 else [outs]
+
+
+@_op("CALL", raw=True)
+def _call(e, n):
+    return e.call(int(_attr(n, "subgraph")), [e.raw(v) for v in n.inputs], e.nodes, "called")
+
+
+# Resource variables and hash tables live in the interpreter between ops and between
+# runs; ONNX has no state to hold them.
+@_op("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "HASHTABLE", "HASHTABLE_FIND",
+     "HASHTABLE_IMPORT", "HASHTABLE_SIZE")
+def _stateful(e, n):
+    raise _NoForm("ONNX has no state")
+
+
 # ---- the graph ----------------------------------------------------------------------
 def _boundary_info(v: Value) -> onnx.ValueInfoProto:
     """A graph input's or output's declaration: an anonymous dynamic dim becomes a
@@ -818,36 +950,112 @@ def _needs_int16(graph: Graph) -> bool:
     return any(_quant(v) is not None and v.type.dtype == "int16" for n in graph.nodes() for v in n.outputs)
 
 
+def _reachable(graph: Graph, subgraphs: Sequence[Graph]) -> List[Graph]:
+    """``graph`` and the subgraphs it calls (its ops' ``*_subgraph_index`` options), transitively."""
+    seen, todo = [graph], [graph]
+    while todo:
+        for n in todo.pop().ops():
+            for key, index in n.attrs.items():
+                if key.endswith("subgraph_index") and isinstance(index, int) and 0 <= index < len(subgraphs):
+                    if all(g is not subgraphs[index] for g in seen):
+                        seen.append(subgraphs[index])
+                        todo.append(subgraphs[index])
+    return seen
+
+
+def _translate_all(e: _Emitter) -> Tuple[List[str], Dict[int, List[str]]]:
+    """Translate every op of ``e.graph``. An op without a form does not stop the walk
+    (later ops are translated, and so checked, too). Returns the labels of the ops with
+    no form, and for each value computed from one of them (id -> labels), which."""
+    missing: List[str] = []
+    tainted: Dict[int, List[str]] = {}
+    for n in e.graph.ops():
+        why = [w for v in n.inputs if v is not None for w in tainted.get(id(v), ())]
+        try:
+            _translate(e, n)
+        except _NoForm as reason:
+            label = _op_label(n) + (f" ({reason})" if str(reason) else "")
+            if label not in missing:
+                missing.append(label)
+            why.append(label)
+            for v in n.outputs:  # so later ops still translate
+                e.names[id(v)] = f"<{v.name}>"
+        if why:
+            why = list(dict.fromkeys(why))
+            for v in n.outputs:
+                tainted[id(v)] = why
+    return missing, tainted
+
+
+def _emitter(model: Union[Model, Graph], opset: Optional[int], subgraph: int) -> _Emitter:
+    graph = model.graphs[subgraph] if isinstance(model, Model) else model
+    if graph.frontend != "tflite":
+        raise ValueError(f"graph '{graph.name}' is not a TFLite graph (frontend {graph.frontend!r})")
+    subgraphs = model.graphs if isinstance(model, Model) else [graph]
+    if opset is None:
+        opset = INT16_OPSET if any(_needs_int16(g) for g in _reachable(graph, subgraphs)) else DEFAULT_OPSET
+    if opset < MIN_OPSET:
+        raise ValueError(f"opset {opset}: the TFLite translation needs opset {MIN_OPSET} or later")
+    e = _Emitter(graph, opset, subgraphs)
+    e.reserve_boundary()
+    return e
+
+
+def _model(e: _Emitter, outputs: Sequence[Node]) -> onnx.ModelProto:
+    gp = helper.make_graph(e.nodes, e.graph.name or "main", [_boundary_info(n.output) for n in e.graph.inputs],
+                           [_boundary_info(n.inputs[0]) for n in outputs], initializer=e.inits)
+    opsets = [helper.make_opsetid("", e.opset)]
+    m = helper.make_model(gp, opset_imports=opsets, producer_name="legalize")
+    m.ir_version = helper.find_min_ir_version_for(opsets)
+    return m
+
+
 def tflite_to_onnx(model: Union[Model, Graph], opset: Optional[int] = None, subgraph: int = 0) -> onnx.ModelProto:
     """The ONNX model computing what TFLite subgraph ``subgraph`` of ``model`` (a
     ``Model`` or one ``Graph``) computes, at ``opset`` (by default 20, or 21 for int16
     quantization). Raises ``CheckUnavailable`` naming every op that has no ONNX form."""
-    graph = model.graphs[subgraph] if isinstance(model, Model) else model
-    if graph.frontend != "tflite":
-        raise ValueError(f"graph '{graph.name}' is not a TFLite graph (frontend {graph.frontend!r})")
-    if opset is None:
-        opset = INT16_OPSET if _needs_int16(graph) else DEFAULT_OPSET
-    if opset < MIN_OPSET:
-        raise ValueError(f"opset {opset}: the TFLite translation needs opset {MIN_OPSET} or later")
-    e = _Emitter(graph, opset)
-    e.reserve_boundary()
-    missing: List[str] = []
-    for n in graph.ops():
-        try:
-            _translate(e, n)
-        except _NoForm as why:
-            label = _op_label(n) + (f" ({why})" if str(why) else "")
-            if label not in missing:
-                missing.append(label)
-            for v in n.outputs:  # so later ops still translate, and are checked too
-                e.names[id(v)] = f"<{v.name}>"
+    e = _emitter(model, opset, subgraph)
+    missing, _ = _translate_all(e)
     if missing:
         raise CheckUnavailable("no ONNX form for TFLite ops: " + ", ".join(missing))
-    e.give_out()
-    gp = helper.make_graph(e.nodes, graph.name or "main",
-                           [_boundary_info(n.output) for n in graph.inputs],
-                           [_boundary_info(n.inputs[0]) for n in graph.outputs], initializer=e.inits)
-    opsets = [helper.make_opsetid("", opset)]
-    m = helper.make_model(gp, opset_imports=opsets, producer_name="legalize")
-    m.ir_version = helper.find_min_ir_version_for(opsets)
-    return m
+    e.give_out(e.graph.outputs)
+    return _model(e, e.graph.outputs)
+
+
+def onnx_form(model: Union[Model, Graph], subgraph: int = 0,
+              opset: Optional[int] = None) -> Tuple[Optional[onnx.ModelProto], Dict[str, str]]:
+    """What of subgraph ``subgraph`` has an ONNX form: the ONNX model of the outputs
+    computed without any op that has none (None if no output is), and for each other
+    output, why not (the ops it depends on that have no form)."""
+    e = _emitter(model, opset, subgraph)
+    _, tainted = _translate_all(e)
+    left_out = {n.inputs[0].name: "no ONNX form for TFLite ops: " + ", ".join(tainted[id(n.inputs[0])])
+                for n in e.graph.outputs if id(n.inputs[0]) in tainted}
+    kept = [n for n in e.graph.outputs if n.inputs[0].name not in left_out]
+    if not kept:
+        return None, left_out
+    e.give_out(kept)
+    _prune(e, [n.inputs[0].name for n in kept])
+    return _model(e, kept), left_out
+
+
+def _used_names(node: onnx.NodeProto) -> List[str]:
+    """The tensors ``node`` reads, its subgraphs' reads from the outer scope included."""
+    names = list(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for inner in g.node:
+                names.extend(_used_names(inner))
+    return names
+
+
+def _prune(e: _Emitter, outputs: Sequence[str]) -> None:
+    """Keep the nodes and initializers that ``outputs`` are computed from."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(e.nodes):
+        if needed.intersection(node.output):
+            kept.append(node)
+            needed.update(_used_names(node))
+    e.nodes[:] = reversed(kept)
+    e.inits[:] = [t for t in e.inits if t.name in needed]
