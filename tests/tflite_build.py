@@ -309,3 +309,103 @@ def deconv_model() -> bytes:
 
 DECONV_W = (np.arange(24, dtype=np.float32).reshape(3, 2, 2, 2) - 12) / 8  # [out, kh, kw, in]
 DECONV_B = np.array([0.5, -1, 0.25], np.float32)
+
+
+def attention_int8_model(seq: int = 8, dim: int = 16, seed: int = 0) -> bytes:
+    """A full-int8 attention block, as TFLite's converter quantizes one: q, k, v =
+    FULLY_CONNECTED(x) (per-channel int8 weights, int32 bias), s = BATCH_MATMUL(q, k,
+    adj_y), p = SOFTMAX(s) (scale 1/256, zero point -128), o = BATCH_MATMUL(p, v),
+    y = FULLY_CONNECTED(o) + r[dim] (rank-mismatched). Activation scales come from a
+    float run on a calibration input, as the converter's would."""
+    rng = np.random.default_rng(seed)
+    xs = 0.05
+    x = rng.normal(0, 1.5, (1, seq, dim)).astype(np.float32)
+
+    def weights():
+        w = rng.normal(0, 0.3, (dim, dim)).astype(np.float32)
+        ws = np.abs(w).max(axis=1) / 127
+        return np.round(w / ws[:, None]).astype(np.int8), ws
+
+    def scale(a):
+        return float(np.abs(a).max() / 127)
+
+    tensors = [tensor("x", "int8", [1, seq, dim], scale=xs, zero_point=0)]
+    ops = []
+
+    def fc(name, src, src_scale, real_in):
+        wq, ws = weights()
+        b = rng.normal(0, 0.2, dim).astype(np.float32)
+        bq = np.round(b / (src_scale * ws)).astype(np.int32)
+        real = real_in @ (wq * ws[:, None]).T + bq * src_scale * ws
+        s = scale(real)
+        k = len(tensors)
+        tensors.extend([tensor(f"{name}_w", "int8", [dim, dim], data=wq, scale=list(ws), zero_point=[0] * dim),
+                        tensor(f"{name}_b", "int32", [dim], data=bq, scale=list(src_scale * ws), zero_point=[0] * dim),
+                        tensor(name, "int8", [1, seq, dim], scale=s, zero_point=0)])
+        ops.append(op("FULLY_CONNECTED", [src, k, k + 1], [k + 2], "FullyConnectedOptions", keep_num_dims=True))
+        return k + 2, s, np.round(real / s).clip(-128, 127) * s
+
+    xq = np.round(x / xs).clip(-128, 127) * xs
+    q, qs, qr = fc("q", 0, xs, xq)
+    k, ks, kr = fc("k", 0, xs, xq)
+    v, vs, vr = fc("v", 0, xs, xq)
+    sr = qr @ kr.transpose(0, 2, 1)
+    ss = scale(sr)
+    s_i = len(tensors)
+    tensors.append(tensor("s", "int8", [1, seq, seq], scale=ss, zero_point=0))
+    ops.append(op("BATCH_MATMUL", [q, k], [s_i], "BatchMatMulOptions", adj_y=True))
+    p_i = len(tensors)
+    tensors.append(tensor("p", "int8", [1, seq, seq], scale=1 / 256, zero_point=-128))
+    ops.append(op("SOFTMAX", [s_i], [p_i], "SoftmaxOptions", beta=1.0))
+    e = np.exp(sr - sr.max(-1, keepdims=True))
+    orr = (e / e.sum(-1, keepdims=True)) @ vr
+    o_i = len(tensors)
+    os_ = scale(orr)
+    tensors.append(tensor("o", "int8", [1, seq, dim], scale=os_, zero_point=0))
+    ops.append(op("BATCH_MATMUL", [p_i, v], [o_i], "BatchMatMulOptions"))
+    y, ys, yr = fc("y", o_i, os_, np.round(orr / os_) * os_)
+    r = rng.normal(0, 0.5, dim).astype(np.float32)
+    out_s = scale(yr + r)
+    k = len(tensors)
+    tensors.extend([tensor("r", "int8", [dim], data=np.round(r / out_s).astype(np.int8), scale=out_s, zero_point=0),
+                    tensor("out", "int8", [1, seq, dim], scale=out_s, zero_point=0)])
+    ops.append(op("ADD", [y, k], [k + 1], "AddOptions", fused_activation_function=0))
+    return build_tflite(tensors, ops, [0], [k + 1])
+
+
+def deep_cnn_model(seed: int = 2, blocks: int = 20, channels: int = 48, size: int = 32) -> bytes:
+    """A float conv net whose activations grow with depth, as in networks without
+    normalization: CONV_2D 3x3 + DEPTHWISE_CONV_2D 3x3 (RELU) per block, weights 1.4x
+    He-scaled, then MEAN and a FULLY_CONNECTED to 100 logits (magnitudes in the
+    hundreds). Nothing in it broadcasts: legalizing leaves it unchanged."""
+    rng = np.random.default_rng(seed)
+    tensors = [tensor("x", "float32", [1, size, size, 3])]
+    ops = []
+
+    def add(t) -> int:
+        tensors.append(t)
+        return len(tensors) - 1
+
+    def weights(name, shape, std):
+        return add(tensor(name, "float32", shape, data=rng.normal(0, std, shape).astype(np.float32)))
+
+    cur, c_in = 0, 3
+    for i in range(blocks):
+        stride = 2 if i in (0, 3, 6) else 1
+        size = -(-size // stride)
+        w, b = weights(f"w{i}", (channels, 3, 3, c_in), 1.4 * np.sqrt(2 / (9 * c_in))), weights(f"b{i}", (channels,), 0.1)
+        conv = add(tensor(f"conv{i}", "float32", [1, size, size, channels]))
+        ops.append(op("CONV_2D", [cur, w, b], [conv], "Conv2DOptions", padding=0, stride_w=stride, stride_h=stride,
+                      fused_activation_function=1))
+        w, b = weights(f"dw{i}", (1, 3, 3, channels), 1.4 * np.sqrt(2 / 9)), weights(f"db{i}", (channels,), 0.1)
+        cur = add(tensor(f"dwconv{i}", "float32", [1, size, size, channels]))
+        ops.append(op("DEPTHWISE_CONV_2D", [conv, w, b], [cur], "DepthwiseConv2DOptions", padding=0, stride_w=1,
+                      stride_h=1, depth_multiplier=1, fused_activation_function=1))
+        c_in = channels
+    axes = add(tensor("axes", "int32", [2], data=np.array([1, 2], np.int32)))
+    mean = add(tensor("mean", "float32", [1, channels]))
+    ops.append(op("MEAN", [cur, axes], [mean], "ReducerOptions", keep_dims=False))
+    w, b = weights("fc_w", (100, channels), np.sqrt(1 / channels)), weights("fc_b", (100,), 0.1)
+    logits = add(tensor("logits", "float32", [1, 100]))
+    ops.append(op("FULLY_CONNECTED", [mean, w, b], [logits], "FullyConnectedOptions"))
+    return build_tflite(tensors, ops, [0], [logits])

@@ -20,6 +20,7 @@ line naming each (``CheckUnavailable``), never returning a partial model.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -716,6 +717,114 @@ def _bias(e: _Emitter, b: Optional[Value], x: Value, w: Value) -> str:
     return e.dequantize(e.raw(b), q, b.type.dtype, f"{b.name}_real")
 
 
+# ---- int8 matrix products as LiteRT computes them ---------------------------------------
+# LiteRT multiplies int8 matrices in int32 and requantizes the sums with a fixed-point
+# multiplier (gemmlowp's QuantizeMultiplier: a 31-bit significand and a shift). A float
+# product requantized by QuantizeLinear rounds a sum near a half step the other way now
+# and then: one step, which an attention block's SOFTMAX turns into several (3 were
+# seen). The ONNX form does the same integer arithmetic, in int64. The two kernels round
+# differently: FULLY_CONNECTED (ruy) rounds half up at both shifts, BATCH_MATMUL
+# (gemmlowp's SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) half away
+# from zero. Measured on LiteRT's own results: equal on every element.
+class _Stored(list):
+    """Results that are already the outputs' stored data, fused activation included."""
+
+
+def _quantize_multiplier(m: float) -> Tuple[int, int]:
+    """gemmlowp's QuantizeMultiplier: m = q * 2**(shift - 31), q a 31-bit integer."""
+    if m == 0:
+        return 0, 0
+    frac, shift = math.frexp(m)
+    q = int(round(frac * (1 << 31)))
+    if q == 1 << 31:
+        q, shift = q // 2, shift + 1
+    return q, shift
+
+
+def _floor_div(e: _Emitter, a: str, d: np.ndarray) -> str:
+    """floor(a / d) of int64 ``a`` by positive constants ``d`` (an arithmetic shift)."""
+    d = e.const(np.asarray(d, np.int64))
+    return e.emit("Div", [e.emit("Sub", [a, e.emit("Mod", [a, d], fmod=0)]), d])
+
+
+def _requantize(e: _Emitter, acc: str, multipliers: Sequence[float], out: Value, kernel: str,
+                activation: int = 0) -> str:
+    """The int8 result of int64 sums ``acc``: scaled by ``multipliers`` (one, or one per
+    channel of the last axis), rounded as LiteRT's ``kernel`` (ruy or gemmlowp) does,
+    offset by the output's zero point, clamped to the range of its fused activation."""
+    qs, shifts = zip(*(_quantize_multiplier(m) for m in multipliers))
+    left = np.array([1 << max(s, 0) for s in shifts], np.int64)
+    right = np.array([max(-s, 0) for s in shifts], np.int64)
+    ab = e.emit("Mul", [e.emit("Mul", [acc, e.const(left)]), e.const(np.array(qs, np.int64))])
+    if kernel == "ruy":  # (ab + 2**30) >> 31, then (x + 2**(right-1)) >> right
+        hi = _floor_div(e, e.emit("Add", [ab, e.const(np.int64(1 << 30))]), np.int64(1 << 31))
+        half = np.where(right > 0, 1 << np.maximum(right - 1, 0), 0)
+        y = _floor_div(e, e.emit("Add", [hi, e.const(half)]), 1 << right)
+    else:  # gemmlowp: (ab + nudge) / 2**31, truncated; then RoundingDivideByPOT
+        nudge = e.emit("Where", [e.emit("GreaterOrEqual", [ab, e.const(np.int64(0))]),
+                                 e.const(np.int64(1 << 30)), e.const(np.int64(1 - (1 << 30)))])
+        hi = e.emit("Div", [e.emit("Add", [ab, nudge]), e.const(np.int64(1 << 31))])
+        rem = e.emit("Mod", [hi, e.const(1 << right)], fmod=0)
+        negative = e.emit("Cast", [e.emit("Less", [hi, e.const(np.int64(0))])], to=TensorProto.INT64)
+        threshold = e.emit("Add", [e.const(((1 << right) - 1) >> 1), negative])
+        up = e.emit("Cast", [e.emit("Greater", [rem, threshold])], to=TensorProto.INT64)
+        y = e.emit("Add", [_floor_div(e, hi, 1 << right), up])
+    lo, hi_ = _activation_range(out, activation)
+    y = e.emit("Add", [y, e.const(np.int64(out.quant.zero_point[0]))])
+    return e.emit("Cast", [e.emit("Clip", [y, e.const(np.int64(lo)), e.const(np.int64(hi_))])], to=TensorProto.INT8)
+
+
+def _activation_range(out: Value, activation: int) -> Tuple[int, int]:
+    """The int8 range a fused activation clamps ``out`` to, as LiteRT's
+    CalculateActivationRangeQuantized computes it."""
+    bounds = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}.get(activation)
+    if bounds is None:
+        raise _NoForm(f"fused activation {activation} on int8")
+    scale, zp = float(out.quant.scale[0]), int(out.quant.zero_point[0])
+    lo, hi = bounds
+    return (-128 if lo is None else max(-128, zp + int(round(lo / scale))),
+            127 if hi is None else min(127, zp + int(round(hi / scale))))
+
+
+def _int8(v: Optional[Value], per_axis: bool = False) -> bool:
+    """An int8 tensor quantized per tensor (or, with ``per_axis``, per axis 0)."""
+    q = None if v is None else _quant(v)
+    return (q is not None and v.type.dtype == "int8" and
+            (not q.per_axis or (per_axis and q.quantized_dimension == 0)))
+
+
+def _centered(e: _Emitter, v: Value) -> str:
+    """The int8 data of ``v`` less its zero point, in int64."""
+    y = e.emit("Cast", [e.raw(v)], to=TensorProto.INT64)
+    zp = int(v.quant.zero_point[0]) if v.quant.zero_point else 0
+    return e.emit("Sub", [y, e.const(np.int64(zp))]) if zp else y
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))  # LiteRT keeps scales in float32
+
+
+def _int8_fully_connected(e: _Emitter, n: Node) -> Optional[_Stored]:
+    """LiteRT's int8 FULLY_CONNECTED (constant symmetric weights, int32 bias), or None
+    if the op is not one."""
+    x, w = n.inputs[:2]
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    weights, out = _const(w), n.outputs[0]
+    bias = None if b is None else _const(b)
+    if not (_int8(x) and _int8(w, per_axis=True) and _int8(out) and weights is not None and weights.ndim == 2
+            and not any(w.quant.zero_point) and (b is None or (b.type.dtype == "int32" and bias is not None))):
+        return None
+    y = _centered(e, x)
+    if not _attr(n, "keep_num_dims", False) and x.type.rank != 2:
+        y = e.emit("Reshape", [y, e.ints([-1, weights.shape[1]])])
+    acc = e.emit("MatMul", [y, e.const(weights.T.astype(np.int64))])
+    if bias is not None:
+        acc = e.emit("Add", [acc, e.const(bias.astype(np.int64))])
+    scales = np.broadcast_to(np.asarray(w.quant.scale, np.float32), (weights.shape[0],))
+    multipliers = [_f32(x.quant.scale[0]) * float(s) / _f32(out.quant.scale[0]) for s in scales]
+    return _Stored([_requantize(e, acc, multipliers, out, "ruy", int(_attr(n, "fused_activation_function")))])
+
+
 @_op("FULLY_CONNECTED")
 def _fully_connected(e, n):
     if _attr(n, "weights_format"):
@@ -724,6 +833,9 @@ def _fully_connected(e, n):
     b = n.inputs[2] if len(n.inputs) > 2 else None
     if w.type.shape is None or not isinstance(w.type.shape[1], int):
         raise _NoForm("weights of unknown depth")
+    exact = _int8_fully_connected(e, n)
+    if exact is not None:
+        return exact
     y = e.real(x)
     if not _attr(n, "keep_num_dims", False) and x.type.rank != 2:
         y = e.emit("Reshape", [y, e.ints([-1, w.type.shape[1]])])
@@ -733,18 +845,25 @@ def _fully_connected(e, n):
     return [y]
 
 
+def _adjoint(e: _Emitter, v: Value, t: str, adj: bool) -> str:
+    if not adj:
+        return t
+    if v.type.rank is None:
+        raise _NoForm("adjoint of an unranked operand")
+    r = v.type.rank
+    return e.emit("Transpose", [t], perm=list(range(r - 2)) + [r - 1, r - 2])
+
+
 @_op("BATCH_MATMUL")
 def _batch_matmul(e, n):
-    ins = []
-    for v, adj in zip(n.inputs[:2], (_attr(n, "adj_x", False), _attr(n, "adj_y", False))):
-        t = e.real(v)
-        if adj:
-            if v.type.rank is None:
-                raise _NoForm("adjoint of an unranked operand")
-            r = v.type.rank
-            t = e.emit("Transpose", [t], perm=list(range(r - 2)) + [r - 1, r - 2])
-        ins.append(t)
-    return [e.emit("MatMul", ins)]
+    a, b = n.inputs[:2]
+    adj = (_attr(n, "adj_x", False), _attr(n, "adj_y", False))
+    out = n.outputs[0]
+    if _int8(a) and _int8(b) and _int8(out):  # as LiteRT's int8 kernel: see _requantize
+        acc = e.emit("MatMul", [_adjoint(e, v, _centered(e, v), j) for v, j in zip((a, b), adj)])
+        m = _f32(a.quant.scale[0]) * _f32(b.quant.scale[0]) / _f32(out.quant.scale[0])
+        return _Stored([_requantize(e, acc, [m], out, "gemmlowp")])
+    return [e.emit("MatMul", [_adjoint(e, v, e.real(v), j) for v, j in zip((a, b), adj)])]
 
 
 # ---- NHWC convolutions and pools ----------------------------------------------------
@@ -940,10 +1059,11 @@ def _translate(e: _Emitter, n: Node) -> None:
         raise _NoForm("")
     e.begin(n)
     results = fn(e, n)
-    if "fused_activation_function" in n.attrs:
+    stored = isinstance(results, _Stored)
+    if "fused_activation_function" in n.attrs and not stored:
         results[0] = e.activation(n, results[0])
     for v, name in zip(n.outputs, results):
-        e.bind(v, name, raw=n.op_type in _RAW)
+        e.bind(v, name, raw=stored or n.op_type in _RAW)
 
 
 def _needs_int16(graph: Graph) -> bool:
