@@ -128,7 +128,7 @@ def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_
 
     with _timed(timings, "check", on_stage):
         res.check = check_against(path, Path(options.against), provider=options.provider, rtol=options.rtol,
-                                  atol=options.atol, given=options.inputs)
+                                  atol=options.atol, given=options.inputs, dims=options.dims)
     res.report.check = res.check.to_json()
     if not res.check.ran:
         res.report.warnings.append(f"the comparison did not run: {res.check.error}")

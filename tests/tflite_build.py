@@ -409,3 +409,20 @@ def deep_cnn_model(seed: int = 2, blocks: int = 20, channels: int = 48, size: in
     logits = add(tensor("logits", "float32", [1, 100]))
     ops.append(op("FULLY_CONNECTED", [mean, w, b], [logits], "FullyConnectedOptions"))
     return build_tflite(tensors, ops, [0], [logits])
+
+
+def with_dynamic_batch(data: bytes) -> bytes:
+    """``data`` with the batch dim of every activation (a tensor without data whose first
+    dim is 1) made dynamic (-1 in its shape_signature), as a converter writes a model
+    exported with a dynamic batch."""
+    import tflite
+
+    from legalizer.tflite_schema import read
+
+    model = read(tflite.Model.GetRootAs(data, 0), "Model")
+    for sg in model.get("subgraphs"):
+        for t in sg.get("tensors"):
+            shape = t.get("shape")
+            if not int(t.get("buffer", 0)) and shape is not None and len(shape) and shape[0] == 1:
+                t.fields["shape_signature"] = np.concatenate([[-1], shape[1:]]).astype(np.int32)
+    return serialize(model)
