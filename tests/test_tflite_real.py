@@ -18,7 +18,6 @@ from legalizer.check.litert import LiteRTModel, litert_available
 from legalizer.check.ort import ATOL, RTOL, compare, session
 from legalizer.exporters.tflite import to_tflite
 from legalizer.exporters.tflite_onnx import tflite_to_onnx
-from legalizer.ir.graph import OP
 from legalizer.pipeline import RunOptions, run
 from legalizer.tflite_schema import read, serialize
 from test_cli import assert_clean, legalize

@@ -105,7 +105,11 @@ class _OnnxSide:
         self.graph = model.graphs[k]
         self.notes: List[str] = []
         self.session = None
-        form, left_out = onnx_form(model, k)
+        try:
+            form, left_out = onnx_form(model, k)
+        except Exception as e:  # noqa: BLE001 - a translation bug must not stop the LiteRT side
+            self.note([n.inputs[0].name for n in self.graph.outputs], f"no ONNX form: {first_line(e)}")
+            return
         by_reason: Dict[str, List[str]] = {}
         for name, why in left_out.items():
             by_reason.setdefault(why, []).append(name)

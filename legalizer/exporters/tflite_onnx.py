@@ -10,19 +10,26 @@ Quantized tensors are computed in float: a quantized operand is read through
 result written through ``QuantizeLinear``. An int8 model thus runs as its float
 equivalent; LiteRT's integer kernels round differently, by about one quantization step,
 and so may onnxruntime where it fuses DequantizeLinear -> op -> QuantizeLinear into an
-integer kernel.
+integer kernel. int8 FULLY_CONNECTED and BATCH_MATMUL, whose step off a SOFTMAX after
+them multiplies, are computed in integers as LiteRT computes them.
+
+A WHILE is a Loop, an IF an If, a CALL its subgraph written in place (the subgraphs
+come from the ``Model``). Ops with state (resource variables, hash tables) have no form.
 
 Elementwise ops with an ONNX twin come from ``rules/tflite.toml`` (its ``onnx`` key);
 every other op is a small function registered in ``_OPS``. An op without a translation
-does not stop the walk: all of them are collected and the translation fails with one
-line naming each (``CheckUnavailable``), never returning a partial model.
+does not stop the walk: all of them are collected. ``tflite_to_onnx`` then fails with
+one line naming each (``CheckUnavailable``), never returning a partial model;
+``onnx_form`` (the check's) gives the model of the outputs that do not depend on any of
+them, and for each other output, why not.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -46,7 +53,6 @@ MIN_OPSET = 18  # axes as inputs of every Reduce*, BitwiseXor, Split's num_outpu
 _MAX_CALL_DEPTH = 16  # WHILE in IF in WHILE ...: deeper than this (or recursion) has no form
 _BIG = int(np.iinfo(np.int64).max)  # a Slice bound meaning "to the end" (onnx clamps it)
 _FLOATS = ("float", "float16", "double", "bfloat16")
-_BOOL = Value("cond", TensorType("bool", ()))  # the type of a Loop body's condition
 _ELEMENTWISE = ("unary", "binary", "ternary", "unidirectional")
 _SAME, _VALID = 0, 1  # tflite.Padding
 
@@ -292,6 +298,15 @@ class _Emitter:
             if name != v.name:
                 self.label = v.name
                 self._node("Identity", [name], [v.name])
+
+    @contextmanager
+    def writing_into(self, nodes: List[onnx.NodeProto]) -> Iterator[None]:
+        """Nodes emitted meanwhile go into ``nodes`` (a Loop body being written)."""
+        caller_nodes, self.nodes = self.nodes, nodes
+        try:
+            yield
+        finally:
+            self.nodes = caller_nodes
 
     def call(self, index: int, args: Sequence[str], nodes: List[onnx.NodeProto], role: str) -> List[str]:
         """Subgraph ``index`` (a WHILE's body, an IF's branch) applied to ``args`` (the
@@ -741,10 +756,9 @@ def _quantize_multiplier(m: float) -> Tuple[int, int]:
     return q, shift
 
 
-def _floor_div(e: _Emitter, a: str, d: np.ndarray) -> str:
-    """floor(a / d) of int64 ``a`` by positive constants ``d`` (an arithmetic shift)."""
-    d = e.const(np.asarray(d, np.int64))
-    return e.emit("Div", [e.emit("Sub", [a, e.emit("Mod", [a, d], fmod=0)]), d])
+def _shift_right(e: _Emitter, a: str, d) -> str:
+    """floor(a / d) of int64 ``a`` by powers of two ``d``: an arithmetic right shift."""
+    return _int_floor_div(e, a, e.const(np.asarray(d, np.int64)))
 
 
 def _requantize(e: _Emitter, acc: str, multipliers: Sequence[float], out: Value, kernel: str,
@@ -757,9 +771,9 @@ def _requantize(e: _Emitter, acc: str, multipliers: Sequence[float], out: Value,
     right = np.array([max(-s, 0) for s in shifts], np.int64)
     ab = e.emit("Mul", [e.emit("Mul", [acc, e.const(left)]), e.const(np.array(qs, np.int64))])
     if kernel == "ruy":  # (ab + 2**30) >> 31, then (x + 2**(right-1)) >> right
-        hi = _floor_div(e, e.emit("Add", [ab, e.const(np.int64(1 << 30))]), np.int64(1 << 31))
+        hi = _shift_right(e, e.emit("Add", [ab, e.const(np.int64(1 << 30))]), np.int64(1 << 31))
         half = np.where(right > 0, 1 << np.maximum(right - 1, 0), 0)
-        y = _floor_div(e, e.emit("Add", [hi, e.const(half)]), 1 << right)
+        y = _shift_right(e, e.emit("Add", [hi, e.const(half)]), 1 << right)
     else:  # gemmlowp: (ab + nudge) / 2**31, truncated; then RoundingDivideByPOT
         nudge = e.emit("Where", [e.emit("GreaterOrEqual", [ab, e.const(np.int64(0))]),
                                  e.const(np.int64(1 << 30)), e.const(np.int64(1 - (1 << 30)))])
@@ -768,7 +782,7 @@ def _requantize(e: _Emitter, acc: str, multipliers: Sequence[float], out: Value,
         negative = e.emit("Cast", [e.emit("Less", [hi, e.const(np.int64(0))])], to=TensorProto.INT64)
         threshold = e.emit("Add", [e.const(((1 << right) - 1) >> 1), negative])
         up = e.emit("Cast", [e.emit("Greater", [rem, threshold])], to=TensorProto.INT64)
-        y = e.emit("Add", [_floor_div(e, hi, 1 << right), up])
+        y = e.emit("Add", [_shift_right(e, hi, 1 << right), up])
     lo, hi_ = _activation_range(out, activation)
     y = e.emit("Add", [y, e.const(np.int64(out.quant.zero_point[0]))])
     return e.emit("Cast", [e.emit("Clip", [y, e.const(np.int64(lo)), e.const(np.int64(hi_))])], to=TensorProto.INT8)
@@ -974,10 +988,10 @@ def _scalar_bool(e: _Emitter, name: str) -> str:
 
 
 def _body(e: _Emitter, name: str, nodes, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[str],
-          types: Sequence[Value]) -> onnx.GraphProto:
+          types: Sequence[int]) -> onnx.GraphProto:
     """An ONNX subgraph of ``nodes``; its outputs typed by element type only (TFLite lets a
     loop variable change shape from one iteration to the next)."""
-    outs = [helper.make_tensor_value_info(o, elem_type(v.type.dtype), None) for o, v in zip(outputs, types)]
+    outs = [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, types)]
     return helper.make_graph(nodes, e.fresh(name), list(inputs), outs)
 
 
@@ -990,17 +1004,14 @@ def _while(e, n):
     cond0 = _scalar_bool(e, e.call(cond_index, init, e.nodes, "cond")[0])
     nodes: List[onnx.NodeProto] = []
     formal = [e.fresh(f"{v.name}_in") for v in n.inputs]
-    caller_nodes = e.nodes
-    e.nodes = nodes  # the body's own nodes, written by e's helpers too
-    try:
-        results = e.call(body_index, formal, nodes, "body")
+    results = e.call(body_index, formal, nodes, "body")
+    with e.writing_into(nodes):
         cond = _scalar_bool(e, e.call(cond_index, results, nodes, "cond")[0])
-    finally:
-        e.nodes = caller_nodes
+    types = [elem_type(v.type.dtype) for v in n.outputs]
     inputs = [helper.make_tensor_value_info(e.fresh("iteration"), TensorProto.INT64, []),
               helper.make_tensor_value_info(e.fresh("cond_in"), TensorProto.BOOL, [])]
-    inputs += [helper.make_tensor_value_info(f, elem_type(v.type.dtype), None) for f, v in zip(formal, n.inputs)]
-    body = _body(e, f"{n.label}_body", nodes, inputs, [cond] + results, [_BOOL] + list(n.outputs))
+    inputs += [helper.make_tensor_value_info(f, t, None) for f, t in zip(formal, types)]
+    body = _body(e, f"{n.label}_body", nodes, inputs, [cond] + results, [TensorProto.BOOL] + types)
     outs = e.emit("Loop", ["", cond0, *init], len(n.outputs), body=body)
     return outs if len(n.outputs) > 1 else [outs]
 
@@ -1010,16 +1021,12 @@ def _if(e, n):
     """IF(cond, args) -> If: each branch calls its subgraph on the args, read from the
     outer scope."""
     args = [e.raw(v) for v in n.inputs[1:]]
+    types = [elem_type(v.type.dtype) for v in n.outputs]
     branches = {}
-    caller_nodes = e.nodes
     for key, attr in (("then_branch", "then_subgraph_index"), ("else_branch", "else_subgraph_index")):
         nodes: List[onnx.NodeProto] = []
-        e.nodes = nodes
-        try:
-            results = e.call(int(_attr(n, attr)), args, nodes, key.split("_")[0])
-        finally:
-            e.nodes = caller_nodes
-        branches[key] = _body(e, f"{n.label}_{key}", nodes, [], results, n.outputs)
+        results = e.call(int(_attr(n, attr)), args, nodes, key.split("_")[0])
+        branches[key] = _body(e, f"{n.label}_{key}", nodes, [], results, types)
     outs = e.emit("If", [_scalar_bool(e, e.raw(n.inputs[0]))], len(n.outputs), **branches)
     return outs if len(n.outputs) > 1 else [outs]
 
@@ -1076,7 +1083,8 @@ def _reachable(graph: Graph, subgraphs: Sequence[Graph]) -> List[Graph]:
     while todo:
         for n in todo.pop().ops():
             for key, index in n.attrs.items():
-                if key.endswith("subgraph_index") and isinstance(index, int) and 0 <= index < len(subgraphs):
+                if (key.endswith("subgraph_index") or key == "subgraph") and isinstance(index, int) \
+                        and 0 <= index < len(subgraphs):
                     if all(g is not subgraphs[index] for g in seen):
                         seen.append(subgraphs[index])
                         todo.append(subgraphs[index])
