@@ -36,6 +36,8 @@ class _Reference:
             from .litert import LiteRTModel
 
             self.model = LiteRTModel(str(path))
+            if self.model.unresolved_custom_op():  # as the TFLite check: its default resolver
+                self.model = LiteRTModel(str(path), kernels="default")
             specs = self.model.input_specs()
             self.inputs = [(s.name, np.dtype(s.dtype), [d if d >= 0 else -1 for d in s.shape_signature],
                             s.quantization[0] != 0.0) for s in specs]
