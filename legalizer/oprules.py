@@ -42,6 +42,9 @@ class OpRule:
     version: int = 1  # TFLite: the opcode version a new node of this op is written with
     # The operands that broadcast, when not all do (tosa.mul's shift is not one of them).
     operands: Optional[tuple] = None
+    # The op does more than compute its results (writes or reads state, calls a
+    # subgraph): never dead code, and kept in its place among such ops.
+    effects: bool = False
 
     @property
     def broadcasting(self) -> bool:
@@ -78,10 +81,13 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
     if broadcast == "unidirectional" and not broadcasts:
         raise bad("a unidirectional op must list the operands that broadcast (`broadcasts`)")
     targets = {k: v for k, v in table.items() if k in ("stablehlo", "tosa", "tflite")}
+    effects = table.get("effects", False)
+    if not isinstance(effects, bool):
+        raise bad(f"effects must be true or false, not {effects!r}")
     return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
                   broadcasts, table.get("binary"), onto, targets, table.get("options"), table.get("onnx"),
                   int(table.get("version", 1)),
-                  tuple(table["operands"]) if "operands" in table else None)
+                  tuple(table["operands"]) if "operands" in table else None, effects)
 
 
 def parse_rules(text: str, source: str, domain: str = "") -> dict:
@@ -118,6 +124,22 @@ def builtin_rules(frontend: Optional[str] = None) -> Mapping[str, OpRule]:
     for f in ((frontend,) if frontend else FRONTENDS):
         out.update((k, r) for k, r in frontend_rules(f).items() if r.broadcasting)
     return out
+
+
+# Domains of ops legalize knows nothing about (TFLite custom ops): what they do besides
+# computing their results is unknown, so they are taken to have effects.
+OPAQUE_DOMAINS = ("tflite.custom",)
+
+
+@functools.lru_cache(maxsize=None)
+def _effectful_ops() -> frozenset:
+    return frozenset(k for f in FRONTENDS for k, r in frontend_rules(f).items() if r.effects)
+
+
+def has_effects(op: str) -> bool:
+    """Whether the op ``op`` (``Node.op``) has effects: its table says so, or its
+    domain is opaque."""
+    return op in _effectful_ops() or op.startswith(tuple(d + "." for d in OPAQUE_DOMAINS))
 
 
 def load_rules(frontend: Optional[str] = None, extra: Iterable[str | Path] = ()) -> dict:

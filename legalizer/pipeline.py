@@ -173,7 +173,7 @@ def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_
 
     with _timed(timings, "check", on_stage):
         res.check = check_against(path, Path(options.against), provider=options.provider, rtol=options.rtol,
-                                  atol=options.atol, given=given)
+                                  atol=options.atol, given=given, dims=options.dims)
     res.report.check = res.check.to_json()
     if options.require_check and unchecked(res.check):
         res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")

@@ -51,6 +51,46 @@ def test_a_different_model_is_a_mismatch_exit_1(tmp_path):
     assert any(ln.startswith("FAILED | Output: 'result #0'") for ln in lines(p.stdout))
 
 
+def test_dynamic_batch_is_bound_before_iree_compiles(tmp_path):
+    """A module whose @main takes tensor<?x8x16xf32> (the transformer sample with a
+    dynamic batch, in legalize's TOSA form): IREE compiled the ? as it was and failed to
+    run it ("transient buffer has not been committed"). Bound to each of the check's
+    sizes, it runs, and matches LiteRT at both."""
+    pytest.importorskip("ai_edge_litert")
+    import tflite_build as tb
+
+    src = tmp_path / "transformer_dynamic.tflite"
+    src.write_bytes(tb.with_dynamic_batch((ROOT / "models/tflite/transformer_like.tflite").read_bytes()))
+    module = _emitted_tosa(src, tmp_path)
+    assert "func.func @main(%arg0: tensor<?x8x16xf32>) -> tensor<?x8x16xf32>" in module.read_text()
+    p = legalize(module, "--verify-only", "--against", src)
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    passed = [ln.split(" | ")[2] for ln in lines(p.stdout) if ln.startswith("PASSED | Output: 'result #0'")]
+    assert passed == ["tokens[0]=3", "tokens[0]=1"]
+    assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs LiteRT)"
+
+
+def test_bind_dims_binds_main_arguments_only():
+    """The arguments' dynamic dims take the arrays' sizes (the ops reading them follow;
+    results keep their declared types); a module with no ? is returned as it is."""
+    from legalizer.check.iree_run import bind_dims
+
+    bound = bind_dims(ADD_MODULE, [(3, 4), (1, 4)])
+    assert "func.func @main(%arg0: tensor<3x4xf32>, %arg1: tensor<1x4xf32>) -> tensor<?x4xf32>" in bound
+    assert "(tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<?x4xf32>" in bound
+    assert bind_dims(ADD_MODULE.replace("?", "2"), [(3, 4), (1, 4)]) == ADD_MODULE.replace("?", "2")
+    # a static dim that does not fit the array is left for IREE to refuse
+    assert "func.func @main(%arg0: tensor<?x4xf32>, %arg1: tensor<1x4xf32>)" in bind_dims(ADD_MODULE, [(3, 5), (1, 4)])
+
+
+ADD_MODULE = """func.func @main(%arg0: tensor<?x4xf32>, %arg1: tensor<1x4xf32>) -> tensor<?x4xf32> {
+  %0 = tosa.add %arg0, %arg1 : (tensor<?x4xf32>, tensor<1x4xf32>) -> tensor<?x4xf32>
+  return %0 : tensor<?x4xf32>
+}
+"""
+
+
 def test_against_needs_an_mlir_model(tmp_path):
     p = legalize(ROOT / "models/mlp_bias.onnx", "--verify-only", "--against", ROOT / "models/mlp_bias.onnx")
     assert_clean(p)

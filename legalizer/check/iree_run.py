@@ -39,6 +39,45 @@ def parse(text: str):
     return module
 
 
+def bind_dims(text: str, shapes: Sequence[Sequence[int]]) -> str:
+    """``text`` with the dynamic dims of ``@main``'s arguments bound to ``shapes`` (the
+    arrays it will run on, in argument order). IREE compiles a ``?`` as an unbounded
+    size, and some dynamic modules then do not compile ("stack allocation ...
+    576460752303423424 bytes") or do not run; with static arguments, its shape
+    inference makes the whole body static. The body's own types are left as they are
+    (a ``?`` there is compatible with any size). Unchanged if no argument is dynamic."""
+    if "?" not in text:
+        return text
+    _compiler()
+    from iree.compiler import ir
+
+    module = parse(text)
+    with module.context, ir.Location.unknown():
+        main = next((op for op in module.body.operations if op.operation.name == "func.func"
+                     and ir.StringAttr(op.attributes["sym_name"]).value == "main"), None)
+        if main is None:
+            return text  # run() names what is missing
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        args = main.regions[0].blocks[0].arguments
+        bound = []
+        for k, (arg, declared) in enumerate(zip(args, ftype.inputs)):
+            try:
+                t = ir.RankedTensorType(declared)
+            except ValueError:  # not a ranked tensor: left as it is
+                t = None
+            if t is not None and k < len(shapes):
+                shape = list(shapes[k])
+                if t.rank == len(shape) and all(t.is_dynamic_dim(i) or t.get_dim_size(i) == shape[i]
+                                                for i in range(t.rank)):
+                    declared = ir.RankedTensorType.get(shape, t.element_type, t.encoding)
+                    arg.set_type(declared)
+            bound.append(declared)
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(bound, ftype.results))
+        if not module.operation.verify():
+            raise TosaError("TOSA module does not verify with its dynamic dims bound")
+        return str(module)
+
+
 def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     """Compile ``text`` for the CPU and run its ``@main`` on ``inputs`` (in argument order)."""
     compiler, runtime = _compiler()

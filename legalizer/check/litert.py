@@ -17,7 +17,10 @@ each op, so the original and the legalized graph (which has extra RESHAPEs) coul
 slightly different float results for the same computation. Without default delegates
 every op runs on TFLite's own builtin kernel, single-threaded and deterministic.
 ``kernels="reference"`` picks BUILTIN_REF (TFLite's reference kernels: slower, the most
-literal reading of each op) instead.
+literal reading of each op) instead, ``kernels="default"`` LiteRT's default resolver with
+its default delegate (XNNPACK), which also runs some custom ops (MediaPipe's
+``Convolution2DTransposeBias``, ``MaxPoolingWithArgmax2D``, ``MaxUnpooling2D``) that no
+builtin kernel resolves: the check falls back to it for such a model (``unresolved_custom_op``).
 
 Failures are one line: ``CheckUnavailable`` when ai-edge-litert is not installed,
 ``LiteRTError`` (``.stage`` is load, resize, allocate, set, invoke or get) when LiteRT
@@ -97,9 +100,11 @@ class LiteRTModel:
         resolver = {
             "builtin": mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
             "reference": mod.OpResolverType.BUILTIN_REF,
+            "default": mod.OpResolverType.AUTO,
         }.get(kernels)
         if resolver is None:
-            raise ValueError(f"kernels must be 'builtin' or 'reference', not {kernels!r}")
+            raise ValueError(f"kernels must be 'builtin', 'reference' or 'default', not {kernels!r}")
+        self.kernels = kernels
         self._content: Optional[bytes] = None
         if isinstance(source, (bytes, bytearray)):
             self._content = bytes(source)
@@ -127,6 +132,16 @@ class LiteRTModel:
                     self.interpreter._interpreter.GetSubgraphIndexFromSignature(key))  # noqa: SLF001
             except Exception:  # noqa: BLE001
                 pass
+
+    def unresolved_custom_op(self) -> str:
+        """LiteRT's words if a custom op of the model has no kernel here (found when the
+        primary subgraph's tensors are allocated), else ""."""
+        try:
+            self.interpreter.allocate_tensors()
+        except Exception as e:  # noqa: BLE001
+            text = _one_line(e)
+            return text if "unresolved custom op" in text else ""
+        return ""
 
     # -- choosing what to run ------------------------------------------------------
 
@@ -309,7 +324,13 @@ class _SubgraphTarget(_Target):
             _staged("resize", w.ResizeInputTensor, d["index"], np.array(value.shape, np.int32), False, k)
         _staged("allocate", w.AllocateTensors, k)
         for (_, d), value in feeds:
-            _staged("set", w.SetTensor, d["index"], value, k)
+            try:
+                w.SetTensor(d["index"], value, k)
+            except Exception as e:  # noqa: BLE001
+                # LiteRT allocates no memory for an input that no op of the subgraph
+                # reads (a WHILE condition that looks at some loop variables only)
+                if "unallocated" not in str(e):
+                    raise LiteRTError("set", _one_line(e)) from None
         _staged("invoke", w.Invoke, k)
         return {d["name"]: _staged("get", w.GetTensor, d["index"], k) for _, d in self.outputs()}
 

@@ -54,7 +54,8 @@ class _Writer:
 
     # ---- buffers and tensors -----------------------------------------------------
     def buffer(self, node: Node) -> int:
-        arr = node.data.array
+        # a sparse constant's stored values (never densified on the way through)
+        arr = node.data.stored if node.data.stored is not None else node.data.array
         hit = self.buffer_of.get(id(arr))
         if hit is not None:
             return hit
@@ -77,6 +78,8 @@ class _Writer:
         data = self.buffers[idx].fields.get("data")
         if data is None:
             data = self.external.get(idx)
+        if data is None and arr.size == 0:
+            return True  # a zero-element constant, whose buffer is empty
         base = arr.base if isinstance(arr, np.ndarray) else None
         return data is not None and (arr is data or base is data or
                                      (isinstance(base, np.ndarray) and base.base is data.base and base.base is not None))
@@ -136,7 +139,7 @@ class _Writer:
         op.fields["inputs"] = np.array([-1 if v is None else index[id(v)] for v in node.inputs], np.int32)
         op.fields["outputs"] = np.array([index[id(v)] for v in node.outputs], np.int32)
         table = rec.options_table if rec is not None else None
-        if table is None and node.domain == TFLITE_DOMAIN:
+        if rec is None and node.domain == TFLITE_DOMAIN:  # a new node; an imported one keeps its own
             rule = self.rules.get(node.op)
             table = rule.options if rule is not None else None
         if table is not None:

@@ -10,18 +10,26 @@ Quantized tensors are computed in float: a quantized operand is read through
 result written through ``QuantizeLinear``. An int8 model thus runs as its float
 equivalent; LiteRT's integer kernels round differently, by about one quantization step,
 and so may onnxruntime where it fuses DequantizeLinear -> op -> QuantizeLinear into an
-integer kernel.
+integer kernel. int8 FULLY_CONNECTED and BATCH_MATMUL, whose step off a SOFTMAX after
+them multiplies, are computed in integers as LiteRT computes them.
+
+A WHILE is a Loop, an IF an If, a CALL its subgraph written in place (the subgraphs
+come from the ``Model``). Ops with state (resource variables, hash tables) have no form.
 
 Elementwise ops with an ONNX twin come from ``rules/tflite.toml`` (its ``onnx`` key);
 every other op is a small function registered in ``_OPS``. An op without a translation
-does not stop the walk: all of them are collected and the translation fails with one
-line naming each (``CheckUnavailable``), never returning a partial model.
+does not stop the walk: all of them are collected. ``tflite_to_onnx`` then fails with
+one line naming each (``CheckUnavailable``), never returning a partial model;
+``onnx_form`` (the check's) gives the model of the outputs that do not depend on any of
+them, and for each other output, why not.
 """
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -42,6 +50,7 @@ from .onnx import value_info
 DEFAULT_OPSET, INT16_OPSET = 20, 21
 MIN_OPSET = 18  # axes as inputs of every Reduce*, BitwiseXor, Split's num_outputs
 
+_MAX_CALL_DEPTH = 16  # WHILE in IF in WHILE ...: deeper than this (or recursion) has no form
 _BIG = int(np.iinfo(np.int64).max)  # a Slice bound meaning "to the end" (onnx clamps it)
 _FLOATS = ("float", "float16", "double", "bfloat16")
 _ELEMENTWISE = ("unary", "binary", "ternary", "unidirectional")
@@ -90,16 +99,21 @@ def _attr(n: Node, key: str, default=0):
 class _Emitter:
     """The ONNX graph being written, and where each IR value went in it."""
 
-    def __init__(self, graph: Graph, opset: int):
+    def __init__(self, graph: Graph, opset: int, subgraphs: Sequence[Graph] = (),
+                 caller: Optional["_Emitter"] = None, nodes: Optional[List[onnx.NodeProto]] = None):
         self.graph, self.opset = graph, opset
-        self.nodes: List[onnx.NodeProto] = []
-        self.inits: List[TensorProto] = []
+        self.subgraphs = list(subgraphs)  # the model's, which WHILE / IF / CALL name by index
+        self.nodes: List[onnx.NodeProto] = [] if nodes is None else nodes
         self.names: Dict[int, str] = {}  # id(Value) -> the ONNX tensor of its stored data
         self._real: Dict[int, str] = {}  # id(Value) -> its dequantized form
         self._reserved: Dict[int, str] = {}  # id(Value) -> its name as a graph output
-        self._taken: set = set()
-        self._node_names: set = set()
-        self._small: Dict[tuple, str] = {}  # small constants, shared
+        # A called subgraph is written into its caller's model: one namespace, one set of
+        # initializers (a Loop body or If branch reads them from the outer scope).
+        self.depth = 0 if caller is None else caller.depth + 1
+        self.inits: List[TensorProto] = [] if caller is None else caller.inits
+        self._taken: set = set() if caller is None else caller._taken
+        self._node_names: set = set() if caller is None else caller._node_names
+        self._small: Dict[tuple, str] = {} if caller is None else caller._small  # small constants, shared
         self.label = ""
         self._op_start = 0
         self._fresh: set = set()  # tensors made by the op being translated
@@ -164,8 +178,9 @@ class _Emitter:
         if key is not None and key in self._small:
             return self._small[key]
         name = self.fresh(base)
-        # Not np.ascontiguousarray: it makes a scalar 1-D, and a scalar constant packed
-        # into a shape vector (Keras' Flatten) then gave Concat a rank-2 operand.
+        # Not np.ascontiguousarray: it makes a scalar 1-D (a scalar constant packed into
+        # Keras' Flatten shape vector gave Concat a rank-2 operand; a WHILE body's
+        # counter came back as [1] for a [] loop variable).
         self.inits.append(numpy_helper.from_array(np.require(a, requirements="C"), name))
         if key is not None:
             self._small[key] = name
@@ -277,15 +292,50 @@ class _Emitter:
         self.names[id(v)] = target
         self.results[target] = v
 
-    def give_out(self) -> None:
+    def give_out(self, outputs: Sequence[Node]) -> None:
         """Graph outputs not written by an op under their name (a constant, a graph
         input given out again) get it through an Identity."""
-        for out in self.graph.outputs:
+        for out in outputs:
             v = out.inputs[0]
             name = self.raw(v)
             if name != v.name:
                 self.label = v.name
                 self._node("Identity", [name], [v.name])
+
+    @contextmanager
+    def writing_into(self, nodes: List[onnx.NodeProto]) -> Iterator[None]:
+        """Nodes emitted meanwhile go into ``nodes`` (a Loop body being written)."""
+        caller_nodes, self.nodes = self.nodes, nodes
+        try:
+            yield
+        finally:
+            self.nodes = caller_nodes
+
+    def call(self, index: int, args: Sequence[str], nodes: List[onnx.NodeProto], role: str) -> List[str]:
+        """Subgraph ``index`` (a WHILE's body, an IF's branch) applied to ``args`` (the
+        stored data of its inputs): its nodes are written into ``nodes``; the result is
+        a fresh tensor per output (a subgraph output may be one of its inputs, and an
+        ONNX body's outputs must be its own)."""
+        if not 0 <= index < len(self.subgraphs):
+            raise _NoForm(f"{role} subgraph {index} is not in the model")
+        if self.depth >= _MAX_CALL_DEPTH:
+            raise _NoForm(f"subgraph calls nested deeper than {_MAX_CALL_DEPTH}")
+        sub = self.subgraphs[index]
+        if len(args) != len(sub.inputs):
+            raise _NoForm(f"{role} subgraph '{sub.name}' takes {len(sub.inputs)} inputs, not {len(args)}")
+        callee = _Emitter(sub, self.opset, self.subgraphs, caller=self, nodes=nodes)
+        for n, arg in zip(sub.inputs, args):
+            callee.names[id(n.output)] = arg
+        missing, _ = _translate_all(callee)
+        if missing:
+            raise _NoForm(f"{role} subgraph '{sub.name}': {', '.join(missing)}")
+        outs = []
+        for o in sub.outputs:
+            callee.label = f"{sub.name}/{o.inputs[0].name}"
+            out = self.fresh(callee.label)
+            callee._node("Identity", [callee.raw(o.inputs[0])], [out])
+            outs.append(out)
+        return outs
 
     def clip(self, y: str, lo, hi, dtype: str) -> str:
         return self.emit("Clip", [y, "" if lo is None else self.scalar(lo, dtype),
@@ -685,6 +735,113 @@ def _bias(e: _Emitter, b: Optional[Value], x: Value, w: Value) -> str:
     return e.dequantize(e.raw(b), q, b.type.dtype, f"{b.name}_real")
 
 
+# ---- int8 matrix products as LiteRT computes them ---------------------------------------
+# LiteRT multiplies int8 matrices in int32 and requantizes the sums with a fixed-point
+# multiplier (gemmlowp's QuantizeMultiplier: a 31-bit significand and a shift). A float
+# product requantized by QuantizeLinear rounds a sum near a half step the other way now
+# and then: one step, which an attention block's SOFTMAX turns into several (3 were
+# seen). The ONNX form does the same integer arithmetic, in int64. The two kernels round
+# differently: FULLY_CONNECTED (ruy) rounds half up at both shifts, BATCH_MATMUL
+# (gemmlowp's SaturatingRoundingDoublingHighMul, then RoundingDivideByPOT) half away
+# from zero. Measured on LiteRT's own results: equal on every element.
+class _Stored(list):
+    """Results that are already the outputs' stored data, fused activation included."""
+
+
+def _quantize_multiplier(m: float) -> Tuple[int, int]:
+    """gemmlowp's QuantizeMultiplier: m = q * 2**(shift - 31), q a 31-bit integer."""
+    if m == 0:
+        return 0, 0
+    frac, shift = math.frexp(m)
+    q = int(round(frac * (1 << 31)))
+    if q == 1 << 31:
+        q, shift = q // 2, shift + 1
+    return q, shift
+
+
+def _shift_right(e: _Emitter, a: str, d) -> str:
+    """floor(a / d) of int64 ``a`` by powers of two ``d``: an arithmetic right shift."""
+    return _int_floor_div(e, a, e.const(np.asarray(d, np.int64)))
+
+
+def _requantize(e: _Emitter, acc: str, multipliers: Sequence[float], out: Value, kernel: str,
+                activation: int = 0) -> str:
+    """The int8 result of int64 sums ``acc``: scaled by ``multipliers`` (one, or one per
+    channel of the last axis), rounded as LiteRT's ``kernel`` (ruy or gemmlowp) does,
+    offset by the output's zero point, clamped to the range of its fused activation."""
+    qs, shifts = zip(*(_quantize_multiplier(m) for m in multipliers))
+    left = np.array([1 << max(s, 0) for s in shifts], np.int64)
+    right = np.array([max(-s, 0) for s in shifts], np.int64)
+    ab = e.emit("Mul", [e.emit("Mul", [acc, e.const(left)]), e.const(np.array(qs, np.int64))])
+    if kernel == "ruy":  # (ab + 2**30) >> 31, then (x + 2**(right-1)) >> right
+        hi = _shift_right(e, e.emit("Add", [ab, e.const(np.int64(1 << 30))]), np.int64(1 << 31))
+        half = np.where(right > 0, 1 << np.maximum(right - 1, 0), 0)
+        y = _shift_right(e, e.emit("Add", [hi, e.const(half)]), 1 << right)
+    else:  # gemmlowp: (ab + nudge) / 2**31, truncated; then RoundingDivideByPOT
+        nudge = e.emit("Where", [e.emit("GreaterOrEqual", [ab, e.const(np.int64(0))]),
+                                 e.const(np.int64(1 << 30)), e.const(np.int64(1 - (1 << 30)))])
+        hi = e.emit("Div", [e.emit("Add", [ab, nudge]), e.const(np.int64(1 << 31))])
+        rem = e.emit("Mod", [hi, e.const(1 << right)], fmod=0)
+        negative = e.emit("Cast", [e.emit("Less", [hi, e.const(np.int64(0))])], to=TensorProto.INT64)
+        threshold = e.emit("Add", [e.const(((1 << right) - 1) >> 1), negative])
+        up = e.emit("Cast", [e.emit("Greater", [rem, threshold])], to=TensorProto.INT64)
+        y = e.emit("Add", [_shift_right(e, hi, 1 << right), up])
+    lo, hi_ = _activation_range(out, activation)
+    y = e.emit("Add", [y, e.const(np.int64(out.quant.zero_point[0]))])
+    return e.emit("Cast", [e.emit("Clip", [y, e.const(np.int64(lo)), e.const(np.int64(hi_))])], to=TensorProto.INT8)
+
+
+def _activation_range(out: Value, activation: int) -> Tuple[int, int]:
+    """The int8 range a fused activation clamps ``out`` to, as LiteRT's
+    CalculateActivationRangeQuantized computes it."""
+    bounds = {0: (None, None), 1: (0.0, None), 2: (-1.0, 1.0), 3: (0.0, 6.0)}.get(activation)
+    if bounds is None:
+        raise _NoForm(f"fused activation {activation} on int8")
+    scale, zp = float(out.quant.scale[0]), int(out.quant.zero_point[0])
+    lo, hi = bounds
+    return (-128 if lo is None else max(-128, zp + int(round(lo / scale))),
+            127 if hi is None else min(127, zp + int(round(hi / scale))))
+
+
+def _int8(v: Optional[Value], per_axis: bool = False) -> bool:
+    """An int8 tensor quantized per tensor (or, with ``per_axis``, per axis 0)."""
+    q = None if v is None else _quant(v)
+    return (q is not None and v.type.dtype == "int8" and
+            (not q.per_axis or (per_axis and q.quantized_dimension == 0)))
+
+
+def _centered(e: _Emitter, v: Value) -> str:
+    """The int8 data of ``v`` less its zero point, in int64."""
+    y = e.emit("Cast", [e.raw(v)], to=TensorProto.INT64)
+    zp = int(v.quant.zero_point[0]) if v.quant.zero_point else 0
+    return e.emit("Sub", [y, e.const(np.int64(zp))]) if zp else y
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))  # LiteRT keeps scales in float32
+
+
+def _int8_fully_connected(e: _Emitter, n: Node) -> Optional[_Stored]:
+    """LiteRT's int8 FULLY_CONNECTED (constant symmetric weights, int32 bias), or None
+    if the op is not one."""
+    x, w = n.inputs[:2]
+    b = n.inputs[2] if len(n.inputs) > 2 else None
+    weights, out = _const(w), n.outputs[0]
+    bias = None if b is None else _const(b)
+    if not (_int8(x) and _int8(w, per_axis=True) and _int8(out) and weights is not None and weights.ndim == 2
+            and not any(w.quant.zero_point) and (b is None or (b.type.dtype == "int32" and bias is not None))):
+        return None
+    y = _centered(e, x)
+    if not _attr(n, "keep_num_dims", False) and x.type.rank != 2:
+        y = e.emit("Reshape", [y, e.ints([-1, weights.shape[1]])])
+    acc = e.emit("MatMul", [y, e.const(weights.T.astype(np.int64))])
+    if bias is not None:
+        acc = e.emit("Add", [acc, e.const(bias.astype(np.int64))])
+    scales = np.broadcast_to(np.asarray(w.quant.scale, np.float32), (weights.shape[0],))
+    multipliers = [_f32(x.quant.scale[0]) * float(s) / _f32(out.quant.scale[0]) for s in scales]
+    return _Stored([_requantize(e, acc, multipliers, out, "ruy", int(_attr(n, "fused_activation_function")))])
+
+
 @_op("FULLY_CONNECTED")
 def _fully_connected(e, n):
     if _attr(n, "weights_format"):
@@ -693,6 +850,9 @@ def _fully_connected(e, n):
     b = n.inputs[2] if len(n.inputs) > 2 else None
     if w.type.shape is None or not isinstance(w.type.shape[1], int):
         raise _NoForm("weights of unknown depth")
+    exact = _int8_fully_connected(e, n)
+    if exact is not None:
+        return exact
     y = e.real(x)
     if not _attr(n, "keep_num_dims", False) and x.type.rank != 2:
         y = e.emit("Reshape", [y, e.ints([-1, w.type.shape[1]])])
@@ -702,18 +862,25 @@ def _fully_connected(e, n):
     return [y]
 
 
+def _adjoint(e: _Emitter, v: Value, t: str, adj: bool) -> str:
+    if not adj:
+        return t
+    if v.type.rank is None:
+        raise _NoForm("adjoint of an unranked operand")
+    r = v.type.rank
+    return e.emit("Transpose", [t], perm=list(range(r - 2)) + [r - 1, r - 2])
+
+
 @_op("BATCH_MATMUL")
 def _batch_matmul(e, n):
-    ins = []
-    for v, adj in zip(n.inputs[:2], (_attr(n, "adj_x", False), _attr(n, "adj_y", False))):
-        t = e.real(v)
-        if adj:
-            if v.type.rank is None:
-                raise _NoForm("adjoint of an unranked operand")
-            r = v.type.rank
-            t = e.emit("Transpose", [t], perm=list(range(r - 2)) + [r - 1, r - 2])
-        ins.append(t)
-    return [e.emit("MatMul", ins)]
+    a, b = n.inputs[:2]
+    adj = (_attr(n, "adj_x", False), _attr(n, "adj_y", False))
+    out = n.outputs[0]
+    if _int8(a) and _int8(b) and _int8(out):  # as LiteRT's int8 kernel: see _requantize
+        acc = e.emit("MatMul", [_adjoint(e, v, _centered(e, v), j) for v, j in zip((a, b), adj)])
+        m = _f32(a.quant.scale[0]) * _f32(b.quant.scale[0]) / _f32(out.quant.scale[0])
+        return _Stored([_requantize(e, acc, [m], out, "gemmlowp")])
+    return [e.emit("MatMul", [_adjoint(e, v, e.real(v), j) for v, j in zip((a, b), adj)])]
 
 
 # ---- NHWC convolutions and pools ----------------------------------------------------
@@ -790,6 +957,96 @@ def _pool(e, n):
                   e.real(n.inputs[0]), [], **attrs)]
 
 
+# tflite ResizeBilinear/NearestNeighborOptions -> ONNX Resize's coordinate transformation.
+# TFLite maps output pixel x to input x * scale (scale = in / out); align_corners uses
+# (in - 1) / (out - 1); half_pixel_centers (x + 0.5) * scale - 0.5 for bilinear and
+# (x + 0.5) * scale for nearest, which half_pixel followed by rounding half up gives.
+# TFLite rounds nearest neighbours down, and half away from zero with align_corners.
+@_op("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
+def _resize(e, n):
+    x, size = n.inputs[:2]
+    align, half = bool(_attr(n, "align_corners", False)), bool(_attr(n, "half_pixel_centers", False))
+    if align and half:
+        raise _NoForm("align_corners with half_pixel_centers")  # LiteRT refuses it too
+    if x.type.rank != 4:
+        raise _NoForm("not 4-D")
+    attrs = {"coordinate_transformation_mode": "align_corners" if align else "half_pixel" if half else "asymmetric",
+             "axes": [1, 2]}  # NHWC: H and W
+    if n.op_type == "RESIZE_BILINEAR":
+        attrs["mode"] = "linear"
+    else:
+        attrs.update(mode="nearest", nearest_mode="round_prefer_ceil" if align or half else "floor")
+    return [e.emit("Resize", [e.real(x), "", "", e.index(size)], **attrs)]
+
+
+@_op("DENSIFY", raw=True)
+def _densify(e, n):
+    return [e.raw(n.inputs[0])]  # a sparse constant is read dense (importers.tflite)
+
+
+# ---- subgraph calls -----------------------------------------------------------------
+def _scalar_bool(e: _Emitter, name: str) -> str:
+    """A TFLite condition ([] or [1]) as the scalar ONNX's If and Loop take."""
+    return e.emit("Reshape", [name, e.ints([])])
+
+
+def _body(e: _Emitter, name: str, nodes, inputs: Sequence[onnx.ValueInfoProto], outputs: Sequence[str],
+          types: Sequence[int]) -> onnx.GraphProto:
+    """An ONNX subgraph of ``nodes``; its outputs typed by element type only (TFLite lets a
+    loop variable change shape from one iteration to the next)."""
+    outs = [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, types)]
+    return helper.make_graph(nodes, e.fresh(name), list(inputs), outs)
+
+
+@_op("WHILE", raw=True)
+def _while(e, n):
+    """WHILE(vars) -> Loop: the condition subgraph runs on the initial vars before the
+    Loop, and on the body's results at the end of each iteration."""
+    cond_index, body_index = int(_attr(n, "cond_subgraph_index")), int(_attr(n, "body_subgraph_index"))
+    init = [e.raw(v) for v in n.inputs]
+    cond0 = _scalar_bool(e, e.call(cond_index, init, e.nodes, "cond")[0])
+    nodes: List[onnx.NodeProto] = []
+    formal = [e.fresh(f"{v.name}_in") for v in n.inputs]
+    results = e.call(body_index, formal, nodes, "body")
+    with e.writing_into(nodes):
+        cond = _scalar_bool(e, e.call(cond_index, results, nodes, "cond")[0])
+    types = [elem_type(v.type.dtype) for v in n.outputs]
+    inputs = [helper.make_tensor_value_info(e.fresh("iteration"), TensorProto.INT64, []),
+              helper.make_tensor_value_info(e.fresh("cond_in"), TensorProto.BOOL, [])]
+    inputs += [helper.make_tensor_value_info(f, t, None) for f, t in zip(formal, types)]
+    body = _body(e, f"{n.label}_body", nodes, inputs, [cond] + results, [TensorProto.BOOL] + types)
+    outs = e.emit("Loop", ["", cond0, *init], len(n.outputs), body=body)
+    return outs if len(n.outputs) > 1 else [outs]
+
+
+@_op("IF", raw=True)
+def _if(e, n):
+    """IF(cond, args) -> If: each branch calls its subgraph on the args, read from the
+    outer scope."""
+    args = [e.raw(v) for v in n.inputs[1:]]
+    types = [elem_type(v.type.dtype) for v in n.outputs]
+    branches = {}
+    for key, attr in (("then_branch", "then_subgraph_index"), ("else_branch", "else_subgraph_index")):
+        nodes: List[onnx.NodeProto] = []
+        results = e.call(int(_attr(n, attr)), args, nodes, key.split("_")[0])
+        branches[key] = _body(e, f"{n.label}_{key}", nodes, [], results, types)
+    outs = e.emit("If", [_scalar_bool(e, e.raw(n.inputs[0]))], len(n.outputs), **branches)
+    return outs if len(n.outputs) > 1 else [outs]
+
+
+@_op("CALL", raw=True)
+def _call(e, n):
+    return e.call(int(_attr(n, "subgraph")), [e.raw(v) for v in n.inputs], e.nodes, "called")
+
+
+# Resource variables and hash tables live in the interpreter between ops and between
+# runs; ONNX has no state to hold them.
+@_op("VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CALL_ONCE", "HASHTABLE", "HASHTABLE_FIND",
+     "HASHTABLE_IMPORT", "HASHTABLE_SIZE")
+def _stateful(e, n):
+    raise _NoForm("ONNX has no state")
+
+
 # ---- the graph ----------------------------------------------------------------------
 def _boundary_info(v: Value) -> onnx.ValueInfoProto:
     """A graph input's or output's declaration: an anonymous dynamic dim becomes a
@@ -812,14 +1069,76 @@ def _translate(e: _Emitter, n: Node) -> None:
         raise _NoForm("")
     e.begin(n)
     results = fn(e, n)
-    if "fused_activation_function" in n.attrs:
+    stored = isinstance(results, _Stored)
+    if "fused_activation_function" in n.attrs and not stored:
         results[0] = e.activation(n, results[0])
     for v, name in zip(n.outputs, results):
-        e.bind(v, name, raw=n.op_type in _RAW)
+        e.bind(v, name, raw=stored or n.op_type in _RAW)
 
 
 def _needs_int16(graph: Graph) -> bool:
     return any(_quant(v) is not None and v.type.dtype == "int16" for n in graph.nodes() for v in n.outputs)
+
+
+def _reachable(graph: Graph, subgraphs: Sequence[Graph]) -> List[Graph]:
+    """``graph`` and the subgraphs it calls (its ops' ``*_subgraph_index`` options), transitively."""
+    seen, todo = [graph], [graph]
+    while todo:
+        for n in todo.pop().ops():
+            for key, index in n.attrs.items():
+                if (key.endswith("subgraph_index") or key == "subgraph") and isinstance(index, int) \
+                        and 0 <= index < len(subgraphs):
+                    if all(g is not subgraphs[index] for g in seen):
+                        seen.append(subgraphs[index])
+                        todo.append(subgraphs[index])
+    return seen
+
+
+def _translate_all(e: _Emitter) -> Tuple[List[str], Dict[int, List[str]]]:
+    """Translate every op of ``e.graph``. An op without a form does not stop the walk
+    (later ops are translated, and so checked, too). Returns the labels of the ops with
+    no form, and for each value computed from one of them (id -> labels), which."""
+    missing: List[str] = []
+    tainted: Dict[int, List[str]] = {}
+    for n in e.graph.ops():
+        why = [w for v in n.inputs if v is not None for w in tainted.get(id(v), ())]
+        try:
+            _translate(e, n)
+        except _NoForm as reason:
+            label = _op_label(n) + (f" ({reason})" if str(reason) else "")
+            if label not in missing:
+                missing.append(label)
+            why.append(label)
+            for v in n.outputs:  # so later ops still translate
+                e.names[id(v)] = f"<{v.name}>"
+        if why:
+            why = list(dict.fromkeys(why))
+            for v in n.outputs:
+                tainted[id(v)] = why
+    return missing, tainted
+
+
+def _emitter(model: Union[Model, Graph], opset: Optional[int], subgraph: int) -> _Emitter:
+    graph = model.graphs[subgraph] if isinstance(model, Model) else model
+    if graph.frontend != "tflite":
+        raise ValueError(f"graph '{graph.name}' is not a TFLite graph (frontend {graph.frontend!r})")
+    subgraphs = model.graphs if isinstance(model, Model) else [graph]
+    if opset is None:
+        opset = INT16_OPSET if any(_needs_int16(g) for g in _reachable(graph, subgraphs)) else DEFAULT_OPSET
+    if opset < MIN_OPSET:
+        raise ValueError(f"opset {opset}: the TFLite translation needs opset {MIN_OPSET} or later")
+    e = _Emitter(graph, opset, subgraphs)
+    e.reserve_boundary()
+    return e
+
+
+def _model(e: _Emitter, outputs: Sequence[Node]) -> onnx.ModelProto:
+    gp = helper.make_graph(e.nodes, e.graph.name or "main", [_boundary_info(n.output) for n in e.graph.inputs],
+                           [_boundary_info(n.inputs[0]) for n in outputs], initializer=e.inits)
+    opsets = [helper.make_opsetid("", e.opset)]
+    m = helper.make_model(gp, opset_imports=opsets, producer_name="legalize")
+    m.ir_version = helper.find_min_ir_version_for(opsets)
+    return m
 
 
 def tflite_to_onnx(model: Union[Model, Graph], opset: Optional[int] = None, subgraph: int = 0,
@@ -827,36 +1146,60 @@ def tflite_to_onnx(model: Union[Model, Graph], opset: Optional[int] = None, subg
     """The ONNX model computing what TFLite subgraph ``subgraph`` of ``model`` (a
     ``Model`` or one ``Graph``) computes, at ``opset`` (by default 20, or 21 for int16
     quantization). Raises ``CheckUnavailable`` naming every op that has no ONNX form.
-    ``results``, if given, is filled with each ONNX tensor that holds an op's result as
-    TFLite stores it (int8 for a quantized one) -> that result's IR value."""
-    graph = model.graphs[subgraph] if isinstance(model, Model) else model
-    if graph.frontend != "tflite":
-        raise ValueError(f"graph '{graph.name}' is not a TFLite graph (frontend {graph.frontend!r})")
-    if opset is None:
-        opset = INT16_OPSET if _needs_int16(graph) else DEFAULT_OPSET
-    if opset < MIN_OPSET:
-        raise ValueError(f"opset {opset}: the TFLite translation needs opset {MIN_OPSET} or later")
-    e = _Emitter(graph, opset)
-    e.reserve_boundary()
-    missing: List[str] = []
-    for n in graph.ops():
-        try:
-            _translate(e, n)
-        except _NoForm as why:
-            label = _op_label(n) + (f" ({why})" if str(why) else "")
-            if label not in missing:
-                missing.append(label)
-            for v in n.outputs:  # so later ops still translate, and are checked too
-                e.names[id(v)] = f"<{v.name}>"
+    ``results``, if given, is filled as ``onnx_form`` fills it."""
+    e = _emitter(model, opset, subgraph)
+    missing, _ = _translate_all(e)
     if missing:
         raise CheckUnavailable("no ONNX form for TFLite ops: " + ", ".join(missing))
-    e.give_out()
+    e.give_out(e.graph.outputs)
+    _give_results(e, results)
+    return _model(e, e.graph.outputs)
+
+
+def _give_results(e: _Emitter, results: Optional[Dict[str, Value]]) -> None:
+    """Each ONNX tensor of the form that holds an op's result as TFLite stores it (int8
+    for a quantized one) -> that result's IR value: what the op-by-op check compares."""
     if results is not None:
-        results.update(e.results)
-    gp = helper.make_graph(e.nodes, graph.name or "main",
-                           [_boundary_info(n.output) for n in graph.inputs],
-                           [_boundary_info(n.inputs[0]) for n in graph.outputs], initializer=e.inits)
-    opsets = [helper.make_opsetid("", opset)]
-    m = helper.make_model(gp, opset_imports=opsets, producer_name="legalize")
-    m.ir_version = helper.find_min_ir_version_for(opsets)
-    return m
+        made = {name for node in e.nodes for name in node.output}
+        results.update({name: v for name, v in e.results.items() if name in made})
+
+
+def onnx_form(model: Union[Model, Graph], subgraph: int = 0, opset: Optional[int] = None,
+              results: Optional[Dict[str, Value]] = None) -> Tuple[Optional[onnx.ModelProto], Dict[str, str]]:
+    """What of subgraph ``subgraph`` has an ONNX form: the ONNX model of the outputs
+    computed without any op that has none (None if no output is), and for each other
+    output, why not (the ops it depends on that have no form). ``results``, if given, is
+    filled with the form's tensors that hold an op's result (``_give_results``)."""
+    e = _emitter(model, opset, subgraph)
+    _, tainted = _translate_all(e)
+    left_out = {n.inputs[0].name: "no ONNX form for TFLite ops: " + ", ".join(tainted[id(n.inputs[0])])
+                for n in e.graph.outputs if id(n.inputs[0]) in tainted}
+    kept = [n for n in e.graph.outputs if n.inputs[0].name not in left_out]
+    if not kept:
+        return None, left_out
+    e.give_out(kept)
+    _prune(e, [n.inputs[0].name for n in kept])
+    _give_results(e, results)
+    return _model(e, kept), left_out
+
+
+def _used_names(node: onnx.NodeProto) -> List[str]:
+    """The tensors ``node`` reads, its subgraphs' reads from the outer scope included."""
+    names = list(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for inner in g.node:
+                names.extend(_used_names(inner))
+    return names
+
+
+def _prune(e: _Emitter, outputs: Sequence[str]) -> None:
+    """Keep the nodes and initializers that ``outputs`` are computed from."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(e.nodes):
+        if needed.intersection(node.output):
+            kept.append(node)
+            needed.update(_used_names(node))
+    e.nodes[:] = reversed(kept)
+    e.inits[:] = [t for t in e.inits if t.name in needed]

@@ -32,6 +32,7 @@ from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
 from ..model import Model
+from ..oprules import has_effects
 from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read
 
 TFLITE_DOMAIN, CUSTOM_DOMAIN = "tflite", "tflite.custom"
@@ -163,10 +164,13 @@ class _Importer:
             info = FbTable("Tensor", {k: x for k, x in t.fields.items() if k not in TENSOR_FIELDS})
             v = Value(name, ttype, info=info, info_index=i, quant=_quantization(t.get("quantization")))
             values.append(v)
-            data = self.buffer_data(int(t.get("buffer", 0)), name)
+            buffer = int(t.get("buffer", 0))
+            data = self.buffer_data(buffer, name)
+            if data is None and buffer > 0 and ttype.is_static and 0 in ttype.shape:
+                data = _EMPTY  # a zero-element constant has no bytes to store (LiteRT reads it so)
             if data is not None:
                 consts[i] = Node(CONST, "$const", name=name, outputs=[v],
-                                 data=ConstData(None, None, int(t.get("buffer", 0)), array=self.const_array(data, v, name)))
+                                 data=self.const_data(data, v, name, t.get("sparsity"), buffer))
 
         def tensor(idx: int, where: str) -> Optional[Value]:
             if idx == -1:
@@ -217,6 +221,7 @@ class _Importer:
                 raise BadInput(f"subgraph {index}: output tensor '{v.name}' is never defined")
             nodes.append(Node(OUTPUT, "$output", name=v.name, inputs=[v]))
         g.add_nodes(nodes)
+        _order_effects(g, [n for n in nodes if n.kind == OP])
         g.nodes()  # the topological order; a cycle is bad input
         return g
 
@@ -237,6 +242,23 @@ class _Importer:
             # rank is unknown, and an unranked tensor is never reshaped on a guess.
             return TensorType(dtype, () if t.get("has_rank") or t.get("buffer", 0) else None)
         return TensorType(dtype, tuple(None if int(d) < 0 else int(d) for d in dims))
+
+    def const_data(self, data: np.ndarray, v: Value, name: str, sparsity: Optional[FbTable], buffer: int) -> ConstData:
+        """A constant's data. A sparse one (pruned weights: the buffer holds the nonzero
+        values, ``sparsity`` where they go) is written back as it is stored, and made
+        dense, as LiteRT's DENSIFY does, only when its value is needed (a fold)."""
+        if sparsity is None:
+            return ConstData(None, None, buffer, array=self.const_array(data, v, name))
+        np_dtype, shape = NUMPY.get(v.type.dtype), v.type.shape
+        if np_dtype is None or shape is None or not v.type.is_static:
+            raise BadInput(f"sparse constant tensor '{name}' must have a numeric type and a static shape")
+        levels = _sparse_levels(sparsity, shape, name)
+        need = levels.count * np.dtype(np_dtype).itemsize
+        if len(data) < need:
+            raise BadInput(f"sparse constant tensor '{name}': its sparsity places {levels.count} values, which"
+                           f" need {need} bytes, its buffer has {len(data)}")
+        return ConstData(None, None, buffer, stored=data,
+                         loader=lambda: _densify(levels, shape, np.frombuffer(data, np_dtype, levels.count)))
 
     def const_array(self, data: np.ndarray, v: Value, name: str) -> np.ndarray:
         np_dtype = NUMPY.get(v.type.dtype)
@@ -275,6 +297,121 @@ class _Importer:
         else:
             domain, op_type = TFLITE_DOMAIN, name
         return Node(OP, op_type, domain, "", attrs=attrs, proto=OpRecord(code, rest, options_table))
+
+
+_EMPTY = np.zeros(0, np.uint8)
+_DENSE = 0  # DimensionType: DENSE, SPARSE_CSR
+
+
+@dataclass
+class _SparseLevels:
+    """A sparse tensor's SparsityParameters, checked: per traversal level its dense size
+    or its CSR (segments, indices); the traversal order; per block dim the original dim
+    it blocks and its size."""
+
+    levels: List[Any]  # int (dense size) or (segments, indices)
+    order: List[int]
+    block_map: List[int]
+    block_size: List[int]
+    count: int  # how many values they place
+
+
+def _sparse_levels(sparsity: FbTable, shape: Tuple[int, ...], name: str) -> _SparseLevels:
+    """The levels of ``sparsity`` as LiteRT's FormatConverter reads them, or BadInput
+    where they do not describe a tensor of ``shape``."""
+    def bad(why: str) -> BadInput:
+        return BadInput(f"sparse constant tensor '{name}' of shape {list(shape)}: {why}")
+
+    order = [int(x) for x in np.asarray(sparsity.get("traversal_order", ()), np.int64).reshape(-1)]
+    block_map = [int(x) for x in np.asarray(sparsity.get("block_map", ()), np.int64).reshape(-1)]
+    dims: List[FbTable] = sparsity.get("dim_metadata", []) or []
+    rank, total = len(shape), len(order)
+    if total != rank + len(block_map) or sorted(order[:rank]) != list(range(rank)) or \
+            sorted(order[rank:]) != list(range(rank, total)) or len(dims) != total:
+        raise bad(f"traversal order {order} with block map {block_map} and {len(dims)} dim metadata"
+                  " does not describe its dims")
+    if any(not 0 <= d < rank for d in block_map):
+        raise bad(f"block map {block_map} names a dim it does not have")
+    block_size = [int(dims[order[rank + k]].get("dense_size", 0)) for k in range(len(block_map))]
+    if any(b <= 0 or shape[d] % b for b, d in zip(block_size, block_map)):
+        raise bad(f"block sizes {block_size} do not divide dims {[shape[d] for d in block_map]}")
+    # the size of each traversal level's dim: the tensor's dims in blocks, then the blocks'
+    blocked = list(shape)
+    for b, d in zip(block_size, block_map):
+        blocked[d] //= b
+    bounds = [blocked[d] if d < rank else block_size[d - rank] for d in order]
+    levels: List[Any] = []
+    # Entries per level: the entries of a level are numbered 0..count-1, which is what
+    # the next level's segments are indexed by.
+    count, limit = 1, int(np.prod(shape, dtype=np.int64))
+    for k, m in enumerate(dims):
+        if int(m.get("format", _DENSE)) == _DENSE:
+            size = int(m.get("dense_size", 0))
+            if not 0 <= size <= bounds[k]:
+                raise bad(f"level {k} has dense size {size}, its dim {bounds[k]}")
+            levels.append(size)
+            count *= size
+        else:
+            seg, idx = m.get("array_segments"), m.get("array_indices")
+            if seg is None or idx is None:
+                raise bad(f"level {k} is sparse but has no segments or indices")
+            seg = np.asarray(seg.get("values", ()), np.int64).reshape(-1)
+            idx = np.asarray(idx.get("values", ()), np.int64).reshape(-1)
+            if len(seg) <= count or seg[0] != 0 or np.any(np.diff(seg) < 0) or seg[-1] > len(idx):
+                raise bad(f"level {k}: its {len(seg)} segments are not an increasing run from 0, one more than"
+                          f" the {count} entries of the level before, into its {len(idx)} indices")
+            used = idx[:seg[count]]
+            if len(used) and (used.min() < 0 or used.max() >= bounds[k]):
+                raise bad(f"level {k} has an index outside its dim of {bounds[k]}")
+            levels.append((seg, idx))
+            count = int(seg[count])
+        if count > limit:
+            raise bad(f"level {k} makes more entries ({count}) than the tensor has")
+    return _SparseLevels(levels, order, block_map, block_size, count)
+
+
+def _densify(s: _SparseLevels, shape: Tuple[int, ...], values: np.ndarray) -> np.ndarray:
+    """The dense tensor: LiteRT's FormatConverter::SparseToDense, one traversal level at
+    a time over all paths at once (``_sparse_levels`` has checked every index). Each path
+    is a position in every level so far; ``prev`` is its position in the last one (what
+    the next level's segments index)."""
+    cols: List[np.ndarray] = []
+    prev = np.zeros(1, np.int64)
+    for level in s.levels:
+        if isinstance(level, int):
+            parent = np.repeat(np.arange(len(prev)), level)
+            here = np.tile(np.arange(level, dtype=np.int64), len(prev))
+            prev = prev[parent] * level + here
+        else:
+            seg, idx = level
+            counts = seg[prev + 1] - seg[prev]
+            parent = np.repeat(np.arange(len(prev)), counts)
+            prev = seg[prev][parent] + np.arange(len(parent)) - np.repeat(np.cumsum(counts) - counts, counts)
+            here = idx[prev]
+        cols = [c[parent] for c in cols] + [here]
+    rank = len(shape)
+    orig: List[np.ndarray] = [np.zeros(0)] * rank
+    for level, dim in enumerate(s.order[:rank]):
+        orig[dim] = cols[level]
+    for level in range(rank, len(s.order)):
+        b = s.order[level] - rank
+        orig[s.block_map[b]] = orig[s.block_map[b]] * s.block_size[b] + cols[level]
+    dense = np.zeros(shape, values.dtype)
+    if len(values):
+        dense[tuple(orig)] = values
+    return dense
+
+
+def _order_effects(g: Graph, ops: List[Node]) -> None:
+    """TFLite runs operators in the order listed. Data edges keep most of that order;
+    ops with effects (a variable assigned, then read) have nothing else that orders
+    them: they are chained in file order, so that no rewrite moves one past another."""
+    prev = None
+    for n in ops:
+        if has_effects(n.op):
+            if prev is not None:
+                g.order(prev, n)
+            prev = n
 
 
 def _name_broadcast_dims(node: Node) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import onnx.numpy_helper
@@ -60,15 +60,21 @@ def check_tensor(p: TensorProto, what: Optional[str] = None) -> None:
 
 
 class ConstData:
-    __slots__ = ("proto", "base_dir", "index", "sparse", "_array")
+    __slots__ = ("proto", "base_dir", "index", "sparse", "_array", "stored", "_loader")
 
     def __init__(self, proto: Any, base_dir: Optional[Path], index: int = -1, sparse: bool = False,
-                 array: Optional[np.ndarray] = None):
+                 array: Optional[np.ndarray] = None, stored: Optional[np.ndarray] = None,
+                 loader: Optional[Callable[[], np.ndarray]] = None):
         self.proto = proto  # TensorProto / SparseTensorProto, or None for a new constant
         self.base_dir = base_dir
         self.index = index  # position among the graph's initializers (export order)
         self.sparse = sparse
         self._array = array
+        # The bytes as the file stores them where they are not the array's (a TFLite
+        # sparse tensor's values): written back as they came; ``loader`` makes the
+        # array from them when it is first needed.
+        self.stored = stored
+        self._loader = loader
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> "ConstData":
@@ -98,6 +104,8 @@ class ConstData:
         return self._array
 
     def _load(self) -> np.ndarray:
+        if self._loader is not None:
+            return self._loader()
         p = self.proto
         if not self.sparse:
             return read_tensor(p, self.base_dir, f"initializer '{p.name}'")

@@ -7,7 +7,8 @@ consumer) pair with a use count, which is what topological order and reachabilit
 A value of an outer graph used inside a subgraph (If/Loop/Scan bodies) also links its
 producer to the node owning that subgraph, so outer order stays correct.
 
-Passes change a graph only through ``Graph`` methods.
+An edge may also only order two nodes (``Graph.order``: ops with effects run in the
+order they came in). Passes change a graph only through ``Graph`` methods.
 """
 
 from __future__ import annotations
@@ -326,8 +327,21 @@ class Graph:
                 out[target.id] = g._pred[target.id][prod.id] = {"uses": 1}
         else:
             data["uses"] -= 1
-            if data["uses"] == 0:
+            if data["uses"] == 0 and not data.get("order"):
                 g.remove_edge(prod.id, target.id)
+
+    def order(self, before: Node, after: Node) -> None:
+        """Make ``after`` run after ``before`` though it uses none of its values (ops
+        with effects keep their order): an edge with no uses, which also keeps
+        ``before`` from being dead code."""
+        if before.graph is not self or after.graph is not self:
+            raise ValueError(f"{before!r} and {after!r} are not both nodes of graph {self.name!r}")
+        self._order = None
+        data = self._nx._succ[before.id].get(after.id)
+        if data is None:
+            self._nx._succ[before.id][after.id] = self._nx._pred[after.id][before.id] = {"uses": 0, "order": True}
+        else:
+            data["order"] = True
 
     # ---- mutating -------------------------------------------------------------------
     def set_input(self, node: Node, index: int, value: Optional[Value]) -> None:
