@@ -28,7 +28,6 @@ ORIGINAL_CANNOT_RUN = {
     "wheel_mediapipe_face_landmark_with_attention": "unresolved custom op: Landmarks2TransformMatrix",
 }
 PENDING = {
-    "wheel_mediapipe_pose_landmark_full": "its ONNX form's output Identity_2 is 0.16 off LiteRT",
 }
 
 
