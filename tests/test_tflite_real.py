@@ -196,10 +196,9 @@ def test_custom_op_of_the_default_delegate_runs_on_the_default_resolver(tmp_path
     src, out, res = _legalized(tmp_path, tb.deconv_model(), "deconv")
     assert res.exit_code == 0, res.report.to_json()
     check = res.report.check
-    assert check["provider"] == "LiteRT default resolver (XNNPACK), for custom ops Convolution2DTransposeBias"
-    assert _compared(check) == {"(LiteRT)": 1}
-    assert check["error"] == ("output 'y' of subgraph 'main' not compared on onnxruntime: no ONNX form for TFLite"
-                              " ops: CUSTOM.Convolution2DTransposeBias")
+    assert check["provider"] == ("LiteRT default resolver (XNNPACK), for custom ops Convolution2DTransposeBias"
+                                 " + onnxruntime CPUExecutionProvider")
+    assert _compared(check) == {"(LiteRT)": 1, "(onnxruntime)": 1} and "error" not in check
     x = RNG.normal(size=(1, 3, 3, 2)).astype(np.float32)
     want = _deconv(x) + np.array([1, -1, 0.5], np.float32)
     for path in (src, out):
@@ -209,14 +208,37 @@ def test_custom_op_of_the_default_delegate_runs_on_the_default_resolver(tmp_path
 
 
 # ---- the ONNX form against LiteRT ------------------------------------------------------
-def _both(data: bytes, feeds, tmp_path: Path, name: str = "m"):
+def _both(data: bytes, feeds, tmp_path: Path, name: str = "m", kernels: str = "builtin"):
     """LiteRT's outputs of the model and onnxruntime's of its ONNX form."""
     src = tmp_path / f"{name}.tflite"
     src.write_bytes(data)
     form = tflite_to_onnx(legalizer.load(src))
     onnx.checker.check_model(form, full_check=True)
     sess = session(form, ["CPUExecutionProvider"], basic=True)
-    return _litert(src, feeds), dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    return _litert(src, feeds, kernels), dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+@needs_litert
+@pytest.mark.parametrize("padding, size, kernel, stride", [
+    (1, (3, 4), (2, 2), (2, 2)), (1, (3, 5), (3, 3), (2, 2)), (1, (5, 4), (4, 3), (2, 3)), (2, (3, 4), (3, 2), (2, 2)),
+    (1, (4, 4), (3, 3), (1, 1))], ids=["SAME-k2s2", "SAME-k3s2", "SAME-k4x3s2x3", "VALID-k3x2s2", "SAME-k3s1"])
+def test_mediapipe_transpose_conv_bias_matches_litert(padding, size, kernel, stride, tmp_path):
+    """MediaPipe's Convolution2DTransposeBias (options: a TfLiteTransposeConvParams, SAME
+    1, VALID 2) has the ONNX form of a ConvTranspose with MediaPipe's padding (k - (in -
+    1) % stride - 1, the odd cell at the end): equal to XNNPACK's kernel to rounding."""
+    rng = np.random.default_rng(size[1] * 10 + kernel[0])
+    out = [s * (i - 1) + k - (max(0, k - (i - 1) % s - 1) if padding == 1 else 0)
+           for i, k, s in zip(size, kernel, stride)]
+    options = np.array([padding, stride[1], stride[0]], "<i4").tobytes()
+    data = tb.build_tflite(
+        [tb.tensor("x", "float32", [1, *size, 3]),
+         tb.tensor("w", "float32", [2, *kernel, 3], data=rng.normal(size=(2, *kernel, 3)).astype(np.float32)),
+         tb.tensor("b", "float32", [2], data=rng.normal(size=2).astype(np.float32)),
+         tb.tensor("y", "float32", [1, *out, 2])],
+        [tb.op("CUSTOM", [0, 1, 2], [3], custom_code="Convolution2DTransposeBias", custom_options=options)], [0], [3])
+    want, got = _both(data, {"x": rng.normal(size=(1, *size, 3)).astype(np.float32)}, tmp_path, kernels="default")
+    assert want["y"].shape == got["y"].shape == (1, *out, 2)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
 
 
 def _steps(a: np.ndarray, b: np.ndarray) -> int:

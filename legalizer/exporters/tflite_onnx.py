@@ -36,6 +36,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..check.ort import CheckUnavailable
+from ..importers.tflite import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type, numpy_dtype
 from ..ir.graph import CONST, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
@@ -375,6 +376,17 @@ def _op(*names: str, raw: bool = False):
     return register
 
 
+# Custom ops whose semantics are known (MediaPipe's, which LiteRT's default delegate runs).
+_CUSTOM_OPS: Dict[str, _OpFn] = {}
+
+
+def _custom_op(name: str):
+    def register(fn: _OpFn) -> _OpFn:
+        _CUSTOM_OPS[name] = fn
+        return fn
+    return register
+
+
 # ONNX attributes of table-driven ops that TFLite keeps in its options.
 _TABLE_ATTRS: Dict[str, Callable[[Node], dict]] = {
     "LEAKY_RELU": lambda n: {"alpha": float(_attr(n, "alpha", 0.0))},
@@ -387,6 +399,8 @@ def _elementwise(onnx_op: str, e: _Emitter, n: Node) -> List[str]:
 
 
 def _translator(n: Node) -> Optional[_OpFn]:
+    if n.domain == CUSTOM_DOMAIN:
+        return _CUSTOM_OPS.get(n.op_type)
     if n.domain != "tflite":
         return None
     fn = _OPS.get(n.op_type)
@@ -1133,38 +1147,72 @@ def _depth_space(e, n):
     return [_nchw(e, "SpaceToDepth", e.real(n.inputs[0]), [], blocksize=block)]
 
 
-@_op("TRANSPOSE_CONV")
-def _transpose_conv(e, n):
-    """TRANSPOSE_CONV(output_shape, weights [O, KH, KW, I], x, bias?): each input pixel
-    adds the filter times itself at (y * stride - pad) of the output, pad being the
-    padding of the conv that would map the output back to x."""
-    shape, w, x = n.inputs[:3]
-    b = n.inputs[3] if len(n.inputs) > 3 else None
-    out = _const(shape)
-    out = [int(d) for d in out.reshape(-1)] if out is not None else n.outputs[0].type.shape
-    if x.type.rank != 4 or w.type.shape is None or len(w.type.shape) != 4 or out is None:
-        raise _NoForm("not 4-D")
-    padding = _attr(n, "padding")
-    if padding not in (_SAME, _VALID):
-        raise _NoForm(f"padding {padding}")
+def _conv_transpose(e: _Emitter, x: Value, w: Value, b: Optional[Value], strides: Sequence[int],
+                    pads: Sequence[int], out: Sequence[int]) -> str:
+    """A transposed conv of NHWC ``x`` by OHWI ``w``, plus ``b``: each input pixel adds
+    the filter times itself at (y * stride - pad) of the output, which keeps the ``out``
+    cells from there (spatial dims)."""
     sizes = _static(x, (1, 2), "dynamic spatial dims")
-    if not all(isinstance(d, int) for d in out[1:3]):
-        raise _NoForm("dynamic output size")
-    strides = [int(_attr(n, "stride_h", 1)), int(_attr(n, "stride_w", 1))]
-    before, end, extra = [], [], []
-    for size, o, k, s in zip(sizes, out[1:3], w.type.shape[1:3], strides):
-        forward = -(-o // s) if padding == _SAME else (o - k + s) // s
-        pad = max((forward - 1) * s + k - o, 0) // 2
+    end, extra = [], []
+    for size, o, k, s, pad in zip(sizes, out, w.type.shape[1:3], strides, pads):
         cut = s * (size - 1) + k - pad - o  # what the full result has past the output
         if -cut >= s:
             raise _NoForm("output larger than the input covers")
-        before.append(pad)
         end.append(max(cut, 0))
         extra.append(max(-cut, 0))
-    attrs = {"strides": strides, "pads": before + end}
+    attrs = {"strides": list(strides), "pads": list(pads) + end}
     if any(extra):
         attrs["output_padding"] = extra
-    return [_nchw(e, "ConvTranspose", e.real(x), [e.permuted(w, (3, 0, 1, 2)), _bias(e, b, x, w)], **attrs)]
+    return _nchw(e, "ConvTranspose", e.real(x), [e.permuted(w, (3, 0, 1, 2)), _bias(e, b, x, w)], **attrs)
+
+
+def _transposed_4d(x: Value, w: Value) -> None:
+    if x.type.rank != 4 or w.type.shape is None or len(w.type.shape) != 4:
+        raise _NoForm("not 4-D")
+
+
+@_op("TRANSPOSE_CONV")
+def _transpose_conv(e, n):
+    """TRANSPOSE_CONV(output_shape, weights, x, bias?): the output of the size given, the
+    pad the padding of the conv that would map the output back to x."""
+    shape, w, x = n.inputs[:3]
+    _transposed_4d(x, w)
+    out = _const(shape)
+    out = [int(d) for d in out.reshape(-1)] if out is not None else n.outputs[0].type.shape
+    if out is None or not all(isinstance(d, int) for d in out[1:3]):
+        raise _NoForm("dynamic output size")
+    padding = _attr(n, "padding")
+    if padding not in (_SAME, _VALID):
+        raise _NoForm(f"padding {padding}")
+    strides = [int(_attr(n, "stride_h", 1)), int(_attr(n, "stride_w", 1))]
+    pads = []
+    for o, k, s in zip(out[1:3], w.type.shape[1:3], strides):
+        forward = -(-o // s) if padding == _SAME else (o - k + s) // s
+        pads.append(max((forward - 1) * s + k - o, 0) // 2)
+    return [_conv_transpose(e, x, w, n.inputs[3] if len(n.inputs) > 3 else None, strides, pads, out[1:3])]
+
+
+_TFLITE_SAME, _TFLITE_VALID = 1, 2  # TfLitePadding, as a custom op's C struct holds it
+
+
+@_custom_op("Convolution2DTransposeBias")
+def _mediapipe_transpose_conv_bias(e, n):
+    """MediaPipe's transposed conv with a bias (its own kernel; XNNPACK's in LiteRT's
+    default resolver): options are a TfLiteTransposeConvParams (padding, stride_width,
+    stride_height); SAME pads k - (in - 1) % stride - 1 in all, the odd cell at the end,
+    and the output is stride * (in - 1) + k less that padding."""
+    x, w, b = n.inputs
+    _transposed_4d(x, w)
+    raw = n.proto.rest.get("custom_options") if n.proto is not None else None
+    params = np.frombuffer(np.asarray(raw, np.uint8).tobytes(), "<i4") if raw is not None else np.zeros(0, "<i4")
+    if len(params) < 3 or params[0] not in (_TFLITE_SAME, _TFLITE_VALID) or any(params[3:4]):
+        raise _NoForm(f"options {params.tolist()}")
+    padding, strides = int(params[0]), [int(params[2]), int(params[1])]
+    sizes = _static(x, (1, 2), "dynamic spatial dims")
+    totals = [max(0, k - (size - 1) % s - 1) if padding == _TFLITE_SAME else 0
+              for size, k, s in zip(sizes, w.type.shape[1:3], strides)]
+    out = [s * (size - 1) + k - t for size, k, s, t in zip(sizes, w.type.shape[1:3], strides, totals)]
+    return [_conv_transpose(e, x, w, b, strides, [t // 2 for t in totals], out)]
 
 
 # tflite ResizeBilinear/NearestNeighborOptions -> ONNX Resize's coordinate transformation.
@@ -1268,7 +1316,7 @@ def _boundary_info(v: Value) -> onnx.ValueInfoProto:
 
 
 def _op_label(n: Node) -> str:
-    if n.domain == "tflite.custom":
+    if n.domain == CUSTOM_DOMAIN:
         return f"CUSTOM.{n.op_type}"
     return n.op_type if n.domain == "tflite" else n.op
 
