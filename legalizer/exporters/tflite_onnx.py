@@ -813,7 +813,8 @@ def _space_to_batch_nd(e, n):
                                                           [0], pads[:, 1], [0] * len(rest)]))])
     split = [-1] + [v for s, b in zip(spatial, block) for v in (s // b, b)] + rest
     y = e.emit("Reshape", [y, e.ints(split)])
-    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+    inner = list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + inner
     y = e.emit("Transpose", [y], perm=perm)
     return [e.emit("Reshape", [y, e.ints([-1] + [s // b for s, b in zip(spatial, block)] + rest)])]
 
