@@ -328,10 +328,7 @@ def _first_miss(check: dict) -> Optional[str]:
 # rapidocr's detector and nudenet): the table shows what it found.
 SILERO_SR = "a sample rate its If accepts (16 kHz)"
 CHECK_NEEDS: Dict[str, dict] = {
-    # Its window (input[1]) and batch (input[0], and state[1] that must equal it) are
-    # anonymous dims of three keys; the search finds no binding within its budget.
-    "wheel_silero_vad": {"dims": {"input[1]": 512}, "inputs": {"sr": 16000},
-                         "why": "a 16 kHz window of 512 samples, and " + SILERO_SR},
+    "wheel_silero_vad": {"inputs": {"sr": 16000}, "why": SILERO_SR},
     "wheel_silero_vad_16k_op15": {"inputs": {"sr": 16000}, "why": SILERO_SR},
     "wheel_silero_vad_op18_ifless": {"inputs": {"sr": 16000}, "why": SILERO_SR},
 }

@@ -70,6 +70,30 @@ def gemm_model():
                    numpy_helper.from_array(np.arange(8, dtype=np.float32), "b")])
 
 
+def padded_window_model():
+    """silero-vad's pattern, with its anonymous dims: x [?, ?] reflect-padded by 64 at
+    the end (samples must exceed 64: onnxruntime says "post-pad (64) exceeds maximum
+    allowed (2)" at 3, "(63)" at 64, ...), framed into windows of 128 ([?, -1, 128]),
+    concatenated with a state [2, ?, 128] summed over its first axis (its batch must be
+    x's), plus a rank-1 bias (legalize reshapes it)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 0])
+    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 0, 128])
+    for dim in [*x.type.tensor_type.shape.dim, state.type.tensor_type.shape.dim[1]]:
+        dim.Clear()  # neither a size nor a name: keys x[0], x[1], state[1]
+    return _model([helper.make_node("Pad", ["x", "pads"], ["padded"], mode="reflect"),
+                   helper.make_node("Reshape", ["padded", "frame"], ["frames"]),
+                   helper.make_node("ReduceSum", ["state", "zero"], ["s"], keepdims=0),
+                   helper.make_node("Unsqueeze", ["s", "one"], ["s1"]),
+                   helper.make_node("Concat", ["frames", "s1"], ["h"], axis=1),
+                   helper.make_node("Add", ["h", "bias"], ["y"], name="add_bias")],
+                  [x, state], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                  [numpy_helper.from_array(np.array([0, 0, 0, 64], np.int64), "pads"),
+                   numpy_helper.from_array(np.array([0, -1, 128], np.int64), "frame"),
+                   numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                   numpy_helper.from_array(np.array([1], np.int64), "one"),
+                   numpy_helper.from_array(np.linspace(-1, 1, 128, dtype=np.float32), "bias")])
+
+
 def always_failing_model():
     """Range with a step computed as 0 at run time: the original fails at every size."""
     return _model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
@@ -153,6 +177,20 @@ def test_a_size_only_the_error_names(tmp_path):
     check = rep["check"]
     assert check["ok"] and check["search"] == {"tried": 1, "found": {"batch": 3, "features": 400}}
     assert compared(check) == [({"batch": 3, "features": 400}, "search"), ({"batch": 1, "features": 400}, "search")]
+
+
+def test_an_error_that_recurs_with_the_tried_size_is_not_followed_down(tmp_path):
+    """The pad's error names 64 at the synthesized sizes; at 64 it says "maximum allowed
+    (63)", at 63 "(62)": the same error, its number following the size tried. Followed
+    down, that took 253 of the 256 tries (silero-vad's window needed a --dim). Tried last:
+    64, 2, the reshape's 128 (whose error names 192: 128 + 64), then 192."""
+    src = save(padded_window_model(), tmp_path, "padded.onnx")
+    res = legalizer.check(src, legalizer.legalize(onnx.load(str(src))), provider="cpu")
+    assert res.ran and res.ok
+    assert res.search.to_json() == {"tried": 13, "found": {"state[1]": 3, "x[0]": 3, "x[1]": 192}}
+    # state's batch must be x's: the two bindings where they differ are rejected
+    assert [b.dims for b in res.bindings if not b.skipped] == [
+        {"state[1]": 3, "x[0]": 3, "x[1]": 192}, {"state[1]": 1, "x[0]": 1, "x[1]": 192}]
 
 
 def test_synthesized_bindings_that_run_need_no_search(tmp_path):

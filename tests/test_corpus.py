@@ -28,12 +28,6 @@ ORIGINAL_CANNOT_RUN = {
     "wheel_mediapipe_face_landmark_with_attention": "unresolved custom op: Landmarks2TransformMatrix",
 }
 PENDING = {
-    "wheel_mediapipe_face_detection_full_range_sparse": "DEPTH_TO_SPACE has no ONNX form (ran in part)",
-    "wheel_mediapipe_pose_detection": "DEPTH_TO_SPACE has no ONNX form (ran in part)",
-    "wheel_mediapipe_pose_landmark_full": "its ONNX form's output Identity_2 is 0.16 off LiteRT",
-    "wheel_mediapipe_selfie_segmentation": "MediaPipe's custom Convolution2DTransposeBias has no ONNX form (ran in part)",
-    "wheel_mediapipe_selfie_segmentation_landscape": "MediaPipe's custom Convolution2DTransposeBias has no ONNX form"
-                                                     " (ran in part)",
 }
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import legalizer
+from legalizer.check.ort import ATOL
 from legalizer.exporters.tflite import to_tflite
 from legalizer.ir.graph import OP
 from legalizer.pipeline import RunOptions, is_output, run, verify_model
@@ -460,6 +461,68 @@ def test_quantized_rounding_that_compounds_is_judged_op_by_op(tmp_path):
     assert [o.max_abs_err for o in ort] == [4.0]
     assert ort[0].detail == ("4 steps off end to end (quantized rounding compounds); op by op, all 2 ops agree"
                              " with LiteRT")
+
+
+def _cancelling_float_model(path: Path) -> Path:
+    """What MediaPipe's pose landmark model does to its segmentation output, in two ops:
+    h[1,16] = FULLY_CONNECTED(x[1,256]) with weights of magnitude 100 whose rows come in
+    pairs 1e-3 apart, then y[1,8] = FULLY_CONNECTED(h) taking each pair's difference. h
+    is large, y small: the rounding of h's sums, which onnxruntime's kernels do in
+    another order than LiteRT's, is most of y's error."""
+    import tflite_build as tb
+
+    rng = np.random.default_rng(0)
+    w1 = rng.normal(0, 100, (8, 256)).astype(np.float32)
+    w = np.concatenate([w1, w1 + rng.normal(0, 1e-3, (8, 256)).astype(np.float32)])
+    v = np.concatenate([-np.eye(8), np.eye(8)], 1).astype(np.float32)
+    path.write_bytes(tb.build_tflite(
+        [tb.tensor("x", "float32", [1, 256]), tb.tensor("w", "float32", [16, 256], data=w),
+         tb.tensor("h", "float32", [1, 16]), tb.tensor("v", "float32", [8, 16], data=v),
+         tb.tensor("y", "float32", [1, 8])],
+        [tb.op("FULLY_CONNECTED", [0, 1, -1], [2], "FullyConnectedOptions"),
+         tb.op("FULLY_CONNECTED", [2, 3, -1], [4], "FullyConnectedOptions")], [0], [4]))
+    return path
+
+
+def _checked(src: Path, tmp_path: Path):
+    from legalizer.check.tflite import check_tflite
+
+    model = legalizer.load(src)
+    out = tmp_path / "m.legal.tflite"
+    out.write_bytes(to_tflite(model))
+    return check_tflite(src, out, model, provider="cpu")
+
+
+@needs_litert
+def test_float_rounding_that_compounds_is_judged_op_by_op(tmp_path):
+    """A float output that cancels large sums is off on onnxruntime by far more than
+    the tolerances allow (as pose_landmark_full's segmentation output, 1.2e-4 of its
+    scale), each op within them when fed LiteRT's operands: the output passes, and
+    says why. LiteRT itself, same kernels, is exact."""
+    res = _checked(_cancelling_float_model(tmp_path / "m.tflite"), tmp_path)
+    assert res.ran and res.ok and not res.error, res.to_json()
+    (litert_out, ort), = [b.outputs for b in res.bindings]
+    assert litert_out.ok and litert_out.max_abs_err == 0.0
+    assert ort.max_abs_err > 20 * ATOL  # y's magnitude is about 0.02: RTOL of it is below ATOL
+    assert ort.detail == (f"{ort.max_abs_err:.3g} max abs err off end to end (float rounding compounds); op by op,"
+                          " all 2 ops agree with LiteRT")
+
+
+@needs_litert
+def test_op_by_op_judges_a_float_op_against_its_own_scale(tmp_path, monkeypatch):
+    """Each FULLY_CONNECTED translated 0.01 off: within the tolerance of h (magnitude
+    ~3,000), not of y (~0.02): op by op, y's op is named."""
+    from legalizer.exporters import tflite_onnx
+
+    fc = tflite_onnx._OPS["FULLY_CONNECTED"]
+    monkeypatch.setitem(tflite_onnx._OPS, "FULLY_CONNECTED",
+                        lambda e, n: [e.emit("Add", [fc(e, n)[0], e.scalar(0.01, "float")])])
+    res = _checked(_cancelling_float_model(tmp_path / "m.tflite"), tmp_path)
+    assert res.ran and not res.ok
+    (litert_out, ort), = [b.outputs for b in res.bindings]
+    assert litert_out.ok and not ort.ok
+    assert ort.detail.startswith(f"{ort.max_abs_err:.3g} max abs err off end to end; op by op, 1 of 2 ops differ"
+                                 " from LiteRT: 'y' (FULLY_CONNECTED) max abs err 0.01"), ort.detail
 
 
 @needs_litert

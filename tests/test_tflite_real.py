@@ -196,10 +196,9 @@ def test_custom_op_of_the_default_delegate_runs_on_the_default_resolver(tmp_path
     src, out, res = _legalized(tmp_path, tb.deconv_model(), "deconv")
     assert res.exit_code == 0, res.report.to_json()
     check = res.report.check
-    assert check["provider"] == "LiteRT default resolver (XNNPACK), for custom ops Convolution2DTransposeBias"
-    assert _compared(check) == {"(LiteRT)": 1}
-    assert check["error"] == ("output 'y' of subgraph 'main' not compared on onnxruntime: no ONNX form for TFLite"
-                              " ops: CUSTOM.Convolution2DTransposeBias")
+    assert check["provider"] == ("LiteRT default resolver (XNNPACK), for custom ops Convolution2DTransposeBias"
+                                 " + onnxruntime CPUExecutionProvider")
+    assert _compared(check) == {"(LiteRT)": 1, "(onnxruntime)": 1} and "error" not in check
     x = RNG.normal(size=(1, 3, 3, 2)).astype(np.float32)
     want = _deconv(x) + np.array([1, -1, 0.5], np.float32)
     for path in (src, out):
@@ -209,14 +208,37 @@ def test_custom_op_of_the_default_delegate_runs_on_the_default_resolver(tmp_path
 
 
 # ---- the ONNX form against LiteRT ------------------------------------------------------
-def _both(data: bytes, feeds, tmp_path: Path, name: str = "m"):
+def _both(data: bytes, feeds, tmp_path: Path, name: str = "m", kernels: str = "builtin"):
     """LiteRT's outputs of the model and onnxruntime's of its ONNX form."""
     src = tmp_path / f"{name}.tflite"
     src.write_bytes(data)
     form = tflite_to_onnx(legalizer.load(src))
     onnx.checker.check_model(form, full_check=True)
     sess = session(form, ["CPUExecutionProvider"], basic=True)
-    return _litert(src, feeds), dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    return _litert(src, feeds, kernels), dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+@needs_litert
+@pytest.mark.parametrize("padding, size, kernel, stride", [
+    (1, (3, 4), (2, 2), (2, 2)), (1, (3, 5), (3, 3), (2, 2)), (1, (5, 4), (4, 3), (2, 3)), (2, (3, 4), (3, 2), (2, 2)),
+    (1, (4, 4), (3, 3), (1, 1))], ids=["SAME-k2s2", "SAME-k3s2", "SAME-k4x3s2x3", "VALID-k3x2s2", "SAME-k3s1"])
+def test_mediapipe_transpose_conv_bias_matches_litert(padding, size, kernel, stride, tmp_path):
+    """MediaPipe's Convolution2DTransposeBias (options: a TfLiteTransposeConvParams, SAME
+    1, VALID 2) has the ONNX form of a ConvTranspose with MediaPipe's padding (k - (in -
+    1) % stride - 1, the odd cell at the end): equal to XNNPACK's kernel to rounding."""
+    rng = np.random.default_rng(size[1] * 10 + kernel[0])
+    out = [s * (i - 1) + k - (max(0, k - (i - 1) % s - 1) if padding == 1 else 0)
+           for i, k, s in zip(size, kernel, stride)]
+    options = np.array([padding, stride[1], stride[0]], "<i4").tobytes()
+    data = tb.build_tflite(
+        [tb.tensor("x", "float32", [1, *size, 3]),
+         tb.tensor("w", "float32", [2, *kernel, 3], data=rng.normal(size=(2, *kernel, 3)).astype(np.float32)),
+         tb.tensor("b", "float32", [2], data=rng.normal(size=2).astype(np.float32)),
+         tb.tensor("y", "float32", [1, *out, 2])],
+        [tb.op("CUSTOM", [0, 1, 2], [3], custom_code="Convolution2DTransposeBias", custom_options=options)], [0], [3])
+    want, got = _both(data, {"x": rng.normal(size=(1, *size, 3)).astype(np.float32)}, tmp_path, kernels="default")
+    assert want["y"].shape == got["y"].shape == (1, *out, 2)
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)
 
 
 def _steps(a: np.ndarray, b: np.ndarray) -> int:
@@ -398,3 +420,148 @@ def test_outputs_without_an_onnx_form_are_named_the_others_compared(tmp_path):
     assert check["error"] == ("output 'y' of subgraph 'main' not compared on onnxruntime: no ONNX form for TFLite"
                               " ops: VAR_HANDLE (ONNX has no state), READ_VARIABLE (ONNX has no state)")
     assert res.report.warnings == [f"the numeric check ran in part: {check['error']}"]
+
+
+# ---- more ops with an ONNX form, each against LiteRT -----------------------------------
+def _data(dtype: str, shape, rng) -> np.ndarray:
+    if dtype == "int8":
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return rng.normal(size=shape).astype(np.float32)
+
+
+Q8 = {"scale": 0.05, "zero_point": 3}
+
+# op -> (operands: (name, shape) for an input, an array for a constant; outputs'
+# shapes; options table; options). Every operand and result named by position; int8
+# runs quantize each float operand and result with Q8, as the converter writes
+# data-movement ops (one scale in and out).
+MOVEMENT = {
+    "DEPTH_TO_SPACE": ([("x", (2, 3, 4, 12))], [(2, 6, 8, 3)], "DepthToSpaceOptions", {"block_size": 2}),
+    "SPACE_TO_DEPTH": ([("x", (1, 6, 9, 2))], [(1, 2, 3, 18)], "SpaceToDepthOptions", {"block_size": 3}),
+    "SPLIT_V": ([("x", (2, 7, 3)), np.array([2, -1, 1], np.int32), np.array(-2, np.int32)],
+                [(2, 2, 3), (2, 4, 3), (2, 1, 3)], "SplitVOptions", {"num_splits": 3}),
+    "REVERSE_V2": ([("x", (2, 3, 4)), np.array([1, 2], np.int32)], [(2, 3, 4)], "ReverseV2Options", {}),
+    "MIRROR_PAD-REFLECT": ([("x", (2, 4, 3)), np.array([[1, 0], [2, 3], [0, 2]], np.int32)], [(3, 9, 5)],
+                           "MirrorPadOptions", {"mode": 0}),
+    "MIRROR_PAD-SYMMETRIC": ([("x", (2, 4, 3)), np.array([[1, 0], [3, 4], [0, 2]], np.int32)], [(3, 11, 5)],
+                             "MirrorPadOptions", {"mode": 1}),
+    "GATHER_ND": ([("x", (3, 4, 2)), np.array([[[2, 1], [0, 3]], [[1, 0], [2, 2]]], np.int32)], [(2, 2, 2)],
+                  "GatherNdOptions", {}),
+    "TOPK_V2": ([("x", (3, 10)), np.array(4, np.int32)], [(3, 4), ("int32", (3, 4))], "TopKV2Options", {}),
+    "SPACE_TO_BATCH_ND": ([("x", (2, 5, 4, 3)), np.array([2, 3], np.int32), np.array([[1, 0], [1, 1]], np.int32)],
+                          [(12, 3, 2, 3)], "SpaceToBatchNDOptions", {}),
+    "BATCH_TO_SPACE_ND": ([("x", (12, 3, 2, 3)), np.array([2, 3], np.int32), np.array([[1, 0], [1, 1]], np.int32)],
+                          [(2, 5, 4, 3)], "BatchToSpaceNDOptions", {}),
+    "FILL": ([np.array([2, 3], np.int32), ("v", ())], [(2, 3)], "FillOptions", {}),
+}
+
+
+def _one_op_model(op: str, dtype: str, operands, outputs, table: str, options: dict) -> bytes:
+    q = Q8 if dtype == "int8" else {}
+    tensors, ins, inputs = [], [], []
+    for k, o in enumerate(operands):
+        if isinstance(o, tuple):
+            inputs.append(len(tensors))
+            tensors.append(tb.tensor(o[0], dtype, o[1], **q))
+        else:
+            tensors.append(tb.tensor(f"c{k}", o.dtype, o.shape, data=o))
+        ins.append(len(tensors) - 1)
+    outs = []
+    for k, shape in enumerate(outputs):
+        out_dtype, shape = shape if isinstance(shape[0], str) else (dtype, shape)
+        outs.append(len(tensors))
+        tensors.append(tb.tensor(f"y{k}", out_dtype, shape, **(q if out_dtype == dtype else {})))
+    return tb.build_tflite(tensors, [tb.op(op.split("-")[0], ins, outs, table, **options)], inputs, outs)
+
+
+@needs_litert
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("op", MOVEMENT)
+def test_data_movement_ops_match_litert(op, dtype, tmp_path):
+    """Ops that move data without computing: the ONNX form gives LiteRT's results
+    exactly, float and int8 (DEPTH_TO_SPACE: MediaPipe's pose and full-range face
+    detectors; SYMMETRIC MIRROR_PAD has no ONNX mode: concatenated reversed slices)."""
+    operands, outputs, table, options = MOVEMENT[op]
+    data = _one_op_model(op, dtype, operands, outputs, table, options)
+    rng = np.random.default_rng(len(op))
+    feeds = {o[0]: _data(dtype, o[1], rng) for o in operands if isinstance(o, tuple)}
+    want, got = _both(data, feeds, tmp_path)
+    assert sorted(got) == sorted(want) == [f"y{k}" for k in range(len(outputs))]
+    for name in want:
+        assert got[name].shape == want[name].shape and got[name].dtype == want[name].dtype
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+# op -> (operands, output dtype and shape, options table, options); float or typed as given.
+COMPUTING = {
+    "RELU_0_TO_1": ([("x", "float32", (3, 4))], ("float32", (3, 4)), None, {}),
+    "ZEROS_LIKE": ([("x", "int32", (2, 3))], ("int32", (2, 3)), "ZerosLikeOptions", {}),
+    "RANGE": ([("start", "int32", ()), np.array(17, np.int32), np.array(3, np.int32)], ("int32", (6,)),
+              "RangeOptions", {}),
+    "REDUCE_ANY": ([("b", "bool", (3, 4, 2)), np.array([0, 2], np.int32)], ("bool", (4,)), "ReducerOptions",
+                   {"keep_dims": False}),
+    "REDUCE_ALL": ([("b", "bool", (3, 4, 2)), np.array([1], np.int32)], ("bool", (3, 1, 2)), "ReducerOptions",
+                   {"keep_dims": True}),
+}
+
+
+@needs_litert
+@pytest.mark.parametrize("op", COMPUTING)
+def test_small_computing_ops_match_litert(op, tmp_path):
+    operands, (out_dtype, out_shape), table, options = COMPUTING[op]
+    tensors, inputs = [], []
+    for k, o in enumerate(operands):
+        if isinstance(o, tuple):
+            inputs.append(len(tensors))
+            tensors.append(tb.tensor(o[0], o[1], o[2]))
+        else:
+            tensors.append(tb.tensor(f"c{k}", o.dtype, o.shape, data=o))
+    tensors.append(tb.tensor("y", out_dtype, out_shape))
+    data = tb.build_tflite(tensors, [tb.op(op, range(len(operands)), [len(operands)], table, **options)], inputs,
+                           [len(operands)])
+    rng = np.random.default_rng(1)
+    feeds = {"x": (rng.normal(size=(3, 4)) * 2).astype(np.float32) if op == "RELU_0_TO_1" else
+             rng.integers(-5, 5, (2, 3)).astype(np.int32), "start": np.array(-1, np.int32),
+             "b": rng.random((3, 4, 2)) < (0.1 if op == "REDUCE_ANY" else 0.8)}
+    feeds = {k: v for k, v in feeds.items() if k in {o[0] for o in operands if isinstance(o, tuple)}}
+    want, got = _both(data, feeds, tmp_path)
+    assert got["y"].dtype == want["y"].dtype and got["y"].shape == want["y"].shape == out_shape
+    np.testing.assert_array_equal(got["y"], want["y"])
+    if op == "ZEROS_LIKE":
+        assert not want["y"].any()
+    else:  # neither all true nor all one value: the comparison means something
+        assert len(np.unique(want["y"])) > 1
+
+
+@needs_litert
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("padding, stride, size, out", [
+    (0, (2, 2), (3, 4), (6, 8)), (1, (2, 2), (3, 4), (7, 9)), (0, (1, 1), (5, 5), (5, 5)),
+    (0, (2, 3), (3, 3), (5, 8)), (1, (3, 2), (2, 3), (8, 8))],
+    ids=["SAME-s2", "VALID-s2", "SAME-s1", "SAME-s2x3-odd", "VALID-s3x2"])
+def test_transpose_conv_matches_litert(padding, stride, size, out, dtype, tmp_path):
+    """TRANSPOSE_CONV as ConvTranspose with the padding of the conv that maps the output
+    back to the input (the odd cell at the end), the output size TFLite is given; float
+    to rounding, int8 (per-channel weights, int32 bias) within one step."""
+    rng = np.random.default_rng(stride[0] * 10 + size[0])
+    w = rng.normal(size=(4, 3, 3, 2)).astype(np.float32)  # [O, KH, KW, I]
+    b = rng.normal(size=4).astype(np.float32)
+    if dtype == "int8":
+        ws = np.abs(w).reshape(4, -1).max(1) / 127
+        x_q, w_q = {"scale": 0.05, "zero_point": 3}, {"scale": list(ws), "zero_point": [0] * 4}
+        tensors = [tb.tensor("w", "int8", w.shape, data=np.round(w / ws[:, None, None, None]).astype(np.int8), **w_q),
+                   tb.tensor("x", "int8", [1, *size, 2], **x_q),
+                   tb.tensor("b", "int32", [4], data=np.round(b / (0.05 * ws)).astype(np.int32),
+                             scale=list(0.05 * ws), zero_point=[0] * 4),
+                   tb.tensor("y", "int8", [1, *out, 4], scale=0.08, zero_point=-2)]
+    else:
+        tensors = [tb.tensor("w", "float32", w.shape, data=w), tb.tensor("x", "float32", [1, *size, 2]),
+                   tb.tensor("b", "float32", [4], data=b), tb.tensor("y", "float32", [1, *out, 4])]
+    tensors.append(tb.tensor("shape", "int32", [4], data=np.array([1, *out, 4], np.int32)))
+    data = tb.build_tflite(tensors, [tb.op("TRANSPOSE_CONV", [4, 0, 1, 2], [3], "TransposeConvOptions", padding=padding,
+                                           stride_h=stride[0], stride_w=stride[1])], [1], [3])
+    want, got = _both(data, {"x": _data(dtype, (1, *size, 2), rng)}, tmp_path)
+    if dtype == "int8":
+        assert _steps(got["y"], want["y"]) <= 1 and np.unique(want["y"]).size > 20
+    else:
+        np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-5)

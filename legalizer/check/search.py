@@ -11,7 +11,11 @@ first: a leading dim is usually a batch, which any size fits), then on all of th
    its name carries (``seq_512``, ``n_fft=400``);
 3. the constant sizes the graph reshapes, slices or convolves to (Reshape targets, Slice
    starts and ends, Conv and pooling kernels);
-4. growing sizes, powers of two, until the input would pass the check's 1 GiB cap.
+4. growing sizes, powers of two, until the input would pass the check's 1 GiB cap;
+5. last, the sizes of errors already seen with other numbers. The same error again at
+   another binding is the same failure: its new numbers follow the binding tried (a
+   reflect pad of 64 "exceeds maximum allowed (63)" at a window of 64, then 62 at 63,
+   ...: silero-vad's window, 64 more tries per step down), not sizes the model asks for.
 
 The search is bounded: ``MAX_TRIES`` runs of the original and ``MAX_SECONDS``.
 """
@@ -186,11 +190,18 @@ def search(keys: Sequence[str], base: Mapping[str, int], run: Run, *, errors: Se
     done = set(result.rejected)
     queued: Set[int] = set()
     moves: Deque[Tuple[int, Optional[str]]] = deque()  # (size, one dim, or None: each dim, then all)
+    echoes: Deque[int] = deque()  # sizes of errors seen before with other numbers: tried last
+    seen: Set[str] = set()  # the errors seen, their numbers masked
     capped: Dict[Optional[str], int] = {}  # per dim (None: all together), the size found too big
 
     def learn(text: str) -> None:
         new = [s for s in sizes_in_error(text) if s not in queued]
         queued.update(new)
+        form = _INT.sub("#", text)
+        if form in seen:
+            echoes.extend(new)
+            return
+        seen.add(form)
         moves.extendleft((s, None) for s in reversed(new))
 
     def attempt(key: Optional[str], size: int) -> bool:
@@ -229,14 +240,18 @@ def search(keys: Sequence[str], base: Mapping[str, int], run: Run, *, errors: Se
     try:
         while True:
             if not moves:
-                # Growing sizes, until every dim (and all together) is capped.
+                # Growing sizes, until every dim (and all together) is capped; then the
+                # echoes.
                 while power in queued and power <= MAX_SIZE:
                     power *= 2
                 groups = (*keys, None) if len(keys) > 1 else tuple(keys)
-                if power > MAX_SIZE or all(power >= capped.get(k, MAX_SIZE + 1) for k in groups):
+                if power <= MAX_SIZE and any(power < capped.get(k, MAX_SIZE + 1) for k in groups):
+                    queued.add(power)
+                    moves.append((power, None))
+                elif echoes:
+                    moves.append((echoes.popleft(), None))
+                else:
                     break
-                queued.add(power)
-                moves.append((power, None))
             size, key = moves.popleft()
             if key is not None:
                 if attempt(key, size):

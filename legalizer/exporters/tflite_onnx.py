@@ -36,6 +36,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..check.ort import CheckUnavailable
+from ..importers.tflite import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type, numpy_dtype
 from ..ir.graph import CONST, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
@@ -375,6 +376,17 @@ def _op(*names: str, raw: bool = False):
     return register
 
 
+# Custom ops whose semantics are known (MediaPipe's, which LiteRT's default delegate runs).
+_CUSTOM_OPS: Dict[str, _OpFn] = {}
+
+
+def _custom_op(name: str):
+    def register(fn: _OpFn) -> _OpFn:
+        _CUSTOM_OPS[name] = fn
+        return fn
+    return register
+
+
 # ONNX attributes of table-driven ops that TFLite keeps in its options.
 _TABLE_ATTRS: Dict[str, Callable[[Node], dict]] = {
     "LEAKY_RELU": lambda n: {"alpha": float(_attr(n, "alpha", 0.0))},
@@ -387,6 +399,8 @@ def _elementwise(onnx_op: str, e: _Emitter, n: Node) -> List[str]:
 
 
 def _translator(n: Node) -> Optional[_OpFn]:
+    if n.domain == CUSTOM_DOMAIN:
+        return _CUSTOM_OPS.get(n.op_type)
     if n.domain != "tflite":
         return None
     fn = _OPS.get(n.op_type)
@@ -464,9 +478,12 @@ def _square(e, n):
     return [e.emit("Mul", [x, x])]
 
 
-@_op("RELU6", "RELU_N1_TO_1")
+_RELU_RANGES = {"RELU6": (0, 6), "RELU_N1_TO_1": (-1, 1), "RELU_0_TO_1": (0, 1)}
+
+
+@_op(*_RELU_RANGES)
 def _clipping_relu(e, n):
-    lo, hi = (0, 6) if n.op_type == "RELU6" else (-1, 1)
+    lo, hi = _RELU_RANGES[n.op_type]
     return [e.clip(e.real(n.inputs[0]), lo, hi, e.real_dtype(n.outputs[0]))]
 
 
@@ -604,18 +621,22 @@ def _gather(e, n):
     return [e.emit("Gather", [e.real(n.inputs[0]), e.raw(n.inputs[1])], axis=int(_attr(n, "axis")))]
 
 
+def _pads(e: _Emitter, paddings: Value) -> str:
+    """TFLite's [rank, 2] paddings (before, after per axis) as ONNX's pads: all the
+    befores, then all the afters."""
+    data = _const(paddings)
+    if data is not None:
+        return e.ints(data.T)
+    p = e.emit("Cast", [e.raw(paddings)], to=TensorProto.INT64)
+    return e.emit("Reshape", [e.emit("Transpose", [p], perm=[1, 0]), e.ints([-1])])
+
+
 @_op("PAD", "PADV2")
 def _pad(e, n):
     x, paddings = n.inputs[0], n.inputs[1]
-    data = _const(paddings)
-    if data is not None:  # TFLite's [rank, 2] (before, after) -> ONNX's befores then afters
-        pads = e.ints(data.T)
-    else:
-        p = e.emit("Cast", [e.raw(paddings)], to=TensorProto.INT64)
-        pads = e.emit("Reshape", [e.emit("Transpose", [p], perm=[1, 0]), e.ints([-1])])
     # A quantized PAD pads with the zero point, i.e. real 0: the default here.
     value = n.inputs[2] if len(n.inputs) > 2 else None
-    ins = [e.real(x), pads]
+    ins = [e.real(x), _pads(e, paddings)]
     if value is not None:
         ins.append(e.emit("Reshape", [e.real(value), e.ints([])]))
     return [e.emit("Pad", ins)]
@@ -669,6 +690,155 @@ def _slice(e, n):
     return [e.emit("Slice", [e.real(x), starts, ends])]
 
 
+@_op("SPLIT_V")
+def _split_v(e, n):
+    x, sizes, axis = n.inputs
+    sizes, axis = _const(sizes), _const(axis)
+    if sizes is None or axis is None:
+        raise _NoForm("sizes or axis not constant")
+    axis = int(axis.reshape(-1)[0])
+    sizes = [int(s) for s in sizes.reshape(-1)]
+    if -1 in sizes:  # the one size TFLite lets be inferred: what the others leave
+        dim = x.type.shape[axis] if x.type.shape is not None else None
+        if not isinstance(dim, int):
+            raise _NoForm("size -1 on a dynamic dim")
+        sizes[sizes.index(-1)] = dim - (sum(sizes) + 1)
+    parts = e.emit("Split", [e.real(x), e.ints(sizes)], len(sizes), axis=axis)
+    return parts if len(sizes) > 1 else [parts]
+
+
+def _reversed(e: _Emitter, x: str, axes: Sequence[int]) -> str:
+    """``x`` read backwards along ``axes`` (a Slice of step -1 from the last element
+    through the first)."""
+    k = len(axes)
+    return e.emit("Slice", [x, e.ints([-1] * k), e.ints([-_BIG - 1] * k), e.ints(axes), e.ints([-1] * k)])
+
+
+@_op("REVERSE_V2")
+def _reverse_v2(e, n):
+    axes = _const(n.inputs[1])
+    if axes is None:
+        raise _NoForm("axis not constant")
+    return [_reversed(e, e.real(n.inputs[0]), [int(a) for a in axes.reshape(-1)])]
+
+
+_REFLECT, _SYMMETRIC = 0, 1  # tflite.MirrorPadMode
+
+
+@_op("MIRROR_PAD")
+def _mirror_pad(e, n):
+    x, paddings = n.inputs
+    mode = _attr(n, "mode")
+    if mode == _REFLECT:  # the edge row is not repeated, as in ONNX's reflect
+        return [e.emit("Pad", [e.real(x), _pads(e, paddings)], mode="reflect")]
+    if mode != _SYMMETRIC:
+        raise _NoForm(f"mode {mode}")
+    # SYMMETRIC repeats the edge row, which no ONNX Pad mode does: along each axis, the
+    # first `before` rows reversed, the tensor, the last `after` rows reversed.
+    pads = _const(paddings)
+    if pads is None:
+        raise _NoForm("SYMMETRIC paddings not constant")
+    y = e.real(x)
+    for axis, (before, after) in enumerate(pads.reshape(-1, 2).tolist()):
+        parts = [y]
+        if before:
+            parts.insert(0, _reversed(e, e.emit("Slice", [y, e.ints([0]), e.ints([before]), e.ints([axis])]), [axis]))
+        if after:
+            parts.append(_reversed(e, e.emit("Slice", [y, e.ints([-after]), e.ints([_BIG]), e.ints([axis])]), [axis]))
+        if len(parts) > 1:
+            y = e.emit("Concat", parts, axis=axis)
+    return [y]
+
+
+@_op("GATHER_ND")
+def _gather_nd(e, n):
+    indices = e.emit("Cast", [e.raw(n.inputs[1])], to=TensorProto.INT64)
+    return [e.emit("GatherND", [e.real(n.inputs[0]), indices])]
+
+
+@_op("FILL")
+def _fill(e, n):
+    dims, value = n.inputs
+    return [e.emit("Expand", [e.emit("Reshape", [e.real(value), e.ints([])]), e.index(dims)])]
+
+
+@_op("ZEROS_LIKE", raw=True)
+def _zeros_like(e, n):
+    x = n.inputs[0]
+    zero = helper.make_tensor("value", elem_type(x.type.dtype), [1], [0])
+    return [e.emit("ConstantOfShape", [e.emit("Shape", [e.raw(x)])], value=zero)]
+
+
+@_op("RANGE", raw=True)
+def _range(e, n):
+    return [e.emit("Range", [e.emit("Reshape", [e.raw(v), e.ints([])]) for v in n.inputs])]
+
+
+@_op("TOPK_V2")
+def _topk_v2(e, n):
+    x, k = n.inputs
+    values, indices = e.emit("TopK", [e.real(x), e.index(k)], 2, axis=-1, largest=1, sorted=1)
+    out = n.outputs[1].type.dtype
+    return [values, indices if out == "int64" else e.emit("Cast", [indices], to=elem_type(out))]
+
+
+def _static(v: Value, dims: Sequence[int], why: str) -> List[int]:
+    """The sizes of ``v``'s ``dims``, which must be known."""
+    shape = v.type.shape
+    sizes = [shape[d] if shape is not None and d < len(shape) else None for d in dims]
+    if not all(isinstance(s, int) for s in sizes):
+        raise _NoForm(why)
+    return sizes
+
+
+def _block_and_pads(n: Node) -> Tuple[List[int], np.ndarray]:
+    block, pads = _const(n.inputs[1]), _const(n.inputs[2])
+    if block is None or pads is None:
+        raise _NoForm("block shape or paddings not constant")
+    return [int(b) for b in block.reshape(-1)], pads.reshape(-1, 2).astype(np.int64)
+
+
+@_op("SPACE_TO_BATCH_ND")
+def _space_to_batch_nd(e, n):
+    """x [N, S1..SM, R...] padded, each spatial dim split into (S/b, b), the b's moved
+    in front of N: [b1*..*bM*N, S1/b1.., R...] (TF's order: block offsets outermost)."""
+    x = n.inputs[0]
+    block, pads = _block_and_pads(n)
+    m = len(block)
+    rank = x.type.rank or 0
+    sizes = _static(x, range(1, rank), "spatial or inner dims not static")
+    spatial = [s + int(p.sum()) for s, p in zip(sizes[:m], pads)]
+    rest = sizes[m:]
+    y = e.emit("Pad", [e.real(x), e.ints(np.concatenate([[0], pads[:, 0], [0] * len(rest),
+                                                          [0], pads[:, 1], [0] * len(rest)]))])
+    split = [-1] + [v for s, b in zip(spatial, block) for v in (s // b, b)] + rest
+    y = e.emit("Reshape", [y, e.ints(split)])
+    inner = list(range(1 + 2 * m, 1 + 2 * m + len(rest)))
+    perm = [2 + 2 * i for i in range(m)] + [0] + [1 + 2 * i for i in range(m)] + inner
+    y = e.emit("Transpose", [y], perm=perm)
+    return [e.emit("Reshape", [y, e.ints([-1] + [s // b for s, b in zip(spatial, block)] + rest)])]
+
+
+@_op("BATCH_TO_SPACE_ND")
+def _batch_to_space_nd(e, n):
+    """SPACE_TO_BATCH_ND undone, then cropped: [b1*..*bM*N, S1..SM, R...] ->
+    [N, S1*b1 - crops, .., R...]."""
+    x = n.inputs[0]
+    block, crops = _block_and_pads(n)
+    m = len(block)
+    rank = x.type.rank or 0
+    sizes = _static(x, range(1, rank), "spatial or inner dims not static")
+    spatial, rest = sizes[:m], sizes[m:]
+    y = e.emit("Reshape", [e.real(x), e.ints(block + [-1] + sizes)])
+    perm = [m] + [v for i in range(m) for v in (m + 1 + i, i)] + list(range(2 * m + 1, 2 * m + 1 + len(rest)))
+    y = e.emit("Transpose", [y], perm=perm)
+    full = [s * b for s, b in zip(spatial, block)]
+    y = e.emit("Reshape", [y, e.ints([-1] + full + rest)])
+    if crops.any():
+        y = e.emit("Slice", [y, e.ints(crops[:, 0]), e.ints(np.asarray(full) - crops[:, 1]), e.ints(range(1, m + 1))])
+    return [y]
+
+
 # ---- reductions and normalizations ---------------------------------------------------
 _REDUCERS = {"MEAN": "ReduceMean", "SUM": "ReduceSum", "REDUCE_MAX": "ReduceMax",
              "REDUCE_MIN": "ReduceMin", "REDUCE_PROD": "ReduceProd"}
@@ -679,6 +849,15 @@ def _reduce(e, n):
     # An empty axes list reduces nothing in TFLite (TF's semantics), everything in ONNX.
     return [e.emit(_REDUCERS[n.op_type], [e.real(n.inputs[0]), e.index(n.inputs[1])],
                    keepdims=int(bool(_attr(n, "keep_dims", False))), noop_with_empty_axes=1)]
+
+
+@_op("REDUCE_ANY", "REDUCE_ALL", raw=True)
+def _reduce_bool(e, n):
+    # onnxruntime reduces no booleans: as 0/1 integers, any is the max and all the min.
+    x = e.emit("Cast", [e.raw(n.inputs[0])], to=TensorProto.INT32)
+    y = e.emit("ReduceMax" if n.op_type == "REDUCE_ANY" else "ReduceMin", [x, e.index(n.inputs[1])],
+               keepdims=int(bool(_attr(n, "keep_dims", False))), noop_with_empty_axes=1)
+    return [e.emit("Cast", [y], to=TensorProto.BOOL)]
 
 
 _ARG = {"ARG_MAX": "ArgMax", "ARG_MIN": "ArgMin"}
@@ -957,6 +1136,86 @@ def _pool(e, n):
                   e.real(n.inputs[0]), [], **attrs)]
 
 
+# TFLite's DEPTH_TO_SPACE and SPACE_TO_DEPTH order the block's cells before the
+# channels (channel (i * b + j) * C + c), as ONNX's DCR mode (SpaceToDepth has no other).
+@_op("DEPTH_TO_SPACE", "SPACE_TO_DEPTH")
+def _depth_space(e, n):
+    if n.inputs[0].type.rank != 4:
+        raise _NoForm("not 4-D")
+    block = int(_attr(n, "block_size"))
+    if n.op_type == "DEPTH_TO_SPACE":
+        return [_nchw(e, "DepthToSpace", e.real(n.inputs[0]), [], blocksize=block, mode="DCR")]
+    return [_nchw(e, "SpaceToDepth", e.real(n.inputs[0]), [], blocksize=block)]
+
+
+def _conv_transpose(e: _Emitter, x: Value, w: Value, b: Optional[Value], strides: Sequence[int],
+                    pads: Sequence[int], out: Sequence[int]) -> str:
+    """A transposed conv of NHWC ``x`` by OHWI ``w``, plus ``b``: each input pixel adds
+    the filter times itself at (y * stride - pad) of the output, which keeps the ``out``
+    cells from there (spatial dims)."""
+    sizes = _static(x, (1, 2), "dynamic spatial dims")
+    end, extra = [], []
+    for size, o, k, s, pad in zip(sizes, out, w.type.shape[1:3], strides, pads):
+        cut = s * (size - 1) + k - pad - o  # what the full result has past the output
+        if -cut >= s:
+            raise _NoForm("output larger than the input covers")
+        end.append(max(cut, 0))
+        extra.append(max(-cut, 0))
+    attrs = {"strides": list(strides), "pads": list(pads) + end}
+    if any(extra):
+        attrs["output_padding"] = extra
+    return _nchw(e, "ConvTranspose", e.real(x), [e.permuted(w, (3, 0, 1, 2)), _bias(e, b, x, w)], **attrs)
+
+
+def _transposed_4d(x: Value, w: Value) -> None:
+    if x.type.rank != 4 or w.type.shape is None or len(w.type.shape) != 4:
+        raise _NoForm("not 4-D")
+
+
+@_op("TRANSPOSE_CONV")
+def _transpose_conv(e, n):
+    """TRANSPOSE_CONV(output_shape, weights, x, bias?): the output of the size given, the
+    pad the padding of the conv that would map the output back to x."""
+    shape, w, x = n.inputs[:3]
+    _transposed_4d(x, w)
+    out = _const(shape)
+    out = [int(d) for d in out.reshape(-1)] if out is not None else n.outputs[0].type.shape
+    if out is None or not all(isinstance(d, int) for d in out[1:3]):
+        raise _NoForm("dynamic output size")
+    padding = _attr(n, "padding")
+    if padding not in (_SAME, _VALID):
+        raise _NoForm(f"padding {padding}")
+    strides = [int(_attr(n, "stride_h", 1)), int(_attr(n, "stride_w", 1))]
+    pads = []
+    for o, k, s in zip(out[1:3], w.type.shape[1:3], strides):
+        forward = -(-o // s) if padding == _SAME else (o - k + s) // s
+        pads.append(max((forward - 1) * s + k - o, 0) // 2)
+    return [_conv_transpose(e, x, w, n.inputs[3] if len(n.inputs) > 3 else None, strides, pads, out[1:3])]
+
+
+_TFLITE_SAME, _TFLITE_VALID = 1, 2  # TfLitePadding, as a custom op's C struct holds it
+
+
+@_custom_op("Convolution2DTransposeBias")
+def _mediapipe_transpose_conv_bias(e, n):
+    """MediaPipe's transposed conv with a bias (its own kernel; XNNPACK's in LiteRT's
+    default resolver): options are a TfLiteTransposeConvParams (padding, stride_width,
+    stride_height); SAME pads k - (in - 1) % stride - 1 in all, the odd cell at the end,
+    and the output is stride * (in - 1) + k less that padding."""
+    x, w, b = n.inputs
+    _transposed_4d(x, w)
+    raw = n.proto.rest.get("custom_options") if n.proto is not None else None
+    params = np.frombuffer(np.asarray(raw, np.uint8).tobytes(), "<i4") if raw is not None else np.zeros(0, "<i4")
+    if len(params) < 3 or params[0] not in (_TFLITE_SAME, _TFLITE_VALID) or any(params[3:4]):
+        raise _NoForm(f"options {params.tolist()}")
+    padding, strides = int(params[0]), [int(params[2]), int(params[1])]
+    sizes = _static(x, (1, 2), "dynamic spatial dims")
+    totals = [max(0, k - (size - 1) % s - 1) if padding == _TFLITE_SAME else 0
+              for size, k, s in zip(sizes, w.type.shape[1:3], strides)]
+    out = [s * (size - 1) + k - t for size, k, s, t in zip(sizes, w.type.shape[1:3], strides, totals)]
+    return [_conv_transpose(e, x, w, b, strides, [t // 2 for t in totals], out)]
+
+
 # tflite ResizeBilinear/NearestNeighborOptions -> ONNX Resize's coordinate transformation.
 # TFLite maps output pixel x to input x * scale (scale = in / out); align_corners uses
 # (in - 1) / (out - 1); half_pixel_centers (x + 0.5) * scale - 0.5 for bilinear and
@@ -1058,7 +1317,7 @@ def _boundary_info(v: Value) -> onnx.ValueInfoProto:
 
 
 def _op_label(n: Node) -> str:
-    if n.domain == "tflite.custom":
+    if n.domain == CUSTOM_DOMAIN:
         return f"CUSTOM.{n.op_type}"
     return n.op_type if n.domain == "tflite" else n.op
 
