@@ -408,3 +408,26 @@ def test_the_readme_session_of_the_search(tmp_path):
     assert p.returncode == 0, p.stderr
     assert len(block) == 5
     assert p.stdout.replace("CUDAExecutionProvider", "CPUExecutionProvider").splitlines()[-5:] == block
+
+
+def test_a_probe_runs_under_a_memory_ceiling_and_gets_the_limit_back():
+    """A grown size can make an intermediate far bigger than the inputs (attention is
+    seq x seq): inside the ceiling an allocation past it fails as MemoryError, which the
+    search takes as 'too big'; outside, the process's own limit is back."""
+    import resource
+
+    from legalizer.check.search import TooBig, _probe, memory_ceiling
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with pytest.raises(MemoryError):
+        with memory_ceiling(extra=256 << 20):
+            np.ones(1 << 30, np.float32)  # 4 GiB
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    with pytest.raises(TooBig):
+        _probe(lambda binding: np.ones(binding["n"], np.float32).sum() and None, {"n": 1 << 40})
+    assert _probe(lambda binding: None, {"n": 3}) is None
+    assert _probe(lambda binding: "Input shape:{3}, requested shape:{512}", {"n": 3}) == \
+        "Input shape:{3}, requested shape:{512}"
+    with pytest.raises(TooBig):
+        _probe(lambda binding: "[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : std::bad_alloc", {"n": 3})
+    assert resource.getrlimit(resource.RLIMIT_AS) == before

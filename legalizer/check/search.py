@@ -25,8 +25,9 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -40,7 +41,67 @@ _MAX_CONSTANTS = 16
 
 
 class TooBig(Exception):
-    """The inputs of a binding would pass the check's cap: not tried."""
+    """The inputs of a binding would pass the check's cap, or its run would pass the
+    search's memory ceiling: not tried."""
+
+
+# A grown size can make an intermediate far bigger than any input (attention is
+# seq x seq): each probe runs under an address-space ceiling this far above what the
+# process holds (at most half the memory available), so that a size too big fails
+# there, as too big, instead of taking the machine's memory.
+PROBE_MEMORY = 2 << 30
+_OUT_OF_MEMORY = ("bad_alloc", "Failed to allocate memory", "out of memory")
+
+
+def _meminfo(field_name: str, path: str) -> Optional[int]:
+    """A ``kB`` field of a /proc status file, in bytes (None where there is none)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@contextmanager
+def memory_ceiling(extra: int = PROBE_MEMORY) -> Iterator[None]:
+    """Lower the soft address-space limit to the process's size plus ``extra`` (or half
+    the available memory, if less) for the block, then put it back. Where the platform
+    has no such limit (no /proc, no RLIMIT_AS), the block runs unbounded."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        yield
+        return
+    size, available = _meminfo("VmSize", "/proc/self/status"), _meminfo("MemAvailable", "/proc/meminfo")
+    if size is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    ceiling = size + min(extra, available // 2 if available else extra)
+    if soft != resource.RLIM_INFINITY:
+        ceiling = min(ceiling, soft)
+    if hard != resource.RLIM_INFINITY:
+        ceiling = min(ceiling, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (ceiling, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _probe(run: "Run", binding: Dict[str, int]) -> Optional[str]:
+    """``run(binding)`` under the memory ceiling; running out of memory is TooBig."""
+    try:
+        with memory_ceiling():
+            error = run(binding)
+    except MemoryError:
+        raise TooBig from None
+    if error is not None and any(word in error for word in _OUT_OF_MEMORY):
+        raise TooBig
+    return error
 
 
 class _Spent(Exception):
@@ -218,7 +279,7 @@ def search(keys: Sequence[str], base: Mapping[str, int], run: Run, *, errors: Se
             raise _Spent
         done.add(sig)
         try:
-            error = run(binding)
+            error = _probe(run, binding)
         except TooBig:
             capped[key] = min(size, capped.get(key, MAX_SIZE + 1))
             return False
