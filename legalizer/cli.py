@@ -204,7 +204,7 @@ class _Printer:
         """The culprit of a localization in one line (with -v, every value that differs),
         and what --reduce wrote."""
         loc = res.localization
-        if loc is not None:
+        if loc is not None and (loc.culprit is not None or not self.quiet):
             self.out.print(one_line(loc.line()), markup=False)
             if self.verbose:
                 for d in loc.divergence[1:]:
