@@ -82,7 +82,8 @@ def _inputs(graph: Graph, binding: Mapping[str, int], given: Mapping[str, np.nda
     return feeds
 
 
-def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, rtol: float, atol: float) -> OutputResult:
+def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, rtol: float, atol: float,
+             full_stats: bool = True) -> OutputResult:
     if quantized and np.asarray(expected).dtype == np.asarray(got).dtype and np.asarray(expected).dtype.kind in "iu":
         e, g = np.asarray(expected).astype(np.int64), np.asarray(got).astype(np.int64)
         if e.shape != g.shape:
@@ -90,8 +91,8 @@ def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, 
         steps = np.abs(e - g).astype(np.float64)
         diff = float(steps.max()) if e.size else 0.0
         return OutputResult(name, diff <= 1, diff, 0.0, "" if diff <= 1 else "more than one quantization step",
-                            error_stats(steps, np.zeros(0), steps > 1))
-    return compare(name, expected, got, rtol, atol)
+                            error_stats(steps, np.zeros(0), steps > 1, full_stats))
+    return compare(name, expected, got, rtol, atol, full_stats)
 
 
 def _across_kernels(expected: np.ndarray, rtol: float, atol: float) -> float:
