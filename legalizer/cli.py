@@ -208,9 +208,7 @@ class _Printer:
             self.out.print(one_line(loc.line()), markup=False)
             if self.verbose:
                 for d in loc.divergence[1:]:
-                    err = d.detail or f"max abs err {d.max_abs_err:.3g}, {d.mismatched} of {d.total} elements differ"
-                    self.out.print(printable(f"  then: node '{d.node}' ({d.op}) value '{d.value}': {err}"),
-                                   markup=False)
+                    self.out.print(printable(f"  then: {d.where()}: {d.error()}"), markup=False)
         if res.reduced is not None:
             r = res.reduced
             files = ", ".join(r.files.values())

@@ -30,7 +30,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 
 import numpy as np
 
-from ..ir.graph import OP, Graph
+from ..ir.graph import CONST, OP, Graph
 from .ort import OutputResult, compare, tol_of
 from .probes import Probe
 
@@ -71,6 +71,14 @@ class Divergence:
     reference: str = ""  # the reference value it was compared with, when named otherwise
     reference_op: str = ""
     detail: str = ""  # shape or NaN positions, when the values were not compared element by element
+
+    def where(self) -> str:
+        """``node 'n' (Op) value 'v'``; the value left out where the node is named by it."""
+        value = "" if self.node in (self.value, "%" + self.value) else f" value '{self.value}'"
+        return f"node '{self.node}' ({self.op}){value}"
+
+    def error(self) -> str:
+        return self.detail or f"max abs err {self.max_abs_err:.3g}, {self.mismatched} of {self.total} elements differ"
 
     def to_json(self) -> dict:
         out = {"value": self.value, "node": self.node, "op": self.op, "max_abs_err": self.max_abs_err,
@@ -119,14 +127,13 @@ class Localization:
             return f"localize: no intermediate value differs ({why})"
         ref = f", the reference's '{c.reference}'" if c.reference and c.reference != c.value else ""
         ref += f" ({c.reference_op})" if c.reference_op and ref else ""
-        err = c.detail or (f"max abs err {c.max_abs_err:.3g}, {c.mismatched} of {c.total} elements differ")
         through = ""
         if self.region:
             ops = ", ".join(f"{s.op} {s.node}" for s in self.region)
             through = f"; computed from matching values through {ops}"
         more = len(self.divergence) - 1
         tail = f" ({more} later value{' differs' if more == 1 else 's differ'} too)" if more > 0 else ""
-        return f"culprit: node '{c.node}' ({c.op}) value '{c.value}'{ref}: {err}{through}{tail}"
+        return f"culprit: {c.where()}{ref}: {c.error()}{through}{tail}"
 
 
 # -- comparing ---------------------------------------------------------------------------
@@ -356,18 +363,29 @@ def localize_onnx(candidate, reference, feeds, provider_list: Sequence[str], *, 
                     outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
 
 
-def localize_tflite(candidate, reference, graph: Graph, feeds, *, kernels: str = "builtin", rtol, atol,
+def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
                     binding: Mapping[str, int] = {}) -> Localization:
     """TFLite against TFLite on LiteRT (paths; ``graph`` the candidate's primary
-    subgraph), tensors matched by name; a quantized tensor may differ by one step."""
+    subgraph), tensors matched by name; a quantized tensor may differ by one step.
+    Builtin kernels, or LiteRT's default resolver for a custom op only it runs (as
+    the check)."""
     from .probes import LiteRTProbe
 
     steps = steps_of(graph)
     quantized = [v.name for n in graph.nodes() for v in n.outputs
                  if v.quant is not None and v.quant.scale and v.type.dtype in ("int8", "uint8", "int16")]
-    ref_probe = LiteRTProbe(reference, kernels)
+    ref_probe, kernels, folded = LiteRTProbe(reference), "builtin", set()
+    if ref_probe.model.unresolved_custom_op():
+        ref_probe, kernels = LiteRTProbe(reference, "default"), "default"
+        # XNNPACK computes what depends on constants only (a float16 weight's
+        # DEQUANTIZE) once, when it takes the graph: LiteRT never writes those tensors
+        folded = {n.output.name for n in graph.nodes() if n.kind == CONST}
+        for s in steps:
+            if s.inputs and all(x in folded for x in s.inputs):
+                folded.update(s.outputs)
     return localize(steps, LiteRTProbe(candidate, kernels), ref_probe, feeds,
-                    match=lambda cand, ref: by_name(steps, ref), rtol=rtol, atol=atol, binding=binding,
+                    match=lambda cand, ref: {v: r for v, r in by_name(steps, ref).items() if v not in folded},
+                    rtol=rtol, atol=atol, binding=binding,
                     quantized=quantized, outputs={n.inputs[0].name: n.inputs[0].name for n in graph.outputs},
                     producers=_litert_producers(ref_probe))
 

@@ -78,10 +78,14 @@ class LiteRTProbe(Probe):
     runtime = "LiteRT"
 
     def __init__(self, path, kernels: str = "builtin"):
+        import warnings
+
         from .litert import LiteRTModel
 
         super().__init__()
-        self.model = LiteRTModel(str(path), kernels=kernels, keep_tensors=True)
+        with warnings.catch_warnings():  # "intended for debugging purposes only": that is what it is for
+            warnings.simplefilter("ignore", UserWarning)
+            self.model = LiteRTModel(str(path), kernels=kernels, keep_tensors=True)
 
     def values(self, feeds, names=None):
         self.model.run(feeds, 0)
