@@ -50,6 +50,9 @@ Examples:
   legalize model.onnx --emit onnx --emit tosa       # the .onnx and model.legal.tosa.mlir
   legalize conv.tosa.mlirbc --verify-only --against model.tflite
                                                     # a TF-to-TOSA conversion, run on IREE
+  legalize new.onnx --verify-only --against old.onnx --localize --reduce bug.onnx
+                                                    # where they start to differ, and the
+                                                    # smallest subgraph that still does
 
 \b
 Several models: give three or more, or a folder (its *.onnx and *.tflite files,

@@ -103,7 +103,8 @@ class Localization:
     region: List[Step] = field(default_factory=list)  # unmatched ops the culprit is computed through
     note: str = ""  # how it was found (bisected), or why it could not be
     # what reduce.py needs: both runs' values and the matching (not in the report)
-    values: Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray], Dict[str, str]] = ({}, {}, {})
+    values: Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray], Dict[str, str]] = \
+        field(default_factory=lambda: ({}, {}, {}))
     graph: Optional[Graph] = None  # the candidate's IR as localized, when it is not the model's (MLIR)
 
     @property

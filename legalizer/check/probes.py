@@ -69,7 +69,8 @@ class OrtProbe(Probe):
         want = [o.name for o in sess.get_outputs()]
         self.runs += 1
         got = sess.run(want, dict(feeds))
-        return {n: v for n, v in zip(want, got) if n in names and isinstance(v, np.ndarray)}
+        asked = set(names)
+        return {n: v for n, v in zip(want, got) if n in asked and isinstance(v, np.ndarray)}
 
 
 class LiteRTProbe(Probe):
