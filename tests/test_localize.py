@@ -18,7 +18,7 @@ import pytest
 from onnx import numpy_helper
 
 import legalizer
-from legalizer.check.localize import Divergence, Localization, Step, bisect, by_content, loc_name
+from legalizer.check.localize import Localization, Step, bisect, by_content, loc_name
 from legalizer.check.probes import Probe
 from legalizer.check.reduce import ddmin
 from test_cli import assert_clean, legalize, lines

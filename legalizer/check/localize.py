@@ -31,7 +31,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..ir.graph import CONST, OP, Graph
-from .ort import OutputResult, compare, tol_of
+from .ort import OutputResult, tol_of
 from .probes import Probe
 
 # Content matching: a value corresponds to a reference tensor of its size when this
@@ -293,13 +293,17 @@ def _finish(loc: Localization, steps: Sequence[Step], pairs: Mapping[str, str], 
 
 def bisect(loc: Localization, steps: Sequence[Step], probe: Probe, feeds, ref: Mapping[str, np.ndarray],
            pairs: Mapping[str, str], differing: Sequence[str], budget: int, rtol, atol,
-           producers: Mapping[str, str] = {}) -> None:
+           producers: Mapping[str, str] = {}, why: str = "every value agrees when the module returns them all") -> None:
     """Find the earliest matched value that differs among those ``differing[0]``
     (a result that differs when the whole module runs) is computed from, one cut of
     the module per run, at most ``budget`` runs: binary search in topological order,
-    which takes a value computed from a differing one to differ too."""
+    which takes a value computed from a differing one to differ too. ``why`` it
+    bisects, for the note."""
     ancestors = _ancestors(steps, differing[0])
     order = [v for s in steps for v in s.outputs if v in ancestors and v in pairs and pairs[v] in ref]
+    if not order:
+        loc.note = f"{why}; no value it is computed from has a counterpart to bisect over"
+        return
     lo, hi, seen = -1, len(order) - 1, {}
     seen[order[hi]] = None
     while hi - lo > 1 and budget > 0:
@@ -317,8 +321,7 @@ def bisect(loc: Localization, steps: Sequence[Step], probe: Probe, feeds, ref: M
                            detail="differs when the whole module runs")
     loc.divergence = [first]
     narrowed = "" if hi - lo <= 1 else f" (the budget ran out: it lies among {hi - lo} values up to this one)"
-    loc.note = (f"every value agrees when the module returns them all; bisected over {len(order)} values the"
-                f" differing result is computed from{narrowed}")
+    loc.note = f"{why}; bisected over {len(order)} values the differing result is computed from{narrowed}"
     _finish(loc, steps, pairs, producers)
 
 
@@ -463,7 +466,8 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
         loc.values = (cand, ref, pairs)
     wrong = [results[i] for i in differing if i < len(results)]
     if not loc.divergence and wrong and budget > 0:
-        bisect(loc, steps, probe, feeds, ref, pairs, wrong, budget, rtol, atol, producers)
+        bisect(loc, steps, probe, feeds, ref, pairs, wrong, budget, rtol, atol, producers,
+               loc.note or "every value agrees when the module returns them all")
     loc.runs = probe.runs + ref_probe.runs
     loc.seconds = time.perf_counter() - t0
     loc.graph = graph

@@ -323,7 +323,10 @@ class _Module:
         self.aliases = [ln for ln in lines if ln.startswith("#") or ln.startswith("!")]
         nodes = [n for n in self.graph.nodes() if n.proto is not None and getattr(n.proto, "line", None)]
         starts = sorted(n.proto.line for n in nodes)
-        end = next(i + 1 for i, ln in enumerate(lines) if '"func.return"' in ln or ln.strip().startswith("return"))
+        if not starts:
+            raise NothingToReduce("@main has no ops")
+        end = next(i + 1 for i, ln in enumerate(lines) if i + 1 > starts[-1]  # @main's return
+                   and ('"func.return"' in ln or ln.strip().startswith("return")))
         bounds = dict(zip(starts, starts[1:] + [end]))
         self.op_text = {v.name: "\n".join(lines[n.proto.line - 1:bounds[n.proto.line] - 1])
                         for n in nodes for v in n.outputs[:1]}
