@@ -282,7 +282,8 @@ def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, 
         bad = report["violations"]
         why = (f"{len(bad)} violation{'s' if len(bad) != 1 else ''} ({bad[0]['message']})" if bad
                else f"the check is required (require_check) and {res.unchecked}" if res.unchecked
-               else "the legalized model computes different outputs")
+               else "the legalized model computes different outputs" +
+               (f" ({res.localization.line()})" if res.localization and res.localization.culprit else ""))
         raise NotLegal(f"{path}: {why}; nothing written", bad, report)
     return Path(report["output"])
 

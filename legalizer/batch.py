@@ -166,7 +166,7 @@ def run_one(model: Path, settings: Settings) -> Outcome:
                 from . import html_report
 
                 html_report.write(html_for(model, settings.html_dir), res.report, res.regions,
-                                  protect=[model, *res.report.outputs.values()])
+                                  protect=[model, *res.report.outputs.values()], culprit=res.culprit_picture)
             outcome.exit_code = res.exit_code
             if settings.want_report:
                 outcome.report = res.report.to_json()

@@ -50,6 +50,9 @@ Examples:
   legalize model.onnx --emit onnx --emit tosa       # the .onnx and model.legal.tosa.mlir
   legalize conv.tosa.mlirbc --verify-only --against model.tflite
                                                     # a TF-to-TOSA conversion, run on IREE
+  legalize new.onnx --verify-only --against old.onnx --localize --reduce bug.onnx
+                                                    # where they start to differ, and the
+                                                    # smallest subgraph that still does
 
 \b
 Several models: give three or more, or a folder (its *.onnx and *.tflite files,
@@ -96,7 +99,7 @@ class _Progress:
     file or graph; ``close`` before printing anything."""
 
     LABELS = {"load": "loading", "verify": "verifying", "passes": "rewriting", "check": "checking",
-              "save": "writing", "emit": "emitting"}
+              "save": "writing", "emit": "emitting", "localize": "localizing", "reduce": "reducing"}
 
     def __init__(self, enabled: bool, name: str, delay: float = SHOW_AFTER_S, stages: int = 2):
         self.enabled, self.name, self.delay = enabled, name, delay
@@ -197,7 +200,25 @@ class _Printer:
         if self.legalizing:
             self.legalize_summary(res)
         self.check_lines(res)
+        self.diagnosis_lines(res)
         self.out.print(one_line(f"{rep.input}: {self.verdict(res)}"), markup=False)
+
+    def diagnosis_lines(self, res: RunResult) -> None:
+        """The culprit of a localization in one line (with -v, every value that differs),
+        and what --reduce wrote."""
+        loc = res.localization
+        if loc is not None and (loc.culprit is not None or not self.quiet):
+            self.out.print(one_line(loc.line()), markup=False)
+            if self.verbose:
+                for d in loc.divergence[1:]:
+                    self.out.print(printable(f"  then: {d.where()}: {d.error()}"), markup=False)
+        if res.reduced is not None:
+            r = res.reduced
+            files = ", ".join(r.files.values())
+            self.out.print(one_line(f"reduced: {len(r.nodes)} node{'s' if len(r.nodes) != 1 else ''} "
+                                    f"({', '.join(r.nodes[:8])}{', ...' if len(r.nodes) > 8 else ''}) still "
+                                    f"show{'s' if len(r.nodes) == 1 else ''}: "
+                                    f"{r.what} ({r.tests} subgraphs tried) -> {files}"), markup=False)
 
     def verdict(self, res: RunResult) -> str:
         rep = res.report
@@ -287,9 +308,40 @@ class _Printer:
                     status = "PASSED" if o.ok else "FAILED"
                     detail = o.detail or f"max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
                     self.out.print(one_line(f"{status} | {ref}Output: '{o.name}' | {dims} | {detail}"), markup=False)
+                    if self.verbose and o.stats and "mean_abs_err" in o.stats:
+                        self.out.print(printable(f"  {stats_line(o.stats)}"), markup=False)
             if skipped and not self.verbose and not self.quiet:
                 self.out.print(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: {who}"
                                " rejects them (-v shows why)", markup=False)
+
+
+def stats_line(stats: dict) -> str:
+    """An output's error statistics in one line (-v)."""
+    return (f"abs err: mean {stats['mean_abs_err']:.3g}, p50 {stats['p50_abs_err']:.3g}, "
+            f"p90 {stats['p90_abs_err']:.3g}, p99 {stats['p99_abs_err']:.3g}; {stats['mismatched']} of "
+            f"{stats['total']} elements outside the tolerances")
+
+
+def parse_tolerance(flag: str, items: List[str], default: float):
+    """``--rtol 1e-3`` and ``--rtol out1:1e-3`` as Polygraphy writes them: one value for
+    every output, and per output (the last ':' splits, so a name may contain ':').
+    A float when no output is named, else a Tolerance."""
+    from .check.ort import Tolerance
+
+    per: Dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.rpartition(":")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not number >= 0 or (sep and not name):  # (not >= 0: a NaN too)
+            raise UsageError(f"{flag} expects a non-negative number or OUTPUT:NUMBER, not '{item}'")
+        if sep:
+            per[name] = number
+        else:
+            default = number
+    return Tolerance(default, tuple(per.items())) if per else default
 
 
 def _parse_dims(items: List[str]) -> Dict[str, int]:
@@ -362,15 +414,28 @@ def legalize(
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
                                  help="Strict symbolic mode: no dynamic dim is 1 at run time, so no runtime "
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
-    rtol: float = typer.Option(RTOL, "--rtol", metavar="FLOAT", help="Relative tolerance of the check."),
-    atol: float = typer.Option(ATOL, "--atol", metavar="FLOAT", help="Absolute tolerance of the check."),
+    rtol: List[str] = typer.Option([], "--rtol", metavar="[OUTPUT:]FLOAT", help="Relative tolerance of the check"
+                                   f" (default {RTOL:g}); OUTPUT:FLOAT for one output (repeatable).",
+                                   show_default=False),
+    atol: List[str] = typer.Option([], "--atol", metavar="[OUTPUT:]FLOAT", help="Absolute tolerance of the check"
+                                   f" (default {ATOL:g}); OUTPUT:FLOAT for one output (repeatable).",
+                                   show_default=False),
+    localize: Optional[bool] = typer.Option(None, "--localize/--no-localize", help="Compare intermediate values too"
+                                            " and name the first that differs (default: when the check fails;"
+                                            " with --against, only when asked).", show_default=False),
+    localize_budget: int = typer.Option(8, "--localize-budget", min=1, metavar="N", help="Runs of a TOSA module"
+                                        " on IREE one localization may take (each a compile)."),
+    reduce: Optional[Path] = typer.Option(None, "--reduce", metavar="PATH", help="Write the smallest subgraph that"
+                                          " still differs (or still violates the trait) here, with its inputs.",
+                                          show_default=False),
     emit: List[str] = typer.Option([], "--emit", metavar="FORMAT", help="Format to write: onnx, tflite, stablehlo or stablehlo-bytecode "
                                    "(with --target xla) or tosa (MLIR, with --target tosa); repeatable. Default: the "
                                    "input's. Each is written beside the output's stem (.onnx, .tflite, "
                                    ".stablehlo.mlir, .stablehlo.mlirbc, .tosa.mlir).",
                                    show_default=False),
-    against: Optional[Path] = typer.Option(None, "--against", metavar="MODEL", help="With a TOSA MLIR MODEL and --verify-only: run "
-                                           "it on IREE and compare with this .tflite (LiteRT) or .onnx.",
+    against: Optional[Path] = typer.Option(None, "--against", metavar="MODEL", help="With --verify-only: compare MODEL"
+                                           " with this reference: ONNX with ONNX (onnxruntime), TFLite with TFLite"
+                                           " (LiteRT), TOSA MLIR (on IREE) with .tflite or .onnx.",
                                            show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", metavar="PATH", help="Write the JSON report here.", show_default=False),
     html: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here, with pictures "
@@ -389,13 +454,17 @@ def legalize(
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{target}'")
     if provider not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--provider must be auto, cpu or cuda, not '{provider}'")
+    rtol, atol = parse_tolerance("--rtol", rtol, RTOL), parse_tolerance("--atol", atol, ATOL)
     if _is_batch(paths, out_opt, jobs):
+        if reduce is not None:
+            raise UsageError("--reduce writes one model's subgraph: give one MODEL")
         raise typer.Exit(_batch(paths, out_opt, jobs, report, json_out, quiet, verbose, against, html,
                                 RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
                                            inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
                                            rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
-                                           require_check=require_check, trust_pt2=trust_pt2)))
+                                           require_check=require_check, trust_pt2=trust_pt2, localize=localize,
+                                           localize_budget=localize_budget)))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -409,7 +478,8 @@ def legalize(
                          provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
-                         require_check=require_check, trust_pt2=trust_pt2)
+                         require_check=require_check, trust_pt2=trust_pt2, localize=localize,
+                         localize_budget=localize_budget, reduce=reduce)
     # Fail on a bad output or report path before the work, not after it.
     if not verify_only:
         options.output = output if output is not None else default_output(model)
@@ -417,6 +487,10 @@ def legalize(
             check_output_path(options.output, force=force, protect=model)
     if report is not None:
         check_output_path(report, force=True, protect=model)
+    if reduce is not None:
+        if options.output is not None and reduce.resolve() == Path(options.output).resolve():
+            raise UsageError(f"{reduce}: --reduce and the output are one path")
+        check_output_path(reduce, force=force, protect=model)
     if html is not None:
         html_report.check_path(html, protect=[model, options.output])
         options.regions = True
@@ -434,7 +508,8 @@ def legalize(
     if report is not None:
         res.report.write(report, protect=model)
     if html is not None:
-        html_report.write(html, res.report, res.regions, protect=[model, options.output, *res.report.outputs.values()])
+        html_report.write(html, res.report, res.regions, protect=[model, options.output, *res.report.outputs.values()],
+                          culprit=res.culprit_picture)
     if json_out:
         sys.stdout.write(res.report.dumps() + "\n")
     raise typer.Exit(res.exit_code)

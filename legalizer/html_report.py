@@ -34,6 +34,7 @@ STYLE = {
     "original": ("#f3f4f6", "#6b7280", 1.0, ""),
     "original-io": ("#ffffff", "#6b7280", 1.0, "3 2"),
     "result": ("#ffffff", "#1d4ed8", 1.0, "3 2"),
+    "culprit": ("#fee2e2", "#b91c1c", 3.0, ""),  # where a localization says the values start to differ
 }
 
 
@@ -275,9 +276,10 @@ def _path(pts: Sequence[Tuple[float, float]]) -> str:
     return d
 
 
-def svg(pic: Picture, title: str = "", uid: str = "") -> str:
+def svg(pic: Picture, title: str = "", uid: str = "", highlight: str = "") -> str:
     """One picture as an inline ``<svg>`` element (well-formed XML); ``uid`` makes its
-    ids unique within a page of many pictures."""
+    ids unique within a page of many pictures; the op named ``highlight`` (the culprit
+    of a localization) is drawn in red."""
     lay = layout(pic)
     arrow = f"arrow-{uid}" if uid else "arrow"
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="region-svg" width="{_fmt(lay.width)}" '
@@ -301,14 +303,18 @@ def svg(pic: Picture, title: str = "", uid: str = "") -> str:
         if b.dummy:
             continue
         n = b.node
-        fill, stroke, sw, dash = STYLE[_style_key(n)]
+        culprit = bool(highlight) and n.kind == "op" and n.name == highlight
+        fill, stroke, sw, dash = STYLE["culprit" if culprit else _style_key(n)]
         x0, y0 = b.x - b.w / 2, b.y
         rx = b.h / 2 if n.kind == "value" else 6
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         tip = f"{n.op} {n.name}" if n.kind != "value" else f"result value {n.name}"
         if n.role == "inserted":
             tip += " (inserted)"
-        out.append(f'<g class="node {text(n.role)} {text(n.kind)}" data-name="{text(n.name)}"><title>{text(tip)}</title>'
+        if culprit:
+            tip += " (culprit: the first value that differs)"
+        role = "culprit" if culprit else n.role
+        out.append(f'<g class="node {text(role)} {text(n.kind)}" data-name="{text(n.name)}"><title>{text(tip)}</title>'
                    f'<rect x="{_fmt(x0)}" y="{_fmt(y0)}" width="{_fmt(b.w)}" height="{_fmt(b.h)}" rx="{_fmt(rx)}" '
                    f'fill="{fill}" stroke="{stroke}" stroke-width="{sw}"{dash_attr}/>')
         if n.kind == "value":
@@ -366,6 +372,10 @@ figcaption { font-size: 12px; font-weight: 600; color: #4b5563; text-transform: 
        font-size: 12px; margin-left: 4px; }
 .note { background: #fffbeb; border: 1px solid #fde68a; border-radius: 6px; padding: 8px 12px; }
 ul.warnings li { margin: 2px 0; }
+.tag.culprit { background: #fee2e2; color: #991b1b; }
+.hists { display: flex; flex-wrap: wrap; gap: 14px; }
+figure.hist { background: #fff; border: 1px solid #e5e7eb; border-radius: 8px; padding: 6px 10px; }
+figure.culprit-picture { background: #fff; border: 1px solid #fca5a5; border-radius: 8px; padding: 8px; display: inline-block; }
 """
 
 _STAT_LABELS = {
@@ -514,7 +524,7 @@ def _operand_changes(r: Region) -> List[Tuple[str, str, str]]:
             for i in sorted(before) if i in after and before[i][1] != after[i][1]]
 
 
-def _region(k: int, r: Region) -> str:
+def _region(k: int, r: Region, culprit: str = "") -> str:
     ins: Dict[str, int] = {}
     for n in r.inserted:
         ins[n.op] = ins.get(n.op, 0) + 1
@@ -526,16 +536,18 @@ def _region(k: int, r: Region) -> str:
         where += ' <span class="changes">' + "; ".join(
             f"<code>{text(_short(name, 24))}</code> {text(a)} \u2192 {text(b)}" for name, a, b in changes) + "</span>"
     title = f"{r.op} {r.node}"
+    if culprit and any(n.name == culprit and n.kind == "op" for n in r.after.nodes):
+        tags += '<span class="tag culprit">culprit</span>'
     note = ('<p class="muted" style="padding:0 12px">The inserted nodes go on beyond what is drawn.</p>'
             if r.after.truncated else "")
     return (f'<details class="region" id="region-{k}"{" open" if k < OPEN_PICTURES else ""}>'
             f'<summary><b>{text(r.op)}</b> <code>{text(r.node)}</code>{where} {tags}</summary>'
-            f'<div class="pair"><figure class="before"><figcaption>before</figcaption>{svg(r.before, title + " before", f"{k}b")}'
-            f'</figure><figure class="after"><figcaption>after</figcaption>{svg(r.after, title + " after", f"{k}a")}</figure>'
+            f'<div class="pair"><figure class="before"><figcaption>before</figcaption>{svg(r.before, title + " before", f"{k}b", culprit)}'
+            f'</figure><figure class="after"><figcaption>after</figcaption>{svg(r.after, title + " after", f"{k}a", culprit)}</figure>'
             f"</div>{note}</details>")
 
 
-def _regions(rep: dict, regions: Optional[Regions]) -> str:
+def _regions(rep: dict, regions: Optional[Regions], culprit: str = "") -> str:
     if regions is None:
         if rep.get("output"):
             return '<p class="muted">Not recorded.</p>'
@@ -549,13 +561,100 @@ def _regions(rep: dict, regions: Optional[Regions]) -> str:
     if regions.omitted:
         out.append(f'<p class="note">{regions.omitted:,} more rewritten region{"s are" if regions.omitted != 1 else " is"}'
                    f" not drawn: this page draws the first {len(regions.regions):,}.</p>")
-    out += [_region(k, r) for k, r in enumerate(regions.regions)]
+    out += [_region(k, r, culprit) for k, r in enumerate(regions.regions)]
     return "".join(out)
 
 
-def render(report: Union[dict, "object"], regions: Optional[Regions] = None) -> str:
+def _culprit_node(rep: dict) -> str:
+    div = (rep.get("check") or {}).get("divergence") or []
+    return str(div[0].get("node", "")) if div else ""
+
+
+def _histogram(stats: dict, title: str) -> str:
+    """An output's absolute errors per decade, as a small bar chart (inline SVG)."""
+    hist = stats.get("histogram") or {}
+    counts, edges = hist.get("counts") or [], hist.get("edges") or []
+    if not counts or len(counts) != len(edges) + 1:
+        return ""
+    labels = [f"\u2264{edges[0]:.0e}"] + [f"{e:.0e}" for e in edges[1:]] + [f">{edges[-1]:.0e}"]
+    bar_w, h, top = 34, 60, max(counts) or 1
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="histogram" width="{bar_w * len(counts) + 8}" '
+             f'height="{h + 34}" role="img" aria-label="{text(title)}" font-family="{FONT}"><title>{text(title)}</title>']
+    for i, (c, label) in enumerate(zip(counts, labels)):
+        bh = 0 if not c else max(2.0, h * c / top)
+        x = 4 + i * bar_w
+        parts.append(f'<g><title>{text(label)}: {c:,}</title><rect x="{x + 3}" y="{_fmt(h - bh + 12)}" '
+                     f'width="{bar_w - 6}" height="{_fmt(bh)}" fill="#60a5fa"/>'
+                     f'<text x="{x + bar_w / 2}" y="{_fmt(h - bh + 9)}" font-size="9" text-anchor="middle">'
+                     f'{c if c else ""}</text><text x="{x + bar_w / 2}" y="{h + 26}" font-size="8.5" '
+                     f'text-anchor="middle" fill="#374151">{text(label)}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _histograms(rep: dict) -> str:
+    """The error histogram of each compared output (the first binding that differs,
+    else the first one), with its statistics."""
+    chk = rep.get("check") or {}
+    compared = [b for b in chk.get("bindings", []) if not b.get("skipped")]
+    pick = next((b for b in compared if not b.get("ok")), compared[0] if compared else None)
+    if pick is None:
+        return ""
+    dims = ", ".join(f"{k}={v}" for k, v in (pick.get("dims") or {}).items()) or "static shapes"
+    out = []
+    for o in pick.get("outputs", [])[:OPEN_PICTURES]:
+        st = o.get("stats") or {}
+        if "mean_abs_err" not in st:
+            continue
+        line = (f"mean {st['mean_abs_err']:.3g}, p50 {st['p50_abs_err']:.3g}, p90 {st['p90_abs_err']:.3g}, "
+                f"p99 {st['p99_abs_err']:.3g}, max {float(o.get('max_abs_err', 0.0)):.3g}; "
+                f"{st['mismatched']:,} of {st['total']:,} elements outside the tolerances")
+        out.append(f'<figure class="hist"><figcaption><code>{text(o.get("name", ""))}</code></figcaption>'
+                   f'{_histogram(st, "absolute errors of " + str(o.get("name", "")))}'
+                   f'<div class="muted">{text(line)}</div></figure>')
+    if not out:
+        return ""
+    return (f'<h3>Absolute errors per decade ({text(dims)})</h3><div class="hists">' + "".join(out) + "</div>")
+
+
+def _divergence(rep: dict, culprit: Optional[Picture]) -> str:
+    chk = rep.get("check") or {}
+    loc = chk.get("localize") or {}
+    div = chk.get("divergence") or []
+    dims = ", ".join(f"{k}={v}" for k, v in (loc.get("binding") or {}).items()) or "static shapes"
+    head = (f'<p>Intermediate values compared on <code>{text(loc.get("runtimes", ""))}</code> ({text(dims)}): '
+            f'{int(loc.get("compared", 0)):,} matched, {len(div):,} differ; {int(loc.get("runs", 0))} runs, '
+            f'{float(loc.get("seconds", 0.0)):.3f} s.</p>')
+    if loc.get("note"):
+        head += f'<p class="note">{text(loc["note"])}</p>'
+    if not div:
+        return head + '<p class="muted">No intermediate value differs beyond the tolerances.</p>'
+    c = div[0]
+    ref = f" (the reference's <code>{text(c['reference'])}</code>" + \
+        (f", {text(c['reference_op'])})" if c.get("reference_op") else ")") if c.get("reference") else ""
+    through = loc.get("region") or []
+    via = ("; computed from matching values through " + ", ".join(
+        f"<code>{text(r['op'])} {text(r['node'])}</code>" for r in through)) if through else ""
+    out = [head, f'<p class="culprit-line"><b>Culprit:</b> node <code>{text(c["node"])}</code> '
+                 f'({text(c["op"])}), value <code>{text(c["value"])}</code>{ref}{via}.</p>']
+    if culprit is not None:
+        out.append('<figure class="culprit-picture">' + svg(culprit, f"culprit {c['node']}", "culprit", c["node"]) +
+                   "</figure>")
+    rows = [(f"<code>{text(d['node'])}</code>", text(d["op"]), f"<code>{text(d['value'])}</code>",
+             f"<code>{text(d.get('reference', ''))}</code>", f"{float(d['max_abs_err']):.3g}",
+             f"{float(d['max_rel_err']):.3g}", f"{int(d['mismatched']):,} / {int(d['total']):,}",
+             text(d.get("detail", ""))) for d in div[:200]]
+    out.append(_table(["node", "op", "value", "reference", "max abs err", "max rel err", "elements differing",
+                       "detail"], rows, num=(4, 5, 6)))
+    if len(div) > 200:
+        out.append(f'<p class="muted">{len(div) - 200:,} more values differ.</p>')
+    return "".join(out)
+
+
+def render(report: Union[dict, "object"], regions: Optional[Regions] = None, culprit: Optional[Picture] = None) -> str:
     """The page, as a string. ``report`` is a ``Report`` or its JSON (``to_json()``, or
-    a ``--report`` file read back); ``regions`` comes from ``regions.snapshot``."""
+    a ``--report`` file read back); ``regions`` comes from ``regions.snapshot``;
+    ``culprit`` from ``regions.culprit_picture`` (a localization's culprit)."""
     rep = report if isinstance(report, dict) else report.to_json()
     kind, line = verdict(rep)
     title = f"legalize report: {rep.get('input', '')}"
@@ -564,9 +663,11 @@ def render(report: Union[dict, "object"], regions: Optional[Regions] = None) -> 
         ("summary", "Summary", _summary(rep)),
         ("violations", f"Violations ({len(rep.get('violations', []))})", _violations(rep)),
         ("constraints", f"Runtime constraints ({len(rep.get('constraints', []))})", _constraints(rep)),
-        ("check", "Numeric check", _check(rep)),
-        ("regions", f"Rewritten regions ({n:,})", _regions(rep, regions)),
+        ("check", "Numeric check", _check(rep) + _histograms(rep)),
     ]
+    if (rep.get("check") or {}).get("localize") is not None:
+        sections.append(("divergence", "Where it differs", _divergence(rep, culprit)))
+    sections.append(("regions", f"Rewritten regions ({n:,})", _regions(rep, regions, _culprit_node(rep))))
     body = "".join(f'<section id="{sid}"><h2>{text(h)}</h2>{content}</section>' for sid, h, content in sections)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -594,7 +695,8 @@ def check_path(path, protect: Iterable = ()) -> None:
     check_output_path(path, force=True)
 
 
-def write(path, report, regions: Optional[Regions] = None, protect: Iterable = ()) -> Path:
+def write(path, report, regions: Optional[Regions] = None, protect: Iterable = (),
+          culprit: Optional[Picture] = None) -> Path:
     """Write the page atomically at ``path`` (an existing page is replaced); never over
     a path in ``protect`` (the input model, the written outputs)."""
     from .errors import UsageError
@@ -604,7 +706,7 @@ def write(path, report, regions: Optional[Regions] = None, protect: Iterable = (
     for p in protect:
         if p is not None and _same(path, Path(p)):
             raise UsageError(f"{path}: the HTML report cannot replace a model file")
-    page = render(report, regions)
+    page = render(report, regions, culprit)
     with atomic_output(path, force=True) as tmp:
         tmp.write_text(page, encoding="utf-8")
     return path

@@ -14,15 +14,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from . import emit
 from .api import save
 from .check.given import as_arrays, user_dims
+from .check.localize import BUDGET, Localization
+from .check.reduce import NothingToReduce, Reduced
 from .check.ort import ATOL, RTOL, CheckResult, check, choices_from_constraints, declared_shapes
 from .check.search import sizes_in_range
 from .check.tflite import check_tflite
 from .check.tflite import declared_shapes as tflite_declared_shapes
+from .diagnose import Sides, localize as localize_sides, reduce_divergence, reduce_violation
 from .errors import UsageError
-from .fileio import load
+from .fileio import load, sniff
 from .ir.graph import OP
 from .model import Model
-from .regions import PICTURE_LIMIT, Regions, snapshot
+from .regions import PICTURE_LIMIT, Picture, Regions, culprit_picture, snapshot
 from .report import STAT_KEYS, Report
 from .transform import legalize
 from .verify import VerifyResult, verify
@@ -58,6 +61,11 @@ class RunOptions:
     regions: bool = False  # record the rewritten regions (for the HTML report)
     trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (importers.pt2_safety)
     require_check: bool = False  # a check that did not run, or ran in part, fails the run (exit 1)
+    # Compare intermediate values (check.divergence): True always, None when the main
+    # job's check fails (and, with --against, when --reduce asks), False never.
+    localize: Optional[bool] = None
+    localize_budget: int = BUDGET  # IREE runs one localization may take
+    reduce: Optional[Path] = None  # write the smallest subgraph that still fails here
 
 
 @dataclass
@@ -73,6 +81,9 @@ class RunResult:
     ops_after: Counter = field(default_factory=Counter)
     regions: Optional[Regions] = None  # with RunOptions.regions, once legalized
     unchecked: str = ""  # with RunOptions.require_check: why the check did not run fully (exit 1)
+    localization: Optional[Localization] = None  # where the candidate starts to differ
+    reduced: Optional[Reduced] = None  # --reduce: what was written
+    culprit_picture: Optional[Picture] = None  # with RunOptions.regions: the localization's culprit, drawn
 
 
 class _CheckFailed(Exception):
@@ -168,13 +179,38 @@ def range_hints(source) -> Dict[str, List[int]]:
     return {key: sizes_in_range(lo, hi) for key, (lo, hi) in dim_ranges(source).items()}
 
 
-def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_stage, given) -> None:
+def _against_kind(model: Model, against: Path) -> str:
+    """Which comparison ``--against`` makes (the candidate's format), or UsageError:
+    ONNX with ONNX, TFLite with TFLite, TOSA MLIR with TFLite or ONNX."""
+    ref = sniff(Path(against))
+    if model.format == "mlir" and ref in ("tflite", "onnx"):
+        return "mlir"
+    if model.format == ref and model.format in ("onnx", "tflite") and model.torch is None:
+        return model.format
+    raise UsageError(f"--against compares ONNX with ONNX, TFLite with TFLite, or TOSA MLIR with TFLite or ONNX;"
+                     f" not {model.format} with {ref}")
+
+
+def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult, timings, on_stage, given,
+                   dims) -> None:
     from .check.against import check_against
 
+    against = Path(options.against)
+    kind = _against_kind(model, against)
     with _timed(timings, "check", on_stage):
-        res.check = check_against(path, Path(options.against), provider=options.provider, rtol=options.rtol,
-                                  atol=options.atol, given=given, dims=options.dims)
+        if kind == "mlir":
+            res.check = check_against(path, against, provider=options.provider, rtol=options.rtol,
+                                      atol=options.atol, given=given, dims=options.dims)
+        elif kind == "onnx":
+            res.check = check(against, path, provider=options.provider, dims=dims, inputs=given, rtol=options.rtol,
+                              atol=options.atol, not_one=options.assume_dynamic_not_one)
+        else:
+            res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
+                                     rtol=options.rtol, atol=options.atol, litert_only=True)
     res.report.check = res.check.to_json()
+    failed = res.check.ran and not res.check.ok
+    _diagnose(Sides(kind, path, against, model.graph), res, options, given, failed, auto=False, on_stage=on_stage,
+              protect=[path, against])
     if options.require_check and unchecked(res.check):
         res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")
         res.exit_code = EXIT_VIOLATIONS
@@ -182,6 +218,73 @@ def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_
         res.report.warnings.append(f"the comparison did not run: {res.check.error}")
     elif not res.check.ok:
         res.exit_code = EXIT_VIOLATIONS
+
+
+def _diagnose(sides: Sides, res: RunResult, options: RunOptions, given, failed: bool, *, auto: bool, on_stage,
+              protect) -> None:
+    """Localize (``options.localize``; by default when the check failed, in the main
+    job or for --reduce) and reduce (``options.reduce``), into the result and report."""
+    want = options.localize or (options.localize is None and failed and (auto or options.reduce is not None))
+    if not want:
+        return
+    timings = res.report.timings_s
+    with _timed(timings, "localize", on_stage):
+        loc = localize_sides(sides, res.check, given=given, rtol=options.rtol, atol=options.atol,
+                             provider=options.provider, budget=options.localize_budget,
+                             forced=bool(options.localize))
+    if loc is None:
+        return
+    res.localization = loc
+    res.report.check["divergence"] = [d.to_json() for d in loc.divergence]
+    res.report.check["localize"] = loc.to_json()
+    if options.regions and loc.culprit is not None:
+        res.culprit_picture = culprit_picture(loc.graph or res.model.graph, loc.culprit.node,
+                                              [s.node for s in loc.region])
+    if options.reduce is None:
+        return
+    if loc.culprit is None:
+        res.report.warnings.append(f"--reduce: nothing written: no value differs ({loc.note or 'all agree'})")
+        return
+    with _timed(timings, "reduce", on_stage):
+        try:
+            res.reduced = reduce_divergence(sides, loc, Path(options.reduce), given=given, rtol=options.rtol,
+                                            atol=options.atol, provider=options.provider, force=options.force,
+                                            protect=protect)
+        except NothingToReduce as e:
+            res.report.warnings.append(f"--reduce: nothing written: {e}")
+            return
+    res.report.reduced = res.reduced.to_json()
+
+
+def _reduce_violation(path: Path, model: Model, options: RunOptions, res: RunResult, profile: str) -> None:
+    """--reduce of an input that violates the trait: the smallest subgraph with its first violation."""
+    try:
+        res.reduced = reduce_violation(model, path, res.report.violations[0], profile, Path(options.reduce),
+                                       force=options.force, protect=[path])
+    except NothingToReduce as e:
+        res.report.warnings.append(f"--reduce: nothing written: {e}")
+        return
+    res.report.reduced = res.reduced.to_json()
+
+
+def check_tolerance_names(options: RunOptions, names) -> None:
+    """UsageError when a per-output tolerance names no output of the model."""
+    known = set(names)
+    for flag, tol in (("--rtol", options.rtol), ("--atol", options.atol)):
+        for name, _ in getattr(tol, "per_output", ()):
+            if name not in known:
+                raise UsageError(f"{flag} {name}:...: the model has no output '{name}' (its outputs: "
+                                 f"{', '.join(sorted(known)) or 'none'})")
+
+
+def _output_names(model: Model, options: RunOptions) -> List[str]:
+    """The output names a per-output tolerance may name: the model's (every graph's),
+    and with --against the reference's."""
+    names = [n.inputs[0].name for g in model.graphs for n in g.outputs if n.inputs and n.inputs[0] is not None]
+    if options.against is not None and any(getattr(t, "per_output", ()) for t in (options.rtol, options.atol)):
+        names += [n.inputs[0].name for g in load(Path(options.against)).graphs for n in g.outputs
+                  if n.inputs and n.inputs[0] is not None]
+    return names
 
 
 def stages(options: RunOptions) -> List[str]:
@@ -206,8 +309,13 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     profile = options.profile or ("tosa" if model.format == "mlir" else "mlir")
     if model.format == "mlir" and not options.verify_only:
         raise UsageError(f"{path}: a TOSA MLIR module is verified, not legalized: add --verify-only")
-    if options.against is not None and model.format != "mlir":
-        raise UsageError("--against compares a TOSA MLIR module with its source model; MODEL is not MLIR")
+    if options.against is not None:
+        if not options.verify_only:
+            raise UsageError("--against compares MODEL with another model: add --verify-only")
+        _against_kind(model, Path(options.against))
+    if options.reduce is not None and model.format not in ("onnx", "mlir"):
+        raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {model.format} model is not reduced")
+    check_tolerance_names(options, _output_names(model, options))
     report = Report(input=str(path), format="pt2" if model.torch is not None else model.format,
                     target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
@@ -217,8 +325,11 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         result = verify_model(model, profile, options.assume_dynamic_not_one)
     report.add_verification(result, "input")
     res = RunResult(report, model, result, EXIT_VIOLATIONS if result.violations else EXIT_OK, timings)
+    if result.violations and options.reduce is not None:
+        with _timed(timings, "reduce", on_stage):
+            _reduce_violation(path, model, options, res, profile)
     if options.against is not None and not result.violations:
-        _check_against(path, options, res, timings, on_stage, given)
+        _check_against(path, model, options, res, timings, on_stage, given, dims)
     if options.verify_only or result.violations:
         return res  # a model that violates the trait is not legalized
 
@@ -272,7 +383,13 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                                                   choices=res.check.search.choices if found else choices,
                                                   searched=found)
         report.check = res.check.to_json()
-        if res.check.ran and not res.check.ok:
+        failed = res.check.ran and not res.check.ok
+        if model.format == "tflite":
+            sides = Sides("tflite", written, path, model.graph)
+        else:
+            sides = Sides("onnx", written, path if model.torch is None else model.torch.onnx)
+        _diagnose(sides, res, options, given, failed, auto=True, on_stage=on_stage, protect=[path, output])
+        if failed:
             raise _CheckFailed
         if options.require_check and unchecked(res.check):
             res.unchecked = unchecked(res.check)
@@ -301,7 +418,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         res.exit_code = EXIT_VIOLATIONS
         return res
     finally:
-        timings["save"] = time.perf_counter() - t0 - timings.get("check", 0.0)
+        timings["save"] = time.perf_counter() - t0 - sum(timings.get(k, 0.0) for k in ("check", "localize", "reduce"))
     report.outputs = {f: str(p) for f, p in paths.items()}
     report.output = str(paths[formats[0]])
     return res

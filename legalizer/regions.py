@@ -215,3 +215,37 @@ def _after_picture(center: Node, old_names: Set[str]) -> Picture:
     pic.edges.append(PEdge("c", "r", shape_str(out.type.shape)))
     return pic
 
+
+
+def culprit_picture(graph: Graph, node: str, region: List[str] = ()) -> Optional[Picture]:
+    """The node a localization names as the culprit (its label ``node``), the ops of
+    ``region`` it is computed through, and what feeds them: the culprit drawn as the
+    center, the region's ops as inserted ones (they have no counterpart in the
+    reference), their other operands as context. None if ``node`` is not in ``graph``."""
+    by_label = {n.label: n for n in graph.nodes() if n.kind == OP}
+    center = by_label.get(node)
+    if center is None:
+        return None
+    pic = Picture()
+    ids: Dict[int, str] = {id(center): "c"}
+    pic.nodes.append(PNode("c", OP, center.op_type, center.label, "center"))
+    inner = [by_label[r] for r in region if r in by_label][: MAX_NODES // 2]
+    for n in inner:
+        ids[id(n)] = f"n{len(ids)}"
+        pic.nodes.append(PNode(ids[id(n)], OP, n.op_type, n.label, "inserted"))
+    for n in [center, *inner]:
+        for i, v in enumerate(n.inputs):
+            if v is None or v.producer is None or v.producer.kind == OUTPUT:
+                continue
+            p = v.producer
+            if id(p) not in ids:
+                if len(pic.nodes) >= MAX_NODES:
+                    pic.truncated = True
+                    continue
+                ids[id(p)] = f"n{len(ids)}"
+                pic.nodes.append(_pnode(p, ids[id(p)], "original"))
+            pic.edges.append(PEdge(ids[id(p)], ids[id(n)], shape_str(v.type.shape), i))
+    out = center.outputs[0]
+    pic.nodes.append(PNode("r", "value", "result", out.name, "result"))
+    pic.edges.append(PEdge("c", "r", shape_str(out.type.shape)))
+    return pic

@@ -52,6 +52,7 @@ class Report:
     check: Dict[str, Any] = field(default_factory=lambda: {"ran": False})
     timings_s: Dict[str, float] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)  # an addition to DESIGN.md's schema
+    reduced: Optional[dict] = None  # --reduce: what the smallest failing subgraph is, and where (an addition)
 
     def add_verification(self, result: VerifyResult, stage: str) -> None:
         for d in result.violations:
@@ -67,7 +68,7 @@ class Report:
     def to_json(self) -> dict:
         from . import __version__
 
-        return {
+        out = {
             "schema": SCHEMA, "tool_version": __version__,
             "input": self.input, "output": self.output, "format": self.format,
             "outputs": dict(self.outputs), "target": self.target, "profile": self.profile,
@@ -77,6 +78,9 @@ class Report:
             "check": self.check, "timings_s": {k: round(float(v), 6) for k, v in self.timings_s.items()},
             "warnings": list(self.warnings),
         }
+        if self.reduced is not None:
+            out["reduced"] = self.reduced
+        return out
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)

@@ -91,9 +91,12 @@ ADD_MODULE = """func.func @main(%arg0: tensor<?x4xf32>, %arg1: tensor<1x4xf32>) 
 """
 
 
-def test_against_needs_an_mlir_model(tmp_path):
-    p = legalize(ROOT / "models/mlp_bias.onnx", "--verify-only", "--against", ROOT / "models/mlp_bias.onnx")
+def test_against_pairs_onnx_with_onnx_and_tflite_with_tflite_only(tmp_path):
+    p = legalize(ROOT / "models/mlp_bias.onnx", "--verify-only", "--against", ROOT / "models/tflite/broadcast_add.tflite")
     assert_clean(p)
     assert p.returncode == 2
-    assert lines(p.stderr) == ["legalize: error: --against compares a TOSA MLIR module with its source model;"
-                               " MODEL is not MLIR"]
+    assert lines(p.stderr) == ["legalize: error: --against compares ONNX with ONNX, TFLite with TFLite, or TOSA MLIR"
+                               " with TFLite or ONNX; not onnx with tflite"]
+    p = legalize(ROOT / "models/mlp_bias.onnx", "--against", ROOT / "models/mlp_bias.onnx", "--no-check")
+    assert p.returncode == 2
+    assert lines(p.stderr) == ["legalize: error: --against compares MODEL with another model: add --verify-only"]

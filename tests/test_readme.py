@@ -48,7 +48,7 @@ def test_readme_sessions_match_the_tool(tmp_path):
             got = got.replace(str(tmp_path / "out."), str(model.with_name(f"{model.stem}.legal.")))
         assert got == last, command
         for line in shown.strip().splitlines():
-            if line.startswith(("error:", "PASSED", "constraint:")):
+            if line.startswith(("error:", "PASSED", "FAILED", "constraint:", "culprit:", "reduced:")):
                 assert line in p.stdout, (command, line)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..fileio import sniff
 from ..errors import first_line
-from .ort import BindingResult, CheckResult, CheckUnavailable, OutputResult, _random, session
+from .ort import BindingResult, CheckResult, CheckUnavailable, OutputResult, _random, session, tol_of
 from .tflite import SIZES, _compare
 
 
@@ -42,6 +42,7 @@ class _Reference:
             self.inputs = [(s.name, np.dtype(s.dtype), [d if d >= 0 else -1 for d in s.shape_signature],
                             s.quantization[0] != 0.0) for s in specs]
             self.runtime = "LiteRT"
+            self.outputs = self.model.output_names()
         elif self.kind == "onnx":
             from .ort import providers
 
@@ -50,6 +51,7 @@ class _Reference:
                             [d if isinstance(d, int) and d >= 0 else -1 for d in i.shape], False)
                            for i in self.model.get_inputs()]
             self.runtime = "onnxruntime"
+            self.outputs = [o.name for o in self.model.get_outputs()]
         else:
             raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {self.kind}")
 
@@ -93,9 +95,15 @@ def _feeds(ref: _Reference, binding: Mapping[str, int], given: Mapping[str, np.n
     return feeds
 
 
-def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol: float = 1e-4,
-                  atol: float = 1e-5, given: Optional[Mapping[str, np.ndarray]] = None,
-                  dims: Optional[Mapping[str, int]] = None, seed: int = 0) -> CheckResult:
+def feeds_for(reference: Path, binding: Mapping[str, int], given: Mapping[str, np.ndarray], provider: str = "auto",
+              seed: int = 0) -> Dict[str, np.ndarray]:
+    """The inputs ``check_against`` feeds at ``binding`` (to localize a difference)."""
+    return _feeds(_Reference(reference, provider), binding, given, seed)
+
+
+def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol=1e-4, atol=1e-5,
+                  given: Optional[Mapping[str, np.ndarray]] = None, dims: Optional[Mapping[str, int]] = None,
+                  seed: int = 0) -> CheckResult:
     """Run ``module`` on IREE and ``reference`` on its runtime, per binding of the
     reference's dynamic input dims; the module is compiled for each binding with its
     dynamic arguments bound to the binding's shapes (``iree_run.bind_dims``)."""
@@ -131,8 +139,8 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
                                  f" {len(expected)} outputs") for i in range(len(expected))]
         else:
             # an integer result of a TFLite model is taken as quantized: one step of slack
-            outs = [_compare(f"result #{i}", np.asarray(e), np.asarray(g), ref.kind == "tflite", rtol, atol)
-                    for i, (e, g) in enumerate(zip(expected, got))]
+            outs = [_compare(f"result #{i}", np.asarray(e), np.asarray(g), ref.kind == "tflite", tol_of(rtol, n),
+                             tol_of(atol, n)) for i, (n, e, g) in enumerate(zip(ref.outputs, expected, got))]
         result.bindings.append(BindingResult(binding, all(o.ok for o in outs), outs))
     if not any(not b.skipped for b in result.bindings):
         return CheckResult(False, label, result.bindings, error=result.bindings[0].skipped)

@@ -32,6 +32,49 @@ MAX_INPUT_BYTES = 1 << 30
 MAX_INPUT_RANK = 32
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """A check tolerance as Polygraphy takes it: one for every output, and per output
+    by name (``--rtol out1:1e-3 --rtol 1e-5``). A plain float still works wherever a
+    Tolerance does (``tol_of``)."""
+
+    default: float
+    per_output: Tuple[Tuple[str, float], ...] = ()
+
+    def of(self, name: str) -> float:
+        return dict(self.per_output).get(name, self.default)
+
+    def __float__(self) -> float:
+        return float(self.default)
+
+
+def tol_of(tol, name: str) -> float:
+    """The tolerance of output ``name``: ``tol`` is a Tolerance or a float."""
+    return tol.of(name) if isinstance(tol, Tolerance) else float(tol)
+
+
+# Absolute errors are counted per decade for the histogram of the stats: up to 1e-9,
+# then (1e-9, 1e-8], ..., (1, 10], and beyond 10.
+HISTOGRAM_EDGES = tuple(10.0 ** k for k in range(-9, 2))
+
+
+def error_stats(diff: np.ndarray, rel: np.ndarray, bad: np.ndarray, full: bool = True) -> dict:
+    """The statistics of an output's element errors: ``diff`` absolute, ``rel``
+    relative, ``bad`` where the tolerances do not hold (without ``full``, the count of
+    those only: localization compares every value of a model)."""
+    d = diff.reshape(-1)
+    out = {"mismatched": int(np.count_nonzero(bad)), "total": int(d.size)}
+    if not d.size or not full:
+        return out
+    p50, p90, p99 = (float(v) for v in np.percentile(d, [50, 90, 99]))
+    counts = np.bincount(np.searchsorted(np.asarray(HISTOGRAM_EDGES), d, side="left"),
+                         minlength=len(HISTOGRAM_EDGES) + 1)
+    out.update({"mean_abs_err": float(d.mean()), "p50_abs_err": p50, "p90_abs_err": p90, "p99_abs_err": p99,
+                "mean_rel_err": float(rel.mean()) if rel.size else 0.0,
+                "histogram": {"edges": list(HISTOGRAM_EDGES), "counts": [int(c) for c in counts]}})
+    return out
+
+
 @dataclass
 class OutputResult:
     name: str
@@ -39,11 +82,16 @@ class OutputResult:
     max_abs_err: float = 0.0
     max_rel_err: float = 0.0
     detail: str = ""
+    # error_stats of the comparison: elements outside the tolerances, mean, percentiles,
+    # histogram (None when the values were not compared: shape, dtype, a failed run)
+    stats: Optional[dict] = None
 
     def to_json(self) -> dict:
         out = {"name": self.name, "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "ok": self.ok}
         if self.detail:
             out["detail"] = self.detail
+        if self.stats is not None:
+            out["stats"] = self.stats
         return out
 
 
@@ -291,7 +339,8 @@ def _random(rng, elem_type: int, shape, name: str = "?") -> np.ndarray:
 
 # -- comparison -----------------------------------------------------------------------
 
-def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol: float) -> OutputResult:
+def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol: float,
+            full_stats: bool = True) -> OutputResult:
     expected, got = np.asarray(expected), np.asarray(got)
     if expected.shape != got.shape:
         return OutputResult(name, False, detail=f"shape {got.shape} != {expected.shape}")
@@ -301,21 +350,25 @@ def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol:
         e, g = expected.astype(np.float64), got.astype(np.float64)
         nan_e, nan_g = np.isnan(e), np.isnan(g)
         if not np.array_equal(nan_e, nan_g):
-            return OutputResult(name, False, float("nan"), float("nan"), "NaNs at different positions")
+            where = nan_e != nan_g
+            return OutputResult(name, False, float("nan"), float("nan"), "NaNs at different positions",
+                                {"mismatched": int(np.count_nonzero(where)), "total": int(where.size)})
         mask = ~nan_e
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.where(mask, np.abs(e - g), 0.0)
             diff = np.where(np.isinf(e) & (e == g), 0.0, diff)
             denom = np.abs(e)
             rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1), diff)
+            bad = diff > atol + rtol * np.abs(e)
         max_abs = float(diff.max()) if diff.size else 0.0
         max_rel = float(rel.max()) if rel.size else 0.0
-        ok = bool(np.all(diff <= atol + rtol * np.abs(e)) or diff.size == 0)
-        return OutputResult(name, ok, max_abs, max_rel)
+        ok = not bad.any()
+        return OutputResult(name, ok, max_abs, max_rel, stats=error_stats(diff, rel, bad, full_stats))
     same = bool(np.array_equal(expected, got))
     if expected.dtype.kind in "iub" and expected.size:
         diff = np.abs(expected.astype(np.float64) - got.astype(np.float64))
-        return OutputResult(name, same, float(diff.max()), 0.0)
+        return OutputResult(name, same, float(diff.max()), 0.0, stats=error_stats(diff, np.zeros(0), diff != 0,
+                                                                                     full_stats))
     return OutputResult(name, same)
 
 
@@ -380,7 +433,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
             result.bindings.append(BindingResult(binding, False, [OutputResult(n, False, detail=first_line(e))
                                                                    for n in out_names], source=source))
             return None
-        outs = [compare(n, e, g, rtol, atol) for n, e, g in zip(out_names, expected, got)]
+        outs = [compare(n, e, g, tol_of(rtol, n), tol_of(atol, n)) for n, e, g in zip(out_names, expected, got)]
         result.bindings.append(BindingResult(binding, all(o.ok for o in outs), outs, source=source))
         return None
 

@@ -37,7 +37,7 @@ from ..errors import first_line
 from ..importers.tflite import CUSTOM_DOMAIN
 from .given import Declared
 from .ort import (ATOL, RTOL, SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _random,
-                  _too_big, compare, providers, session)
+                  _too_big, compare, error_stats, providers, session, tol_of)
 
 # A dynamic dim is checked at a small size, then at 1 (where runtime broadcasting runs).
 SIZES = (SMALL, 1)
@@ -86,14 +86,17 @@ def _inputs(graph: Graph, binding: Mapping[str, int], given: Mapping[str, np.nda
     return feeds
 
 
-def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, rtol: float, atol: float) -> OutputResult:
+def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, rtol: float, atol: float,
+             full_stats: bool = True) -> OutputResult:
     if quantized and np.asarray(expected).dtype == np.asarray(got).dtype and np.asarray(expected).dtype.kind in "iu":
         e, g = np.asarray(expected).astype(np.int64), np.asarray(got).astype(np.int64)
         if e.shape != g.shape:
             return OutputResult(name, False, detail=f"shape {g.shape} != {e.shape}")
-        diff = float(np.abs(e - g).max()) if e.size else 0.0
-        return OutputResult(name, diff <= 1, diff, 0.0, "" if diff <= 1 else "more than one quantization step")
-    return compare(name, expected, got, rtol, atol)
+        steps = np.abs(e - g).astype(np.float64)
+        diff = float(steps.max()) if e.size else 0.0
+        return OutputResult(name, diff <= 1, diff, 0.0, "" if diff <= 1 else "more than one quantization step",
+                            error_stats(steps, np.zeros(0), steps > 1, full_stats))
+    return compare(name, expected, got, rtol, atol, full_stats)
 
 
 def _across_kernels(expected: np.ndarray, rtol: float, atol: float) -> float:
@@ -181,11 +184,12 @@ def _litert_pair(original: Path, legalized: Path, model: Model):
 
 def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
-                 rtol: float = RTOL, atol: float = ATOL, seed: int = 0) -> CheckResult:
+                 rtol: float = RTOL, atol: float = ATOL, seed: int = 0, litert_only: bool = False) -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
     Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``.
     Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
-    ``error`` says which and why (the check ran in part)."""
+    ``error`` says which and why (the check ran in part). ``litert_only``: no ONNX form
+    (``--against``: two TFLite models compared on LiteRT)."""
     from .litert import LiteRTError, LiteRTModel, litert_available
 
     if not litert_available():
@@ -196,13 +200,13 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
     except LiteRTError as e:
         return CheckResult(False, LITERT, error=str(e))
     provider_list = providers(provider)
-    result = CheckResult(True, f"{litert} + {ORT} {provider_list[0]}")
+    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {provider_list[0]}")
     notes: List[str] = []
     litert_all = None  # the legalized model on LiteRT keeping every tensor, for _op_by_op
     for k, graph in enumerate(model.graphs):
         if not graph.outputs:
             continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
-        onnx_side = _OnnxSide(model, k, provider_list)
+        onnx_side = _OnnxSide(model, k, provider_list) if not litert_only else None
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         # onnxruntime computes quantized ops in float and requantizes: a float output
         # downstream of them agrees within one step of the coarsest quantization.
@@ -232,18 +236,23 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                     if n not in got:
                         outs.append(OutputResult(name, False, detail="missing from the legalized model's outputs"))
                     else:
-                        outs.append(_compare(name, e, got[n], quantized.get(n, False), rtol, atol))
-            formed = onnx_side.run(feeds) if onnx_side.session is not None else {}
-            on_ort = [_compare(f"{prefix}{n} ({ORT})", e, formed[n], quantized.get(n, False), rtol,
-                               _across_kernels(e, rtol, max(atol, step))) for n, e in expected.items() if n in formed]
+                        outs.append(_compare(name, e, got[n], quantized.get(n, False), tol_of(rtol, n),
+                                             tol_of(atol, n)))
+            if not litert_only:
+                formed = onnx_side.run(feeds) if onnx_side.session is not None else {}
+                on_ort = [_compare(f"{prefix}{n} ({ORT})", e, formed[n], quantized.get(n, False), tol_of(rtol, n),
+                                   _across_kernels(e, tol_of(rtol, n), max(tol_of(atol, n), step)))
+                          for n, e in expected.items() if n in formed]
+            else:
+                on_ort = []
             if k == 0 and any(_off_by_value(o) for o in on_ort):
                 if litert_all is None:
                     litert_all = LiteRTModel(str(legalized), kernels=new.kernels, keep_tensors=True)
                 on_ort = _op_by_op(on_ort, (onnx_side.form, onnx_side.results), feeds, litert_all, provider_list,
-                                   rtol, atol, step)
+                                   float(rtol), float(atol), step)
             outs += on_ort
             result.bindings.append(BindingResult(label, all(o.ok for o in outs), outs))
-        notes += onnx_side.notes
+        notes += onnx_side.notes if onnx_side is not None else []
     if not any(not b.skipped for b in result.bindings):
         result.ran = False
         result.error = "the original model fails on LiteRT for every input binding tried: " + \

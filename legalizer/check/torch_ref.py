@@ -10,7 +10,7 @@ from typing import List, Mapping, Optional
 import numpy as np
 
 from ..errors import first_line
-from .ort import (ATOL, RTOL, BindingResult, CheckResult, CheckUnavailable, OutputResult, bindings_for, compare,
+from .ort import (ATOL, RTOL, BindingResult, CheckResult, CheckUnavailable, OutputResult, bindings_for, compare, tol_of,
                   providers, session, source_of, synthesize)
 
 
@@ -55,7 +55,7 @@ def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Map
             result.bindings.append(BindingResult(binding, False, [OutputResult(
                 "*", False, detail=f"torch returns {len(expected)} outputs, the model {len(got)}")], source=label))
             continue
-        outs = [compare(n, e, g, rtol, atol) for n, e, g in zip(out_names, expected, got)]
+        outs = [compare(n, e, g, tol_of(rtol, n), tol_of(atol, n)) for n, e, g in zip(out_names, expected, got)]
         result.bindings.append(BindingResult(binding, all(o.ok for o in outs), outs, source=label))
     if not any(not b.skipped for b in result.bindings):
         result.error = "PyTorch fails on every input binding tried: " + \
