@@ -8,7 +8,7 @@ import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
@@ -312,19 +312,37 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def check_distinct(outputs: Dict[str, Path], inputs: Sequence[Path] = ()) -> None:
-    """UsageError if one of ``outputs`` (a description -> a path) is one of ``inputs`` or
-    another output: every file a run writes is its own, and no input is written. Call
+def check_distinct(outputs: Sequence[Tuple[str, Path]], inputs: Sequence[Path] = ()) -> None:
+    """UsageError if one of ``outputs`` ((what it is, its path) pairs: "the report
+    (--report)", ...) is one of ``inputs`` or another output: every file a run writes is
+    its own, and no input is written. A path is one file with another when both resolve
+    to one path (links, ``..``) or are two names (hard links) of one existing file. Call
     it before the work."""
-    named = [(what, Path(p)) for what, p in outputs.items() if p is not None]
-    for what, p in named:
-        for model in inputs:
-            if same_file(p, Path(model)):
-                raise UsageError(f"{p}: refusing to overwrite the input model ({what} names it)")
-    for i, (what, p) in enumerate(named):
-        for other, q in named[:i]:
-            if same_file(p, q):
-                raise UsageError(f"{p}: named both as {other} and as {what}; give each its own path")
+    seen: Dict[object, Optional[str]] = {}
+
+    def keys(p: Path) -> List[object]:
+        found: List[object] = [os.path.realpath(p)]
+        try:
+            st = os.stat(p)
+            found.append((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+        return found
+
+    for model in inputs:
+        for k in keys(Path(model)):
+            seen[k] = None
+    for what, p in outputs:
+        if p is None:
+            continue
+        ks = keys(Path(p))
+        for k in ks:
+            if k in seen:
+                if seen[k] is None:
+                    raise UsageError(f"{p}: is an input model and {what}; refusing to overwrite it")
+                raise UsageError(f"{p}: is both {seen[k]} and {what}; give each its own path")
+        for k in ks:
+            seen[k] = what
 
 
 def check_output_path(path: Path, *, force: bool = False, protect: Optional[Path] = None) -> None:
@@ -342,5 +360,8 @@ def check_output_path(path: Path, *, force: bool = False, protect: Optional[Path
         raise UsageError(f"{path.parent}: output directory does not exist")
     if not path.parent.is_dir():
         raise UsageError(f"{path.parent}: is not a directory")
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise UsageError(f"{path}: cannot write: {path.parent} is not writable")
+    temps: List[Path] = []
+    try:  # the one sure test that a file can be made there (permissions, a read-only mount, /proc)
+        temp_beside(path, temps)
+    finally:
+        remove_temps(temps)

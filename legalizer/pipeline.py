@@ -18,8 +18,8 @@ from .check.ort import ATOL, RTOL, CheckResult, check, choices_from_constraints,
 from .check.search import sizes_in_range
 from .check.tflite import check_tflite
 from .check.tflite import declared_shapes as tflite_declared_shapes
-from .errors import UsageError
-from .fileio import load
+from .errors import BadInput, UsageError
+from .fileio import load, sniff
 from .ir.graph import OP
 from .model import Model
 from .regions import PICTURE_LIMIT, Regions, snapshot
@@ -90,6 +90,25 @@ def default_output(path: Path) -> Path:
     legal form is ONNX) -> ``model.legal.onnx``."""
     suffix = path.suffix if path.suffix and path.suffix != ".pt2" else ".onnx"
     return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")
+
+
+def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
+    """The files a run of ``path`` writes, as (what it is, path) pairs ("the output
+    model", "the tosa output (--emit tosa)"), known before the work from the file's
+    content (``fileio.sniff``): what the CLI checks before it starts. Empty with
+    ``verify_only``, or for a file that will not load (the run says why)."""
+    if options.verify_only:
+        return []
+    try:
+        native = {"onnx": "onnx", "pt2": "onnx", "tflite": "tflite"}.get(sniff(path))
+    except BadInput:
+        return []
+    if native is None:
+        return []
+    output = Path(options.output) if options.output is not None else default_output(path)
+    paths = emit.emit_paths(output, emit.validate(options.emit, native, options.target), native)
+    return [("the output model" if fmt == native else f"the {fmt} output (--emit {fmt})", p)
+            for fmt, p in paths.items()]
 
 
 def _op_counts(model: Model) -> Counter:
