@@ -9,7 +9,7 @@ pass in between gives the model back.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import onnx
 import onnx.defs
@@ -254,15 +254,51 @@ def _without_weights(model: ModelProto) -> ModelProto:
     return stub
 
 
-def _infer(serialized: bytes) -> Optional[ModelProto]:
-    """ONNX shape inference, non-strict, with data propagation; None if it cannot run."""
+# What ONNX shape inference may take beyond the helper's own memory (``bounded``), and
+# how long: its data propagation allocates by a dim's size (``Mul(x[2^62], z[2^62])``, a
+# model of 90 bytes, grows until the machine runs out), which no legal model needs.
+INFER_MEMORY = 1 << 30
+INFER_MEMORY_PER_BYTE = 32  # and this much per byte of the model without its weights
+INFER_TIMEOUT_S = 300.0
+
+
+def _infer(serialized: bytes) -> Tuple[Optional[ModelProto], Optional[str]]:
+    """ONNX shape inference, non-strict, with data propagation (else without it), in
+    the bounded helper; the inferred model or None, and why not, or why without data
+    propagation (a warning), or None."""
+    from .. import bounded
+
     try:
-        return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False, data_prop=True)
+        out = bounded.call(_infer_here, serialized, timeout=INFER_TIMEOUT_S,
+                           memory=max(INFER_MEMORY, INFER_MEMORY_PER_BYTE * len(serialized)))
+    except bounded.Failed as e:
+        return None, f"ONNX shape inference did not finish ({e}); the shapes are those the model declares"
+    if out[:1] == b"-":
+        return None, None  # inference fails on this model: the verifier judges its shapes
+    note = None
+    if out[:1] == b"m":
+        note = ("ONNX shape inference with data propagation ran out of its memory"
+                f" ({INFER_MEMORY / 2**30:.0f} GiB or more); shapes were inferred without it")
+    return onnx.load_model_from_string(out[1:]), note
+
+
+def _infer_here(serialized: bytes) -> bytes:
+    """``_infer``'s work, in the helper: the inferred model's bytes after a tag: ``+``
+    with data propagation, ``m`` without it after it ran out of memory, ``0`` without it
+    after it failed, ``-`` for none."""
+    try:
+        tag, model = b"+", onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False,
+                                                              data_prop=True)
+    except MemoryError:
+        tag, model = b"m", None
     except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
+        tag, model = b"0", None
+    if model is None:
         try:
-            return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False)
+            model = onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False)
         except Exception:  # noqa: BLE001
-            return None
+            return b"-"
+    return tag + model.SerializeToString()
 
 
 def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
@@ -291,9 +327,11 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
     except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
         serialized = None
     _check_strings(model, serialized)
-    inferred = _infer(serialized) if infer else None
+    inferred, note = _infer(serialized) if infer else (None, None)
     del serialized
     imp = _Importer(model, inferred, base_dir)
+    if note is not None:
+        imp.warnings.append(note)
     with paused_gc():
         graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
         imp.register(graph)
