@@ -112,6 +112,9 @@ class _Importer:
 
     def _check_op(self, np_: onnx.NodeProto) -> None:
         domain = "" if np_.domain == "ai.onnx" else np_.domain
+        if len(np_.input) > MAX_NODE_INPUTS:  # a Sum of a million operands: 7 GB and minutes, split
+            raise BadInput(f"node '{np_.name or (np_.output[0] if np_.output else '')}': '{np_.op_type}' op has"
+                           f" {len(np_.input):,} operands; legalize reads at most {MAX_NODE_INPUTS:,} per node")
         if (np_.domain, np_.op_type) in self.local_functions:
             return
         if domain not in self.opsets:
@@ -232,6 +235,10 @@ class _Importer:
         self.pending[graph] = nodes
         return graph
 
+
+# Operands of one node, at most: a variadic op (Sum, Max, Concat) of more is no model
+# anyone exports, and the tosa target splits it into that many nodes.
+MAX_NODE_INPUTS = 1 << 16
 
 # Initializers larger than this are given to shape inference without their data: no
 # shape computation reads a tensor this large (shapes, pads, scales and axes are a few
