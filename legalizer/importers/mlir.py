@@ -1392,7 +1392,7 @@ def bytecode_to_text(data: bytes, source: str) -> str:
     (``MAX_OPERATIONS``, ``MAX_REGION_DEPTH``), and a printer that crashes or runs out
     of memory on it costs the helper, not the run."""
     try:
-        import iree.compiler.ir  # noqa: F401 - only to say what is missing
+        from iree.compiler import ir  # noqa: F401 - only to say what is missing
     except ImportError:
         raise BadInput(f"{source}: is MLIR bytecode; reading it needs the MLIR bindings of iree-base-compiler"
                        " (pip install 'legalize[iree]')") from None
