@@ -189,10 +189,14 @@ def range_hints(source) -> Dict[str, List[int]]:
 
 def _check_against(path: Path, options: RunOptions, res: RunResult, timings, on_stage, given) -> None:
     from .check.against import check_against
+    from .check.iree_run import Refused
 
     with _timed(timings, "check", on_stage):
-        res.check = check_against(path, Path(options.against), provider=options.provider, rtol=options.rtol,
-                                  atol=options.atol, given=given)
+        try:
+            res.check = check_against(path, Path(options.against), provider=options.provider, rtol=options.rtol,
+                                      atol=options.atol, given=given)
+        except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
+            raise BadInput(f"{path}: {e}") from None
     res.report.check = res.check.to_json()
     if options.require_check and unchecked(res.check):
         res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")
