@@ -138,11 +138,19 @@ def _stop(helper: _Helper) -> str:
 # ---- the helper's side ----------------------------------------------------------------
 
 def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the helper
+    import faulthandler
     import resource
 
     # ^C reaches the whole process group: the parent handles it (and stops the helper).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Nothing of the helper reaches the run's output (stdout may carry --json): a crash
+    # is told by the parent, in one line.
+    faulthandler.disable()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
     inherited = resource.getrlimit(resource.RLIMIT_AS)
     while True:
         try:
