@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .errors import LegalizeError, UsageError
-from .fileio import check_output_path, sniff
+from .fileio import check_distinct, check_output_path, sniff
 from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, is_output
 
 MODEL_SUFFIXES = (".onnx", ".tflite")
@@ -94,10 +94,28 @@ def _planned_files(model: Path, output: Path, emit: List[str]) -> List[Path]:
     guessed from the suffix (the run itself knows it)."""
     from . import emit as emit_mod
 
-    native = "tflite" if model.suffix == ".tflite" else "onnx"
+    try:
+        native = "tflite" if sniff(model) == "tflite" else "onnx"
+    except LegalizeError:  # that model's own error, when it runs
+        native = "tflite" if model.suffix == ".tflite" else "onnx"
     formats = list(dict.fromkeys(emit)) or [native]
     formats = [f for f in formats if f in emit_mod.SUFFIX]
     return list(emit_mod.emit_paths(output, formats, native).values()) if formats else [output]
+
+
+def _written(models: List[Path], settings: Settings, report: Optional[Path]) -> List[tuple]:
+    """Every file the batch writes, as (what it is, path) pairs for ``check_distinct``:
+    no output (nor the report, nor a page) may be one of the models, which would then be
+    overwritten by another model's run (``legalize a/q.onnx a/q.legal.onnx --force``)."""
+    options = settings.options
+    files = [] if options.verify_only else [
+        (f"the output of {m}", f) for m in models
+        for f in _planned_files(m, output_for(m, settings.outdir), options.emit)]
+    if report is not None:
+        files.append(("the report (--report)", report))
+    if settings.html_dir is not None:
+        files.extend((f"the HTML report of {m}", html_for(m, settings.html_dir)) for m in models)
+    return files
 
 
 def check_collisions(models: List[Path], outdir: Optional[Path], emit: List[str]) -> None:
@@ -300,10 +318,13 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: int, report: Opti
         if twice:
             raise UsageError(f"--html: two models would write the same page ({', '.join(twice)}):"
                              " run them separately")
+        for page in pages:  # each can be written (a regular file, or none yet, in a folder that takes files)
+            check_output_path(page, force=True)
     if report is not None:
         for m in models:
             if m.exists():
                 check_output_path(report, force=True, protect=m)
+    check_distinct(_written(models, settings, report), models)
     settings = replace(settings, want_report=report is not None or settings.json_out)
     outcomes = run_all(models, settings, max(1, jobs))
     code = aggregate([o.exit_code for o in outcomes])

@@ -17,9 +17,9 @@ from rich.text import Text
 
 from . import html_report
 from .errors import LegalizeError, UsageError
-from .fileio import check_output_path
+from .fileio import check_distinct, check_output_path
 from .check.ort import ATOL, RTOL
-from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, run, stages
+from .pipeline import EXIT_BAD_INPUT, RunOptions, RunResult, default_output, planned_outputs, run, stages
 from .transform import TARGETS
 from .verify import PROFILES
 
@@ -480,20 +480,25 @@ def legalize(
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
                          require_check=require_check, trust_pt2=trust_pt2, localize=localize,
                          localize_budget=localize_budget, reduce=reduce)
-    # Fail on a bad output or report path before the work, not after it.
+    # Fail on a bad output, report or page path before the work, not after it: each can
+    # be written, and each is a file of its own, never an input.
     if not verify_only:
         options.output = output if output is not None else default_output(model)
-        if model.exists() and not emit:  # with --emit, the pipeline knows which files are written
-            check_output_path(options.output, force=force, protect=model)
+    outputs = planned_outputs(model, options)
+    models = [model, options.output, *(p for _, p in outputs)]
+    for _, path in outputs:
+        check_output_path(path, force=force, protect=model)
     if report is not None:
         check_output_path(report, force=True, protect=model)
+        outputs.append(("the report (--report)", report))
     if reduce is not None:
-        if options.output is not None and reduce.resolve() == Path(options.output).resolve():
-            raise UsageError(f"{reduce}: --reduce and the output are one path")
         check_output_path(reduce, force=force, protect=model)
+        outputs.append(("the reduced model (--reduce)", reduce))
     if html is not None:
-        html_report.check_path(html, protect=[model, options.output])
+        html_report.check_path(html, protect=models)
+        outputs.append(("the HTML report (--html)", html))
         options.regions = True
+    check_distinct(outputs, [model] + ([against] if against is not None else []))
     printer = _Printer(quiet, verbose, json_out, legalizing=not verify_only)
     progress = _Progress(sys.stderr.isatty() and not quiet and not json_out, model.name,
                          stages=len(stages(options)))

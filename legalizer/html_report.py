@@ -11,7 +11,6 @@ The page has no script and loads nothing: its pictures are inline SVG, laid out 
 from __future__ import annotations
 
 import html
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -676,21 +675,15 @@ def render(report: Union[dict, "object"], regions: Optional[Regions] = None, cul
             f'<div class="verdict {kind}">{text(line)}</div>{body}</main></body></html>\n')
 
 
-def _same(a: Path, b: Path) -> bool:
-    if a.exists() and b.exists():
-        return os.path.samefile(a, b)
-    return a.resolve() == b.resolve()
-
-
 def check_path(path, protect: Iterable = ()) -> None:
     """UsageError unless the page can be written at ``path``: call it before the work.
     ``protect`` holds the input model and the output path, which may not exist yet."""
     from .errors import UsageError
-    from .fileio import check_output_path
+    from .fileio import check_output_path, same_file
 
     path = Path(path)
     for p in protect:
-        if p is not None and _same(path, Path(p)):
+        if p is not None and same_file(path, Path(p)):
             raise UsageError(f"{path}: the HTML report cannot replace a model file")
     check_output_path(path, force=True)
 
@@ -700,11 +693,11 @@ def write(path, report, regions: Optional[Regions] = None, protect: Iterable = (
     """Write the page atomically at ``path`` (an existing page is replaced); never over
     a path in ``protect`` (the input model, the written outputs)."""
     from .errors import UsageError
-    from .fileio import atomic_output
+    from .fileio import atomic_output, same_file
 
     path = Path(path)
     for p in protect:
-        if p is not None and _same(path, Path(p)):
+        if p is not None and same_file(path, Path(p)):
             raise UsageError(f"{path}: the HTML report cannot replace a model file")
     page = render(report, regions, culprit)
     with atomic_output(path, force=True) as tmp:

@@ -21,7 +21,7 @@ from .check.search import sizes_in_range
 from .check.tflite import check_tflite
 from .check.tflite import declared_shapes as tflite_declared_shapes
 from .diagnose import Sides, localize as localize_sides, reduce_divergence, reduce_violation
-from .errors import UsageError
+from .errors import BadInput, UsageError
 from .fileio import load, sniff
 from .ir.graph import OP
 from .model import Model
@@ -101,6 +101,25 @@ def default_output(path: Path) -> Path:
     legal form is ONNX) -> ``model.legal.onnx``."""
     suffix = path.suffix if path.suffix and path.suffix != ".pt2" else ".onnx"
     return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")
+
+
+def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
+    """The files a run of ``path`` writes, as (what it is, path) pairs ("the output
+    model", "the tosa output (--emit tosa)"), known before the work from the file's
+    content (``fileio.sniff``): what the CLI checks before it starts. Empty with
+    ``verify_only``, or for a file that will not load (the run says why)."""
+    if options.verify_only:
+        return []
+    try:
+        native = {"onnx": "onnx", "pt2": "onnx", "tflite": "tflite"}.get(sniff(path))
+    except BadInput:
+        return []
+    if native is None:
+        return []
+    output = Path(options.output) if options.output is not None else default_output(path)
+    paths = emit.emit_paths(output, emit.validate(options.emit, native, options.target), native)
+    return [("the output model" if fmt == native else f"the {fmt} output (--emit {fmt})", p)
+            for fmt, p in paths.items()]
 
 
 def _op_counts(model: Model) -> Counter:
@@ -194,13 +213,17 @@ def _against_kind(model: Model, against: Path) -> str:
 def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult, timings, on_stage, given,
                    dims) -> None:
     from .check.against import check_against
+    from .check.iree_run import Refused
 
     against = Path(options.against)
     kind = _against_kind(model, against)
     with _timed(timings, "check", on_stage):
         if kind == "mlir":
-            res.check = check_against(path, against, provider=options.provider, rtol=options.rtol,
-                                      atol=options.atol, given=given, dims=options.dims)
+            try:
+                res.check = check_against(path, against, provider=options.provider, rtol=options.rtol,
+                                          atol=options.atol, given=given, dims=options.dims)
+            except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
+                raise BadInput(f"{path}: {e}") from None
         elif kind == "onnx":
             res.check = check(against, path, provider=options.provider, dims=dims, inputs=given, rtol=options.rtol,
                               atol=options.atol, not_one=options.assume_dynamic_not_one)

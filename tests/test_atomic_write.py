@@ -1,5 +1,5 @@
-"""Every file legalize writes goes to a temporary name beside it and is renamed into
-place (``fileio.atomic_output``): the ONNX and TFLite models, their external data, the
+"""Every file legalize writes goes to a temporary name beside it and is renamed (or,
+without --force, hard-linked) into place (``fileio.atomic_output``): the ONNX and TFLite models, their external data, the
 MLIR texts of --emit, the JSON report. A run killed while writing never leaves a
 half-written file under the output's name; killed with SIGTERM (or ^C) it leaves no
 temporary file either."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,15 +40,21 @@ def _main(args) -> int:
 
 @pytest.fixture
 def renames(monkeypatch):
-    """Every os.replace made by fileio, as (temporary, final) pairs."""
+    """Every file given its final name by fileio (os.replace with --force, else a hard
+    link, which never replaces a file), as (temporary, final) pairs."""
     done = []
-    real = os.replace
+    real_replace, real_link = os.replace, os.link
 
     def replace(src, dst):
         done.append((Path(src), Path(dst)))
-        return real(src, dst)
+        return real_replace(src, dst)
+
+    def link(src, dst):
+        done.append((Path(src), Path(dst)))
+        return real_link(src, dst)
 
     monkeypatch.setattr(fileio.os, "replace", replace)
+    monkeypatch.setattr(fileio.os, "link", link)
     return done
 
 
@@ -87,7 +94,9 @@ def test_external_data_is_renamed_into_place(tmp_path, renames):
                     size_threshold=0)
     out = tmp_path / "m.legal.onnx"
     assert _main([tmp_path / "in" / "m.onnx", "-o", out]) == 0
-    _assert_all_renamed(tmp_path, renames, [out, tmp_path / "m.legal.onnx.data"])
+    (data,) = tmp_path.glob("m.legal.onnx.*.data")  # <output name>.<16 hex digits>.data
+    assert re.fullmatch(r"m\.legal\.onnx\.[0-9a-f]{16}\.data", data.name)
+    _assert_all_renamed(tmp_path, renames, [out, data])
 
 
 def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
@@ -99,6 +108,7 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(fileio.os, "replace", fail)
+    monkeypatch.setattr(fileio.os, "link", fail)
     assert _main([src]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 

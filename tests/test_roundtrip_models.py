@@ -6,6 +6,7 @@ graph inputs)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,12 @@ def external_model(folder: Path) -> Path:
 
 def consts(model) -> dict:
     return {n.name: n.data for n in model.graph.constants()}
+
+
+def data_file_of(out: Path) -> str:
+    """The one data file legalize wrote beside ``out``: '<output name>.<16 hex digits>.data'."""
+    (name,) = [n for n in os.listdir(out.parent) if re.fullmatch(re.escape(out.name) + r"\.[0-9a-f]{16}\.data", n)]
+    return name
 
 
 def check_external_output(out: Path, data_file: str, feed_x: np.ndarray, want) -> None:
@@ -165,10 +172,11 @@ def test_external_data_save(tmp_path, where):
     legalizer.save(model, out)
     assert all(d._array is None for d in consts(model).values())  # streamed, not loaded
     if where == "other folder":
-        # The data goes beside the output, into '<output name>.data'.
-        assert sorted(os.listdir(dst)) == ["legal.onnx", "legal.onnx.data"]
-        check_external_output(out, "legal.onnx.data", x, want)
-        assert (dst / "legal.onnx.data").stat().st_size >= W.nbytes + B.nbytes
+        # The data goes beside the output, into '<output name>.<16 hex digits>.data'.
+        data = data_file_of(out)
+        assert sorted(os.listdir(dst)) == ["legal.onnx", data]
+        check_external_output(out, data, x, want)
+        assert (dst / data).stat().st_size >= W.nbytes + B.nbytes
     else:
         # Beside the input, the input's data file is referenced as it is.
         assert sorted(os.listdir(dst)) == ["legal.onnx", "m.onnx", "m.onnx.data"]
@@ -212,13 +220,19 @@ def test_external_data_save_needs_force_to_replace(tmp_path):
     path = external_model(tmp_path)
     (tmp_path / "out").mkdir()
     out = tmp_path / "out" / "m.onnx"
-    (tmp_path / "out" / "m.onnx.data").write_bytes(b"stale")
+    (tmp_path / "out" / "m.onnx.data").write_bytes(b"not ours")  # a file no model of ours names
+    legalizer.save(legalizer.load(path), out)
+    first = data_file_of(out)
     with pytest.raises(legalizer.UsageError, match="already exists"):
         legalizer.save(legalizer.load(path), out)
-    assert not out.exists()  # nothing written
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(["m.onnx", first, "m.onnx.data"])  # nothing written
     legalizer.save(legalizer.load(path), out, force=True)
     again = legalizer.load(out)
     np.testing.assert_array_equal(consts(again)["W"].array, W)
+    # The replaced model's data file is removed; a file it did not name is left alone.
+    second = data_file_of(out)
+    assert second != first and sorted(os.listdir(tmp_path / "out")) == sorted(["m.onnx", second, "m.onnx.data"])
+    assert (tmp_path / "out" / "m.onnx.data").read_bytes() == b"not ours"
 
 
 def test_external_data_in_subfolder_and_subgraph(tmp_path):
@@ -240,7 +254,7 @@ def test_external_data_in_subfolder_and_subgraph(tmp_path):
     (tmp_path / "out").mkdir()
     out = tmp_path / "out" / "m.onnx"
     legalizer.save(model, out)
-    assert sorted(os.listdir(tmp_path / "out")) == ["m.onnx", "m.onnx.data"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["m.onnx", data_file_of(out)]
     x = np.ones((3, 4), np.float32)
     for cond, want in ((True, x + W * 2), (False, x - W * 3)):
         feed = {"x": x, "cond": np.array(cond)}

@@ -3,10 +3,12 @@ extra: iree-base-compiler and iree-base-runtime)."""
 
 from __future__ import annotations
 
+import re
 from typing import List, Sequence
 
 import numpy as np
 
+from ..errors import BadInput
 from .ort import CheckUnavailable
 
 INSTALL_HINT = "install the iree extra: pip install 'legalize[iree]'"
@@ -14,6 +16,11 @@ INSTALL_HINT = "install the iree extra: pip install 'legalize[iree]'"
 
 class TosaError(RuntimeError):
     """IREE rejected the module (parse, verify or compile) or failed to run it."""
+
+
+class Refused(BadInput):
+    """A module ``compilable`` does not let IREE compile (bad input: exit 2); the
+    message names what is refused, not the file."""
 
 
 def _compiler():
@@ -78,9 +85,125 @@ def bind_dims(text: str, shapes: Sequence[Sequence[int]]) -> str:
         return str(module)
 
 
+# What IREE is given to compile and run in this process: functions of these dialects
+# and nothing else. A module is untrusted input, and IREE compiles whatever it holds: a
+# stream.executable whose dispatch holds llvm.inline_asm "syscall", or an object file
+# linked in by #hal.executable.object<{path = ...}>, runs native code of its choosing.
+ALLOWED_DIALECTS = ("tosa", "func", "arith", "tensor", "quant", "ml_program")
+_ALLOWED = frozenset(ALLOWED_DIALECTS)
+_ALLOWED_REFERENCES = _ALLOWED | {"builtin"}
+# A dialect's attribute or type in printed MLIR: #hal.executable.object<...>, !llvm.ptr,
+# #hal<...> (the verbose form); builtin ones print with no prefix (dense<...>, tensor<...>).
+_DIALECT_REFERENCE = re.compile(r"[#!]([A-Za-z_][\w$]*)(?:\.[\w$.]*|(?=<))")
+
+
+def compilable(text: str) -> str:
+    """The module IREE may compile: ``text`` parsed by MLIR, refused (``Refused``)
+    unless every op in it is of ``ALLOWED_DIALECTS``, its top level holds only
+    ``func.func`` with bodies (and ``ml_program`` globals), and no type or attribute
+    refers to another dialect; then printed again from what was checked, without
+    locations and without discardable attributes of other dialects (``tf.*``,
+    ``hal.*``, ``iree.*``: nothing IREE should act on). TosaError if MLIR cannot parse it."""
+    from ..importers.mlir import check_nesting
+
+    check_nesting(text, "the module")  # MLIR's parser recurses as deep as the text nests
+    _compiler()
+    from iree.compiler import ir
+
+    ctx = ir.Context()
+    ctx.allow_unregistered_dialects = True  # so that an op of another dialect is named, not a parse error
+    try:
+        module = ir.Module.parse(text, ctx)
+    except Exception as e:  # noqa: BLE001 - MLIR's diagnostics are the message
+        raise TosaError(f"TOSA text does not parse: {str(e).strip().splitlines()[0]}") from None
+    with ctx:
+        for op in module.body.operations:
+            _check_top_level(op.operation)
+        _strip_attributes(module.operation)
+        stack = [op.operation for op in module.body.operations]
+        while stack:  # its own stack: the text's nesting is bounded, the walk need not recurse
+            op = stack.pop()
+            _check_op(op)
+            for region in op.regions:
+                for block in region.blocks:
+                    for arg in block.arguments:
+                        _check_reference(str(arg.type), f"a block argument of '{op.name}'")
+                    stack.extend(inner.operation for inner in block.operations)
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def _refuse(what: str) -> Refused:
+    return Refused(f"--against compiles and runs only functions of the {', '.join(ALLOWED_DIALECTS[:-1])} and"
+                    f" {ALLOWED_DIALECTS[-1]} dialects; the module has {what}")
+
+
+def _check_top_level(op) -> None:
+    if op.name == "func.func":
+        if not len(op.regions) or not len(op.regions[0].blocks):
+            raise _refuse(f"a function declaration without a body ({op.attributes['sym_name']}), which IREE"
+                          " would import from elsewhere")
+    elif not op.name.startswith("ml_program.global"):
+        raise _refuse(f"'{op.name}' at its top level")
+
+
+def _check_op(op) -> None:
+    dialect = op.name.split(".", 1)[0]
+    if dialect not in _ALLOWED or "." not in op.name:
+        raise _refuse(f"op '{op.name}'")
+    _strip_attributes(op)
+    for result in op.results:
+        _check_reference(str(result.type), f"a result of '{op.name}'")
+
+
+def _check_reference(printed: str, where: str) -> None:
+    for m in _DIALECT_REFERENCE.finditer(printed):
+        if m.group(1) not in _ALLOWED_REFERENCES:
+            raise _refuse(f"'{m.group()}' in {where}")
+
+
+def _strip_attributes(op) -> None:
+    """Refuse an attribute of ``op`` whose value refers to another dialect; drop its
+    discardable attributes of other dialects (named ``dialect.name``: ``tf.*`` and the
+    like, which IREE ignores, and ``hal.*``, ``iree.*``, which it would act on), also
+    in a function's argument and result attributes."""
+    from iree.compiler import ir
+
+    attrs = op.attributes
+    for name in [attrs[i].name for i in range(len(attrs))]:
+        value = attrs[name]
+        where = f"attribute '{name}' of '{op.name}'"
+        if name in ("arg_attrs", "res_attrs") and isinstance(value, ir.ArrayAttr):
+            attrs[name] = ir.ArrayAttr.get([_stripped_dict(d, f"{name} of '{op.name}'") for d in value])
+            continue
+        # dense data is builtin: only its type can refer to a dialect (and printing it costs)
+        _check_reference(str(value.type) if isinstance(value, ir.DenseElementsAttr) else str(value), where)
+        if _foreign_name(name):
+            del attrs[name]
+
+
+def _foreign_name(name: str) -> bool:
+    """A discardable attribute's name of a dialect not allowed (``tf.entry_function``)."""
+    return "." in name and name.split(".", 1)[0] not in _ALLOWED
+
+
+def _stripped_dict(attr, where: str):
+    from iree.compiler import ir
+
+    d = ir.DictAttr(attr)
+    kept = {}
+    for i in range(len(d)):
+        entry = d[i]
+        _check_reference(str(entry.attr), f"'{entry.name}' in the {where}")
+        if not _foreign_name(entry.name):
+            kept[entry.name] = entry.attr
+    return ir.DictAttr.get(kept)
+
+
 def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
-    """Compile ``text`` for the CPU and run its ``@main`` on ``inputs`` (in argument order)."""
+    """Compile ``text`` for the CPU and run its ``@main`` on ``inputs`` (in argument
+    order): only what ``compilable`` lets through, printed again from what it checked."""
     compiler, runtime = _compiler()
+    text = compilable(text)
     try:
         vmfb = compiler.compile_str(text, input_type="tosa", target_backends=["llvm-cpu"],
                                     extra_args=["--iree-llvmcpu-target-cpu=host"])

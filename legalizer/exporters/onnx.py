@@ -10,14 +10,18 @@ moving external data beside it when it goes to another folder.
 
 from __future__ import annotations
 
+import os
+import re
+import secrets
+import stat
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
-from ..errors import BadInput
-from ..fileio import atomic_output
+from ..errors import BadInput, UsageError
+from ..fileio import check_output_path, commit, remove_temps, temp_beside
 from ..ir.constdata import external_data
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..ir.dtypes import elem_type
@@ -189,40 +193,134 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
     External tensors stay external. Their locations are relative to ``base_dir`` (the
     input model's folder): written into that same folder, the model references the
     input's data files as they are; written elsewhere, the data is copied, streamed
-    from the input's files, into ``<output name>.data`` beside the output, and the
-    tensors point there. ``proto`` itself is left as it is.
+    from the input's files, into ``<output name>.<16 random hex digits>.data`` beside
+    the output (a new name for each write), and the tensors point there. ``proto``
+    itself is left as it is.
 
     ``inspect`` gets the written file (a temporary name beside ``path``, with its
-    external data in place) before it is renamed onto ``path``; if it raises, nothing
-    is left behind.
+    external data beside it) before anything takes its final name; if it raises,
+    nothing is left behind. The model's rename is the one commit: its data takes its
+    name just before, so a reader never sees a model with another run's data, and a
+    run stopped before it leaves the previous output (model and data) as it was. The
+    data file the replaced model referenced beside it is then removed.
     """
     path = Path(path)
     base = Path(base_dir) if base_dir is not None else Path(".")
     inits = list(initializers) if initializers is not None else None
     relocate = (path.parent.resolve() != base.resolve()
                 and any(t.data_location == TensorProto.EXTERNAL for _, t in model_tensors(proto, inits)))
-    with atomic_output(path, force=force, protect=protect) as tmp:
+    check_output_path(path, force=force, protect=protect)
+    if relocate:
+        copy = ModelProto()
+        copy.CopyFrom(proto)  # usually small: its big tensors are the external ones
+        if inits is not None:  # copies of the external ones only: those are small
+            inits = [_copied(t) if t.data_location == TensorProto.EXTERNAL else t for t in inits]
+        proto = copy
+    previous = None
+    temps: List[Path] = []
+    try:
+        data = None
         if relocate:
-            copy = ModelProto()
-            copy.CopyFrom(proto)  # usually small: its big tensors are the external ones
-            if inits is not None:  # copies of the external ones only: those are small
-                inits = [_copied(t) if t.data_location == TensorProto.EXTERNAL else t for t in inits]
-            data = path.with_name(path.name + ".data")
-            with atomic_output(data, force=force) as tmp_data:
-                _copy_external([(what, t) for what, t in model_tensors(copy, inits)
-                                if t.data_location == TensorProto.EXTERNAL], base, tmp_data, data.name)
-                _write(copy, inits, tmp)
-            try:
-                if inspect is not None:
-                    inspect(tmp)
-            except BaseException:
-                data.unlink()  # the model it belongs to is not written either
-                raise
-        else:
-            _write(proto, inits, tmp)
-            if inspect is not None:
-                inspect(tmp)
+            external = [(what, t) for what, t in model_tensors(proto, inits) if t.data_location == TensorProto.EXTERNAL]
+            data = path.with_name(f"{path.name}.{secrets.token_hex(8)}.data")
+            data_tmp = temp_beside(data, temps)
+            _copy_external(external, base, data_tmp, data_tmp.name)
+            if inspect is None:  # the model names the data's final name at once
+                _point_at([t for _, t in external], data.name)
+        tmp = temp_beside(path, temps)
+        _write(proto, inits, tmp)
+        if inspect is not None:
+            inspect(tmp)  # with its data under the temporary name
+            if data is not None:  # the model that is kept names the data's final name
+                _point_at([t for _, t in external], data.name)
+                tmp = temp_beside(path, temps)
+                _write(proto, inits, tmp)
+        if data is not None:
+            commit(data_tmp, data, force=False)  # a new name: no model references it yet
+        previous = _open_previous(path) if force else None
+        try:
+            commit(tmp, path, force=force)
+        except BaseException:
+            if data is not None:
+                data.unlink()
+            raise
+        if previous is not None:
+            keep = {e.value for _, t in model_tensors(proto, inits) for e in t.external_data if e.key == "location"}
+            _remove_stale_data(previous, path, keep)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+    finally:
+        remove_temps(temps)
+        if previous is not None:
+            previous.close()
     return path
+
+
+def _point_at(tensors: List[TensorProto], location: str) -> None:
+    for t in tensors:
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = location
+
+
+def _open_previous(path: Path):
+    """The output about to be replaced, opened (the data files it names are looked up
+    after the rename), or None; never anything but a regular file (opening a FIFO
+    would block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+# A data file legalize writes beside an output: <output name>.<16 hex digits>.data, or
+# <output name>.data as legalize 0.1.0 named it.
+def _is_own_data(name: str, output: str) -> bool:
+    return name == f"{output}.data" or re.fullmatch(re.escape(output) + r"\.[0-9a-f]{16}\.data", name) is not None
+
+
+_LOCATION_ENTRY = re.compile(rb"\n\x08location\x12")  # StringStringEntryProto{key: "location", value: ...}
+
+
+def _locations(f) -> set:
+    """The external-data locations a serialized model names, read from its bytes with
+    no parse (the file may hold gigabytes of weights)."""
+    import mmap
+
+    try:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return set()
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            found = set()
+            for m in _LOCATION_ENTRY.finditer(mm):
+                n, shift, i = 0, 0, m.end()
+                while i < size and shift < 35:  # the value's length: a varint
+                    b = mm[i]
+                    n |= (b & 0x7F) << shift
+                    shift += 7
+                    i += 1
+                    if not b & 0x80:
+                        break
+                found.add(bytes(mm[i:i + n]).decode("utf-8", "replace"))
+            return found
+    except (OSError, ValueError):
+        return set()
+
+
+def _remove_stale_data(previous, path: Path, keep: set) -> None:
+    """Remove the data files the replaced output referenced beside it, named as
+    legalize names them, that the new output does not reference."""
+    for name in _locations(previous) - keep:
+        if "/" not in name and "\\" not in name and _is_own_data(name, path.name):
+            try:
+                os.unlink(path.parent / name)
+            except OSError:
+                pass
 
 
 def _copied(t: TensorProto) -> TensorProto:
@@ -298,7 +396,7 @@ _CHUNK = 1 << 24
 def _copy_external(tensors: List[Tuple[str, TensorProto]], base: Path, dst: Path, location: str) -> None:
     """Copy each tensor's external bytes from its file under ``base`` into ``dst``, in
     chunks (a multi-GB weight is never in memory at once), once for tensors that share
-    them, and point the tensor at ``location`` (``dst``'s final name). Every tensor's
+    them, and point the tensor at ``location`` (``dst``'s name). Every tensor's
     data is checked (``external_data``: inside ``base``, within its file) before a byte
     is copied."""
     sources = [(what, t, external_data(t, base, what)) for what, t in tensors]

@@ -130,6 +130,9 @@ class _Importer:
 
     def _check_op(self, np_: onnx.NodeProto) -> None:
         domain = "" if np_.domain == "ai.onnx" else np_.domain
+        if len(np_.input) > MAX_NODE_INPUTS:  # a Sum of a million operands: 7 GB and minutes, split
+            raise BadInput(f"node '{np_.name or (np_.output[0] if np_.output else '')}': '{np_.op_type}' op has"
+                           f" {len(np_.input):,} operands; legalize reads at most {MAX_NODE_INPUTS:,} per node")
         if (np_.domain, np_.op_type) in self.local_functions:
             return
         if domain not in self.opsets:
@@ -252,6 +255,10 @@ class _Importer:
         return graph
 
 
+# Operands of one node, at most: a variadic op (Sum, Max, Concat) of more is no model
+# anyone exports, and the tosa target splits it into that many nodes.
+MAX_NODE_INPUTS = 1 << 16
+
 # Initializers larger than this are given to shape inference without their data: no
 # shape computation reads a tensor this large (shapes, pads, scales and axes are a few
 # numbers), and a multi-GB model is then not serialized and parsed twice more by it.
@@ -300,15 +307,51 @@ def _clear_negative_dims(g: GraphProto) -> bool:
     return found
 
 
-def _infer(serialized: bytes) -> Optional[ModelProto]:
-    """ONNX shape inference, non-strict, with data propagation; None if it cannot run."""
+# What ONNX shape inference may take beyond the helper's own memory (``bounded``), and
+# how long: its data propagation allocates by a dim's size (``Mul(x[2^62], z[2^62])``, a
+# model of 90 bytes, grows until the machine runs out), which no legal model needs.
+INFER_MEMORY = 1 << 30
+INFER_MEMORY_PER_BYTE = 32  # and this much per byte of the model without its weights
+INFER_TIMEOUT_S = 300.0
+
+
+def _infer(serialized: bytes) -> Tuple[Optional[ModelProto], Optional[str]]:
+    """ONNX shape inference, non-strict, with data propagation (else without it), in
+    the bounded helper; the inferred model or None, and why not, or why without data
+    propagation (a warning), or None."""
+    from .. import bounded
+
     try:
-        return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False, data_prop=True)
+        out = bounded.call(_infer_here, serialized, timeout=INFER_TIMEOUT_S,
+                           memory=max(INFER_MEMORY, INFER_MEMORY_PER_BYTE * len(serialized)))
+    except bounded.Failed as e:
+        return None, f"ONNX shape inference did not finish ({e}); the shapes are those the model declares"
+    if out[:1] == b"-":
+        return None, None  # inference fails on this model: the verifier judges its shapes
+    note = None
+    if out[:1] == b"m":
+        note = ("ONNX shape inference with data propagation ran out of its memory"
+                f" ({INFER_MEMORY / 2**30:.0f} GiB or more); shapes were inferred without it")
+    return onnx.load_model_from_string(out[1:]), note
+
+
+def _infer_here(serialized: bytes) -> bytes:
+    """``_infer``'s work, in the helper: the inferred model's bytes after a tag: ``+``
+    with data propagation, ``m`` without it after it ran out of memory, ``0`` without it
+    after it failed, ``-`` for none."""
+    try:
+        tag, model = b"+", onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False,
+                                                              data_prop=True)
+    except MemoryError:
+        tag, model = b"m", None
     except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
+        tag, model = b"0", None
+    if model is None:
         try:
-            return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False)
+            model = onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False)
         except Exception:  # noqa: BLE001
-            return None
+            return b"-"
+    return tag + model.SerializeToString()
 
 
 def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
@@ -344,9 +387,11 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         check_external(model, base_dir, files=base_dir is not None)
     if infer and _NEGATIVE_DIM.search(serialized) and _clear_negative_dims(stub.graph):
         serialized = stub.SerializeToString()
-    inferred = _infer(serialized) if infer else None
+    inferred, note = _infer(serialized) if infer else (None, None)
     del serialized, stub
     imp = _Importer(model, inferred, base_dir)
+    if note is not None:
+        imp.warnings.append(note)
     with paused_gc():
         graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
         imp.register(graph)

@@ -1,0 +1,214 @@
+"""Work on untrusted input that a library does in native code and cannot bound itself
+(ONNX shape inference with data propagation, MLIR's printer), done in a helper process
+under a memory and a time limit, so that a model that makes it allocate without end or
+crash costs the helper, not the run.
+
+The helper is forked once per process, at the first ``call``, and serves every call
+after it (a fork per call would cost tens of milliseconds in a process that has loaded
+torch); before each call it sets its own address-space limit (``RLIMIT_AS``) to what it
+has plus the call's ``memory``, so the work fails with ``MemoryError`` (a C++
+``bad_alloc``) instead of growing until the machine's out-of-memory killer chooses a
+victim. A helper that dies (a crash) or overruns its time is killed and replaced by the
+next call. Where there is no ``fork`` (or no ``/proc`` to measure the helper by), the
+work runs in the calling process, unbounded.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import threading
+import time
+from typing import Callable, Optional, Tuple
+
+_HEADER = struct.Struct("<Q")  # the length of each message on the pipes
+
+
+class Failed(Exception):
+    """The work did not finish: it ran out of its memory or its time, it raised, or the
+    helper died. ``str(e)`` says which, in a few words."""
+
+
+class _Helper:
+    def __init__(self, pid: int, to_helper: int, from_helper: int):
+        self.pid, self.to_helper, self.from_helper = pid, to_helper, from_helper
+        self.owner = os.getpid()
+
+    def close(self) -> None:
+        for fd in (self.to_helper, self.from_helper):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_lock = threading.Lock()
+_helper: Optional[_Helper] = None
+
+
+def _forget_in_child() -> None:
+    """In a forked child (a batch worker, the helper itself): the parent's helper is
+    not ours; close our copies of its pipes, so that it sees the parent go."""
+    global _helper, _lock
+    if _helper is not None:
+        _helper.close()
+    _helper = None
+    _lock = threading.Lock()  # another thread of the parent may have held it
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def available() -> bool:
+    return hasattr(os, "fork") and os.path.exists("/proc/self/statm")
+
+
+def call(fn: Callable[[bytes], bytes], arg: bytes, *, memory: int, timeout: float) -> bytes:
+    """``fn(arg)`` in the helper, whose address space may grow by ``memory`` bytes for
+    it, within ``timeout`` seconds; ``Failed`` if it does not finish. ``fn`` is a
+    module-level function (it is named to the helper, as pickle names functions) that
+    takes and returns bytes."""
+    if not available():
+        return fn(arg)
+    request = pickle.dumps((fn, arg, memory))
+    with _lock:
+        helper = _running()
+        try:
+            _send(helper.to_helper, request)
+            reply = _receive(helper.from_helper, time.monotonic() + timeout)
+        except _Timeout:
+            _stop(helper)
+            raise Failed(f"it did not finish in {timeout:.0f} s") from None
+        except (OSError, EOFError):
+            raise Failed(f"the process doing it died ({_stop(helper)})") from None
+        except BaseException:  # ^C, SIGTERM: the helper is mid-call; it goes too
+            _stop(helper)
+            raise
+    kind, value = pickle.loads(reply)
+    if kind == "ok":
+        return value
+    raise Failed(value)
+
+
+def _running() -> _Helper:
+    global _helper
+    if _helper is not None and _helper.owner == os.getpid():
+        return _helper
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the helper
+        try:
+            os.close(to_w)
+            os.close(from_r)
+            _serve(to_r, from_w)
+        finally:
+            os._exit(0)
+    os.close(to_r)
+    os.close(from_w)
+    _helper = _Helper(pid, to_w, from_r)
+    return _helper
+
+
+def _stop(helper: _Helper) -> str:
+    """Kill and reap the helper; how it ended ("signal SIGSEGV", "exit status 1")."""
+    global _helper
+    helper.close()
+    try:
+        os.kill(helper.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        _, status = os.waitpid(helper.pid, 0)
+    except ChildProcessError:
+        status = 0
+    if _helper is helper:
+        _helper = None
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    if os.WIFEXITED(status):
+        return f"exit status {os.WEXITSTATUS(status)}"
+    return "killed"
+
+
+# ---- the helper's side ----------------------------------------------------------------
+
+def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the helper
+    import faulthandler
+    import resource
+
+    # ^C reaches the whole process group: the parent handles it (and stops the helper).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Nothing of the helper reaches the run's output (stdout may carry --json): a crash
+    # is told by the parent, in one line.
+    faulthandler.disable()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    inherited = resource.getrlimit(resource.RLIMIT_AS)
+    while True:
+        try:
+            request = _receive(requests, None)
+        except EOFError:  # the parent has gone
+            return
+        fn, arg, memory = pickle.loads(request)
+        resource.setrlimit(resource.RLIMIT_AS, (_limit(memory, inherited), inherited[1]))
+        try:
+            reply: Tuple[str, object] = ("ok", fn(arg))
+        except MemoryError:
+            reply = ("error", f"it ran out of its memory ({memory / 2**30:.1f} GiB)")
+        except BaseException as e:  # noqa: BLE001 - told to the caller, in words
+            reply = ("error", f"{type(e).__name__}: {e}")
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, inherited)
+        _send(replies, pickle.dumps(reply))
+
+
+def _limit(memory: int, inherited: Tuple[int, int]) -> int:
+    """The address-space limit for a call: what the helper maps now plus ``memory``,
+    never above the limit it was started with."""
+    import resource
+
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    want = mapped + memory
+    soft = inherited[0]
+    return want if soft == resource.RLIM_INFINITY else min(want, soft)
+
+
+# ---- messages: a length, then the bytes -------------------------------------------------
+
+class _Timeout(Exception):
+    pass
+
+
+def _send(fd: int, data: bytes) -> None:
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _receive(fd: int, deadline: Optional[float]) -> bytes:
+    (n,) = _HEADER.unpack(_read(fd, _HEADER.size, deadline))
+    return _read(fd, n, deadline)
+
+
+def _read(fd: int, n: int, deadline: Optional[float]) -> bytes:
+    chunks, left = [], n
+    while left:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise _Timeout
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,497 @@
+"""Untrusted files, safe writes (issue 15; the README's "Untrusted input"): each hostile
+case, its payload built here. Nothing in a module given to ``--against`` runs unless it
+is TOSA (a marker file the payload would make proves it), no output is lost, replaced,
+mixed with another run's or written over an input, and a file made to exhaust memory or
+the stack is one line and exit 2 (or, being a valid model, legalized) under a 2 GB
+address-space limit."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import platform
+import re
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import List, Tuple
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from legalizer import bounded, pipeline
+from test_cli import assert_clean, legalize, lines
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+CAP = 2 * 10**9  # the address-space limit of the resource cases: 2 GB
+DATA_NAME = r"\.[0-9a-f]{16}\.data"  # <output name>.<16 hex digits>.data
+
+
+def _main(args) -> Tuple[int, str, str]:
+    """``legalize ARGS`` in this process (so that a test can patch a stage): exit
+    status, stdout, stderr."""
+    from legalizer.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def _capped(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``legalize ARGS`` in a process limited to ``CAP`` bytes of address space."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
+
+    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout, preexec_fn=limit)
+
+
+def _files(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(src.read_bytes())
+    return dst
+
+
+def _external(folder: Path, w: np.ndarray) -> Path:
+    """``y = x + w`` with ``w`` external (``w.bin``), in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n = w.shape[-1]
+    m = _model([helper.make_node("Add", ["x", "w"], ["a"]), helper.make_node("Mul", ["a", "w"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(w.shape))],
+               [numpy_helper.from_array(w, "w")])
+    onnx.save_model(m, str(folder / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    return folder / "m.onnx"
+
+
+def _data_files(folder: Path, output: str) -> List[str]:
+    return sorted(n for n in os.listdir(folder) if re.fullmatch(re.escape(output) + DATA_NAME, n))
+
+
+def _ort(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+# ---- --against: only TOSA is compiled and run ------------------------------------------
+
+def _syscall_module(marker: Path) -> str:
+    """A module whose @main dispatches a stream.executable holding ``llvm.inline_asm``
+    that creates ``marker`` (open(O_CREAT), close: x86-64 Linux syscalls 2 and 3, the
+    path built on the stack), then returns its argument. Generic form, as legalize's
+    importer reads it (its ops are kept opaque: a legal module)."""
+    raw = str(marker).encode() + b"\0"
+    raw += b"\0" * (-len(raw) % 8)
+    asm = ["subq $$512, %rsp"]
+    for i in range(0, len(raw), 8):
+        asm += [f"movabsq $$0x{int.from_bytes(raw[i:i + 8], 'little'):x}, %rax", f"movq %rax, {i}(%rsp)"]
+    asm += ["movq %rsp, %rdi", "movl $$65, %esi", "movl $$420, %edx", "movl $$2, %eax", "syscall",
+            "movq %rax, %rdi", "movl $$3, %eax", "syscall", "addq $$512, %rsp"]
+    asm_string = "\\0A".join(asm)  # MLIR's escape for a newline
+    return f'''"builtin.module"() ({{
+  "stream.executable"() <{{sym_name = "executable", sym_visibility = "private"}}> ({{
+    "stream.executable.export"() <{{function_ref = @boom, sym_name = "boom", sym_visibility = "public"}}> ({{
+      %1 = "arith.constant"() <{{value = 1 : index}}> : () -> index
+      "stream.return"(%1, %1, %1) : (index, index, index) -> ()
+    }}) : () -> ()
+    "builtin.module"() ({{
+      "func.func"() <{{function_type = (!stream.binding) -> (), sym_name = "boom"}}> ({{
+      ^bb0(%arg1: !stream.binding):
+        "llvm.inline_asm"() <{{asm_string = "{asm_string}", constraints = "~{{rax}},~{{rdi}},~{{rsi}},~{{rdx}},~{{rcx}},~{{r11}},~{{memory}}", has_side_effects}}> : () -> ()
+        "func.return"() : () -> ()
+      }}) : () -> ()
+    }}) : () -> ()
+    "stream.executable.end"() : () -> ()
+  }}) : () -> ()
+  "func.func"() <{{function_type = (tensor<4xf32>) -> tensor<4xf32>, sym_name = "main"}}> ({{
+  ^bb0(%arg0: tensor<4xf32>):
+    %0 = "flow.dispatch"(%arg0) <{{entry_points = [@executable::@boom], operandSegmentSizes = array<i32: 0, 1, 0, 0>, tied_operands = [0 : index]}}> : (tensor<4xf32>) -> tensor<4xf32>
+    "func.return"(%0) : (tensor<4xf32>) -> ()
+  }}) : () -> ()
+}}) : () -> ()
+'''
+
+
+def _identity(path: Path) -> Path:
+    m = _model([helper.make_node("Identity", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+REFUSED = ("--against compiles and runs only functions of the tosa, func, arith, tensor, quant and ml_program"
+           " dialects; the module has ")
+X86_LINUX = platform.machine() in ("x86_64", "AMD64") and sys.platform.startswith("linux")
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="the payload is x86-64 Linux machine code")
+def test_the_syscall_payload_runs_when_iree_is_given_it(tmp_path):
+    """The payload is live: compiled and run by IREE directly, it makes the marker."""
+    compiler = pytest.importorskip("iree.compiler")
+    runtime = pytest.importorskip("iree.runtime")
+    marker = tmp_path / "marker"
+    vmfb = compiler.compile_str(_syscall_module(marker), input_type="tosa", target_backends=["llvm-cpu"])
+    runtime.load_vm_flatbuffer(vmfb, driver="local-task").main(np.ones(4, np.float32))
+    assert marker.exists()
+
+
+def test_against_refuses_a_module_that_would_run_a_syscall(tmp_path):
+    pytest.importorskip("iree.compiler")
+    marker = tmp_path / "marker"
+    module = tmp_path / "evil.mlir"
+    module.write_text(_syscall_module(marker))
+    p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q")
+    assert_clean(p)
+    assert p.returncode == 2
+    assert lines(p.stderr) == [f"legalize: error: {module}: {REFUSED}'stream.executable' at its top level"]
+    assert not marker.exists()  # nothing ran
+
+
+@pytest.mark.parametrize("name,body,refused", [
+    ("object file", 'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> attributes {hal.executable.objects = '
+                    '[#hal.executable.object<{path = "MARKER"}>]} {\n  return %a : tensor<4xf32>\n}\n',
+     "'#hal.executable.object' in attribute 'hal.executable.objects' of 'func.func'"),
+    ("declaration", 'func.func private @hal.devices.count() -> index\n'
+                    'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n',
+     'a function declaration without a body ("hal.devices.count"), which IREE would import from elsewhere'),
+    ("llvm type", 'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n'
+                  '  %0 = "tosa.identity"(%a) {x = !llvm.ptr} : (tensor<4xf32>) -> tensor<4xf32>\n'
+                  '  return %0 : tensor<4xf32>\n}\n', "'!llvm.ptr' in attribute 'x' of 'tosa.identity'"),
+    ("inline asm", 'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n'
+                   '  "llvm.inline_asm"() <{asm_string = "syscall", constraints = "", has_side_effects}> : () -> ()\n'
+                   '  return %a : tensor<4xf32>\n}\n', "op 'llvm.inline_asm'"),
+])
+def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused):
+    pytest.importorskip("iree.compiler")
+    module = tmp_path / "m.mlir"
+    module.write_text(body.replace("MARKER", str(tmp_path / "marker.o")))
+    p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q")
+    assert_clean(p)
+    assert p.returncode == 2
+    assert lines(p.stderr) == [f"legalize: error: {module}: {REFUSED}{refused}"]
+
+
+def test_against_compiles_tosa_with_the_attributes_of_its_producer(tmp_path):
+    """What is refused is not TOSA: a module with TensorFlow's discardable attributes
+    (dropped before IREE sees it) is compiled, run and compared."""
+    pytest.importorskip("iree.compiler")
+    module = tmp_path / "m.mlir"
+    module.write_text(
+        'module attributes {tf.versions = {producer = 1 : i32}} {\n'
+        '  func.func @main(%a: tensor<4xf32> {tf_saved_model.index_path = ["x"]}) -> tensor<4xf32>'
+        ' attributes {tf.entry_function = {inputs = "x", outputs = "y"}} {\n'
+        '    %0 = tosa.identity %a : (tensor<4xf32>) -> tensor<4xf32>\n'
+        '    return %0 : tensor<4xf32>\n  }\n}\n')
+    p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    assert lines(p.stdout) == [f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs onnxruntime)"]
+
+
+# ---- outputs: never an input or another output, never a special file ---------------------
+
+def test_report_html_and_emit_paths_must_be_their_own(tmp_path):
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    cases = [
+        (["--report", out], f"{out}: is both the output model and the report (--report); give each its own path"),
+        (["--emit", "onnx", "--emit", "tosa", "--report", tmp_path / "o.tosa.mlir"],
+         f"{tmp_path / 'o.tosa.mlir'}: is both the tosa output (--emit tosa) and the report (--report);"
+         " give each its own path"),
+        (["--report", tmp_path / "r", "--html", tmp_path / "r"],
+         f"{tmp_path / 'r'}: is both the report (--report) and the HTML report (--html); give each its own path"),
+        (["--against", tmp_path / "ref.onnx", "--report", tmp_path / "ref.onnx"],
+         f"{tmp_path / 'ref.onnx'}: is an input model and the report (--report); refusing to overwrite it"),
+    ]
+    _copy(MODELS / "mlp_bias.onnx", tmp_path / "ref.onnx")
+    before = _files(tmp_path)
+    for args, message in cases:
+        p = legalize(src, out, *args, "-q")
+        assert_clean(p)
+        assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {message}"])
+        assert _files(tmp_path) == before  # nothing written, nothing replaced
+
+
+def test_batch_report_and_outputs_must_not_be_inputs_or_each_other(tmp_path):
+    a = _copy(MODELS / "mlp_bias.onnx", tmp_path / "a" / "q.onnx")
+    other = _copy(MODELS / "mlp_bias.onnx", tmp_path / "a" / "q.legal.onnx")  # another model of the batch
+    before = _files(tmp_path / "a")
+    p = legalize(a, other, "-j", "1", "--force", "-q")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {other}: is an input model and the output of"
+                                                    f" {a}; refusing to overwrite it"])
+    (tmp_path / "out").mkdir()
+    b = _copy(MODELS / "mlp_bias.onnx", tmp_path / "b" / "b.onnx")
+    report = tmp_path / "out" / "q.legal.onnx"
+    p = legalize(a, b, "-o", tmp_path / "out", "--report", report, "-q")
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {report}: is both the output of {a} and the"
+                                                    " report (--report); give each its own path"])
+    assert _files(tmp_path / "a") == before and not list((tmp_path / "out").iterdir())
+
+
+def test_a_device_or_a_fifo_is_never_replaced(tmp_path):
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    null = tmp_path / "null.onnx"
+    null.symlink_to(os.devnull)  # as root, `legalize m.onnx /dev/null --force` made /dev/null a file
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    special = "is not a regular file (a device, a FIFO or a socket); legalize replaces only regular files"
+    for args, path in (([null, "--force"], null), ([tmp_path / "o.onnx", "--report", fifo], fifo),
+                       ([fifo, "--force"], fifo)):
+        p = legalize(src, *args, "-q")
+        assert_clean(p)
+        assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}: {special}"])
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode) and null.is_symlink()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["fifo.json", "m.onnx", "null.onnx"]
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_a_report_that_cannot_be_written_fails_before_the_work(tmp_path):
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    report = Path("/proc/self/r.json")  # no file can be made there, not even by root
+    p = legalize(src, tmp_path / "o.onnx", "--report", report, "-q")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {report}: cannot write: No such file or"
+                                                    " directory"])
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx"]  # the model is not written
+
+
+# ---- outputs: no run loses or mixes another's ----------------------------------------------
+
+def test_the_second_of_two_runs_without_force_fails(tmp_path, monkeypatch):
+    """Both find the output free before the work; the one that finishes second gets
+    exit 2 and the first one's file stays."""
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    real = pipeline.check
+
+    def the_other_run_finishes_first(*args, **kwargs):
+        out.write_bytes(b"the other run's model")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "check", the_other_run_finishes_first)
+    code, _, err = _main([src, out, "-q"])
+    assert (code, lines(err)) == (2, [f"legalize: error: {out}: already exists (use --force to replace it)"])
+    assert out.read_bytes() == b"the other run's model"
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "o.onnx"]  # no temporary left
+
+
+def test_two_force_runs_with_external_data_never_mix(tmp_path, monkeypatch):
+    """Run B writes the same output while run A checks its own: what is left is A's
+    model with A's data (it finished last), and B's data is gone with B's model."""
+    wa = np.full((8, 8), 2.0, np.float32)
+    wb = np.full((8, 8), 3.0, np.float32)
+    a, b = _external(tmp_path / "a", wa), _external(tmp_path / "b", wb)
+    out = tmp_path / "out" / "m.onnx"
+    out.parent.mkdir()
+    real, calls = pipeline.check, []
+
+    def meanwhile(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            assert _main([b, out, "--force", "-q"])[0] == 0
+            assert np.array_equal(_ort(out, np.ones(8, np.float32)), (1 + wb) * wb)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "check", meanwhile)
+    code, _, err = _main([a, out, "--force", "-q"])
+    assert code == 0, err
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(_ort(out, x), (x + wa) * wa)
+    (data,) = _data_files(out.parent, "m.onnx")
+    assert sorted(os.listdir(out.parent)) == ["m.onnx", data]
+
+
+def _big_external(folder: Path, seed: int) -> Path:
+    """Weights big enough (64 MB) that writing and checking take a while: a window."""
+    return _external(folder, np.random.default_rng(seed).standard_normal((4096, 4096)).astype(np.float32))
+
+
+def _stop_during_the_check(src: Path, out: Path, sig: int, *args) -> subprocess.CompletedProcess:
+    p = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(src), str(out), "-q", *args], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    # the model's temporary file is made once its data is written, just before the check
+    model_tmp = re.compile(r"\." + re.escape(out.name) + r"\.[0-9a-f]{8}\.tmp")
+    while not any(model_tmp.fullmatch(n) for n in os.listdir(out.parent)):
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    p.send_signal(sig)
+    out_, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(p.args, p.returncode, out_, err)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_force_run_stopped_during_its_check_leaves_the_previous_output(tmp_path, sig):
+    out = tmp_path / "out" / "m.onnx"
+    out.parent.mkdir()
+    code, _, err = _main([_big_external(tmp_path / "p", 0), out, "--no-check", "-q"])
+    assert code == 0, err
+    previous = _files(out.parent)
+    p = _stop_during_the_check(_big_external(tmp_path / "n", 1), out, sig, "--force")
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    left = {n: b for n, b in _files(out.parent).items() if not n.startswith(".")}
+    assert left == previous  # the model and the data it names, byte for byte
+    if sig == signal.SIGTERM:  # unwound: no temporary file either
+        assert (p.returncode, p.stderr.strip()) == (130, "legalize: interrupted")
+        assert sorted(os.listdir(out.parent)) == sorted(previous)
+
+
+def test_a_first_run_killed_during_its_check_leaves_no_data_file(tmp_path):
+    out = tmp_path / "out" / "m.onnx"
+    out.parent.mkdir()
+    p = _stop_during_the_check(_big_external(tmp_path / "n", 1), out, signal.SIGKILL)
+    assert p.returncode == -signal.SIGKILL
+    assert [n for n in os.listdir(out.parent) if not n.startswith(".")] == []  # only temporaries, hidden
+
+
+# ---- bounded resources ------------------------------------------------------------------------
+
+def _mul_bomb(path: Path) -> Path:
+    """``Mul(x[2^62], z[2^62])``: ONNX's data propagation allocates by the dim (90 bytes)."""
+    n = 1 << 62
+    m = _model([helper.make_node("Mul", ["x", "z"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n]),
+                helper.make_tensor_value_info("z", TensorProto.FLOAT, [n])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_shape_inference_stops_at_its_memory_bound(tmp_path):
+    from legalizer.importers.onnx import _infer_here
+
+    data = _mul_bomb(tmp_path / "bomb.onnx").read_bytes()
+    assert len(data) < 120
+    t0 = time.monotonic()
+    out = bounded.call(_infer_here, data, memory=256 << 20, timeout=120)
+    assert out[:1] == b"m"  # data propagation ran out of its 256 MiB; inferred without it
+    assert time.monotonic() - t0 < 60
+    shape = onnx.load_model_from_string(out[1:]).graph.output[0].type.tensor_type.shape
+    assert [d.dim_value for d in shape.dim] == [1 << 62]
+
+
+def _crash(arg: bytes) -> bytes:
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return arg
+
+
+def _echo(arg: bytes) -> bytes:
+    return arg[::-1]
+
+
+def test_a_crash_in_the_bounded_helper_is_contained():
+    with pytest.raises(bounded.Failed, match=r"^the process doing it died \(signal SIGSEGV\)$"):
+        bounded.call(_crash, b"x", memory=1 << 28, timeout=60)
+    assert bounded.call(_echo, b"abc", memory=1 << 28, timeout=60) == b"cba"  # a new helper
+
+
+def test_the_mul_bomb_is_legalized_under_2gb(tmp_path):
+    bomb = _mul_bomb(tmp_path / "bomb.onnx")
+    p = _capped(bomb, "--no-check")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    assert lines(p.stderr) == ["legalize: warning: ONNX shape inference with data propagation ran out of its memory"
+                               " (1 GiB or more); shapes were inferred without it"]
+
+
+def _nested_regions_bytecode(path: Path, depth: int) -> Path:
+    """``depth`` ops inside one another's regions, as MLIR bytecode (IREE's bindings;
+    written in a thread with a large stack: MLIR's writer recurses too)."""
+    from iree.compiler import ir
+
+    def build():
+        ctx = ir.Context()
+        ctx.allow_unregistered_dialects = True
+        with ctx, ir.Location.unknown():
+            module = ir.Module.create()
+            at = ir.InsertionPoint(module.body)
+            for _ in range(depth):
+                op = ir.Operation.create("x.nest", regions=1, ip=at)
+                at = ir.InsertionPoint(op.regions[0].blocks.append())
+            with open(path, "wb") as f:
+                module.operation.write_bytecode(f)
+
+    old = threading.stack_size(512 << 20)
+    try:
+        t = threading.Thread(target=build)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old)
+    return path
+
+
+def test_deeply_nested_bytecode_is_bad_input_under_2gb(tmp_path):
+    pytest.importorskip("iree.compiler")
+    path = _nested_regions_bytecode(tmp_path / "deep.mlirbc", 20_000)
+    assert 100_000 < path.stat().st_size < 1_000_000
+    p = _capped(path, "--verify-only")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}: regions nested deeper than 64 levels"
+                                                    " (at 'x.nest'); legalize reads no deeper"])
+
+
+@pytest.mark.parametrize("what,text,where", [
+    ("attribute", 'func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  "x.op"() {deep = ' + "[" * 20_000 + "1"
+     + "]" * 20_000 + '} : () -> ()\n  return %a : tensor<2xf32>\n}\n', "2:146"),
+    ("regions", 'func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n' + '"x.nest"() ({\n' * 20_000
+     + '}) : () -> ()\n' * 20_000 + '  return %a : tensor<2xf32>\n}\n', "65:13"),
+])
+def test_deeply_nested_text_is_bad_input_under_2gb(tmp_path, what, text, where):
+    path = tmp_path / "deep.mlir"
+    path.write_text(text)
+    p = _capped(path, "--verify-only")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}:{where}: brackets nest deeper than 128"
+                                                    " levels (regions, attributes or types); legalize reads no deeper"])
+
+
+def test_nesting_within_the_bound_is_read(tmp_path):
+    path = tmp_path / "ok.mlir"
+    path.write_text('func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  "x.op"() {deep = ' + "[" * 126 + "1"
+                    + "]" * 126 + '} : () -> ()\n  return %a : tensor<2xf32>\n}\n')
+    p = legalize(path, "--verify-only", "-q")
+    assert_clean(p)
+    assert p.returncode == 0 and lines(p.stdout) == [f"{path}: legal under 'tosa'"]
+
+
+def test_an_oversized_sum_is_bad_input_under_2gb(tmp_path):
+    path = tmp_path / "sum.onnx"
+    m = _model([helper.make_node("Sum", ["x"] * 1_000_000, ["y"], name="big_sum")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    path.write_bytes(m.SerializeToString())
+    p = _capped(path, "-q")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}: node 'big_sum': 'Sum' op has 1,000,000"
+                                                    " operands; legalize reads at most 65,536 per node"])
+    assert sorted(os.listdir(tmp_path)) == ["sum.onnx"]
