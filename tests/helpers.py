@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import onnx
 from onnx import TensorProto, helper
@@ -47,3 +49,18 @@ def verify_proto(model: onnx.ModelProto, profile: str = "mlir"):
 def save(model: onnx.ModelProto, path: Path) -> Path:
     onnx.save(model, str(path))
     return path
+
+
+def cli_in_process(*args) -> Tuple[int, str, str]:
+    """``legalize ARGS`` in this process (so that a test can patch a stage or hook
+    file opens): exit status, stdout, stderr."""
+    from legalizer.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()

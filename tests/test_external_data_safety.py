@@ -14,7 +14,6 @@ own folder still works, from any working directory.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import re
 import struct
@@ -28,6 +27,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
+from helpers import cli_in_process
 from legalizer.errors import BadInput
 
 F = TensorProto.FLOAT
@@ -59,17 +59,6 @@ def _recording_opens():
         _OPENED = None
 
 
-def _cli(*args) -> Tuple[int, str, str]:
-    from legalizer.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
 
 
 # -- models ---------------------------------------------------------------------------
@@ -173,7 +162,7 @@ def test_a_location_outside_the_model_folder_is_refused_before_anything_is_read(
     onnx.save_model(build(location), str(src))
     out = d["out"] / "m.onnx"
     with _recording_opens() as opened:
-        code, stdout, stderr = _cli(src, "-o", out, "--target", "tosa")
+        code, stdout, stderr = cli_in_process(src, "-o", out, "--target", "tosa")
     assert code == 2, (stdout, stderr)
     assert stderr.splitlines() == [f"legalize: error: {src}: {what}: external data location '{location}' {why}"]
     assert stdout == ""
@@ -234,7 +223,7 @@ def test_an_offset_or_length_that_is_not_a_span_of_the_file_is_bad_input(case, t
     d = _layout(tmp_path)
     src = d["model"] / "m.onnx"
     onnx.save_model(initializer_model("nowhere.bin" if case == "missing file" else "w.bin", offset, length), str(src))
-    code, stdout, stderr = _cli(src, "-o", d["out"] / "m.onnx", "--target", "xla")
+    code, stdout, stderr = cli_in_process(src, "-o", d["out"] / "m.onnx", "--target", "xla")
     assert (code, stdout) == (2, ""), stderr
     assert stderr.splitlines() == [f"legalize: error: {src}: initializer 'w': {why}"]
     assert os.listdir(d["out"]) == []
@@ -265,7 +254,7 @@ def test_data_in_a_subfolder_of_the_model_folder_still_works_from_any_working_fo
     onnx.save_model(m, str(src))
     monkeypatch.chdir(cwd)
     out = out_dir / "m.onnx"
-    code, stdout, stderr = _cli(src, "-o", out, "--target", "tosa")
+    code, stdout, stderr = cli_in_process(src, "-o", out, "--target", "tosa")
     assert code == 0, (stdout, stderr)
     assert stdout.splitlines()[-1].endswith("outputs match on CPUExecutionProvider"), stdout
     # A Constant's value is folded (read) into an inline constant of the new rank.
@@ -313,7 +302,7 @@ def test_a_tflite_buffer_outside_the_file_is_bad_input(field, value, tmp_path):
     offset, size = (value, size) if field == "offset" else (offset, value)
     src = tmp_path / "m.tflite"
     src.write_bytes(bad)
-    code, stdout, stderr = _cli(src, "-o", tmp_path / "out.tflite")
+    code, stdout, stderr = cli_in_process(src, "-o", tmp_path / "out.tflite")
     assert (code, stdout) == (2, ""), stderr
     assert stderr.splitlines() == [f"legalize: error: {src}: tensor 'd': buffer 2 lies past the end of the file"
                                    f" (bytes {offset}..{offset + size}, the file has {len(bad)})"]

@@ -7,11 +7,8 @@ initializer's dims, a Reshape target) stay bad input (tests/test_fuzz.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 import onnx
@@ -19,23 +16,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
+from helpers import cli_in_process
 from legalizer.check.ort import SMALL
 
 F = TensorProto.FLOAT
 B = np.array([1.5, -2.0, 3.0], np.float32)
 
 
-def _cli(*args) -> Tuple[int, str, str]:
-    from legalizer.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def paddle_style_model() -> onnx.ModelProto:
@@ -77,7 +64,7 @@ def test_a_minus_one_dim_is_legalized_and_checked_as_a_dynamic_dim(target, tmp_p
     onnx.save_model(paddle_style_model(), str(src))
     out = tmp_path / "m.legal.onnx"
     report = tmp_path / "report.json"
-    code, stdout, stderr = _cli(src, "-o", out, "--target", target, "--report", report)
+    code, stdout, stderr = cli_in_process(src, "-o", out, "--target", target, "--report", report)
     assert code == 0, (stdout, stderr)
     assert stderr.splitlines() == WARNINGS  # each place once, nothing else
     assert stdout.splitlines()[-1] == f"{src}: legalized for '{target}' -> {out}, outputs match on CPUExecutionProvider"
@@ -105,7 +92,7 @@ def test_the_dim_option_binds_an_anonymous_minus_one_dim(tmp_path):
     src = tmp_path / "m.onnx"
     onnx.save_model(paddle_style_model(), str(src))
     report = tmp_path / "report.json"
-    code, stdout, stderr = _cli(src, "-o", tmp_path / "out.onnx", "--dim", "x[0]=7", "--report", report, "-q")
+    code, stdout, stderr = cli_in_process(src, "-o", tmp_path / "out.onnx", "--dim", "x[0]=7", "--report", report, "-q")
     assert code == 0, (stdout, stderr)
     assert [b["dims"] for b in json.loads(report.read_text())["check"]["bindings"]] == [{"x[0]": 7}]
 
@@ -128,7 +115,7 @@ def test_any_negative_size_is_dynamic_and_verify_only_says_so(tmp_path):
     m.ir_version = 8
     src = tmp_path / "m.onnx"
     onnx.save_model(m, str(src))
-    code, stdout, stderr = _cli(src, "--verify-only")
+    code, stdout, stderr = cli_in_process(src, "--verify-only")
     assert code == 0, (stdout, stderr)
     assert stderr.splitlines() == ["legalize: warning: graph input 'x' dim 1 is -3: read as a dynamic dim"]
     assert stdout.splitlines()[-1] == f"{src}: legal under 'mlir'"

@@ -7,8 +7,6 @@ address-space limit."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import platform
 import re
@@ -28,6 +26,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from legalizer import bounded, pipeline
+from helpers import cli_in_process
 from test_cli import assert_clean, legalize, lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,18 +36,7 @@ DATA_NAME = r"\.[0-9a-f]{16}\.data"  # <output name>.<16 hex digits>.data
 
 
 def _main(args) -> Tuple[int, str, str]:
-    """``legalize ARGS`` in this process (so that a test can patch a stage): exit
-    status, stdout, stderr."""
-    from legalizer.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+    return cli_in_process(*args)
 
 
 def _capped(*args, timeout: float = 300) -> subprocess.CompletedProcess:
