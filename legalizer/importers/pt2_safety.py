@@ -41,7 +41,7 @@ import os
 import pickle
 import re
 from pathlib import Path
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 from ..errors import BadInput, first_line
 
@@ -212,21 +212,31 @@ def _sympy_class(name: str) -> bool:
     return isinstance(cls, type) and issubclass(cls, sympy.Basic)
 
 
-def _sympy_ok(node: ast.AST) -> bool:
+def _operators_ok(node: ast.AST, ok: Callable[[ast.AST], bool]) -> Optional[bool]:
+    """What both grammars (shape expressions, guards) allow alike: number and bool
+    literals, arithmetic, comparisons and boolean operators over what ``ok`` allows;
+    None for any other node, which the grammar judges itself."""
     if isinstance(node, ast.Expression):
-        return _sympy_ok(node.body)
+        return ok(node.body)
     if isinstance(node, ast.Constant):
         return type(node.value) in (int, float, bool)
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, _ARITH) and ok(node.left) and ok(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, _UNARY) and ok(node.operand)
+    if isinstance(node, ast.Compare):
+        return all(isinstance(op, _COMPARE) for op in node.ops) and all(map(ok, [node.left, *node.comparators]))
+    if isinstance(node, ast.BoolOp):
+        return all(map(ok, node.values))
+    return None
+
+
+def _sympy_ok(node: ast.AST) -> bool:
+    shared = _operators_ok(node, _sympy_ok)
+    if shared is not None:
+        return shared
     if isinstance(node, ast.Name):  # a symbol, a constant (oo, true), a class; not open, exec, ...
         return _identifier(node.id) and not hasattr(builtins, node.id)
-    if isinstance(node, ast.BinOp):
-        return isinstance(node.op, _ARITH) and _sympy_ok(node.left) and _sympy_ok(node.right)
-    if isinstance(node, ast.UnaryOp):
-        return isinstance(node.op, _UNARY) and _sympy_ok(node.operand)
-    if isinstance(node, ast.Compare):
-        return all(isinstance(op, _COMPARE) for op in node.ops) and all(map(_sympy_ok, [node.left, *node.comparators]))
-    if isinstance(node, ast.BoolOp):
-        return all(map(_sympy_ok, node.values))
     if isinstance(node, ast.Tuple):
         return all(map(_sympy_ok, node.elts))
     if isinstance(node, ast.Call):
@@ -278,23 +288,14 @@ def _input_ref(node: ast.AST) -> bool:
 
 
 def _guard_ok(node: ast.AST) -> bool:
-    if isinstance(node, ast.Expression):
-        return _guard_ok(node.body)
-    if isinstance(node, ast.Constant):
-        return type(node.value) in (int, float, bool)
+    shared = _operators_ok(node, _guard_ok)
+    if shared is not None:
+        return shared
     if isinstance(node, ast.Name):
         return node.id == "inf"
     if isinstance(node, (ast.Subscript,)) or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                                               and node.func.attr in _TENSOR_METHODS):
         return _input_ref(node)
-    if isinstance(node, ast.BinOp):
-        return isinstance(node.op, _ARITH) and _guard_ok(node.left) and _guard_ok(node.right)
-    if isinstance(node, ast.UnaryOp):
-        return isinstance(node.op, _UNARY) and _guard_ok(node.operand)
-    if isinstance(node, ast.Compare):
-        return all(isinstance(op, _COMPARE) for op in node.ops) and all(map(_guard_ok, [node.left, *node.comparators]))
-    if isinstance(node, ast.BoolOp):
-        return all(map(_guard_ok, node.values))
     if isinstance(node, ast.Attribute):  # math.inf, math.pi
         return isinstance(node.value, ast.Name) and node.value.id == "math" and _identifier(node.attr) \
             and isinstance(getattr(math, node.attr, None), float)
