@@ -233,7 +233,11 @@ class Graph:
     # ---- building -------------------------------------------------------------------
     def opset_of(self, node: Node) -> int:
         """The opset version ``node`` is read at ("ai.onnx" is the default domain)."""
-        domain = "" if node.domain == "ai.onnx" else node.domain
+        return self.opset_for(node.domain)
+
+    def opset_for(self, domain: str) -> int:
+        """The opset version of ``domain`` ("ai.onnx" is the default domain)."""
+        domain = "" if domain == "ai.onnx" else domain
         return self.opsets.get(domain, self.opsets.get("", 1) if domain == "" else 1)
 
     def fresh_name(self, base: str) -> str:
@@ -246,26 +250,31 @@ class Graph:
                 return cand
         raise AssertionError
 
-    def _register(self, node: Node) -> Node:
-        node.id = next(self._ids)
-        node.graph = self
-        for i, v in enumerate(node.outputs):
-            v.producer, v.index = node, i
-            if v.name:
-                self._names[v.name] = v
-        return node
-
     def add_nodes(self, nodes: Iterable[Node]) -> List[Node]:
         """Add many nodes at once (the importers' bulk path). Operands may refer to
         values of nodes later in the batch; edges are made after all are registered."""
         self._order = None
-        nodes = [self._register(n) for n in nodes]
-        self._nx.add_nodes_from((n.id, {"n": n}) for n in nodes)
+        nodes = list(nodes)
+        # Registered, and written into networkx's node and adjacency dicts, in one loop:
+        # what DiGraph.add_nodes_from would make (an attribute dict, and empty successor
+        # and predecessor dicts, per node), without its per-node calls.
+        ids, names = self._ids, self._names
+        node_attrs, succ, pred = self._nx._node, self._nx._succ, self._nx._pred
         for n in nodes:
-            if n.kind == INPUT:
-                self._inputs.append(n)
-            elif n.kind == OUTPUT:
-                self._outputs.append(n)
+            nid = n.id = next(ids)
+            n.graph = self
+            for i, v in enumerate(n.outputs):
+                v.producer, v.index = n, i
+                if v.name:
+                    names[v.name] = v
+            node_attrs[nid] = {"n": n}
+            succ[nid] = {}
+            pred[nid] = {}
+            if n.kind != OP:
+                if n.kind == INPUT:
+                    self._inputs.append(n)
+                elif n.kind == OUTPUT:
+                    self._outputs.append(n)
         # Edges in bulk: uses counted per (producer, user) pair, then written straight
         # into networkx's adjacency (one dict per edge, shared by _succ and _pred, as
         # DiGraph.add_edge makes it). Uses from another graph (a subgraph capturing an
@@ -328,7 +337,9 @@ class Graph:
         else:
             data["uses"] -= 1
             if data["uses"] == 0 and not data.get("order"):
-                g.remove_edge(prod.id, target.id)
+                # the edge goes (what DiGraph.remove_edge does, without its checks)
+                del out[target.id]
+                del g._pred[target.id][prod.id]
 
     def order(self, before: Node, after: Node) -> None:
         """Make ``after`` run after ``before`` though it uses none of its values (ops

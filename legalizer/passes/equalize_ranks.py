@@ -6,17 +6,20 @@ dims. Afterwards broadcasting happens only through dims of size 1, as TOSA allow
 from __future__ import annotations
 
 from ..ir.graph import Graph
+from ..oprules import RuleLookup
 from .base import PassContext
 from .rewrite import RankExpander
 
 
 def equalize_ranks(graph: Graph, ctx: PassContext) -> bool:
     expander = RankExpander(graph, ctx)
+    lookup = RuleLookup(graph, ctx.rules)
     changed = False
     for node in graph.ops():
-        rule = ctx.rules.get(node.op)
-        if rule is None or rule.mode_at(graph.opset_of(node)) not in ("numpy", "unidirectional"):
+        found = lookup(node)
+        if found is None or found[1] not in ("numpy", "unidirectional"):
             continue
+        rule = found[0]
         if rule.broadcast == "unidirectional":
             targets = [i for i in rule.broadcasts if i < len(node.inputs)]
             ref = node.outputs[0] if rule.onto == "result" else node.inputs[0]
