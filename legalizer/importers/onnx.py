@@ -77,6 +77,7 @@ def _merge(declared: TensorType, inferred: TensorType) -> TensorType:
 
 # A node operand not defined yet (``_Importer.graph`` resolves it once all are).
 _MISSING = Value("")
+_ALWAYS_MISSING = itertools.repeat(_MISSING)
 _NO_INFO = (-1, None)
 _SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
 
@@ -221,33 +222,36 @@ class _Importer:
         # see every value of this graph.
         inf_nodes = inf.node if inf is not None and len(inf.node) == len(g.node) else None
         checked, get, missing = self._checked_ops, defined.get, _MISSING
+        type_of, info_of = types.get, (infos.get if infos else None)
         later: List[Tuple[Node, onnx.NodeProto]] = []
         with_subgraphs: List[Tuple[Node, onnx.NodeProto, int]] = []
+        append = nodes.append
         for k, np_ in enumerate(g.node):
             op_type, domain = np_.op_type, np_.domain
             if (domain, op_type) not in checked:
                 self._check_op(np_)
             outputs = []
-            for o in np_.output:
+            for o in np_.output[:]:
                 if not o:
                     outputs.append(Value(""))
                     continue
                 if o in defined:
                     raise BadInput(f"graph '{g.name}': value '{o}' is defined twice (output of node '{np_.name}')")
-                idx, vi = infos.get(o, _NO_INFO) if infos else _NO_INFO
-                v = defined[o] = Value(o, types.get(o, UNKNOWN), None, 0, vi, idx)
+                idx, vi = info_of(o, _NO_INFO) if info_of is not None else _NO_INFO
+                v = defined[o] = Value(o, type_of(o, UNKNOWN), None, 0, vi, idx)
                 outputs.append(v)
-            inputs = [get(i, missing) if i else None for i in np_.input]
+            # An operand not defined yet, and an empty name (no operand), are resolved later.
+            inputs = list(map(get, np_.input[:], _ALWAYS_MISSING))
             n = Node(OP, op_type, domain, np_.name, inputs, outputs, {}, np_)
             if missing in inputs:
                 later.append((n, np_))
-            attributes = np_.attribute
-            if attributes:
+            if np_.attribute:
+                attributes = np_.attribute
                 if any(a.type in _SUBGRAPH_TYPES for a in attributes):
                     with_subgraphs.append((n, np_, k))
                 else:
                     n.attrs = {a.name: a for a in attributes}
-            nodes.append(n)
+            append(n)
 
         out_nodes = []
         for vi in g.output:
@@ -353,10 +357,39 @@ def _clear_negative_dims(g: GraphProto) -> bool:
     return found
 
 
-def _infer(serialized: bytes):
-    """ONNX shape inference, non-strict, with data propagation; None if it cannot run.
-    Of the inferred model only the types are read (``protoutil.parse_types``)."""
-    for data_prop in (True, False):
+# Data propagation (``infer_shapes(..., data_prop=True)``) computes the values of small
+# integer tensors (shapes) so that more shapes are known: it changes nothing where no
+# value has data to propagate. Data comes from an integer initializer or ``Constant`` of
+# rank 0 or 1 (what ONNX's DataPropagationContext reads), or from an op whose propagation
+# makes it from types (Shape, Size); the other ops with a propagation function only pass
+# their operands' data on, and a subgraph (the ops with graph attributes) may hold
+# initializers of its own. tests/test_ir.py checks these lists against onnx.defs.
+DATA_SOURCE_OPS = ("Shape", "Size", "Constant")
+SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap", "FlexAttention")
+DATA_PASSING_OPS = ("Add", "Sub", "Mul", "Cast", "Concat", "Gather", "Slice", "Squeeze", "Unsqueeze")
+# ``NodeProto.op_type`` serialized: a node of one of these ops, in any graph or function,
+# has these bytes (other bytes that look like them only keep data propagation on).
+_OP_TYPE_TAG = bytes([onnx.NodeProto.DESCRIPTOR.fields_by_name["op_type"].number << 3 | 2])
+_DATA_SOURCES = re.compile(_OP_TYPE_TAG + b"(?:" + b"|".join(
+    re.escape(bytes([len(op)]) + op.encode()) for op in DATA_SOURCE_OPS + SUBGRAPH_OPS) + b")")
+_INTEGER_TYPES = (TensorProto.INT32, TensorProto.INT64)
+
+
+def _needs_data_propagation(model: ModelProto, serialized: bytes) -> bool:
+    """Whether data propagation may find any data in ``model`` (``serialized``): else
+    shape inference without it infers the same types, in a third less time."""
+    if _DATA_SOURCES.search(serialized):
+        return True
+    g = model.graph
+    return any(t.data_type in _INTEGER_TYPES and len(t.dims) <= 1
+               for t in itertools.chain(g.initializer, (st.values for st in g.sparse_initializer)))
+
+
+def _infer(serialized: bytes, data_prop: bool = True):
+    """ONNX shape inference, non-strict, with data propagation (unless ``data_prop`` is
+    false: see ``_needs_data_propagation``); None if it cannot run. Of the inferred
+    model only the types are read (``protoutil.parse_types``)."""
+    for data_prop in ((True, False) if data_prop else (False,)):
         try:
             return parse_types(_infer_bytes(serialized, data_prop))
         except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
@@ -411,7 +444,7 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
             stub.CopyFrom(model)
         if _clear_negative_dims(stub.graph):
             serialized = stub.SerializeToString()
-    inferred = _infer(serialized) if infer else None
+    inferred = _infer(serialized, _needs_data_propagation(model, serialized)) if infer else None
     del serialized, stub
     imp = _Importer(model, base_dir)
     with paused_gc():
