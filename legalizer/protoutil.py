@@ -68,26 +68,25 @@ def _types_model_class():
 
     F = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(name="legalize_types.proto", package="legalize_types")
+    one, many = F.LABEL_OPTIONAL, F.LABEL_REPEATED
 
     def message(cls, fields) -> None:
+        """``cls``'s message with only ``fields``: (name, label, type: a message of
+        this schema by name, or a scalar field type), numbered as onnx numbers them."""
         m = fdp.message_type.add(name=cls.DESCRIPTOR.name)
-        for name, of in fields:
-            number = cls.DESCRIPTOR.fields_by_name[name].number
-            f = m.field.add(name=name, number=number, label=F.LABEL_REPEATED if of != "type" else F.LABEL_OPTIONAL)
-            if of == "type":
-                f.type = F.TYPE_BYTES
-            elif of == "name":
-                f.type, f.label = F.TYPE_STRING, F.LABEL_OPTIONAL
-            else:
+        for name, label, of in fields:
+            f = m.field.add(name=name, number=cls.DESCRIPTOR.fields_by_name[name].number, label=label)
+            if isinstance(of, str):
                 f.type, f.type_name = F.TYPE_MESSAGE, f".legalize_types.{of}"
-            if name == "graph" or name == "g":
-                f.label = F.LABEL_OPTIONAL
+            else:
+                f.type = of
 
-    message(ModelProto, [("graph", "GraphProto")])
-    message(GraphProto, [("node", "NodeProto"), ("output", "ValueInfoProto"), ("value_info", "ValueInfoProto")])
-    message(NodeProto, [("attribute", "AttributeProto")])
-    message(AttributeProto, [("g", "GraphProto"), ("graphs", "GraphProto")])
-    message(ValueInfoProto, [("name", "name"), ("type", "type")])
+    message(ModelProto, [("graph", one, "GraphProto")])
+    message(GraphProto, [("node", many, "NodeProto"), ("output", many, "ValueInfoProto"),
+                         ("value_info", many, "ValueInfoProto")])
+    message(NodeProto, [("attribute", many, "AttributeProto")])
+    message(AttributeProto, [("g", one, "GraphProto"), ("graphs", many, "GraphProto")])
+    message(ValueInfoProto, [("name", one, F.TYPE_STRING), ("type", one, F.TYPE_BYTES)])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("legalize_types.ModelProto"))

@@ -51,7 +51,7 @@ Usage: python scripts/bench.py [--nodes 1000000] [--repeat 1] [--only SUBSTR] [-
        python scripts/bench.py --scaling [--sizes 10000,100000,1000000] [--json out.json]
        python scripts/bench.py --big [--json out.json]
        python scripts/bench.py --peers [--sizes 10000,100000,1000000] [--peer-timeout 240] [--baseline DIR]
-                               [--peers-python PY] [--no-transformer] [--only SUBSTR] [--json out.json]
+                               [--peers-python PY] [--repeat 1] [--no-transformer] [--only SUBSTR] [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
                                [--opt all|extended|basic|none] [--dim NAME=SIZE ...] [--json out.json]
 """
@@ -525,22 +525,26 @@ def peers_models(sizes: list, transformer: bool) -> list:
         sorted(wheel_model("").glob("*.onnx"))
 
 
-def peers_bench(paths: list, python: Path, cap: float, baseline: Optional[Path]) -> list:
+def peers_bench(paths: list, python: Path, cap: float, baseline: Optional[Path], repeat: int = 1) -> list:
     """Every model through the I/O floor (onnx.load + onnx.save), legalize --no-check
-    (and the ``baseline`` checkout's, if given) and each peer, one after the other in
-    this run. A peer over the cap on a synthetic model is not run on the larger ones
-    (it would be over it there too): reported as over the cap, not run."""
+    (and the ``baseline`` checkout's, if given; these best of ``repeat``, interleaved)
+    and each peer (once), one after the other in this run. A peer over the cap on a
+    synthetic model is not run on the larger ones (it would be over it there too):
+    reported as over the cap, not run."""
     rows, gave_up = [], {}
     for path in paths:
-        load = measure("onnx.load", path)
-        floor = measure("onnx.load+save", path)
-        leg = measure("legalize", path)
+        stages = [("onnx.load", ROOT), ("onnx.load+save", ROOT), ("legalize", ROOT)] + \
+            ([("legalize", baseline)] if baseline is not None else [])
+        runs = [[] for _ in stages]
+        for _ in range(repeat):
+            for got, (stage, root) in zip(runs, stages):
+                got.append(measure(stage, path, root=root))
+        load, floor, leg, *base = (min(got, key=lambda r, s=stage: r[s]) for got, (stage, _) in zip(runs, stages))
         row = {"model": path.name, "nodes": leg["nodes_in"], "floor_s": floor["onnx.load+save"],
                "load_rss_mb": load["maxrss_mb"], "floor_rss_mb": floor["maxrss_mb"],
                "runs": {"legalize": {"s": leg["legalize"], "maxrss_mb": leg["maxrss_mb"]}}}
-        if baseline is not None:
-            base = measure("legalize", path, root=baseline)
-            row["runs"]["legalize (baseline)"] = {"s": base["legalize"], "maxrss_mb": base["maxrss_mb"]}
+        if base:
+            row["runs"]["legalize (baseline)"] = {"s": base[0]["legalize"], "maxrss_mb": base[0]["maxrss_mb"]}
         synthetic = path.name.startswith("synthetic_")
         for peer in PEERS:
             if synthetic and peer in gave_up:
@@ -569,14 +573,15 @@ def _peer_cell(run: dict, rss: bool = False) -> str:
     return f"{run['s']:.2f} s ({run['time/floor']:.1f}×)"
 
 
-def print_peers(rows: list, cap: float, load: tuple) -> None:
+def print_peers(rows: list, cap: float, load: tuple, repeat: int = 1) -> None:
     from rich.console import Console
     from rich.table import Table
 
     names = list(rows[0]["runs"]) if rows else []
     console = Console(width=240)
-    t = Table(title=f"Seconds from onnx.load to onnx.save (× the I/O floor, onnx.load + onnx.save, same run);"
-                    f" cap {cap:.0f} s per run; load average {load[0]:.1f} → {load[1]:.1f}")
+    t = Table(title=f"Seconds from onnx.load to onnx.save (× the I/O floor, onnx.load + onnx.save, same run;"
+                    f" floor and legalize best of {repeat}, peers once); cap {cap:.0f} s per run;"
+                    f" load average {load[0]:.1f} → {load[1]:.1f}")
     for col in ["model", "nodes", "floor s"] + names:
         t.add_column(col, justify="right")
     for r in rows:
@@ -653,12 +658,13 @@ def main() -> None:
         paths = [p for p in peers_models([int(x) for x in args.sizes.split(",")], not args.no_transformer)
                  if not args.only or args.only in p.name]
         before = os.getloadavg()[0]
-        rows = peers_bench(paths, python, args.peer_timeout, args.baseline)
+        rows = peers_bench(paths, python, args.peer_timeout, args.baseline, args.repeat)
         load = (before, os.getloadavg()[0])
-        print_peers(rows, args.peer_timeout, load)
+        print_peers(rows, args.peer_timeout, load, args.repeat)
         if args.json:
             args.json.write_text(json.dumps({"peers": rows, "cap_s": args.peer_timeout, "load_average": load,
-                                             "baseline": str(args.baseline) if args.baseline else None},
+                                             "baseline": str(args.baseline) if args.baseline else None,
+                                             "repeat": args.repeat},
                                             indent=2) + "\n")
         return
     if args.scaling:
