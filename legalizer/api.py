@@ -176,11 +176,12 @@ def save(model, path, *, force: bool = False, inspect=None) -> Path:
         from .exporters.tflite import save_tflite
 
         return save_tflite(model, Path(path), force=force, protect=model.source, inspect=inspect)
-    # The initializers are streamed into the file, not copied into a new ModelProto.
+    # The initializers and nodes are streamed into the file, not copied into a new ModelProto.
     inits: list = []
-    proto = export_model(model.graph, model.proto, detached=inits)
+    nodes: list = []
+    proto = export_model(model.graph, model.proto, detached=inits, detached_nodes=nodes)
     return save_model(proto, Path(path), model.base_dir, force=force, protect=model.source,
-                      inspect=inspect, initializers=inits)
+                      inspect=inspect, initializers=inits, nodes=nodes)
 
 
 def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False, **kwargs):

@@ -61,6 +61,30 @@ class OpRule:
         return self.legacy
 
 
+class RuleLookup:
+    """``(rule, mode, op)`` of a node: its op's rule in ``rules``, how it broadcasts at
+    the opset ``graph`` reads it at (``Graph.opset_of``), and ``Node.op``; None for an
+    op with no rule.
+    Looked up once per op type and domain: what it gives depends on nothing else."""
+
+    __slots__ = ("graph", "rules", "_seen")
+
+    def __init__(self, graph, rules: Mapping[str, OpRule]):
+        self.graph, self.rules, self._seen = graph, rules, {}
+
+    def __call__(self, node) -> Optional[tuple]:
+        key = (node.op_type, node.domain)
+        found = self._seen.get(key, _UNSEEN)
+        if found is _UNSEEN:
+            op = node.op
+            rule = self.rules.get(op)
+            found = self._seen[key] = None if rule is None else (rule, rule.mode_at(self.graph.opset_of(node)), op)
+        return found
+
+
+_UNSEEN = object()
+
+
 def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
     def bad(why: str) -> BadInput:
         return BadInput(f"{source}: op '{op}': {why}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
@@ -23,6 +23,7 @@ from .check.tflite import declared_shapes as tflite_declared_shapes
 from .diagnose import Sides, localize as localize_sides, reduce_divergence, reduce_violation
 from .errors import BadInput, UsageError
 from .fileio import load, sniff
+from .ir.gc import paused_gc
 from .ir.graph import OP
 from .model import Model
 from .regions import PICTURE_LIMIT, Picture, Regions, culprit_picture, snapshot
@@ -144,11 +145,14 @@ def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = Fals
 @contextmanager
 def _timed(timings: Dict[str, float], stage: str, on_stage: Optional[StageCallback],
            **size: int) -> Iterator[None]:
+    """Time a stage; the stages that build, walk or rewrite the IR run with the cyclic
+    collector paused (``ir.gc``): the check, which runs the models, does not."""
     if on_stage is not None:
         on_stage(stage, size)
     t0 = time.perf_counter()
     try:
-        yield
+        with nullcontext() if stage == "check" else paused_gc():
+            yield
     finally:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
 

@@ -56,6 +56,49 @@ def _utf8_checking_model_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("legalize_utf8.ModelProto"))
 
 
+@lru_cache(maxsize=None)
+def _types_model_class():
+    """ModelProto of a schema that reads of a model only what shape inference adds:
+    each graph's ``value_info`` and ``output`` entries, with their TypeProto left as
+    the bytes it was serialized to (``type`` a bytes field: same wire format), and the
+    nodes' subgraph attributes (``g``, ``graphs``), which hold more of the same. The
+    other fields are not built into objects (upb keeps their bytes as they are)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="legalize_types.proto", package="legalize_types")
+    one, many = F.LABEL_OPTIONAL, F.LABEL_REPEATED
+
+    def message(cls, fields) -> None:
+        """``cls``'s message with only ``fields``: (name, label, type: a message of
+        this schema by name, or a scalar field type), numbered as onnx numbers them."""
+        m = fdp.message_type.add(name=cls.DESCRIPTOR.name)
+        for name, label, of in fields:
+            f = m.field.add(name=name, number=cls.DESCRIPTOR.fields_by_name[name].number, label=label)
+            if isinstance(of, str):
+                f.type, f.type_name = F.TYPE_MESSAGE, f".legalize_types.{of}"
+            else:
+                f.type = of
+
+    message(ModelProto, [("graph", one, "GraphProto")])
+    message(GraphProto, [("node", many, "NodeProto"), ("output", many, "ValueInfoProto"),
+                         ("value_info", many, "ValueInfoProto")])
+    message(NodeProto, [("attribute", many, "AttributeProto")])
+    message(AttributeProto, [("g", one, "GraphProto"), ("graphs", many, "GraphProto")])
+    message(ValueInfoProto, [("name", one, F.TYPE_STRING), ("type", one, F.TYPE_BYTES)])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("legalize_types.ModelProto"))
+
+
+def parse_types(serialized: bytes):
+    """The types of a serialized ModelProto, as ``_types_model_class`` reads them (a
+    fraction of the objects and memory of a whole ModelProto: a large model's inferred
+    copy holds every node again, and a value_info entry for every value)."""
+    return _types_model_class().FromString(serialized)
+
+
 def strings_are_utf8(serialized: bytes) -> Optional[bool]:
     """Whether every string field of a serialized ModelProto is valid UTF-8, decided by
     one C-level parse against the proto3 copy of the schema (bytes fields, tensor
@@ -77,11 +120,11 @@ def _attribute(n, a) -> str:
     return f"node '{n.name or next((o for o in n.output if o), n.op_type)}' attribute '{a.name}'"
 
 
-def model_tensors(proto, inits=None) -> Iterator[Tuple[str, Any]]:
+def model_tensors(proto, inits=None, nodes=None) -> Iterator[Tuple[str, Any]]:
     """(how to name it, TensorProto) for every tensor of a ModelProto that can hold
     data: initializers (sparse ones' values and indices too; ``inits``, the main graph's
-    when they are held apart from ``proto``) and tensor attributes, in every graph,
-    subgraph, function and training graph."""
+    when they are held apart from ``proto``) and tensor attributes (``nodes``, the main
+    graph's nodes held apart), in every graph, subgraph, function and training graph."""
     def of_nodes(nodes):
         for n in nodes:
             if not n.attribute:
@@ -109,6 +152,7 @@ def model_tensors(proto, inits=None) -> Iterator[Tuple[str, Any]]:
 
     for t in inits or ():
         yield f"initializer '{t.name}'", t
+    yield from of_nodes(nodes or ())
     yield from of_graph(proto.graph)
     for f in proto.functions:
         yield from of_nodes(f.node)

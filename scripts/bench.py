@@ -27,6 +27,15 @@ light models; the TFLite sample models of models/tflite/.
 nodes (--sizes to change them). --big: a >2 GB model with external data (35 MatMuls of
 4096x4096 weights, rank-1 biases), run through the CLI with --check: peak RSS and time.
 
+--peers: the synthetic graphs of --sizes, the transformer and the light models through
+the Python graph rewriters users would run in the same step (onnxsim, onnxslim,
+onnxscript's optimizer, onnxoptimizer; each onnx.load, its entry point with its
+defaults, onnx.save, in a venv of their own: scripts/setup_peers.sh), beside legalize
+--no-check and the I/O floor (onnx.load + onnx.save) on the same model in the same run:
+seconds over the floor's and peak RSS over onnx.load's, a run over --peer-timeout (240
+s) reported as "> cap". --baseline DIR runs another checkout's legalize beside (an older
+commit, e.g. `git worktree add /tmp/base COMMIT`): before and after in one run.
+
 With --targets, instead: the legal forms side by side (tosa; xla; xla in strict
 symbolic mode, --assume-dynamic-not-one) for the sample models of models/ (all but
 incompatible_add.onnx) and the onnx wheel's light models: nodes each form adds, the
@@ -41,6 +50,8 @@ Every mode prints a table and writes its JSON (--json, default .cache/bench/<mod
 Usage: python scripts/bench.py [--nodes 1000000] [--repeat 1] [--only SUBSTR] [--no-transformer] [--json out.json]
        python scripts/bench.py --scaling [--sizes 10000,100000,1000000] [--json out.json]
        python scripts/bench.py --big [--json out.json]
+       python scripts/bench.py --peers [--sizes 10000,100000,1000000] [--peer-timeout 240] [--baseline DIR]
+                               [--peers-python PY] [--repeat 1] [--no-transformer] [--only SUBSTR] [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
                                [--opt all|extended|basic|none] [--dim NAME=SIZE ...] [--json out.json]
 """
@@ -228,9 +239,12 @@ def tflite_models() -> list:
     return sorted(p for p in (ROOT / "models" / "tflite").glob("*.tflite") if not is_output(p))
 
 
-def measure(stage: str, path: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", _CHILD, stage, str(path)], capture_output=True, text=True, env=env)
+def measure(stage: str, path: Path, root: Path = ROOT) -> dict:
+    """One stage on one model in a fresh process, legalize's code taken from ``root``
+    (this tree, or another checkout: ``--peers --baseline``)."""
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", _CHILD, stage, str(path)], capture_output=True, text=True, env=env,
+                       cwd=root)
     for copy in path.parent.glob(path.name + ".bench-copy*"):
         copy.unlink()
     if r.returncode != 0:
@@ -456,6 +470,134 @@ def print_targets(rows: list, runs: int, warmup: int, threads: int, opt: str) ->
     console.print(t)
 
 
+# ---- --peers: the Python graph rewriters users would run in the same step ---------------
+# Each is run as a user would: onnx.load, the rewriter's entry point with its defaults,
+# onnx.save; timed from the load to the save (imports excluded, as for legalize), in a
+# fresh process of the peers' own venv (scripts/setup_peers.sh), with a time cap.
+PEERS = {
+    "onnxsim": "import onnxsim\nrewrite = lambda m: onnxsim.simplify(m)[0]",
+    "onnxslim": "import onnxslim\nrewrite = onnxslim.slim",
+    "onnxscript": "import onnxscript.optimizer\nrewrite = onnxscript.optimizer.optimize",
+    "onnxoptimizer": "import onnxoptimizer\nrewrite = onnxoptimizer.optimize",
+}
+_PEER_CHILD = textwrap.dedent("""
+    import json, sys, time
+    import onnx
+    exec(sys.argv[1])  # defines rewrite(ModelProto) -> ModelProto
+    path, out = sys.argv[2], sys.argv[3]
+    t0 = time.perf_counter()
+    m = onnx.load(path)
+    m = rewrite(m)
+    onnx.save(m, out)
+    seconds = time.perf_counter() - t0
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+    print(json.dumps({"s": seconds, "maxrss_mb": int(hwm[0].split()[1]) / 1024 if hwm else None}))
+""")
+
+
+def peers_python(given: Optional[Path]) -> Path:
+    py = given or ROOT / ".venv-peers" / "bin" / "python"
+    if not Path(py).exists():
+        raise SystemExit(f"--peers: no {py}: make it with `bash scripts/setup_peers.sh` (or give --peers-python)")
+    return Path(py)
+
+
+def measure_peer(python: Path, peer: str, path: Path, cap: float) -> dict:
+    """One peer on one model: seconds and peak RSS, ``{"over": cap}`` past the cap, or
+    ``{"error": first line}`` where it fails."""
+    out = path.with_name(path.name + ".bench-peer.onnx")
+    try:
+        r = subprocess.run([str(python), "-c", _PEER_CHILD, PEERS[peer], str(path), str(out)], capture_output=True,
+                           text=True, timeout=cap, env=dict(os.environ, PYTHONPATH=""))
+    except subprocess.TimeoutExpired:
+        return {"over": cap}
+    finally:
+        for f in path.parent.glob(out.name + "*"):
+            f.unlink()
+    if r.returncode != 0:
+        lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+        return {"error": lines[-1][:160] if lines else f"exit status {r.returncode}"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def peers_models(sizes: list, transformer: bool) -> list:
+    return [synthetic_model(n) for n in sizes] + ([transformer_model()] if transformer else []) + \
+        sorted(wheel_model("").glob("*.onnx"))
+
+
+def peers_bench(paths: list, python: Path, cap: float, baseline: Optional[Path], repeat: int = 1) -> list:
+    """Every model through the I/O floor (onnx.load + onnx.save), legalize --no-check
+    (and the ``baseline`` checkout's, if given; these best of ``repeat``, interleaved)
+    and each peer (once), one after the other in this run. A peer over the cap on a
+    synthetic model is not run on the larger ones (it would be over it there too):
+    reported as over the cap, not run."""
+    rows, gave_up = [], {}
+    for path in paths:
+        stages = [("onnx.load", ROOT), ("onnx.load+save", ROOT), ("legalize", ROOT)] + \
+            ([("legalize", baseline)] if baseline is not None else [])
+        runs = [[] for _ in stages]
+        for _ in range(repeat):
+            for got, (stage, root) in zip(runs, stages):
+                got.append(measure(stage, path, root=root))
+        load, floor, leg, *base = (min(got, key=lambda r, s=stage: r[s]) for got, (stage, _) in zip(runs, stages))
+        row = {"model": path.name, "nodes": leg["nodes_in"], "floor_s": floor["onnx.load+save"],
+               "load_rss_mb": load["maxrss_mb"], "floor_rss_mb": floor["maxrss_mb"],
+               "runs": {"legalize": {"s": leg["legalize"], "maxrss_mb": leg["maxrss_mb"]}}}
+        if base:
+            row["runs"]["legalize (baseline)"] = {"s": base[0]["legalize"], "maxrss_mb": base[0]["maxrss_mb"]}
+        synthetic = path.name.startswith("synthetic_")
+        for peer in PEERS:
+            if synthetic and peer in gave_up:
+                row["runs"][peer] = {"over": cap, "not_run": f"over the cap at {gave_up[peer]:,} nodes"}
+                continue
+            got = row["runs"][peer] = measure_peer(python, peer, path, cap)
+            if synthetic and "over" in got:
+                gave_up[peer] = row["nodes"]
+        for run in row["runs"].values():
+            if "s" in run:
+                run["time/floor"] = run["s"] / row["floor_s"]
+                run["rss/load"] = run["maxrss_mb"] / row["load_rss_mb"] if run.get("maxrss_mb") else None
+        rows.append(row)
+        print(f"{path.name}: " + ", ".join(f"{k} {_peer_cell(v)}" for k, v in row["runs"].items()),
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def _peer_cell(run: dict, rss: bool = False) -> str:
+    if "over" in run:
+        return f"> {run['over']:.0f} s"
+    if "error" in run:
+        return "error"
+    if rss:
+        return f"{run['rss/load']:.2f}×" if run.get("rss/load") else "-"
+    return f"{run['s']:.2f} s ({run['time/floor']:.1f}×)"
+
+
+def print_peers(rows: list, cap: float, load: tuple, repeat: int = 1) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    names = list(rows[0]["runs"]) if rows else []
+    console = Console(width=240)
+    t = Table(title=f"Seconds from onnx.load to onnx.save (× the I/O floor, onnx.load + onnx.save, same run;"
+                    f" floor and legalize best of {repeat}, peers once); cap {cap:.0f} s per run;"
+                    f" load average {load[0]:.1f} → {load[1]:.1f}")
+    for col in ["model", "nodes", "floor s"] + names:
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(r["model"], f"{r['nodes']:,}", f"{r['floor_s']:.2f}", *(_peer_cell(r["runs"][k]) for k in names))
+    console.print(t)
+    t = Table(title="Peak RSS over onnx.load's (the process's VmHWM)")
+    for col in ["model", "onnx.load MB"] + names:
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(r["model"], f"{r['load_rss_mb']:.0f}", *(_peer_cell(r["runs"][k], rss=True) for k in names))
+    console.print(t)
+    errors = [(r["model"], k, v["error"]) for r in rows for k, v in r["runs"].items() if "error" in v]
+    for model, peer, error in errors:
+        console.print(f"{model}: {peer}: {error}", markup=False, highlight=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=1_000_000, help="nodes of the synthetic model")
@@ -468,6 +610,14 @@ def main() -> None:
     ap.add_argument("--scaling", action="store_true", help="stage times on synthetic graphs of --sizes nodes")
     ap.add_argument("--sizes", default="10000,100000,1000000")
     ap.add_argument("--big", action="store_true", help="the >2 GB external-data model through the CLI with --check")
+    ap.add_argument("--peers", action="store_true", help="the synthetic graphs of --sizes, the transformer and the light"
+                    " models through onnxsim, onnxslim, onnxscript's optimizer and onnxoptimizer, beside legalize"
+                    " and the I/O floor (scripts/setup_peers.sh makes their venv)")
+    ap.add_argument("--peers-python", type=Path, help="with --peers: the python of the peers' venv"
+                    " (default .venv-peers/bin/python)")
+    ap.add_argument("--peer-timeout", type=float, default=240.0, help="with --peers: seconds a peer run may take")
+    ap.add_argument("--baseline", type=Path, help="with --peers: another checkout of legalize (an older commit)"
+                    " to run beside this one")
     ap.add_argument("--json", type=Path, help="where the JSON goes (default .cache/bench/<mode>.json)")
     ap.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                     help="onnxruntime execution provider of the latency runs")
@@ -482,7 +632,8 @@ def main() -> None:
     ap.add_argument("--models", metavar="SUBSTR", help="with --targets: only the models whose file name contains SUBSTR")
     args = ap.parse_args()
     if args.json is None:
-        mode = "targets" if args.targets else "scaling" if args.scaling else "big" if args.big else "models"
+        mode = "targets" if args.targets else "scaling" if args.scaling else "big" if args.big else \
+            "peers" if args.peers else "models"
         CACHE.mkdir(parents=True, exist_ok=True)
         args.json = CACHE / f"{mode}.json"
         print(f"JSON: {args.json}", file=sys.stderr)
@@ -500,6 +651,20 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps({"targets": rows, "runs": args.runs, "warmup": args.warmup,
                                              "threads": args.threads, "opt": args.opt, "dims": dims},
+                                            indent=2) + "\n")
+        return
+    if args.peers:
+        python = peers_python(args.peers_python)
+        paths = [p for p in peers_models([int(x) for x in args.sizes.split(",")], not args.no_transformer)
+                 if not args.only or args.only in p.name]
+        before = os.getloadavg()[0]
+        rows = peers_bench(paths, python, args.peer_timeout, args.baseline, args.repeat)
+        load = (before, os.getloadavg()[0])
+        print_peers(rows, args.peer_timeout, load, args.repeat)
+        if args.json:
+            args.json.write_text(json.dumps({"peers": rows, "cap_s": args.peer_timeout, "load_average": load,
+                                             "baseline": str(args.baseline) if args.baseline else None,
+                                             "repeat": args.repeat},
                                             indent=2) + "\n")
         return
     if args.scaling:

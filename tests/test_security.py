@@ -363,13 +363,17 @@ def test_a_first_run_killed_during_its_check_leaves_no_data_file(tmp_path):
 
 # ---- bounded resources ------------------------------------------------------------------------
 
-def _mul_bomb(path: Path) -> Path:
-    """``Mul(x[2^62], z[2^62])``: ONNX's data propagation allocates by the dim (90 bytes)."""
+def _mul_bomb(path: Path, shape_op: bool = False) -> Path:
+    """``Mul(x[2^62], z[2^62])``: ONNX's data propagation allocates by the dim (90 bytes).
+    ``shape_op``: with ``Shape(x)`` as a second output, a value data propagation reads
+    (without one, legalize does not run data propagation at all)."""
     n = 1 << 62
-    m = _model([helper.make_node("Mul", ["x", "z"], ["y"])],
+    m = _model([helper.make_node("Mul", ["x", "z"], ["y"])]
+               + ([helper.make_node("Shape", ["x"], ["s"])] if shape_op else []),
                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n]),
                 helper.make_tensor_value_info("z", TensorProto.FLOAT, [n])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+               + ([helper.make_tensor_value_info("s", TensorProto.INT64, None)] if shape_op else []))
     path.write_bytes(m.SerializeToString())
     return path
 
@@ -403,12 +407,19 @@ def test_a_crash_in_the_bounded_helper_is_contained():
 
 
 def test_the_mul_bomb_is_legalized_under_2gb(tmp_path):
-    bomb = _mul_bomb(tmp_path / "bomb.onnx")
+    bomb = _mul_bomb(tmp_path / "bomb.onnx", shape_op=True)
     p = _capped(bomb, "--no-check")
     assert_clean(p)
     assert p.returncode == 0, p.stderr
     assert lines(p.stderr) == ["legalize: warning: ONNX shape inference with data propagation ran out of its memory"
                                " (1 GiB or more); shapes were inferred without it"]
+
+
+def test_the_mul_bomb_without_a_shape_op_skips_data_propagation(tmp_path):
+    p = _capped(_mul_bomb(tmp_path / "bomb.onnx"), "--no-check")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    assert lines(p.stderr) == []
 
 
 def _nested_regions_bytecode(path: Path, depth: int) -> Path:

@@ -23,6 +23,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto,
 from ..errors import BadInput, UsageError
 from ..fileio import check_output_path, commit, remove_temps, temp_beside
 from ..ir.constdata import external_data
+from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..ir.dtypes import elem_type
 from ..ir.types import TensorType
@@ -92,21 +93,26 @@ def _export_node(n: Node, out: NodeProto) -> NodeProto:
     return out
 
 
-def _node_proto(n: Node, p: Optional[NodeProto]) -> NodeProto:
+def _node_proto(n: Node, p: Optional[NodeProto], new: Callable[[], NodeProto] = NodeProto) -> NodeProto:
     """The NodeProto of ``n``: its imported proto ``p`` itself while ``n`` still is that
     node (same identity fields, operand and result names, and the very attribute protos,
     in order; no subgraph); a copy with new operand names where only those changed (what
-    a rewrite of its operands does), both copied in C; else built field by field."""
+    a rewrite of its operands does), both copied in C; else built field by field.
+    ``new`` makes the NodeProto a copy or a rebuilt node goes into."""
     if p is None or p.op_type != n.op_type or p.domain != n.domain or p.name != n.name:
-        return _export_node(n, NodeProto())
-    attrs = p.attribute
-    if list(p.output) != [v.name for v in n.outputs] or len(attrs) != len(n.attrs) or \
-            not all(a is b for a, b in zip(n.attrs.values(), attrs)):
-        return _export_node(n, NodeProto())
+        return _export_node(n, new())
+    outputs = n.outputs
+    if p.output[:] != ([outputs[0].name] if len(outputs) == 1 else [v.name for v in outputs]):
+        return _export_node(n, new())
+    attrs = n.attrs
+    if attrs or p.attribute:
+        protos = p.attribute
+        if len(protos) != len(attrs) or not all(a is b for a, b in zip(attrs.values(), protos)):
+            return _export_node(n, new())
     inputs = [v.name if v is not None else "" for v in n.inputs]
-    if list(p.input) == inputs:
+    if p.input[:] == inputs:
         return p
-    out = NodeProto()
+    out = new()
     out.CopyFrom(p)
     del out.input[:]
     out.input.extend(inputs)
@@ -114,43 +120,59 @@ def _node_proto(n: Node, p: Optional[NodeProto]) -> NodeProto:
 
 
 def export_graph(graph: Graph, gp: Optional[GraphProto] = None,
-                 detached: Optional[List[TensorProto]] = None) -> GraphProto:
+                 detached: Optional[List[TensorProto]] = None,
+                 detached_nodes: Optional[List[NodeProto]] = None) -> GraphProto:
     """Write ``graph`` into ``gp`` (a new GraphProto if not given). With ``detached``
     (a list), the initializers go there, in order, instead of into ``gp``: the proto
-    they came from is not copied (``save_model`` streams them into the file)."""
-    gp = GraphProto() if gp is None else gp
+    they came from is not copied (``save_model`` streams them into the file); with
+    ``detached_nodes``, so do the nodes (each the imported NodeProto itself where the
+    node is unchanged)."""
+    with paused_gc():
+        return _export_graph(graph, GraphProto() if gp is None else gp, detached, detached_nodes)
+
+
+def _export_graph(graph: Graph, gp: GraphProto, detached: Optional[List[TensorProto]],
+                  detached_nodes: Optional[List[NodeProto]]) -> GraphProto:
     if graph.proto is not None:
         _copy_fields(gp, graph.proto, _GRAPH_REBUILT)
     else:
         gp.name = graph.name
-    nodes = graph.nodes()
     inits: List[tuple] = []
     sparse: List[tuple] = []
     infos: List[tuple] = []
     new_infos: List[ValueInfoProto] = []
-    node_protos: List[NodeProto] = []
-    for n in nodes:
-        if n.kind == INPUT:
+    node_protos: List[NodeProto] = [] if detached_nodes is None else detached_nodes
+    # The nodes made anew (copies of changed nodes, new ones) share one arena: that of
+    # a GraphProto holding them until they are written (else each has its own).
+    made = GraphProto().node.add
+    for n in graph.nodes():
+        kind = n.kind
+        if kind == OP:
+            node_protos.append(_node_proto(n, n.proto, made))
+            for v in n.outputs:
+                if v.info is not None:
+                    if v.info.name == v.name:
+                        infos.append((v.info_index, v.info))
+                elif n.proto is None and v.name and v.type.shape is not None:
+                    new_infos.append(value_info(v.name, v.type))
+            continue
+        if kind == INPUT:
             gp.input.append(_info_for(n.output, n.output.name, n.proto))
             if n.data is not None:
                 inits.append((n.data.index, _initializer(n)))
-        elif n.kind == CONST:
+        elif kind == CONST:
             if n.data.sparse:
                 sparse.append((n.data.index, n.data.proto))
             else:
                 inits.append((n.data.index if n.data.proto is not None else 1 << 60, _initializer(n)))
-        elif n.kind == OP:
-            node_protos.append(_node_proto(n, n.proto))
-    gp.node.extend(node_protos)
-    for n in graph.outputs:
-        v = n.inputs[0]
-        gp.output.append(_info_for(v, v.name, n.proto))
-    for n in nodes:
         for v in n.outputs:
             if v.info is not None and v.info.name == v.name:
                 infos.append((v.info_index, v.info))
-            elif v.info is None and n.kind == OP and v.name and n.proto is None and v.type.shape is not None:
-                new_infos.append(value_info(v.name, v.type))
+    if detached_nodes is None:
+        gp.node.extend(node_protos)
+    for n in graph.outputs:
+        v = n.inputs[0]
+        gp.output.append(_info_for(v, v.name, n.proto))
     infos.extend(graph.foreign_value_info)
     inits.sort(key=lambda t: t[0])
     if detached is not None:
@@ -166,9 +188,11 @@ def export_graph(graph: Graph, gp: Optional[GraphProto] = None,
 
 
 def export_model(graph: Graph, header: Optional[ModelProto] = None,
-                 detached: Optional[List[TensorProto]] = None) -> ModelProto:
+                 detached: Optional[List[TensorProto]] = None,
+                 detached_nodes: Optional[List[NodeProto]] = None) -> ModelProto:
     """The model of ``graph``, with every header field of ``header`` (the imported
-    model) carried over. ``detached``: as for ``export_graph``, for the main graph."""
+    model) carried over. ``detached``, ``detached_nodes``: as for ``export_graph``,
+    for the main graph."""
     m = ModelProto()
     if header is not None:
         _copy_fields(m, header, {"graph"})
@@ -176,19 +200,22 @@ def export_model(graph: Graph, header: Optional[ModelProto] = None,
         m.ir_version = onnx.IR_VERSION
         for domain, version in graph.opsets.items():
             m.opset_import.append(helper.make_opsetid(domain, version))
-    export_graph(graph, m.graph, detached)
+    export_graph(graph, m.graph, detached, detached_nodes)
     return m
 
 
 def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, force: bool = False,
                protect: Optional[Path] = None, inspect: Optional[Callable[[Path], None]] = None,
-               initializers: Optional[List[TensorProto]] = None) -> Path:
+               initializers: Optional[List[TensorProto]] = None,
+               nodes: Optional[List[NodeProto]] = None) -> Path:
     """Write ``proto`` to ``path`` atomically (``atomic_output``'s rules).
 
     ``initializers``: the main graph's initializers, when ``proto`` was exported
     without them (``export_model(..., detached=[])``); they are serialized one at a
     time straight into the file, after the graph's nodes, so that the weights are never
     held twice (the file has the bytes ``onnx.save`` would write for the whole model).
+    ``nodes``: likewise the main graph's nodes (``detached_nodes``), each serialized on
+    its own, so that they are not copied into a new GraphProto first.
 
     External tensors stay external. Their locations are relative to ``base_dir`` (the
     input model's folder): written into that same folder, the model references the
@@ -208,13 +235,16 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
     base = Path(base_dir) if base_dir is not None else Path(".")
     inits = list(initializers) if initializers is not None else None
     relocate = (path.parent.resolve() != base.resolve()
-                and any(t.data_location == TensorProto.EXTERNAL for _, t in model_tensors(proto, inits)))
+                and any(t.data_location == TensorProto.EXTERNAL for _, t in model_tensors(proto, inits, nodes)))
     check_output_path(path, force=force, protect=protect)
     if relocate:
         copy = ModelProto()
         copy.CopyFrom(proto)  # usually small: its big tensors are the external ones
         if inits is not None:  # copies of the external ones only: those are small
             inits = [_copied(t) if t.data_location == TensorProto.EXTERNAL else t for t in inits]
+        if nodes is not None:  # copies too, whose external tensors can be pointed elsewhere
+            copy.graph.node.extend(nodes)
+            nodes = None
         proto = copy
     previous = None
     temps: List[Path] = []
@@ -228,13 +258,13 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
             if inspect is None:  # the model names the data's final name at once
                 _point_at([t for _, t in external], data.name)
         tmp = temp_beside(path, temps)
-        _write(proto, inits, tmp)
+        _write(proto, inits, tmp, nodes)
         if inspect is not None:
             inspect(tmp)  # with its data under the temporary name
             if data is not None:  # the model that is kept names the data's final name
                 _point_at([t for _, t in external], data.name)
                 tmp = temp_beside(path, temps)
-                _write(proto, inits, tmp)
+                _write(proto, inits, tmp, nodes)
         if data is not None:
             commit(data_tmp, data, force=False)  # a new name: no model references it yet
         previous = _open_previous(path) if force else None
@@ -245,7 +275,7 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
                 data.unlink()
             raise
         if previous is not None:
-            keep = {e.value for _, t in model_tensors(proto, inits) for e in t.external_data if e.key == "location"}
+            keep = {e.value for _, t in model_tensors(proto, inits, nodes) for e in t.external_data if e.key == "location"}
             _remove_stale_data(previous, path, keep)
     except OSError as e:
         raise UsageError(f"{path}: cannot write: {e.strerror}") from None
@@ -360,34 +390,60 @@ def _split(msg, number: int, cls, low: bool = True):
 
 _GRAPH_FIELD = ModelProto.DESCRIPTOR.fields_by_name["graph"].number  # 7
 _INITIALIZER_FIELD = GraphProto.DESCRIPTOR.fields_by_name["initializer"].number  # 5
+_NODE_FIELD = GraphProto.DESCRIPTOR.fields_by_name["node"].number  # 1: before every other field of a graph
 
 
-def _write(proto: ModelProto, inits: Optional[List[TensorProto]], path: Path) -> None:
-    """Write ``proto`` with ``inits`` as its main graph's initializers. Protobuf writes
-    a message's fields in field-number order, so the file is the model's fields before
-    ``graph``, the graph (its fields before ``initializer``, each initializer, its
-    fields after), then the model's fields after ``graph``: each piece serialized on its
-    own, one tensor at a time."""
-    if not inits:
+def _write(proto: ModelProto, inits: Optional[List[TensorProto]], path: Path,
+           nodes: Optional[List[NodeProto]] = None) -> None:
+    """Write ``proto`` with ``inits`` as its main graph's initializers and ``nodes`` as
+    its nodes. Protobuf writes a message's fields in field-number order, so the file is
+    the model's fields before ``graph``, the graph (its nodes, field 1, each serialized
+    on its own; its other fields before ``initializer``, each initializer, its fields
+    after), then the model's fields after ``graph``: each piece serialized on its own,
+    one tensor at a time."""
+    if not inits and not nodes:
         onnx.save_model(proto, str(path))
         return
+    inits = inits or []
     g = proto.graph
     head, tail = _split(proto, _GRAPH_FIELD, ModelProto)
     _, g_tail = _split(g, _INITIALIZER_FIELD, GraphProto, low=False)
     g_bytes = g.SerializeToString()
     cut = len(g_bytes) - g_tail.ByteSize()
+    node_bytes = _repeated(_NODE_FIELD, nodes or ())
     tag = _varint(_INITIALIZER_FIELD << 3 | 2)
     sizes = [t.ByteSize() for t in inits]
-    total = len(g_bytes) + sum(len(tag) + len(_varint(n)) + n for n in sizes)
+    total = len(node_bytes) + len(g_bytes) + sum(len(tag) + len(_varint(n)) + n for n in sizes)
     with open(path, "wb") as f:
         f.write(head.SerializeToString())
         f.write(_varint(_GRAPH_FIELD << 3 | 2) + _varint(total))
+        f.write(node_bytes)
+        del node_bytes
         f.write(g_bytes[:cut])
         for t, n in zip(inits, sizes):
             f.write(tag + _varint(n))
             f.write(t.SerializeToString())
         f.write(g_bytes[cut:])
         f.write(tail.SerializeToString())
+
+
+# A length below 128 is a one-byte varint: most nodes' serialized lengths.
+_SHORT_VARINTS = [bytes([n]) for n in range(128)]
+
+
+def _repeated(number: int, messages) -> bytes:
+    """The bytes of ``messages`` as the entries of repeated message field ``number``
+    (what their container would serialize to), each serialized on its own."""
+    tag, short = _varint(number << 3 | 2), _SHORT_VARINTS
+    parts = []
+    append = parts.append
+    for m in messages:
+        data = m.SerializeToString()
+        n = len(data)
+        append(tag)
+        append(short[n] if n < 128 else _varint(n))
+        append(data)
+    return b"".join(parts)
 
 
 _CHUNK = 1 << 24

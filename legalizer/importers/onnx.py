@@ -8,10 +8,11 @@ pass in between gives the model back.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import onnx
 import onnx.defs
@@ -25,7 +26,7 @@ from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
 from ..passes.base import _graphs as all_graphs
-from ..protoutil import copy_fields, strings_are_utf8
+from ..protoutil import copy_fields, parse_types, strings_are_utf8
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
 
@@ -75,15 +76,22 @@ def _merge(declared: TensorType, inferred: TensorType) -> TensorType:
     return TensorType(declared.dtype or inferred.dtype, shape)
 
 
+# A node operand not defined yet (``_Importer.graph`` resolves it once all are).
+_MISSING = Value("")
+_ALWAYS_MISSING = itertools.repeat(_MISSING)
+_NO_INFO = (-1, None)
+_SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+
+
 class _Importer:
-    def __init__(self, model: ModelProto, inferred: Optional[ModelProto], base_dir: Optional[Path]):
+    def __init__(self, model: ModelProto, base_dir: Optional[Path]):
         self.model = model
-        self.inferred = inferred
         self.base_dir = base_dir
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
         self.local_functions = {(f.domain, f.name) for f in model.functions}
         self.warnings: List[str] = []
         self._warned_ops = set()
+        self._checked_ops = set()
         self.pending: Dict[Graph, List[Node]] = {}
         self._type_cache: Dict[bytes, Tuple[TensorType, tuple]] = {}
         self.negative_dims = 0  # declared negative dims, warned of up to NEGATIVE_DIM_WARNINGS
@@ -95,7 +103,7 @@ class _Importer:
 
     # Types of one graph's values: declared (value_info, inputs, outputs) merged with
     # inferred. Both protos describe the same graph, node for node.
-    def _types(self, g: GraphProto, inf: Optional[GraphProto]) -> Dict[str, TensorType]:
+    def _types(self, g: GraphProto, inf) -> Dict[str, TensorType]:
         types: Dict[str, TensorType] = {}
         cache = self._type_cache
 
@@ -103,15 +111,18 @@ class _Importer:
             for vi in infos:
                 if vi.HasField("type"):
                     # Large graphs repeat a few types: each distinct TypeProto is read once.
-                    key = vi.type.SerializeToString()
+                    # (``inf`` holds them serialized: see protoutil.parse_types.)
+                    key = vi.type.SerializeToString() if declared else vi.type
                     got = cache.get(key)
                     if got is None:
-                        got = cache[key] = tensor_type(vi.type, f"{where} '{vi.name}'")
+                        tp = vi.type if declared else TypeProto.FromString(key)
+                        got = cache[key] = tensor_type(tp, f"{where} '{vi.name}'")
                     t, negative = got
                     if negative and declared:
                         self._negative_dims(g, f"{where} '{vi.name}'", negative)
-                    old = types.get(vi.name)
-                    types[vi.name] = t if old is None else _merge(old, t)
+                    name = vi.name
+                    old = types.get(name)
+                    types[name] = t if old is None else _merge(old, t)
         add(g.input, "graph input")
         add(g.output, "graph output")
         add(g.value_info, "value")
@@ -129,6 +140,16 @@ class _Importer:
                 self.warnings.append(f"{graph}{what} dim {axis} is {size}: read as a dynamic dim")
 
     def _check_op(self, np_: onnx.NodeProto) -> None:
+        """BadInput for an op of a domain the model does not import, or unknown in an
+        ONNX domain; a warning (once) for an op of a domain legalize does not know.
+        What it decides depends on the op alone: each op is looked at once."""
+        key = (np_.domain, np_.op_type)
+        if key in self._checked_ops:
+            return
+        self._check_op_once(np_)
+        self._checked_ops.add(key)
+
+    def _check_op_once(self, np_: onnx.NodeProto) -> None:
         domain = "" if np_.domain == "ai.onnx" else np_.domain
         if len(np_.input) > MAX_NODE_INPUTS:  # a Sum of a million operands: 7 GB and minutes, split
             raise BadInput(f"node '{np_.name or (np_.output[0] if np_.output else '')}': '{np_.op_type}' op has"
@@ -199,14 +220,42 @@ class _Importer:
             n.outputs = [v]
             nodes.append(n)
 
-        op_nodes = []
+        # The nodes, in one pass over them: a node's operands defined before it (the
+        # usual order) are resolved at once, the others (defined later, or in an
+        # enclosing graph) once all are defined; so are the subgraph attributes, which
+        # see every value of this graph.
         inf_nodes = inf.node if inf is not None and len(inf.node) == len(g.node) else None
+        checked, get, missing = self._checked_ops, defined.get, _MISSING
+        type_of, info_of = types.get, (infos.get if infos else None)
+        later: List[Tuple[Node, onnx.NodeProto]] = []
+        with_subgraphs: List[Tuple[Node, onnx.NodeProto, int]] = []
+        append = nodes.append
         for k, np_ in enumerate(g.node):
-            self._check_op(np_)
-            n = Node(OP, np_.op_type, np_.domain, np_.name, proto=np_)
-            n.outputs = [define(o, f"output of node '{np_.name}'") if o else Value("") for o in np_.output]
-            op_nodes.append((n, np_, inf_nodes[k] if inf_nodes is not None else None))
-            nodes.append(n)
+            op_type, domain = np_.op_type, np_.domain
+            if (domain, op_type) not in checked:
+                self._check_op(np_)
+            outputs = []
+            for o in np_.output[:]:
+                if not o:
+                    outputs.append(Value(""))
+                    continue
+                if o in defined:
+                    raise BadInput(f"graph '{g.name}': value '{o}' is defined twice (output of node '{np_.name}')")
+                idx, vi = info_of(o, _NO_INFO) if info_of is not None else _NO_INFO
+                v = defined[o] = Value(o, type_of(o, UNKNOWN), None, 0, vi, idx)
+                outputs.append(v)
+            # An operand not defined yet, and an empty name (no operand), are resolved later.
+            inputs = list(map(get, np_.input[:], _ALWAYS_MISSING))
+            n = Node(OP, op_type, domain, np_.name, inputs, outputs, {}, np_)
+            if missing in inputs:
+                later.append((n, np_))
+            if np_.attribute:
+                attributes = np_.attribute
+                if any(a.type in _SUBGRAPH_TYPES for a in attributes):
+                    with_subgraphs.append((n, np_, k))
+                else:
+                    n.attrs = {a.name: a for a in attributes}
+            append(n)
 
         out_nodes = []
         for vi in g.output:
@@ -218,7 +267,8 @@ class _Importer:
 
         # Subgraphs see this graph's values; resolve them after all values are defined.
         scopes = [defined] + outer
-        for n, np_, inf_np in op_nodes:
+        for n, np_, k in with_subgraphs:
+            inf_np = inf_nodes[k] if inf_nodes is not None else None
             for a_idx, a in enumerate(np_.attribute):
                 inf_a = inf_np.attribute[a_idx] if inf_np is not None else None
                 if a.type == AttributeProto.GRAPH:
@@ -240,7 +290,7 @@ class _Importer:
                                " input or initializer defines")
             return v
 
-        for n, np_, _ in op_nodes:
+        for n, np_ in later:
             n.inputs = [resolve(i, f"node '{np_.name or np_.op_type}'") for i in np_.input]
         for n in out_nodes:
             v = resolve(n.name, "graph output")
@@ -249,8 +299,9 @@ class _Importer:
                 v.type = types.get(n.name, UNKNOWN)
         # value_info entries no value of this graph took (naming a value of an enclosing
         # or nested graph, or nothing, or repeated): valid ONNX, kept for the export.
-        taken = {v.info_index for v in defined.values()}
-        graph.foreign_value_info = [(i, vi) for i, vi in enumerate(g.value_info) if i not in taken]
+        if infos:
+            taken = {v.info_index for v in defined.values()}
+            graph.foreign_value_info = [(i, vi) for i, vi in enumerate(g.value_info) if i not in taken]
         self.pending[graph] = nodes
         return graph
 
@@ -263,6 +314,13 @@ MAX_NODE_INPUTS = 1 << 16
 # shape computation reads a tensor this large (shapes, pads, scales and axes are a few
 # numbers), and a multi-GB model is then not serialized and parsed twice more by it.
 _INFER_DATA_LIMIT = 1 << 16
+
+
+def _has_large_initializers(model: ModelProto) -> bool:
+    """Whether ``_without_weights`` would leave anything out (else the model itself is
+    what shape inference gets: no copy of a graph of many nodes)."""
+    return any(t.data_location != TensorProto.EXTERNAL and t.ByteSize() > _INFER_DATA_LIMIT
+               for t in model.graph.initializer)
 
 
 def _without_weights(model: ModelProto) -> ModelProto:
@@ -307,6 +365,34 @@ def _clear_negative_dims(g: GraphProto) -> bool:
     return found
 
 
+# Data propagation (``infer_shapes(..., data_prop=True)``) computes the values of small
+# integer tensors (shapes) so that more shapes are known: it changes nothing where no
+# value has data to propagate. Data comes from an integer initializer or ``Constant`` of
+# rank 0 or 1 (what ONNX's DataPropagationContext reads), or from an op whose propagation
+# makes it from types (Shape, Size); the other ops with a propagation function only pass
+# their operands' data on, and a subgraph (the ops with graph attributes) may hold
+# initializers of its own. tests/test_ir.py checks these lists against onnx.defs.
+DATA_SOURCE_OPS = ("Shape", "Size", "Constant")
+SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap", "FlexAttention")
+DATA_PASSING_OPS = ("Add", "Sub", "Mul", "Cast", "Concat", "Gather", "Slice", "Squeeze", "Unsqueeze")
+# ``NodeProto.op_type`` serialized: a node of one of these ops, in any graph or function,
+# has these bytes (other bytes that look like them only keep data propagation on).
+_OP_TYPE_TAG = bytes([onnx.NodeProto.DESCRIPTOR.fields_by_name["op_type"].number << 3 | 2])
+_DATA_SOURCES = re.compile(_OP_TYPE_TAG + b"(?:" + b"|".join(
+    re.escape(bytes([len(op)]) + op.encode()) for op in DATA_SOURCE_OPS + SUBGRAPH_OPS) + b")")
+_INTEGER_TYPES = (TensorProto.INT32, TensorProto.INT64)
+
+
+def _needs_data_propagation(model: ModelProto, serialized: bytes) -> bool:
+    """Whether data propagation may find any data in ``model`` (``serialized``): else
+    shape inference without it infers the same types, in a third less time."""
+    if _DATA_SOURCES.search(serialized):
+        return True
+    g = model.graph
+    return any(t.data_type in _INTEGER_TYPES and len(t.dims) <= 1
+               for t in itertools.chain(g.initializer, (st.values for st in g.sparse_initializer)))
+
+
 # What ONNX shape inference may take beyond the helper's own memory (``bounded``), and
 # how long: its data propagation allocates by a dim's size (``Mul(x[2^62], z[2^62])``, a
 # model of 90 bytes, grows until the machine runs out), which no legal model needs.
@@ -315,14 +401,16 @@ INFER_MEMORY_PER_BYTE = 32  # and this much per byte of the model without its we
 INFER_TIMEOUT_S = 300.0
 
 
-def _infer(serialized: bytes) -> Tuple[Optional[ModelProto], Optional[str]]:
-    """ONNX shape inference, non-strict, with data propagation (else without it), in
-    the bounded helper; the inferred model or None, and why not, or why without data
-    propagation (a warning), or None."""
+def _infer(serialized: bytes, data_prop: bool = True) -> Tuple[Optional[Any], Optional[str]]:
+    """ONNX shape inference, non-strict, with data propagation (unless ``data_prop`` is
+    false: see ``_needs_data_propagation``; else without it), in the bounded helper;
+    the inferred types (``protoutil.parse_types``) or None, and why not, or why without
+    data propagation (a warning), or None."""
     from .. import bounded
 
     try:
-        out = bounded.call(_infer_here, serialized, timeout=INFER_TIMEOUT_S,
+        out = bounded.call(functools.partial(_infer_here, data_prop=data_prop), serialized,
+                           timeout=INFER_TIMEOUT_S,
                            memory=max(INFER_MEMORY, INFER_MEMORY_PER_BYTE * len(serialized)))
     except bounded.Failed as e:
         return None, f"ONNX shape inference did not finish ({e}); the shapes are those the model declares"
@@ -332,26 +420,37 @@ def _infer(serialized: bytes) -> Tuple[Optional[ModelProto], Optional[str]]:
     if out[:1] == b"m":
         note = ("ONNX shape inference with data propagation ran out of its memory"
                 f" ({INFER_MEMORY / 2**30:.0f} GiB or more); shapes were inferred without it")
-    return onnx.load_model_from_string(out[1:]), note
+    return parse_types(out[1:]), note
 
 
-def _infer_here(serialized: bytes) -> bytes:
+def _infer_here(serialized: bytes, data_prop: bool = True) -> bytes:
     """``_infer``'s work, in the helper: the inferred model's bytes after a tag: ``+``
     with data propagation, ``m`` without it after it ran out of memory, ``0`` without it
     after it failed, ``-`` for none."""
-    try:
-        tag, model = b"+", onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False,
-                                                              data_prop=True)
-    except MemoryError:
-        tag, model = b"m", None
-    except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
-        tag, model = b"0", None
+    tag, model = b"0", None
+    if data_prop:
+        try:
+            tag, model = b"+", _infer_bytes(serialized, True)
+        except MemoryError:
+            tag, model = b"m", None
+        except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
+            tag, model = b"0", None
     if model is None:
         try:
-            model = onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False)
+            model = _infer_bytes(serialized, False)
         except Exception:  # noqa: BLE001
             return b"-"
-    return tag + model.SerializeToString()
+    return tag + model
+
+
+def _infer_bytes(serialized: bytes, data_prop: bool) -> bytes:
+    """The serialized model ``onnx.shape_inference.infer_shapes`` makes of ``serialized``,
+    not parsed back into a ModelProto (its C function, where this onnx has it)."""
+    c_infer = getattr(getattr(onnx.shape_inference, "C", None), "infer_shapes", None)
+    if c_infer is None:
+        return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False,
+                                                 data_prop=data_prop).SerializeToString()
+    return c_infer(serialized, False, False, data_prop)
 
 
 def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
@@ -376,7 +475,7 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         raise BadInput("the model imports no opset (opset_import is empty)")
     # The model without its weights: UTF-8 checked and shape-inferred, from one serialization.
     try:
-        stub = _without_weights(model)
+        stub = _without_weights(model) if _has_large_initializers(model) else model
         serialized = stub.SerializeToString()
     except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
         stub = serialized = None
@@ -385,11 +484,16 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
     # and offsets too (a model held in memory may name files it never needs read).
     if _EXTERNAL in serialized:
         check_external(model, base_dir, files=base_dir is not None)
-    if infer and _NEGATIVE_DIM.search(serialized) and _clear_negative_dims(stub.graph):
-        serialized = stub.SerializeToString()
-    inferred, note = _infer(serialized) if infer else (None, None)
+    if infer and _NEGATIVE_DIM.search(serialized):
+        if stub is model:  # the model itself is left as it is
+            stub = ModelProto()
+            stub.CopyFrom(model)
+        if _clear_negative_dims(stub.graph):
+            serialized = stub.SerializeToString()
+    inferred, note = (_infer(serialized, _needs_data_propagation(model, serialized)) if infer
+                      else (None, None))
     del serialized, stub
-    imp = _Importer(model, inferred, base_dir)
+    imp = _Importer(model, base_dir)
     if note is not None:
         imp.warnings.append(note)
     with paused_gc():

@@ -8,13 +8,15 @@ A value of an outer graph used inside a subgraph (If/Loop/Scan bodies) also link
 producer to the node owning that subgraph, so outer order stays correct.
 
 An edge may also only order two nodes (``Graph.order``: ops with effects run in the
-order they came in). Passes change a graph only through ``Graph`` methods.
+order they came in). Passes change a graph only through ``Graph`` methods. The edge
+data is ``{"uses": n}`` (and ``"order": True``), or, for a single use, ``ONE_USE``.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -23,6 +25,11 @@ import networkx as nx
 from .types import TensorType, UNKNOWN
 
 OP, INPUT, CONST, OUTPUT = "op", "input", "const", "output"
+
+# The data of an edge that carries one use and orders nothing (most edges): one mapping
+# shared by all of them (a dict each would be a third of a large graph's memory), read
+# only; an edge that gains a use or an order gets a dict of its own.
+ONE_USE = MappingProxyType({"uses": 1})
 
 
 @dataclass(eq=False, slots=True)
@@ -134,6 +141,9 @@ class Graph:
         self._outputs: List[Node] = []
         self._names: Dict[str, Value] = {}
         self._order: Optional[List[int]] = None  # cached topological order
+        # Nodes removed since it was computed that no node used: still in it, to be
+        # filtered out (their removal changes nothing else in it).
+        self._dropped: set = set()
 
     # ---- reading ------------------------------------------------------------------
     def __len__(self) -> int:
@@ -205,7 +215,12 @@ class Graph:
         graph changes. Imported graphs are usually already in order: that is checked
         in one pass over the edges and costs no sort."""
         if self._order is not None:
+            if self._dropped:
+                dropped = self._dropped
+                self._order = [i for i in self._order if i not in dropped]
+                dropped.clear()
             return self._order
+        self._dropped.clear()
         succ = self._nx._succ
         if all(u < v for u, nbrs in succ.items() for v in nbrs):
             self._order = sorted(succ)
@@ -214,14 +229,25 @@ class Graph:
         indegree = {n: len(p) for n, p in pred.items()}
         ready = [n for n, d in indegree.items() if d == 0]
         heapq.heapify(ready)
-        order = []
-        while ready:
-            n = heapq.heappop(ready)
-            order.append(n)
+        order: List[int] = []
+        append, push, pop, pushpop = order.append, heapq.heappush, heapq.heappop, heapq.heappushpop
+        n = pop(ready) if ready else None
+        while n is not None:
+            append(n)
+            # The nodes n makes ready: all but one into the heap; that one goes through
+            # heappushpop, which hands it straight back when it is the smallest ready
+            # node (a chain's next node, most of the time) without touching the heap.
+            made = None
             for m in succ[n]:
                 indegree[m] -= 1
                 if indegree[m] == 0:
-                    heapq.heappush(ready, m)
+                    if made is not None:
+                        push(ready, made)
+                    made = m
+            if made is not None:
+                n = pushpop(ready, made)
+            else:
+                n = pop(ready) if ready else None
         if len(order) != len(indegree):
             cycle = nx.find_cycle(self._nx, [n for n, d in indegree.items() if d > 0])
             names = " -> ".join(self.node(a).label for a, _ in cycle)
@@ -233,7 +259,11 @@ class Graph:
     # ---- building -------------------------------------------------------------------
     def opset_of(self, node: Node) -> int:
         """The opset version ``node`` is read at ("ai.onnx" is the default domain)."""
-        domain = "" if node.domain == "ai.onnx" else node.domain
+        return self.opset_for(node.domain)
+
+    def opset_for(self, domain: str) -> int:
+        """The opset version of ``domain`` ("ai.onnx" is the default domain)."""
+        domain = "" if domain == "ai.onnx" else domain
         return self.opsets.get(domain, self.opsets.get("", 1) if domain == "" else 1)
 
     def fresh_name(self, base: str) -> str:
@@ -246,26 +276,31 @@ class Graph:
                 return cand
         raise AssertionError
 
-    def _register(self, node: Node) -> Node:
-        node.id = next(self._ids)
-        node.graph = self
-        for i, v in enumerate(node.outputs):
-            v.producer, v.index = node, i
-            if v.name:
-                self._names[v.name] = v
-        return node
-
     def add_nodes(self, nodes: Iterable[Node]) -> List[Node]:
         """Add many nodes at once (the importers' bulk path). Operands may refer to
         values of nodes later in the batch; edges are made after all are registered."""
         self._order = None
-        nodes = [self._register(n) for n in nodes]
-        self._nx.add_nodes_from((n.id, {"n": n}) for n in nodes)
+        nodes = list(nodes)
+        # Registered, and written into networkx's node and adjacency dicts, in one loop:
+        # what DiGraph.add_nodes_from would make (an attribute dict, and empty successor
+        # and predecessor dicts, per node), without its per-node calls.
+        ids, names = self._ids, self._names
+        node_attrs, succ, pred = self._nx._node, self._nx._succ, self._nx._pred
         for n in nodes:
-            if n.kind == INPUT:
-                self._inputs.append(n)
-            elif n.kind == OUTPUT:
-                self._outputs.append(n)
+            nid = n.id = next(ids)
+            n.graph = self
+            for i, v in enumerate(n.outputs):
+                v.producer, v.index = n, i
+                if v.name:
+                    names[v.name] = v
+            node_attrs[nid] = {"n": n}
+            succ[nid] = {}
+            pred[nid] = {}
+            if n.kind != OP:
+                if n.kind == INPUT:
+                    self._inputs.append(n)
+                elif n.kind == OUTPUT:
+                    self._outputs.append(n)
         # Edges in bulk: uses counted per (producer, user) pair, then written straight
         # into networkx's adjacency (one dict per edge, shared by _succ and _pred, as
         # DiGraph.add_edge makes it). Uses from another graph (a subgraph capturing an
@@ -283,7 +318,9 @@ class Graph:
                 out = succ[prod.id]
                 data = out.get(nid)
                 if data is None:
-                    out[nid] = pred[nid][prod.id] = {"uses": 1}
+                    out[nid] = pred[nid][prod.id] = ONE_USE
+                elif data is ONE_USE:
+                    out[nid] = pred[nid][prod.id] = {"uses": 2}
                 else:
                     data["uses"] += 1
         return nodes
@@ -321,14 +358,22 @@ class Graph:
         out = g._succ[prod.id]
         data = out.get(target.id)
         if delta > 0:
-            if data is not None:
-                data["uses"] += 1
+            if data is None:
+                out[target.id] = g._pred[target.id][prod.id] = ONE_USE
+            elif data is ONE_USE:
+                out[target.id] = g._pred[target.id][prod.id] = {"uses": 2}
             else:
-                out[target.id] = g._pred[target.id][prod.id] = {"uses": 1}
+                data["uses"] += 1
         else:
-            data["uses"] -= 1
-            if data["uses"] == 0 and not data.get("order"):
-                g.remove_edge(prod.id, target.id)
+            if data is ONE_USE:
+                uses = 0
+            else:
+                data["uses"] -= 1
+                uses = data["uses"]
+            if uses == 0 and not data.get("order"):
+                # the edge goes (what DiGraph.remove_edge does, without its checks)
+                del out[target.id]
+                del g._pred[target.id][prod.id]
 
     def order(self, before: Node, after: Node) -> None:
         """Make ``after`` run after ``before`` though it uses none of its values (ops
@@ -338,8 +383,9 @@ class Graph:
             raise ValueError(f"{before!r} and {after!r} are not both nodes of graph {self.name!r}")
         self._order = None
         data = self._nx._succ[before.id].get(after.id)
-        if data is None:
-            self._nx._succ[before.id][after.id] = self._nx._pred[after.id][before.id] = {"uses": 0, "order": True}
+        if data is None or data is ONE_USE:
+            self._nx._succ[before.id][after.id] = self._nx._pred[after.id][before.id] = \
+                {"uses": 0 if data is None else 1, "order": True}
         else:
             data["order"] = True
 
@@ -393,11 +439,16 @@ class Graph:
                 if any(True for _ in self._nx.successors(node.id)):
                     raise ValueError(f"cannot remove {node!r}: its outputs are still used")
                 del self._names[v.name]
+        # A node that nothing uses frees no other node by going: the order of the others
+        # stays what Kahn's algorithm would make of them (their in-edges are as they were).
+        order = self._order if not self._nx._succ[node.id] else None
         for v in node.inputs:
             if v is not None:
                 self._link(v, node, -1)
         self._nx.remove_node(node.id)
-        self._order = None
+        self._order = order
+        if order is not None:
+            self._dropped.add(node.id)
         if node.kind == INPUT:
             self._inputs.remove(node)
         elif node.kind == OUTPUT:
@@ -410,7 +461,7 @@ class Graph:
     def subgraphs(self) -> List[Tuple[Node, str, "Graph"]]:
         """(owner, attribute, subgraph) for this graph's nodes' subgraphs (not nested
         ones), owners in topological order."""
-        owners = [n for n in (d["n"] for d in self._nx._node.values()) if n.attrs and any(True for _ in n.subgraphs())]
+        owners = [n for d in self._nx._node.values() if (n := d["n"]).attrs and any(True for _ in n.subgraphs())]
         if not owners:  # most graphs: no topological order needed
             return []
         if len(owners) > 1:

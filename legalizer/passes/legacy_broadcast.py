@@ -10,16 +10,19 @@ from __future__ import annotations
 from onnx import helper
 
 from ..ir.graph import Graph
+from ..oprules import RuleLookup
 from .base import PassContext
 from .rewrite import RankExpander
 
 
 def legacy_broadcast(graph: Graph, ctx: PassContext) -> bool:
+    if not _legacy_at(graph, ctx):
+        return False
     expander = RankExpander(graph, ctx)
+    lookup = RuleLookup(graph, ctx.rules)
     changed = False
     for node in graph.ops():
-        rule = ctx.rules.get(node.op)
-        mode = rule.mode_at(graph.opset_of(node)) if rule is not None else None
+        rule, mode, _ = lookup(node) or (None, None, None)
         if mode == "channel":
             changed |= _place_channel(graph, node, expander, ctx)
             continue
@@ -44,6 +47,17 @@ def legacy_broadcast(graph: Graph, ctx: PassContext) -> bool:
         ctx.stats["legacy_broadcasts_rewritten"] += 1
         changed = True
     return changed
+
+
+def _legacy_at(graph: Graph, ctx: PassContext) -> bool:
+    """Whether any op of ``ctx.rules`` has a legacy rule this pass rewrites at the opset
+    ``graph`` reads it at (else no node of it needs a look)."""
+    for op, rule in ctx.rules.items():
+        if rule.legacy in ("attr", "channel"):
+            domain = op.rpartition(".")[0]  # Node.op: "domain.op_type", or the op type
+            if rule.mode_at(graph.opset_for(domain)) != "numpy":
+                return True
+    return False
 
 
 def _place_channel(graph: Graph, node, expander: RankExpander, ctx: PassContext) -> bool:

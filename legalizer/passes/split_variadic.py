@@ -10,6 +10,7 @@ from ..ir.dtypes import numpy_dtype
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..shapes import IncompatibleDims, infer_result_shape
+from ..oprules import RuleLookup
 from .base import PassContext
 from .rewrite import add_const
 
@@ -24,11 +25,14 @@ def _pair_type(a: Value, b: Value) -> TensorType:
 
 def split_variadic(graph: Graph, ctx: PassContext) -> bool:
     changed = False
+    lookup = RuleLookup(graph, ctx.rules)
     for node in graph.ops():
-        rule = ctx.rules.get(node.op)
+        if len(node.inputs) <= 2:  # (a quick look first: most nodes)
+            continue
+        rule, mode, _ = lookup(node) or (None, None, None)
         if rule is None or rule.category != "variadic":
             continue
-        if rule.mode_at(graph.opset_of(node)) != "numpy":
+        if mode != "numpy":
             continue
         operands = [v for v in node.inputs if v is not None]
         if len(operands) <= 2:

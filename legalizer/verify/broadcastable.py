@@ -22,7 +22,7 @@ from onnx import helper
 
 from ..ir.graph import OP, Graph, Node
 from ..ir.types import Shape, dim_str
-from ..oprules import OpRule, builtin_rules
+from ..oprules import OpRule, RuleLookup, builtin_rules
 from ..shapes import (IncompatibleDims, dim_labels, equality_constraint, expand_rank,
                       infer_result_shape, same_shape)
 from .diagnostics import MESSAGES, ConstraintSet, Diagnostic, quoted
@@ -306,18 +306,20 @@ def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpR
     # no constraint: a node with the same signature is legal too, whatever its names,
     # as these modes read nothing else (large models repeat a few signatures).
     clean = _clean if _clean is not None else set()
+    lookup = RuleLookup(graph, rules)
+    nodes = elementwise = 0
     for node in graph.nodes():
         if node.kind != OP:
             continue
-        result.nodes += 1
-        rule = rules.get(node.op)
-        if rule is not None and node.outputs:
-            result.elementwise_nodes += 1
-            mode = rule.mode_at(graph.opset_of(node))
+        nodes += 1
+        found = lookup(node)
+        if found is not None and node.outputs:
+            elementwise += 1
+            rule, mode, op = found
             key = None
             if mode in _NAME_FREE:
-                key = (node.op, mode, node.outputs[0].type.shape,
-                       *(v.type.shape if v is not None else False for v in node.inputs))
+                key = (op, mode, node.outputs[0].type.shape,
+                       *[v.type.shape if v is not None else False for v in node.inputs])
                 if key in clean:
                     continue
             before = (len(result.violations), result.constraints.adds)
@@ -328,6 +330,8 @@ def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpR
             for attr, sub in node.subgraphs():
                 sub_path = f"{_path}/{node.label}.{attr}" if _path else f"{node.label}.{attr}"
                 verify(sub, profile, rules, stage, result, sub_path, assume_dynamic_not_one, clean)
+    result.nodes += nodes
+    result.elementwise_nodes += elementwise
     return result
 
 

@@ -1,0 +1,281 @@
+"""What keeps a large graph cheap changes nothing a run gives: shape inference without
+data propagation only where none can happen, the nodes streamed into the file, the
+shared datum of single-use edges, Kahn's order with its chain shortcut and kept across
+removals, the cyclic collector paused and its survivors promoted."""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import random
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.defs
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+import legalizer
+from legalizer.exporters.onnx import export_model
+from legalizer.importers import onnx as onnx_importer
+from legalizer.importers.onnx import import_model
+from legalizer.ir import CONST, INPUT, OP, OUTPUT, Graph, Node, TensorType, Value
+from legalizer.ir.gc import paused_gc
+from legalizer.ir.graph import ONE_USE
+from legalizer.protoutil import parse_types
+from legalizer.transform import legalize
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEEL_LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def chain(nodes: int, with_shape_op: bool = False) -> onnx.ModelProto:
+    """The bench's synthetic chain (scripts/bench.py): mixed-rank elementwise ops over
+    x:[N,64] (rank-1 and rank-2 constants, a scalar, a unary op)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "bias"),
+             numpy_helper.from_array(rng.standard_normal((1, 64)).astype(np.float32), "scale"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    pattern = [("Add", "bias"), ("Mul", "scale"), ("Tanh", None), ("Sub", "half"), ("Max", "bias")]
+    made, prev = [], "x"
+    for i in range(nodes):
+        op, const = pattern[i % len(pattern)]
+        made.append(helper.make_node(op, [prev, const] if const else [prev], [f"v{i}"], name=f"n{i}"))
+        prev = f"v{i}"
+    if with_shape_op:  # y = Reshape(v, Shape(x)): its dims only data propagation finds
+        made += [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+                 helper.make_node("Reshape", [prev, "s"], ["y"], name="reshape")]
+        prev = "y"
+    g = helper.make_graph(made, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+# ---- shape inference --------------------------------------------------------------
+
+def test_data_propagation_lists_cover_every_onnx_op_they_must():
+    """Every op with a data propagation function is a source of data or one that passes
+    its operands' data on, and every op with a graph attribute is listed as holding
+    subgraphs: an onnx release that adds one fails here, not silently."""
+    schemas = onnx.defs.get_all_schemas_with_history()
+    propagating = {s.name for s in schemas if s.has_data_propagation_function}
+    assert propagating, "onnx.defs lists no op with a data propagation function"
+    assert propagating <= set(onnx_importer.DATA_SOURCE_OPS) | set(onnx_importer.DATA_PASSING_OPS), \
+        propagating - set(onnx_importer.DATA_SOURCE_OPS) - set(onnx_importer.DATA_PASSING_OPS)
+    with_graphs = {s.name for s in schemas
+                   if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in s.attributes.values())}
+    assert with_graphs <= set(onnx_importer.SUBGRAPH_OPS), with_graphs - set(onnx_importer.SUBGRAPH_OPS)
+
+
+def _sample_models():
+    models = [(p.name, onnx.load(str(p))) for p in sorted((ROOT / "models").glob("*.onnx"))]
+    models += [(p.name, onnx.load(str(p), load_external_data=False)) for p in sorted(WHEEL_LIGHT.glob("*.onnx"))]
+    return models + [("chain", chain(50)), ("chain+shape", chain(50, with_shape_op=True))]
+
+
+def test_shape_inference_without_data_propagation_only_where_it_finds_nothing():
+    """Where no value has data to propagate, inference without it gives the very bytes
+    inference with it gives; the models here fall on both sides."""
+    skipped = kept = 0
+    for name, model in _sample_models():
+        data = model.SerializeToString()
+        if onnx_importer._needs_data_propagation(model, data):
+            kept += 1
+            continue
+        skipped += 1
+        assert onnx_importer._infer_bytes(data, False) == onnx_importer._infer_bytes(data, True), name
+    assert skipped >= 5 and kept >= 5, (skipped, kept)
+
+
+def test_no_data_propagation_changes_nothing_over_the_onnx_test_suite():
+    """Every node test and wheel model (2,033) that needs no data propagation is
+    inferred to the same bytes without it (and fails alike where inference fails)."""
+    import onnx_suite as suite
+
+    def infer(data: bytes, data_prop: bool):
+        try:
+            return onnx_importer._infer_bytes(data, data_prop)
+        except Exception as e:  # noqa: BLE001 - then both must fail alike
+            return type(e).__name__
+
+    skipped = 0
+    for case in suite.node_cases() + suite.wheel_cases():
+        data = case.model.SerializeToString()
+        if not onnx_importer._needs_data_propagation(case.model, data):
+            skipped += 1
+            assert infer(data, False) == infer(data, True), case.name
+    assert skipped >= 1500, skipped
+
+
+def test_data_propagation_still_runs_where_a_shape_is_computed():
+    m = chain(5, with_shape_op=True)
+    assert import_model(m).graph.value("y").type == TensorType("float", (2, 64))
+    without = parse_types(onnx_importer._infer_bytes(m.SerializeToString(), False))
+    y = [vi for vi in without.graph.output if vi.name == "y"][0]
+    assert onnx.TypeProto.FromString(y.type).tensor_type.shape.dim[0].dim_value == 0  # unknown without it
+    # a small integer constant is data too
+    m = chain(5)
+    m.graph.initializer.append(numpy_helper.from_array(np.array([2, 64], np.int64), "dims"))
+    assert onnx_importer._needs_data_propagation(m, m.SerializeToString())
+    assert not onnx_importer._needs_data_propagation(chain(5), chain(5).SerializeToString())
+
+
+def test_inferred_types_read_as_bytes_are_the_type_protos():
+    m = chain(10)
+    data = onnx_importer._infer_bytes(m.SerializeToString(), True)
+    full, types = onnx.ModelProto.FromString(data), parse_types(data)
+    assert [(vi.name, vi.type.SerializeToString()) for vi in full.graph.value_info] == \
+        [(vi.name, vi.type) for vi in types.graph.value_info]
+    assert len(types.graph.value_info) == 9 and types.graph.output[0].type == full.graph.output[0].type.SerializeToString()
+
+
+def test_model_is_not_changed_by_import():
+    m = chain(20)
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1  # cleared on a copy for inference
+    before = m.SerializeToString()
+    import_model(m)
+    assert m.SerializeToString() == before
+
+
+# ---- export -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["chain", "mlp.dynamo.onnx", "small_cnn.torchscript.onnx",
+                                  "transformer_block.dynamo.onnx", "dynamic_broadcast.onnx"])
+def test_streamed_save_writes_what_onnx_save_writes(tmp_path, name):
+    """The nodes and initializers streamed one at a time into the file (legalize's
+    save) give the bytes onnx.save writes for the exported model, legalized or not."""
+    if name == "chain":
+        source = tmp_path / "chain.onnx"
+        onnx.save(chain(200), str(source))
+    else:
+        source = ROOT / "models" / name
+    for rewrite in (False, True):
+        model = legalizer.load(source)
+        if rewrite:
+            legalize(model, "tosa")
+        out = tmp_path / f"out_{rewrite}.onnx"
+        legalizer.save(model, out, force=True)
+        want = export_model(model.graph, model.proto).SerializeToString()
+        assert out.read_bytes() == want, (name, rewrite)
+        if not rewrite:
+            assert out.read_bytes() == source.read_bytes(), name
+
+
+# ---- the Graph's bookkeeping ---------------------------------------------------------
+
+def _graph_with(n_ops: int):
+    g = Graph("g", {"": 17})
+    x = g.add_node(Node(INPUT, "$input", name="x", outputs=[Value("x", TensorType("float", (3,)))]))
+    return g, x.output
+
+
+def test_single_use_edges_share_one_read_only_datum():
+    g, x = _graph_with(0)
+    a = g.add_op("Neg", [x], [x.type], name="a")
+    b = g.add_op("Add", [a.output, x], [x.type], name="b")
+    succ = g._nx._succ
+    assert succ[a.id][b.id] is ONE_USE and succ[x.producer.id][a.id] is ONE_USE
+    with pytest.raises(TypeError):
+        ONE_USE["uses"] = 2  # never written to
+    g.set_input(b, 1, a.output)  # b uses a twice: a dict of its own
+    assert succ[a.id][b.id] == {"uses": 2} and b.id not in succ[x.producer.id]
+    assert g._nx._pred[b.id][a.id] is succ[a.id][b.id]
+    g.set_input(b, 0, x)  # down to one use: the edge stays, counted
+    assert succ[a.id][b.id] == {"uses": 1}
+    g.set_input(b, 1, x)  # no use: the edge goes
+    assert b.id not in succ[a.id] and a.id not in g._nx._pred[b.id]
+    c = g.add_op("Neg", [a.output], [x.type], name="c")
+    g.order(c, b)  # an ordering edge on a single-use one... and on none
+    g.order(a, c)
+    assert succ[a.id][c.id] == {"uses": 1, "order": True} and succ[c.id][b.id] == {"uses": 0, "order": True}
+    g.set_input(c, 0, x)  # the use goes, the order stays
+    assert succ[a.id][c.id] == {"uses": 0, "order": True}
+    assert ONE_USE == {"uses": 1}
+
+
+def _reference_order(g: Graph) -> list:
+    """Kahn's algorithm with a plain heap, smallest id first: the order nodes() keeps."""
+    succ, pred = g._nx._succ, g._nx._pred
+    indegree = {n: len(p) for n, p in pred.items()}
+    ready = [n for n, d in indegree.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = heapq.heappop(ready)
+        order.append(n)
+        for m in succ[n]:
+            indegree[m] -= 1
+            if indegree[m] == 0:
+                heapq.heappush(ready, m)
+    return order
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 40), st.integers(0, 2**32 - 1))
+def test_order_is_kahns_smallest_id_first_after_rewrites_and_removals(n, seed):
+    """Random DAGs, rewired so that ids are out of order (the chain shortcut and the
+    heap both at work), then unused nodes removed (the cached order kept): nodes() is
+    always what a plain Kahn's algorithm gives."""
+    rnd = random.Random(seed)
+    g, x = _graph_with(0)
+    values = [x]
+    for i in range(n):
+        ins = [rnd.choice(values) for _ in range(rnd.randint(1, 3))]
+        values.append(g.add_op("Sum", ins, [x.type], name=f"s{i}").output)
+    ops = [v.producer for v in values[1:]]
+    for _ in range(n // 2):  # a later node's value into an earlier node (no cycle: reversed ids)
+        late, early = rnd.sample(ops, 2)
+        if late.id < early.id:
+            late, early = early, late
+        if not any(v is early.output for v in g._nx._pred) and early.id not in _ancestors(g, late.id):
+            g.set_input(late, 0, early.output)
+    assert [m.id for m in g.nodes()] == _reference_order(g)
+    for node in reversed(g.nodes()):
+        if node.kind == OP and not g.has_uses(node) and rnd.random() < 0.7:
+            g.remove_node(node)
+            assert [m.id for m in g.nodes()] == _reference_order(g)
+
+
+def _ancestors(g: Graph, nid: int) -> set:
+    seen, todo = set(), [nid]
+    while todo:
+        for p in g._nx._pred[todo.pop()]:
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return seen
+
+
+def test_removing_an_unused_node_keeps_the_cached_order():
+    g, x = _graph_with(0)
+    a = g.add_op("Neg", [x], [x.type], name="a")
+    b = g.add_op("Neg", [x], [x.type], name="b")
+    order = g.nodes()
+    g.remove_node(b)
+    assert g._order is not None  # kept, b filtered out of it
+    assert g.nodes() == [n for n in order if n is not b]
+
+
+# ---- the cyclic collector ------------------------------------------------------------
+
+def test_paused_gc_promotes_what_it_made_and_leaves_others_frozen_objects_alone():
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():  # nested: the outer one resumes it
+            pass
+        assert not gc.isenabled()
+        made = [[i] for i in range(1000)]
+        assert any(obj is made for obj in gc.get_objects(0))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert any(obj is made for obj in gc.get_objects(2)), "what was made is in the oldest generation"
+    try:
+        gc.freeze()  # someone else's frozen objects: not unfrozen by a pause
+        frozen = gc.get_freeze_count()
+        with paused_gc():
+            more = [[i] for i in range(10)]
+        assert gc.get_freeze_count() == frozen and gc.isenabled() and more
+    finally:
+        gc.unfreeze()
