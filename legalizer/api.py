@@ -26,6 +26,7 @@ import onnx
 from .check.ort import ATOL, RTOL
 from .errors import LegalizeError
 from .exporters.onnx import export_model, save_model
+from .exporters.onnx_form import to_onnx
 from .model import Model
 
 
@@ -146,16 +147,6 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
 
     proto = _ir_to_proto(source) if kind == "ir" else source
     return import_model(proto, None, infer=infer)
-
-
-def to_onnx(model: Model) -> onnx.ModelProto:
-    """The ONNX ModelProto of ``model``'s IR, with every header field carried over; for
-    a TFLite model, its first subgraph translated to ONNX ops."""
-    if model.format == "tflite":
-        from .exporters.tflite_onnx import tflite_to_onnx
-
-        return tflite_to_onnx(model)
-    return export_model(model.graph, model.proto)
 
 
 def save(model, path, *, force: bool = False, inspect=None) -> Path:

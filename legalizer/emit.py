@@ -46,8 +46,8 @@ def validate(formats: List[str], model_format: str, target: str) -> List[str]:
 def onnx_form(model: Model, purpose: str = "write it as ONNX"):
     """The ONNX ModelProto of ``model`` (a TFLite model translated); BadInput naming
     every op that has no ONNX form."""
-    from .api import to_onnx
-    from .check.ort import CheckUnavailable
+    from .errors import CheckUnavailable
+    from .exporters.onnx_form import to_onnx
 
     try:
         return to_onnx(model)

@@ -19,6 +19,11 @@ class UsageError(LegalizeError):
     exit_code = 2
 
 
+class CheckUnavailable(Exception):
+    """A runtime cannot run this model, or the inputs for it cannot be made (a check
+    that cannot run, as opposed to one that fails)."""
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (a library's own words), or its type."""
     text = str(e).strip()

@@ -82,7 +82,7 @@ def _raise_opset(model: Model, version: int) -> list:
     """Convert the model to ``version`` with onnx's version converter (the other ops'
     changes between versions are its job), after the legacy broadcasts are explicit,
     and import the result."""
-    from .api import to_onnx
+    from .exporters.onnx_form import to_onnx
     from .importers.onnx import import_model
 
     proto = to_onnx(model)

@@ -9,7 +9,7 @@ from typing import List, Sequence
 import numpy as np
 
 from ..errors import BadInput
-from .ort import CheckUnavailable
+from ..errors import CheckUnavailable
 
 INSTALL_HINT = "install the iree extra: pip install 'legalize[iree]'"
 

@@ -35,7 +35,7 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
-from .ort import CheckUnavailable
+from ..errors import CheckUnavailable
 
 INSTALL_HINT = "install the litert extra: pip install 'legalize[litert]'"
 

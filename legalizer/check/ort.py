@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..errors import first_line
+from ..errors import CheckUnavailable, first_line
 from .given import Declared, as_arrays, user_dims
 from .search import SearchResult, TooBig, graph_sizes, search, sizes_in_name
 
@@ -190,10 +190,6 @@ UNSAFE_OPTIMIZERS = ["WeightBiasQuantization"]
 
 
 CUDA_OPTIONS = {"use_tf32": "0"}
-
-
-class CheckUnavailable(Exception):
-    """The check cannot make inputs for this model."""
 
 
 # -- inputs ---------------------------------------------------------------------------

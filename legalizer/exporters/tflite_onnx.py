@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..check.ort import CheckUnavailable
+from ..errors import CheckUnavailable
 from ..importers.tflite import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type, numpy_dtype
 from ..ir.graph import CONST, Graph, Node, Value

@@ -1486,7 +1486,7 @@ def _evaluate(graph: Graph, node: Node, arrays: List[Optional[np.ndarray]]) -> O
 def _specialize(model: Model, dims: Mapping[str, int]) -> Model:
     """The model with symbolic dims bound to sizes: its ONNX form re-imported, so that
     shape inference makes static what it can."""
-    from ..api import to_onnx
+    from .onnx_form import to_onnx
     from ..importers.onnx import import_model
 
     proto = to_onnx(model)
@@ -1508,7 +1508,7 @@ def emit_tosa(model: Model, *, dims: Optional[Mapping[str, int]] = None, func_na
     """TOSA MLIR text of ``model`` (ONNX frontend, legalized for ``tosa``). ``dims``
     binds symbolic dims to sizes. BadInput names every op that cannot be emitted."""
     if model.format == "tflite":
-        from ..api import to_onnx
+        from .onnx_form import to_onnx
         from ..importers.onnx import import_model
 
         model = import_model(to_onnx(model), None)
