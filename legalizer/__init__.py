@@ -22,7 +22,7 @@ from .api import NotLegal, check, legalize, load, save, to_onnx, verify
 from .regions import snapshot
 from .html_report import render as report_html
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["load", "save", "to_onnx", "verify", "legalize", "check", "Graph", "Node", "Value", "TensorType",
            "Model", "VerifyResult", "snapshot", "report_html", "LegalizeError", "BadInput", "UsageError",

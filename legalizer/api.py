@@ -25,8 +25,8 @@ import onnx
 
 from .check.ort import ATOL, RTOL
 from .errors import LegalizeError
-from .exporters.onnx import export_model, save_model
-from .exporters.onnx_form import to_onnx
+from .exporters.onnx import save_model
+from .exporters.onnx_form import to_onnx, write_model
 from .model import Model
 
 
@@ -134,7 +134,7 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
     if kind == "model":
         return source
     if kind == "path":
-        from .fileio import load as load_file
+        from .importers.reader import read_model as load_file
 
         return load_file(Path(source), infer=infer, trust_pt2=trust_pt2)
     if kind == "torch":
@@ -163,16 +163,7 @@ def save(model, path, *, force: bool = False, inspect=None) -> Path:
         return save_model(proto, Path(path), None, force=force, inspect=inspect)
     if kind != "model":
         raise TypeError(f"save takes a model, not a {kind}")
-    if model.format == "tflite":
-        from .exporters.tflite import save_tflite
-
-        return save_tflite(model, Path(path), force=force, protect=model.source, inspect=inspect)
-    # The initializers and nodes are streamed into the file, not copied into a new ModelProto.
-    inits: list = []
-    nodes: list = []
-    proto = export_model(model.graph, model.proto, detached=inits, detached_nodes=nodes)
-    return save_model(proto, Path(path), model.base_dir, force=force, protect=model.source,
-                      inspect=inspect, initializers=inits, nodes=nodes)
+    return write_model(model, Path(path), force=force, inspect=inspect)
 
 
 def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False, **kwargs):
@@ -301,7 +292,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     run, or ran in part; ``trust_pt2`` as ``load``."""
     from .check.given import as_arrays
     from .check.ort import check as check_ort
-    from .fileio import check_external_data, sniff
+    from .importers.reader import check_external_data, sniff
     from .pipeline import range_hints, unchecked
 
     if _is_path(original) and sniff(Path(original)) == "pt2":

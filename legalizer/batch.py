@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .errors import LegalizeError, UsageError
-from .fileio import check_distinct, check_output_path, sniff
+from .importers.reader import sniff
+from .outputs import check_distinct, check_output_path
 from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, is_output
 
 MODEL_SUFFIXES = (".onnx", ".tflite")
@@ -162,7 +163,7 @@ class Outcome:
 
 def run_one(model: Path, settings: Settings) -> Outcome:
     """One model, as a single run would do it, with what it prints captured."""
-    from .cli import _Printer, one_line
+    from .console import Printer, one_line
     from .pipeline import run
 
     out, err = io.StringIO(), io.StringIO()
@@ -174,7 +175,7 @@ def run_one(model: Path, settings: Settings) -> Outcome:
                 options.output = output_for(model, settings.outdir)
                 if not options.emit and model.exists():
                     check_output_path(options.output, force=options.force, protect=model)
-            printer = _Printer(settings.quiet, settings.verbose, settings.json_out,
+            printer = Printer(settings.quiet, settings.verbose, settings.json_out,
                                legalizing=not options.verify_only)
             if settings.html_dir is not None:
                 options.regions = True

@@ -46,7 +46,7 @@ def _onnx(model):
     external data locations)."""
     import onnx
 
-    from .fileio import check_external_data
+    from .importers.reader import check_external_data
 
     if isinstance(model, onnx.ModelProto):
         return model

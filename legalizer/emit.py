@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
 from .errors import BadInput, UsageError
-from .fileio import atomic_output, check_output_path
+from .outputs import atomic_output, check_output_path
 from .model import Model
 
 FORMATS = ("onnx", "tflite", "stablehlo", "stablehlo-bytecode", "tosa")

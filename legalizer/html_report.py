@@ -679,7 +679,7 @@ def check_path(path, protect: Iterable = ()) -> None:
     """UsageError unless the page can be written at ``path``: call it before the work.
     ``protect`` holds the input model and the output path, which may not exist yet."""
     from .errors import UsageError
-    from .fileio import check_output_path, same_file
+    from .outputs import check_output_path, same_file
 
     path = Path(path)
     for p in protect:
@@ -693,7 +693,7 @@ def write(path, report, regions: Optional[Regions] = None, protect: Iterable = (
     """Write the page atomically at ``path`` (an existing page is replaced); never over
     a path in ``protect`` (the input model, the written outputs)."""
     from .errors import UsageError
-    from .fileio import atomic_output, same_file
+    from .outputs import atomic_output, same_file
 
     path = Path(path)
     for p in protect:

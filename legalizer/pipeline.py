@@ -12,7 +12,6 @@ from collections import Counter
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import emit
-from .api import save
 from .check.given import as_arrays, user_dims
 from .check.localize import BUDGET, Localization
 from .check.reduce import NothingToReduce, Reduced
@@ -22,7 +21,8 @@ from .check.tflite import check_tflite
 from .check.tflite import declared_shapes as tflite_declared_shapes
 from .diagnose import Sides, localize as localize_sides, reduce_divergence, reduce_violation
 from .errors import BadInput, UsageError
-from .fileio import load, sniff
+from .exporters.onnx_form import write_model
+from .importers.reader import read_model, sniff
 from .ir.gc import paused_gc
 from .ir.graph import OP
 from .model import Model
@@ -107,7 +107,7 @@ def default_output(path: Path) -> Path:
 def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
     """The files a run of ``path`` writes, as (what it is, path) pairs ("the output
     model", "the tosa output (--emit tosa)"), known before the work from the file's
-    content (``fileio.sniff``): what the CLI checks before it starts. Empty with
+    content (``importers.reader.sniff``): what the CLI checks before it starts. Empty with
     ``verify_only``, or for a file that will not load (the run says why)."""
     if options.verify_only:
         return []
@@ -161,7 +161,7 @@ def _file_size(path: Path) -> int:
     try:
         return os.stat(path).st_size
     except OSError:
-        return 0  # load() says what is wrong with it
+        return 0  # read_model() says what is wrong with it
 
 
 def unchecked(result: CheckResult) -> str:
@@ -309,7 +309,7 @@ def _output_names(model: Model, options: RunOptions) -> List[str]:
     and with --against the reference's."""
     names = [n.inputs[0].name for g in model.graphs for n in g.outputs if n.inputs and n.inputs[0] is not None]
     if options.against is not None and any(getattr(t, "per_output", ()) for t in (options.rtol, options.atol)):
-        names += [n.inputs[0].name for g in load(Path(options.against)).graphs for n in g.outputs
+        names += [n.inputs[0].name for g in read_model(Path(options.against)).graphs for n in g.outputs
                   if n.inputs and n.inputs[0] is not None]
     return names
 
@@ -332,7 +332,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     given = as_arrays(options.inputs)
     timings: Dict[str, float] = {}
     with _timed(timings, "load", on_stage, bytes=_file_size(path)):
-        model = load(path, trust_pt2=options.trust_pt2)
+        model = read_model(path, trust_pt2=options.trust_pt2)
     profile = options.profile or ("tosa" if model.format == "mlir" else "mlir")
     if model.format == "mlir" and not options.verify_only:
         raise UsageError(f"{path}: a TOSA MLIR module is verified, not legalized: add --verify-only")
@@ -436,10 +436,10 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     try:
         inspect = run_check if options.check else None
         if model.format in formats:
-            save(model, output, force=options.force, inspect=inspect)
+            write_model(model, output, force=options.force, inspect=inspect)
         else:  # the check still runs on the model's own format, written aside
             with tempfile.TemporaryDirectory(prefix=".legalize-", dir=output.parent) as d:
-                save(model, Path(d) / output.name, inspect=inspect)
+                write_model(model, Path(d) / output.name, inspect=inspect)
         emit.write_extra(paths, made, model.format, force=options.force, protect=path)
     except _CheckFailed:
         res.exit_code = EXIT_VIOLATIONS

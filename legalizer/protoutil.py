@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Any, Iterator, Optional, Tuple
 
 from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 
 def is_repeated(f: FieldDescriptor) -> bool:
@@ -159,3 +159,24 @@ def model_tensors(proto, inits=None, nodes=None) -> Iterator[Tuple[str, Any]]:
     for ti in proto.training_info:
         yield from of_graph(ti.initialization)
         yield from of_graph(ti.algorithm)
+
+
+def invalid_string_field(msg: Message, where: str = "") -> Optional[str]:
+    """The path of the first string field that is not valid UTF-8, else None.
+
+    ONNX is proto2, so the parser accepts any bytes in a string field and the Python
+    API then hands back ``bytes`` instead of ``str`` (names, op types, domains), which
+    would break everything downstream. This walk is slow (a third of the import of a
+    100,000-node model): the importer runs it only once a C-level check
+    (``protoutil.strings_are_utf8``) has found a bad string, to name its field;
+    tensor payloads are bytes fields and are not looked at."""
+    for f, v in msg.ListFields():
+        if f.type == FieldDescriptor.TYPE_STRING:
+            if any(type(s) is bytes for s in (v if is_repeated(f) else (v,))):
+                return where + f.name
+        elif f.type == FieldDescriptor.TYPE_MESSAGE:
+            for i, sub in enumerate(v if is_repeated(f) else (v,)):
+                bad = invalid_string_field(sub, f"{where}{f.name}[{i}]." if is_repeated(f) else f"{where}{f.name}.")
+                if bad is not None:
+                    return bad
+    return None

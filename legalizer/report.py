@@ -24,7 +24,7 @@ STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
 def write_json(path: Path, data, protect: Optional[Path] = None) -> None:
     """Write a report (a dict, or a list of them) atomically; an existing report is
     replaced, ``protect`` (the input model) never."""
-    from .fileio import atomic_output
+    from .outputs import atomic_output
 
     with atomic_output(Path(path), force=True, protect=protect) as tmp:
         tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -33,7 +33,7 @@ def write_json(path: Path, data, protect: Optional[Path] = None) -> None:
 def error_report(input: str, exit_code: int, error: str) -> dict:
     """The report of a model that could not be processed (bad input, usage): what a
     pipeline reading --json or --report gets instead of nothing."""
-    from . import __version__
+    from .version import __version__
 
     return {"schema": SCHEMA, "tool_version": __version__, "input": input, "exit_code": exit_code, "error": error}
 
@@ -66,7 +66,7 @@ class Report:
             self.stats["nodes_out"] = result.nodes
 
     def to_json(self) -> dict:
-        from . import __version__
+        from .version import __version__
 
         out = {
             "schema": SCHEMA, "tool_version": __version__,

@@ -1,5 +1,5 @@
 """Every file legalize writes goes to a temporary name beside it and is renamed (or,
-without --force, hard-linked) into place (``fileio.atomic_output``): the ONNX and TFLite models, their external data, the
+without --force, hard-linked) into place (``outputs.atomic_output``): the ONNX and TFLite models, their external data, the
 MLIR texts of --emit, the JSON report. A run killed while writing never leaves a
 half-written file under the output's name; killed with SIGTERM (or ^C) it leaves no
 temporary file either."""
@@ -21,7 +21,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer import fileio
+from legalizer import outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -40,7 +40,7 @@ def _main(args) -> int:
 
 @pytest.fixture
 def renames(monkeypatch):
-    """Every file given its final name by fileio (os.replace with --force, else a hard
+    """Every file given its final name by outputs.commit (os.replace with --force, else a hard
     link, which never replaces a file), as (temporary, final) pairs."""
     done = []
     real_replace, real_link = os.replace, os.link
@@ -53,8 +53,8 @@ def renames(monkeypatch):
         done.append((Path(src), Path(dst)))
         return real_link(src, dst)
 
-    monkeypatch.setattr(fileio.os, "replace", replace)
-    monkeypatch.setattr(fileio.os, "link", link)
+    monkeypatch.setattr(outputs.os, "replace", replace)
+    monkeypatch.setattr(outputs.os, "link", link)
     return done
 
 
@@ -107,8 +107,8 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
     def fail(a, b):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fileio.os, "replace", fail)
-    monkeypatch.setattr(fileio.os, "link", fail)
+    monkeypatch.setattr(outputs.os, "replace", fail)
+    monkeypatch.setattr(outputs.os, "link", fail)
     assert _main([src]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 

@@ -470,14 +470,14 @@ def test_report_has_the_usual_permissions(tmp_path):
 def test_progress_shows_only_once_a_run_has_gone_on_for_its_delay(capsys):
     import time
 
-    from legalizer.cli import _Progress
+    from legalizer.console import Progress
 
-    quick = _Progress(True, "m.onnx", delay=0.5)
+    quick = Progress(True, "m.onnx", delay=0.5)
     quick("load", {"bytes": 2_000})
     quick.close()  # ended before the delay: nothing was ever shown
     assert quick.progress is None and quick.timer is not None and quick.timer.finished.is_set()
 
-    slow = _Progress(True, "m.onnx", delay=0.05)
+    slow = Progress(True, "m.onnx", delay=0.05)
     slow("load", {"bytes": 2_000})
     deadline = time.monotonic() + 5
     while slow.progress is None and time.monotonic() < deadline:
@@ -490,7 +490,7 @@ def test_progress_shows_only_once_a_run_has_gone_on_for_its_delay(capsys):
     slow.close()
     assert slow.progress is None
 
-    off = _Progress(False, "m.onnx", delay=0.0)  # -q, --json, or stderr not a terminal
+    off = Progress(False, "m.onnx", delay=0.0)  # -q, --json, or stderr not a terminal
     off("load", {})
     assert off.timer is None
 

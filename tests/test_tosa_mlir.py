@@ -627,7 +627,7 @@ func.func @main() -> tensor<4096x4096xf32> {
 def test_mlir_text_is_recognized_by_its_opening(tmp_path, head, generic):
     # What tools print first varies (location aliases, type aliases, the generic form);
     # each is MLIR, not "a text file, not an ONNX model".
-    from legalizer.fileio import sniff
+    from legalizer.importers.reader import sniff
 
     func = ('"func.func"() <{function_type = (tensor<2x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>, sym_name = "main"}> ({\n'
             '^bb0(%a: tensor<2x3xf32>, %b: tensor<3xf32>):\n'

@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
-from ..fileio import sniff
+from ..importers.reader import sniff
 from ..errors import first_line
 from .ort import BindingResult, CheckResult, CheckUnavailable, OutputResult, _random, session, tol_of
 from .tflite import SIZES, _compare

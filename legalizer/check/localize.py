@@ -404,7 +404,7 @@ def _litert_producers(probe) -> Dict[str, str]:
 def reference_probe(reference, provider_list: Sequence[str]):
     """The probe of a ``.tflite`` or ``.onnx`` reference (a path), its input and output
     names in order, and its op per value."""
-    from ..fileio import check_external_data, sniff
+    from ..importers.reader import check_external_data, sniff
     from .probes import LiteRTProbe, OrtProbe
 
     if sniff(reference) == "tflite":

@@ -428,7 +428,7 @@ def _write(result: Reduced, models: Dict[str, tuple], arrays: Dict[str, tuple], 
     """Write each file atomically (models: ModelProto or text; arrays: ``.npz``); none
     over a path in ``protect``."""
     from ..errors import UsageError
-    from ..fileio import atomic_output
+    from ..outputs import atomic_output
 
     todo = [(role, Path(p), obj) for role, (p, obj) in {**models, **arrays}.items()]
     for _, p, _ in todo:

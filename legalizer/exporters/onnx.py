@@ -21,7 +21,7 @@ import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
 from ..errors import BadInput, UsageError
-from ..fileio import check_output_path, commit, remove_temps, temp_beside
+from ..outputs import check_output_path, commit, remove_temps, temp_beside
 from ..ir.constdata import external_data
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ..errors import BadInput
-from ..fileio import atomic_output
+from ..outputs import atomic_output
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Quantization
 from ..model import Model

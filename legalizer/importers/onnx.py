@@ -459,7 +459,7 @@ def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
     parse of the model without its weights decides; only then is the field looked for."""
     if serialized is not None and strings_are_utf8(serialized):
         return
-    from ..fileio import invalid_string_field
+    from ..protoutil import invalid_string_field
 
     bad = invalid_string_field(model)
     if bad is not None:

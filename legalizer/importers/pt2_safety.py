@@ -66,7 +66,7 @@ def load_untrusted(path: Path):
     from torch.export.pt2_archive import PT2ArchiveReader
     from torch.export.pt2_archive._package import load_pt2
 
-    from .pytorch import quiet_torch
+    from .torch_logs import quiet_torch
 
     with open(path, "rb") as f:
         try:

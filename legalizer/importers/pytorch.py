@@ -13,16 +13,13 @@ lazily, and without them a PyTorch input is one clear error naming the extra.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..errors import BadInput, first_line
 from ..model import Model
+from .torch_logs import quiet_torch
 
 if TYPE_CHECKING:
     import onnx
@@ -56,23 +53,6 @@ def require_torch(what: str) -> None:
     if missing:
         raise BadInput(f"{what} needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
                        f" not installed: {EXTRA}")
-
-
-@contextlib.contextmanager
-def quiet_torch():
-    """The exporters print progress lines and log warnings (torchvision missing, ...);
-    also used by scripts/make_models.py."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, lv in zip(loggers, levels):
-            lg.setLevel(lv)
 
 
 def load_pt2(path: Path, infer: bool = True, trust: bool = False) -> Model:

@@ -432,7 +432,7 @@ _READ_ERRORS = (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeEr
 
 def _check_identifier(path: Path, buf) -> None:
     """BadInput unless bytes 4..8 are the TFLite file identifier. Files get here by their
-    name or a flatbuffer-like header (``fileio.sniff``); say what was found."""
+    name or a flatbuffer-like header (``importers.reader.sniff``); say what was found."""
     if len(buf) < 8:
         raise BadInput(f"{path}: not a TFLite flatbuffer ({len(buf)} bytes, too short for the"
                        " 8-byte flatbuffer header)")

@@ -1,0 +1,262 @@
+"""What the command line prints, shared by the single-model command (``cli``) and the
+batch runners (``batch``): terminal-safe text (names in a model are untrusted), the
+progress bar over a run's stages, and the printer of a run's results."""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .pipeline import RunResult
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (ESC sequences, NUL, line
+    and paragraph separators: any non-printable one) escaped, never printed: names in a
+    model are untrusted."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line: control characters (a newline in a node name of
+    a corrupt model, say) are escaped, never printed."""
+    return printable(str(text).strip())
+
+
+# A model this big gets a progress indicator (stderr a terminal, no -q, no --json).
+SHOW_AFTER_S = 1.0  # a run that ends sooner shows no progress at all
+LARGE_FILE_BYTES = 1 << 20  # ... unless it is this large: then at once
+LARGE_NODE_COUNT = 20_000
+
+
+class Progress:
+    """The ``on_stage`` callback of ``pipeline.run``: a transient bar on stderr over the
+    run's stages, with the stage under way, its size and the time taken, shown once a
+    run has gone on for over a second (a timer thread starts it), or at once for a large
+    file or graph; ``close`` before printing anything."""
+
+    LABELS = {"load": "loading", "verify": "verifying", "passes": "rewriting", "check": "checking",
+              "save": "writing", "emit": "emitting", "localize": "localizing", "reduce": "reducing"}
+
+    def __init__(self, enabled: bool, name: str, delay: float = SHOW_AFTER_S, stages: int = 2):
+        self.enabled, self.name, self.delay = enabled, name, delay
+        self.total = stages  # the stages the run will announce (pipeline.stages)
+        self.done = -1  # stages finished: each announcement ends the one before
+        self.progress = None
+        self.task = None
+        self.what = ""
+        self.timer: Optional[threading.Timer] = None
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def __call__(self, stage: str, size: dict) -> None:
+        if not self.enabled:
+            return
+        self.done = min(self.done + 1, self.total - 1)
+        what = f"{self.LABELS.get(stage, stage)} {self.name}"
+        if "bytes" in size:
+            what += f" ({size['bytes'] / 1e6:.1f} MB)"
+        if "nodes" in size:
+            what += f" ({size['nodes']:,} nodes)"
+        show_now = False
+        with self.lock:
+            self.what = one_line(what)
+            if self.progress is not None:
+                self.progress.update(self.task, description=self.what, completed=self.done, refresh=True)
+            elif size.get("bytes", 0) >= LARGE_FILE_BYTES or size.get("nodes", 0) >= LARGE_NODE_COUNT:
+                show_now = True
+            elif self.timer is None:
+                self.timer = threading.Timer(self.delay, self._show)
+                self.timer.daemon = True
+                self.timer.start()
+        if show_now:
+            self._show()
+
+    def _show(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.closed or self.progress is not None:
+                return
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                                     BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
+                                     console=Console(stderr=True, highlight=False, emoji=False),
+                                     transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task(self.what, total=self.total, completed=max(self.done, 0))
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            if self.timer is not None:
+                self.timer.cancel()
+            if self.progress is not None:
+                self.progress.stop()
+                self.progress = None
+
+
+class Printer:
+    def __init__(self, quiet: bool, verbose: bool, json_out: bool, legalizing: bool = False):
+        self.quiet, self.verbose, self.legalizing = quiet, verbose, legalizing
+        # With --json, stdout carries only the report.
+        self.out = Console(stderr=json_out, highlight=False, soft_wrap=True, emoji=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+    def summary(self, res: RunResult) -> None:
+        rep = res.report
+        if not self.quiet:
+            for w in rep.warnings:
+                self.err.print(one_line(f"legalize: warning: {w}"), markup=False)
+        if self.verbose and res.model is not None:
+            from .ir import format_graph
+            for line in format_graph(res.model.graph).split("\n"):  # not splitlines: U+2028 is a name's
+                self.out.print(printable(line), markup=False)
+        for v in rep.violations:
+            where = f"graph '{v['graph']}', " if v.get("graph") else ""
+            where = ("in the output, " if v["stage"] == "output" else "") + where
+            self.out.print(one_line(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}"), markup=False)
+        if not self.quiet and res.output_verification is None:
+            # Text, not str: a '[' in a file name is not rich markup.
+            table = Table(title=Text(one_line(f"{rep.input} ({rep.format}, profile {rep.profile})")),
+                          title_justify="left")
+            table.add_column("nodes", justify="right")
+            table.add_column("elementwise", justify="right")
+            table.add_column("violations", justify="right")
+            table.add_column("runtime constraints", justify="right")
+            table.add_row(str(rep.stats["nodes_in"]), str(rep.stats["elementwise_nodes"]),
+                          str(len(rep.violations)), str(len(rep.constraints)))
+            self.out.print(table)
+            by_code = res.input_verification.by_code() if res.input_verification else {}
+            for code, count in sorted(by_code.items()):
+                self.out.print(f"  {code}: {count}", markup=False)
+        if not self.quiet:
+            if self.verbose:
+                for c in rep.constraints:
+                    self.out.print(one_line(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})"),
+                                   markup=False)
+        if self.legalizing:
+            self.legalize_summary(res)
+        self.check_lines(res)
+        self.diagnosis_lines(res)
+        self.out.print(one_line(f"{rep.input}: {self.verdict(res)}"), markup=False)
+
+    def diagnosis_lines(self, res: RunResult) -> None:
+        """The culprit of a localization in one line (with -v, every value that differs),
+        and what --reduce wrote."""
+        loc = res.localization
+        if loc is not None and (loc.culprit is not None or not self.quiet):
+            self.out.print(one_line(loc.line()), markup=False)
+            if self.verbose:
+                for d in loc.divergence[1:]:
+                    self.out.print(printable(f"  then: {d.where()}: {d.error()}"), markup=False)
+        if res.reduced is not None:
+            r = res.reduced
+            files = ", ".join(r.files.values())
+            self.out.print(one_line(f"reduced: {len(r.nodes)} node{'s' if len(r.nodes) != 1 else ''} "
+                                    f"({', '.join(r.nodes[:8])}{', ...' if len(r.nodes) > 8 else ''}) still "
+                                    f"show{'s' if len(r.nodes) == 1 else ''}: "
+                                    f"{r.what} ({r.tests} subgraphs tried) -> {files}"), markup=False)
+
+    def verdict(self, res: RunResult) -> str:
+        rep = res.report
+        stages = {}
+        for v in rep.violations:
+            stages[v["stage"]] = stages.get(v["stage"], 0) + 1
+        if stages.get("input"):
+            n = stages["input"]
+            return f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'" + \
+                ("; not legalized, nothing written" if self.legalizing else "")
+        if res.unchecked:
+            return (f"the check is required (--require-check) and {res.unchecked}" +
+                    ("; nothing written" if self.legalizing else ""))
+        if not self.legalizing:
+            chk = res.check
+            if chk is None:
+                return f"legal under '{rep.profile}'"
+            if not chk.ran:
+                return f"legal under '{rep.profile}' (not compared: {chk.error})"
+            return f"legal under '{rep.profile}', results {'match' if chk.ok else 'DIFFER'} ({chk.provider})"
+        if stages.get("output"):
+            n = stages["output"]
+            return (f"the legalized model has {n} violation{'s' if n != 1 else ''} under '{rep.target}'"
+                    " (a legalize bug: please report it); nothing written")
+        chk = res.check
+        if chk is not None and chk.ran and not chk.ok:
+            return "the legalized model computes different outputs (FAILED above); nothing written"
+        written = list(rep.outputs.values()) or ([rep.output] if rep.output else [])
+        where = f" -> {', '.join(written)}" if written else ""
+        if chk is None:
+            return f"legalized for '{rep.target}'{where} (not checked: --no-check)"
+        if not chk.ran:
+            return f"legalized for '{rep.target}'{where} (not checked: {chk.error})"
+        torch_too = " and PyTorch" if getattr(chk, "torch", None) is not None and chk.torch.ran else ""
+        searched = getattr(chk, "search", None)
+        at = ""
+        if searched is not None and searched.found is not None:
+            at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in searched.found.items())})"
+        return f"legalized for '{rep.target}'{where}, outputs match on {chk.provider}{torch_too}{at}"
+
+    def legalize_summary(self, res: RunResult) -> None:
+        """The main job's table: ops before and after, what was inserted, the check."""
+        rep = res.report
+        if not self.quiet and res.output_verification is not None:
+            table = Table(title=Text(one_line(f"{rep.input} ({rep.format}) -> target {rep.target}")),
+                          title_justify="left")
+            table.add_column("", justify="left")
+            table.add_column("before", justify="right")
+            table.add_column("after", justify="right")
+            st = rep.stats
+            table.add_row("nodes", str(st["nodes_in"]), str(st["nodes_out"]))
+            for op in sorted(set(res.ops_before) | set(res.ops_after)):
+                if res.ops_before[op] != res.ops_after[op]:
+                    table.add_row(Text(printable(f"  {op}")), str(res.ops_before[op]), str(res.ops_after[op]))
+            n_in = sum(1 for v in rep.violations if v["stage"] == "input")
+            n_out = sum(1 for v in rep.violations if v["stage"] == "output")
+            table.add_row("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})")
+            self.out.print(table)
+            line = (f"reshapes inserted: {st['reshapes_inserted']}, constants folded: {st['constants_folded']}, "
+                    f"runtime constraints: {len(rep.constraints)}")
+            if rep.target == "xla":
+                line = (f"broadcasts made explicit: {st['broadcasts_made_explicit']}, runtime broadcast checks: "
+                        f"{st['runtime_broadcast_checks']} (elided: {st['runtime_broadcast_checks_elided']}), " + line)
+            self.out.print(line, markup=False)
+
+    def check_lines(self, res: RunResult) -> None:
+        """One line per compared output and binding, in the manner of Polygraphy."""
+        # A PyTorch input is compared twice: with its ONNX export, and with PyTorch.
+        for chk, ref, who in ((res.check, "", "the original model"),
+                              (getattr(res.check, "torch", None), "vs torch | ", "PyTorch")):
+            searched = getattr(chk, "search", None)
+            if searched is not None and not self.quiet:
+                self.out.print(one_line(f"search: {who} rejects every synthesized dim binding; {searched.summary()}"),
+                               markup=False)
+            if chk is None or not chk.ran:
+                continue
+            skipped = [b for b in chk.bindings if b.skipped]
+            for b in chk.bindings:
+                dims = ", ".join(f"{k}={v}" for k, v in b.dims.items()) or "static shapes"
+                if b.skipped:
+                    if self.verbose:
+                        self.out.print(one_line(f"SKIPPED | {ref}{dims} | {b.skipped}"), markup=False)
+                    continue
+                for o in b.outputs:
+                    if self.quiet and o.ok:
+                        continue
+                    status = "PASSED" if o.ok else "FAILED"
+                    detail = o.detail or f"max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
+                    self.out.print(one_line(f"{status} | {ref}Output: '{o.name}' | {dims} | {detail}"), markup=False)
+                    if self.verbose and o.stats and "mean_abs_err" in o.stats:
+                        self.out.print(printable(f"  {stats_line(o.stats)}"), markup=False)
+            if skipped and not self.verbose and not self.quiet:
+                self.out.print(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: {who}"
+                               " rejects them (-v shows why)", markup=False)
+
+
+def stats_line(stats: dict) -> str:
+    """An output's error statistics in one line (-v)."""
+    return (f"abs err: mean {stats['mean_abs_err']:.3g}, p50 {stats['p50_abs_err']:.3g}, "
+            f"p90 {stats['p90_abs_err']:.3g}, p99 {stats['p99_abs_err']:.3g}; {stats['mismatched']} of "
+            f"{stats['total']} elements outside the tolerances")

@@ -1,0 +1,176 @@
+"""Reading a model file of any format: what it is, recognized by content (``sniff``),
+and the importer that reads it (``read_model``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from ..errors import BadInput
+from ..model import Model
+
+FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
+
+
+# Formats recognized by content that this version does not read: what to tell the user.
+NOT_SUPPORTED = {
+    "torch": "a PyTorch checkpoint (torch.save), which holds weights, not a graph;"
+             " export the model with torch.onnx.export and pass the .onnx file",
+    "zip": "a zip archive, not a model file",
+    "npy": "a NumPy array file, not a model file",
+    "hdf5": "an HDF5 file (a Keras .h5 model?), which legalize does not read;"
+            " convert the model to ONNX or TFLite first",
+}
+
+
+def _zip_kind(path: Path) -> str:
+    """A zip is a torch.export archive, a torch.save checkpoint, or something else."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return "zip"
+    leaves = {n.rstrip("/").rsplit("/", 1)[-1] for n in names}
+    if leaves & {"archive_format", "serialized_exported_program.json"}:
+        return "pt2"
+    if "data.pkl" in leaves:
+        return "torch"
+    return "zip"
+
+
+def _meant_as_tflite(path: Path, head: bytes) -> bool:
+    """A TFLite file whose identifier (bytes 4..8) is not TFL3: named .tflite, or a
+    flatbuffer header (a 4-aligned root offset inside the file, then four printable
+    identifier bytes). The TFLite importer then names the identifier it found, instead of
+    the ONNX parser failing on it. Binary ONNX opens with 0x08 (ir_version's tag), a
+    byte TFLite writers never start with (the root offset is past the header and the
+    root table's vtable: 0x10 to 0x30), so ONNX is never taken for TFLite; nor is text."""
+    if head[:1] == b"\x08" or _looks_like_text(head):
+        return False
+    if path.suffix.lower() == ".tflite":
+        return True
+    if len(head) < 8:
+        return False
+    root = int.from_bytes(head[:4], "little")
+    return root % 4 == 0 and 8 < root < path.stat().st_size and all(0x20 < b < 0x7F for b in head[4:8])
+
+
+def sniff(path: Path) -> str:
+    """The model format of ``path``, from its content; BadInput if it is none."""
+    if not path.exists():
+        raise BadInput(f"{path}: no such file")
+    if path.is_dir():
+        if (path / "saved_model.pb").exists():
+            raise BadInput(f"{path}: is a TensorFlow SavedModel, which legalize does not read;"
+                           " convert it to TFLite or ONNX first")
+        raise BadInput(f"{path}: is a directory, not a model file")
+    if not path.is_file():  # a FIFO or a device would block or never end
+        raise BadInput(f"{path}: is not a regular file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror}") from None
+    if not head:
+        raise BadInput(f"{path}: is empty")
+    if head[4:8] == b"TFL3":
+        return "tflite"
+    if head.startswith(b"ML\xefR"):
+        return "mlirbc"
+    if head.startswith(b"PK\x03\x04"):
+        return _zip_kind(path)
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return "hdf5"
+    if _meant_as_tflite(path, head):  # after the magic numbers: a zip named .tflite is a zip
+        return "tflite"
+    text = head.lstrip()
+    # MLIR text opens with an op (custom or generic form), an attribute or type alias
+    # (#loc, #map, !t = ...), a comment, or file metadata; a .mlir of text is taken too.
+    # A binary ONNX file opens with a protobuf tag (0x08 for ir_version), never text.
+    if text.startswith((b"module", b"func.func", b"#", b"!", b"//", b"\"", b"{-#")) or (
+            path.suffix == ".mlir" and _looks_like_text(head)):
+        return "mlir"
+    return "onnx"
+
+
+def _looks_like_text(head: bytes) -> bool:
+    import codecs
+
+    try:  # not final: ``head`` may end inside a character
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
+
+
+def load_onnx_proto(path: Path) -> onnx.ModelProto:
+    size = path.stat().st_size
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError) as e:
+        with open(path, "rb") as f:
+            head = f.read(256)
+        if _looks_like_text(head[:200]):
+            raise BadInput(f"{path}: is a text file, not an ONNX model") from None
+        raise BadInput(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'protobuf decode failed'})") from None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror}") from None
+    if not model.HasField("graph") or model.ir_version <= 0:
+        raise BadInput(f"{path}: not an ONNX model ({size} bytes that parse as no ModelProto"
+                       " with a graph and an IR version)")
+    # Its strings are checked for UTF-8 by the importer (importers.onnx._check_strings).
+    return model
+
+
+def check_external_data(path: Path) -> None:
+    """For an ONNX file that is handed to onnxruntime as a path (which then reads its
+    external data): BadInput, naming the file, for external data that
+    ``ir.constdata.external_data`` refuses. Other formats are left alone."""
+    if sniff(path) != "onnx":
+        return
+    from ..ir.constdata import check_external
+
+    proto = load_onnx_proto(path)
+    try:
+        check_external(proto, path.resolve().parent)
+    except BadInput as e:
+        raise BadInput(f"{path}: {e}") from None
+
+
+def read_model(path, infer: bool = True, trust_pt2: bool = False) -> Model:
+    """Load a model file of any supported format into the IR (a ``.pt2`` through its
+    ONNX export: ``importers.pytorch``, the optional torch extra; read so that nothing
+    in it runs unless ``trust_pt2``)."""
+    path = Path(path)
+    fmt = sniff(path)
+    if fmt == "onnx":
+        from .onnx import import_model
+
+        proto = load_onnx_proto(path)
+        try:
+            model = import_model(proto, path.resolve().parent, infer=infer)
+        except BadInput as e:  # the importer knows the graph, not the file: name it
+            raise BadInput(f"{path}: {e}") from None
+        model.source = path
+        return model
+    if fmt == "tflite":
+        from .tflite import load_tflite
+
+        return load_tflite(path)
+    if fmt in ("mlir", "mlirbc"):
+        from .mlir import load_mlir
+
+        return load_mlir(path)
+    if fmt == "pt2":  # the optional torch extra: exported to ONNX by torch.onnx.export
+        from .pytorch import load_pt2
+
+        return load_pt2(path, infer=infer, trust=trust_pt2)
+    raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
+
+

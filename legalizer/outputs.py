@@ -1,0 +1,196 @@
+"""Writing outputs as transactions: each file is written under a temporary name beside
+its final one and given that name by one rename (``commit``), so a reader never sees a
+half-written file and a failed or interrupted run leaves the previous output as it was;
+and the checks that outputs are distinct from inputs and each other and may be written."""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from .errors import UsageError
+
+
+@contextmanager
+def atomic_output(path: Path, *, force: bool = False, protect: Optional[Path] = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success give it the name ``path``
+    (``commit``).
+
+    An interrupted or failed write leaves nothing behind. ``protect`` (the input) is
+    never overwritten; an existing ``path`` needs ``force``, and is then replaced only
+    if it is a regular file.
+    """
+    path = Path(path)
+    check_output_path(path, force=force, protect=protect)
+    temps: List[Path] = []
+    try:
+        tmp = temp_beside(path, temps)
+        yield tmp
+        commit(tmp, path, force=force)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+    finally:
+        remove_temps(temps)
+
+
+def temp_beside(path: Path, temps: List[Path]) -> Path:
+    """A new, empty, hidden temporary file beside ``path`` (``.<name>.<random>.tmp``),
+    with the permissions ``path`` has or would get. Its name is added to ``temps``
+    before the file is made, so that a run interrupted at any point (SIGTERM, ^C) finds
+    it there to remove (``remove_temps``)."""
+    path = Path(path)
+    mode = _file_mode(path)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        temps.append(tmp)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another's: not ours to remove
+            temps.pop()
+            continue
+        except OSError as e:
+            temps.pop()
+            raise UsageError(f"{path}: cannot write: {e.strerror}") from None
+        try:
+            os.fchmod(fd, mode)  # made private, then given the usual permissions
+        finally:
+            os.close(fd)
+        return tmp
+    raise UsageError(f"{path}: cannot write: no free temporary name beside it")
+
+
+def remove_temps(temps: List[Path]) -> None:
+    for tmp in temps:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+# os.link fails with these where the file system has no hard links (FAT, some FUSE
+# and network mounts): the name is then claimed with O_EXCL instead.
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
+
+
+def commit(tmp: Path, path: Path, *, force: bool) -> None:
+    """Give the finished file ``tmp`` the name ``path``: the one step that makes an
+    output visible, whole. Without ``force`` it never replaces anything: a hard link,
+    which fails if the name is taken, so that of two runs writing one output the second
+    fails (exit 2) instead of silently replacing the first one's result. With ``force``
+    only a regular file is replaced (never a device, a FIFO or a socket)."""
+    if not force:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise UsageError(f"{path}: already exists (use --force to replace it)") from None
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINKS:
+                raise
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                raise UsageError(f"{path}: already exists (use --force to replace it)") from None
+            os.replace(tmp, path)
+        else:
+            os.unlink(tmp)
+        return
+    _refuse_special(path)
+    os.replace(tmp, path)
+
+
+def _refuse_special(path: Path) -> None:
+    """UsageError if ``path`` (or what a symbolic link there leads to) exists and is not
+    a regular file: renaming over it would turn a device, a FIFO or a socket into a file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # nothing there (or a dangling link, which is replaced)
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{path}: is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path}: is not a regular file (a device, a FIFO or a socket);"
+                         " legalize replaces only regular files")
+
+
+def _file_mode(path: Path) -> int:
+    """The permissions of the file we replace, else those of a new file (umask)."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            return st.st_mode & 0o777
+    except OSError:
+        pass
+    umask = os.umask(0o022)  # reading the umask means setting it; put it back at once
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once links and ``..`` are
+    resolved, or two names (hard links) of one existing file."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_distinct(outputs: Sequence[Tuple[str, Path]], inputs: Sequence[Path] = ()) -> None:
+    """UsageError if one of ``outputs`` ((what it is, its path) pairs: "the report
+    (--report)", ...) is one of ``inputs`` or another output: every file a run writes is
+    its own, and no input is written. A path is one file with another when both resolve
+    to one path (links, ``..``) or are two names (hard links) of one existing file. Call
+    it before the work."""
+    seen: Dict[object, Optional[str]] = {}
+
+    def keys(p: Path) -> List[object]:
+        found: List[object] = [os.path.realpath(p)]
+        try:
+            st = os.stat(p)
+            found.append((st.st_dev, st.st_ino))
+        except OSError:
+            pass
+        return found
+
+    for model in inputs:
+        for k in keys(Path(model)):
+            seen[k] = None
+    for what, p in outputs:
+        if p is None:
+            continue
+        ks = keys(Path(p))
+        for k in ks:
+            if k in seen:
+                if seen[k] is None:
+                    raise UsageError(f"{p}: is an input model and {what}; refusing to overwrite it")
+                raise UsageError(f"{p}: is both {seen[k]} and {what}; give each its own path")
+        for k in ks:
+            seen[k] = what
+
+
+def check_output_path(path: Path, *, force: bool = False, protect: Optional[Path] = None) -> None:
+    """UsageError unless ``path`` can be written by ``atomic_output``. Call it before
+    the work, so that a bad output path fails at once and with nothing written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory")
+    if protect is not None and path.exists() and Path(protect).exists() and os.path.samefile(path, protect):
+        raise UsageError(f"{path}: refusing to overwrite the input model")
+    if os.path.lexists(path) and not force:
+        raise UsageError(f"{path}: already exists (use --force to replace it)")
+    _refuse_special(path)
+    if not path.parent.exists():
+        raise UsageError(f"{path.parent}: output directory does not exist")
+    if not path.parent.is_dir():
+        raise UsageError(f"{path.parent}: is not a directory")
+    temps: List[Path] = []
+    try:  # the one sure test that a file can be made there (permissions, a read-only mount, /proc)
+        temp_beside(path, temps)
+    finally:
+        remove_temps(temps)
