@@ -187,7 +187,8 @@ def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False
 def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_one: bool):
     """Verify, legalize, verify: the pipeline's stages, in memory; NotLegal when the
     input or the output is not legal."""
-    from .pipeline import TARGET_PROFILE, verify_model
+    from .pipeline import verify_model
+    from .targets import target as target_named
     from .transform import legalize as legalize_ir
 
     bad = verify_model(model, "mlir", assume_dynamic_not_one).violations
@@ -195,7 +196,7 @@ def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_o
         raise NotLegal(f"the input violates the Broadcastable trait ({len(bad)} violation"
                        f"{'s' if len(bad) != 1 else ''}; first: {bad[0]})", bad)
     done = legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)
-    bad = verify_model(model, TARGET_PROFILE[target], stage="output").violations
+    bad = verify_model(model, target_named(target).profile, stage="output").violations
     if bad:
         raise NotLegal(f"the legalized model violates the '{target}' profile (a legalize bug: please report it):"
                        f" {bad[0]}", bad)

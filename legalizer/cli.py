@@ -17,7 +17,7 @@ from .outputs import check_distinct, check_output_path
 from .check.ort import ATOL, RTOL
 from .console import Printer, Progress, one_line
 from .pipeline import EXIT_BAD_INPUT, RunOptions, default_output, planned_outputs, run, stages
-from .transform import TARGETS
+from .targets import TARGETS
 from .verify import PROFILES
 
 HELP = """Make MODEL legal for strict compilers: no elementwise op relies on implicit

@@ -14,13 +14,11 @@ from typing import Callable, Dict, List, Optional, Union
 from .errors import BadInput, UsageError
 from .outputs import atomic_output, check_output_path
 from .model import Model
+from .targets import TARGET_OF_DIALECT
 
 FORMATS = ("onnx", "tflite", "stablehlo", "stablehlo-bytecode", "tosa")
 SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "stablehlo": ".stablehlo.mlir",
           "stablehlo-bytecode": ".stablehlo.mlirbc", "tosa": ".tosa.mlir"}
-# The legal form each MLIR dialect takes: StableHLO broadcasts only explicitly, TOSA
-# only through size-1 dims of equal-rank operands.
-NEEDS_TARGET = {"stablehlo": "xla", "stablehlo-bytecode": "xla", "tosa": "tosa"}
 
 
 def emit_paths(output: Path, formats: List[str], native: str) -> Dict[str, Path]:
@@ -37,7 +35,7 @@ def validate(formats: List[str], model_format: str, target: str) -> List[str]:
             raise UsageError(f"--emit must be one of {', '.join(FORMATS)}, not '{f}'")
         if f == "tflite" and model_format != "tflite":
             raise UsageError("--emit tflite: only a TFLite model can be written as .tflite")
-        need = NEEDS_TARGET.get(f)
+        need = TARGET_OF_DIALECT.get(f)
         if need is not None and target != need:
             raise UsageError(f"--emit {f} writes the {need} form: add --target {need}")
     return formats
@@ -77,12 +75,12 @@ def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]
 
         # asserts the runtime constraints legalize recorded on the model (a TFLite
         # model's: those of its ONNX form, legalized again under its own names)
-        return emit_stablehlo(_as_onnx_ir(m, NEEDS_TARGET["stablehlo"]))
+        return emit_stablehlo(_as_onnx_ir(m, TARGET_OF_DIALECT["stablehlo"]))
 
     def tosa(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.tosa import emit_tosa
 
-        return emit_tosa(_as_onnx_ir(m, NEEDS_TARGET["tosa"]), dims=dims or None)
+        return emit_tosa(_as_onnx_ir(m, TARGET_OF_DIALECT["tosa"]), dims=dims or None)
 
     def stablehlo_bytecode(m: Model, dims: Dict[str, int]) -> bytes:
         from .exporters.stablehlo import portable_artifact

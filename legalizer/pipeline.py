@@ -28,13 +28,11 @@ from .ir.graph import OP
 from .model import Model
 from .regions import PICTURE_LIMIT, Picture, Regions, culprit_picture, snapshot
 from .report import STAT_KEYS, Report
+from .targets import TARGETS
 from .transform import legalize
 from .verify import VerifyResult, verify
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
-
-# The output is always verified under its target's profile.
-TARGET_PROFILE = {"tosa": "tosa", "xla": "xla"}
 
 # Called as each stage starts, with what is known of its size: "load" gets
 # {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
@@ -378,7 +376,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             report.stats[key] = int(done.stats[key])
     res.ops_after = _op_counts(model)
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
-        out_result = verify_model(model, TARGET_PROFILE[options.target], stage="output")
+        out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
     res.output_verification = out_result
     report.add_verification(out_result, "output")
     if out_result.violations:

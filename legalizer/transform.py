@@ -7,17 +7,10 @@ from dataclasses import dataclass
 
 import onnx
 
-from .errors import BadInput, UsageError
+from .errors import BadInput
 from .model import Model
-from .passes import (TOSA_PIPELINE, XLA_PIPELINE, PassContext, PassManager, legacy_broadcast,
-                     needs_explicit_broadcast)
-
-TARGETS = ("tosa", "xla")
-PIPELINES = {"tosa": TOSA_PIPELINE, "xla": XLA_PIPELINE}
-# Opset 7 is the first with numpy-style broadcasting; legacy models are raised to it.
-NUMPY_OPSET = 7
-# The lowest opset each target's output needs: xla's uses Expand (8) and Where (9).
-MIN_OPSET = {"tosa": NUMPY_OPSET, "xla": 9}
+from .passes import PassContext, PassManager, legacy_broadcast, needs_explicit_broadcast
+from .targets import NUMPY_OPSET, target as target_named
 
 
 @dataclass
@@ -32,9 +25,8 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     """Rewrite ``model`` in place into ``target``'s legal form; return what changed.
     ``assume_dynamic_not_one`` is the strict symbolic mode: no dynamic dim is 1 at run
     time, so no runtime broadcast computation is emitted for one."""
-    if target not in TARGETS:
-        raise UsageError(f"unknown target '{target}'; expected one of {', '.join(TARGETS)}")
-    ctx = PassContext(target=target, assume_dynamic_not_one=assume_dynamic_not_one)
+    spec = target_named(target)
+    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one)
     check = _verify_after_pass if debug else None
     if model.constraints is None and model.format == "onnx":  # the pipeline records its own
         from .verify import verify
@@ -42,16 +34,16 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
         model.constraints = verify(model.graph, "mlir", assume_dynamic_not_one=assume_dynamic_not_one).constraints
     if model.format == "tflite":  # no opsets, no legacy forms; every subgraph
         for graph in model.graphs:
-            PassManager(PIPELINES[target], debug=debug, check=check).run(graph, ctx)
+            PassManager(spec.passes, debug=debug, check=check).run(graph, ctx)
         return LegalizeResult(model, ctx.stats, [])
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
     PassManager([legacy_broadcast], debug=debug, check=check).run(model.graph, ctx)
     warnings = _raise_opset(model, NUMPY_OPSET) if _has_legacy_nodes(model, ctx) else []
     # xla's explicit broadcasts need Expand and Where: raise the opset only if there are any
-    if model.graph.opsets.get("", MIN_OPSET[target]) < MIN_OPSET[target] and needs_explicit_broadcast(model.graph, ctx):
-        warnings += _raise_opset(model, MIN_OPSET[target])
-    PassManager(PIPELINES[target], debug=debug, check=check).run(model.graph, ctx)
+    if model.graph.opsets.get("", spec.min_opset) < spec.min_opset and needs_explicit_broadcast(model.graph, ctx):
+        warnings += _raise_opset(model, spec.min_opset)
+    PassManager(spec.passes, debug=debug, check=check).run(model.graph, ctx)
     return LegalizeResult(model, ctx.stats, warnings)
 
 

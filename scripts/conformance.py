@@ -77,12 +77,18 @@ DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-7
 
 TARGETS = ("tosa", "xla")
 # The verifier profile each target's output must be legal under.
-TARGET_PROFILE = {"tosa": "tosa", "xla": "xla"}
 # Reasons that are failures of legalize (everything else is a property of the case).
 ATTRIBUTABLE = ("exception in", "violations under", "onnx.checker fails on legalized",
                 "legalized model fails on onnxruntime", "output mismatch", "legalize modified its input",
                 "worker crashed")
 
+
+
+def _profile(target: str) -> str:
+    """The verifier profile a target's legal form satisfies (``legalizer.targets``)."""
+    from legalizer.targets import TARGETS
+
+    return TARGETS[target].profile
 
 def attributable(reason: Optional[str]) -> bool:
     return reason is not None and reason.startswith(ATTRIBUTABLE)
@@ -253,7 +259,7 @@ def run_case(name: str, target: str = "tosa", assume_dynamic_not_one: bool = Fal
 
     case = suite.case_by_name(name)
     r: Dict[str, Any] = {"name": name, "suite": suite_of(case), "target": target,
-                         "profile": TARGET_PROFILE[target], "legalized": False, "legal": None,
+                         "profile": _profile(target), "legalized": False, "legal": None,
                          "checker_original": None, "checker_ok": None, "outputs_equal": None,
                          "original_runs": None, "legalized_runs": None, "reason": None,
                          "attributable": False, "problems": [], "notes": [], "detail": "",
@@ -373,7 +379,7 @@ def _opset(m: onnx.ModelProto) -> Optional[int]:
 # ---- running many ---------------------------------------------------------------------
 def _crashed(name: str, why: str, target: str = "tosa") -> dict:
     case = suite.case_by_name(name)
-    return {"name": name, "suite": suite_of(case), "target": target, "profile": TARGET_PROFILE[target],
+    return {"name": name, "suite": suite_of(case), "target": target, "profile": _profile(target),
             "legalized": False, "legal": None,
             "checker_original": None, "checker_ok": None, "outputs_equal": None, "reason": "worker crashed",
             "attributable": True, "problems": ["worker crashed"], "notes": [], "detail": why, "seconds": 0.0}
@@ -480,7 +486,7 @@ def print_table(rows: Dict[str, dict], seconds: float, jobs: int, target: str = 
     flags = f"--target {target}" + (" --assume-dynamic-not-one" if assume_dynamic_not_one else "")
     table = Table(title=f"legalize {flags} over the ONNX test corpus ({seconds:.0f} s, {jobs} processes)")
     table.add_column("suite", style="bold")
-    heads = ("cases", "legalized", f"legal under {TARGET_PROFILE[target]}", "checker ok", "outputs equal",
+    heads = ("cases", "legalized", f"legal under {_profile(target)}", "checker ok", "outputs equal",
              "legalize failures",
              "original fails on onnxruntime", "rewritten (equal)")
     for head in heads:
@@ -655,7 +661,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           + ", ".join(f"{r['name']} {r['seconds']:.1f}s" for r in slowest))
     if args.json:
         Path(args.json).write_text(json.dumps({"schema": 1, "target": args.target,
-                                               "profile": TARGET_PROFILE[args.target],
+                                               "profile": _profile(args.target),
                                                "assume_dynamic_not_one": args.assume_dynamic_not_one,
                                                "seconds": round(seconds, 1), "jobs": args.jobs,
                                                "summary": rows, "cases": results}, indent=1, default=str))

@@ -26,7 +26,8 @@ import onnx  # noqa: E402
 import legalizer  # noqa: E402
 from legalizer.api import to_onnx  # noqa: E402
 from legalizer.check.ort import session, synthesize  # noqa: E402
-from legalizer.emit import NEEDS_TARGET, render_mlir  # noqa: E402
+from legalizer.emit import render_mlir  # noqa: E402
+from legalizer.targets import TARGET_OF_DIALECT  # noqa: E402
 from legalizer.pipeline import is_output  # noqa: E402
 from legalizer.errors import LegalizeError  # noqa: E402
 
@@ -71,7 +72,7 @@ def row(path: Path, fmt: str) -> dict:
     out = {"emitted": False, "verified": None, "executed": None, "equal": None}
     try:
         model = legalizer.load(path)
-        legalizer.legalize(model, NEEDS_TARGET[fmt])
+        legalizer.legalize(model, TARGET_OF_DIALECT[fmt])
         proto = to_onnx(model)
         size, feeds, expected = _reference(proto)
         text = render_mlir(model, [fmt], _symbols(proto, size))[fmt]

@@ -1,6 +1,7 @@
 """The main job end to end: `legalize MODEL [OUTPUT]` writes the tosa form, proves it
 legal, checks it on onnxruntime, and writes nothing when anything fails."""
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 import legalizer
-from legalizer import pipeline, transform
+from legalizer import pipeline, targets
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -116,7 +117,8 @@ def _sabotage(graph, ctx):
 
 def test_numeric_mismatch_exits_1_and_writes_nothing(tmp_path, monkeypatch):
     src = copy_model("mlp_bias.onnx", tmp_path)
-    monkeypatch.setitem(transform.PIPELINES, "tosa", transform.PIPELINES["tosa"] + (_sabotage,))
+    tosa = targets.TARGETS["tosa"]
+    monkeypatch.setitem(targets.TARGETS, "tosa", dataclasses.replace(tosa, passes=tosa.passes + (_sabotage,)))
     res = pipeline.run(src, pipeline.RunOptions(output=tmp_path / "out.onnx"))
     assert res.exit_code == 1
     assert not res.check.ok and res.report.check["ok"] is False

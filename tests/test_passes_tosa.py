@@ -175,7 +175,9 @@ def test_xla_raises_the_opset_only_when_it_broadcasts():
 
 
 def test_debug_mode_names_the_pass_that_broke_the_graph(monkeypatch):
-    from legalizer import transform
+    import dataclasses
+
+    from legalizer import targets
 
     def bad_pass(graph, ctx):
         """Makes the Add's operands incompatible."""
@@ -183,7 +185,7 @@ def test_debug_mode_names_the_pass_that_broke_the_graph(monkeypatch):
         add.inputs[1].type = add.inputs[1].type.with_shape((7,))
         return True
 
-    monkeypatch.setitem(transform.PIPELINES, "tosa", (bad_pass,))
+    monkeypatch.setitem(targets.TARGETS, "tosa", dataclasses.replace(targets.TARGETS["tosa"], passes=(bad_pass,)))
     m = import_model(model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
                            [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])]))
     with pytest.raises(AssertionError, match="after pass bad_pass: .*'Add' op operands don't have broadcast"):

@@ -20,10 +20,9 @@ class PassResult:
 
 @dataclass
 class PassContext:
-    """What passes share: the target, the op table, and the counters that end up in
-    the report's stats."""
+    """What passes share: the op table, the counters that end up in the report's
+    stats, and the symbolic mode (the target picks the passes, not a field here)."""
 
-    target: str = "tosa"
     rules: Mapping[str, OpRule] = field(default_factory=lambda: builtin_rules())
     stats: Counter = field(default_factory=Counter)
     assume_dynamic_not_one: bool = False

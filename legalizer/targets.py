@@ -1,0 +1,41 @@
+"""The targets: for each, the verifier profile its legal form satisfies, the passes that
+make it, the ONNX opset those passes' explicit forms need, and the MLIR dialect written
+in that form. Every other module asks this table; none spells a target's parts itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+from .errors import UsageError
+from .passes import TOSA_PIPELINE, XLA_PIPELINE
+from .passes.base import PassFn
+
+# ONNX opset 7 brought numpy-style broadcasting; before it, broadcasting was the
+# ``broadcast``/``axis`` attributes (the legacy forms ``passes.legacy_broadcast`` rewrites).
+NUMPY_OPSET = 7
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    profile: str  # the verifier profile (``verify.PROFILES``) the legal form satisfies
+    passes: Tuple[PassFn, ...]
+    min_opset: int  # what the explicit forms need: xla's Expand (8) and Where (9)
+    dialects: Tuple[str, ...]  # the ``--emit`` MLIR formats written in this form
+
+
+TARGETS: Dict[str, Target] = {
+    "tosa": Target("tosa", "tosa", TOSA_PIPELINE, NUMPY_OPSET, ("tosa",)),
+    "xla": Target("xla", "xla", XLA_PIPELINE, 9, ("stablehlo", "stablehlo-bytecode")),
+}
+# ``--emit`` format -> the target whose legal form it is written in.
+TARGET_OF_DIALECT = {d: t.name for t in TARGETS.values() for d in t.dialects}
+
+
+def target(name: str) -> Target:
+    """The target called ``name``, or UsageError naming the ones there are."""
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise UsageError(f"unknown target '{name}'; expected one of {', '.join(TARGETS)}") from None
