@@ -34,7 +34,7 @@ class LegalizePass(onnx_ir.passes.InPlacePass):
 
     def __init__(self, target: str = "tosa", *, assume_dynamic_not_one: bool = False, debug: bool = False):
         super().__init__()
-        from .transform import TARGETS
+        from .targets import TARGETS
 
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")

@@ -93,17 +93,21 @@ def _key(node: Node) -> Optional[str]:
 
 
 def _graphs(model) -> Iterator[Tuple[str, Graph]]:
-    """Every graph of the model with its path, named as the verifier names them."""
-    def walk(g: Graph, path: str) -> Iterator[Tuple[str, Graph]]:
-        yield path, g
-        for n in g.nodes():
-            subs = list(n.subgraphs())
-            for k, (attr, sub) in enumerate(subs):
-                name = f"{n.label}.{attr}" + (f"[{k}]" if sum(a == attr for a, _ in subs) > 1 else "")
-                yield from walk(sub, f"{path}/{name}" if path else name)
-
-    for k, g in enumerate(model.graphs):
-        yield from walk(g, g.name if k else "")
+    """Every graph of the model (``Graph.graphs``' walk) with its path: the owner's
+    label and attribute from the top graph down (``[k]`` where one attribute holds
+    several graphs)."""
+    for k, top in enumerate(model.graphs):
+        paths = {top: top.name if k else ""}
+        for g in top.graphs():
+            if g is not top:
+                subs = list(g.owner.subgraphs())
+                attr = next(a for a, sub in subs if sub is g)
+                name = f"{g.owner.label}.{attr}"
+                if sum(a == attr for a, _ in subs) > 1:
+                    name += f"[{[sub for a, sub in subs if a == attr].index(g)}]"
+                parent = paths[g.owner.graph]
+                paths[g] = f"{parent}/{name}" if parent else name
+            yield paths[g], g
 
 
 def _pnode(node: Node, nid: str, role: str) -> PNode:

@@ -1,4 +1,4 @@
-"""The JSON report (DESIGN.md, "Report JSON"): one schema for every run."""
+"""The JSON report (the README's "The JSON report"): one schema for every run."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from .verify import VerifyResult
 
 SCHEMA = 1
 
-# The keys of one violation in the report: DESIGN.md's, plus two additions documented
-# in the README: "dim" (the failing dim, or null) and "graph" (the subgraph path, "" for
-# the main graph).
+# The keys of one violation in the report (listed in the README): the diagnostic's
+# own, "stage", "dim" (the failing dim, or null) and "graph" (the subgraph path, ""
+# for the main graph).
 VIOLATION_KEYS = ("code", "node", "op", "message", "operand_shapes", "result_shape", "stage", "dim", "graph")
 
 STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
@@ -51,7 +51,7 @@ class Report:
     constraints: List[dict] = field(default_factory=list)
     check: Dict[str, Any] = field(default_factory=lambda: {"ran": False})
     timings_s: Dict[str, float] = field(default_factory=dict)
-    warnings: List[str] = field(default_factory=list)  # an addition to DESIGN.md's schema
+    warnings: List[str] = field(default_factory=list)
     reduced: Optional[dict] = None  # --reduce: what the smallest failing subgraph is, and where (an addition)
 
     def add_verification(self, result: VerifyResult, stage: str) -> None:

@@ -1,4 +1,5 @@
-"""Every example of spec/rfc-tosa-to-linalg-elementwise.txt as an ONNX model: the
+"""Every example of the LLVM RFC "TOSA-to-Linalg lowering of element-wise ops"
+(discourse.llvm.org) as an ONNX model: the
 "Combination" cases of its first section and the cases of its lowering strategy.
 
 Each legal case is legalized to both targets, in the default mode and in strict

@@ -25,7 +25,6 @@ from ..ir.types import UNKNOWN, TensorType
 from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
-from ..passes.base import _graphs as all_graphs
 from ..protoutil import copy_fields, parse_types, strings_are_utf8
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
@@ -502,6 +501,6 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
     if imp.negative_dims > NEGATIVE_DIM_WARNINGS:
         imp.warnings.append(f"{imp.negative_dims - NEGATIVE_DIM_WARNINGS} more declared dims are negative:"
                             " read as dynamic dims")
-    for g in all_graphs(graph):
+    for g in graph.graphs():
         g.nodes()  # a cycle is bad input: fail now, not in a pass
     return Model(graph, "onnx", model, base_dir, warnings=imp.warnings)

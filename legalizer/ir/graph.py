@@ -176,12 +176,25 @@ class Graph:
         return [d["n"] for d in self._nx._node.values() if d["n"].kind == CONST]
 
     def walk(self) -> Iterator[Node]:
-        """Every node of this graph and, depth first, of its subgraphs."""
-        for n in self.nodes():
-            yield n
-            if n.attrs:
-                for _, g in n.subgraphs():
-                    yield from g.walk()
+        """Every node of this graph and of the graphs nested in it (``graphs``' order)."""
+        for g in self.graphs():
+            yield from g.nodes()
+
+    def graphs(self) -> List["Graph"]:
+        """This graph and every graph nested in it: a node's subgraphs together, as the
+        walk meets the node, each followed (later) by those nested in it. The one walk
+        over subgraphs: passes run in this order."""
+        out = [self]
+
+        def visit(g: "Graph") -> None:
+            for _, group in itertools.groupby(g.subgraphs(), key=lambda t: t[0]):
+                mine = [sub for _, _, sub in group]
+                out.extend(mine)
+                for sub in mine:
+                    visit(sub)
+
+        visit(self)
+        return out
 
     def value(self, name: str) -> Optional[Value]:
         """The value of this name, here or in an enclosing graph."""

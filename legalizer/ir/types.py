@@ -14,12 +14,9 @@ Dim = Union[int, str, None]
 Shape = Optional[Tuple[Dim, ...]]
 
 
-def is_static(dim: Dim) -> bool:
-    return isinstance(dim, int)
-
-
-def is_dynamic(dim: Dim) -> bool:
-    return not isinstance(dim, int)
+def all_static(dims) -> bool:
+    """Whether every dim of ``dims`` has a size (an empty shape, a scalar's, has)."""
+    return all(isinstance(d, int) for d in dims)
 
 
 def dim_str(dim: Dim) -> str:
@@ -60,7 +57,7 @@ class TensorType:
 
     @property
     def is_static(self) -> bool:
-        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+        return self.shape is not None and all_static(self.shape)
 
     def with_shape(self, shape: Shape) -> "TensorType":
         return TensorType(self.dtype, None if shape is None else tuple(shape))

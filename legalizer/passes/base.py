@@ -3,7 +3,6 @@ manager runs passes over a graph and all its subgraphs, in order."""
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, List, Mapping, Optional
@@ -44,24 +43,8 @@ class PassManager:
     def run(self, graph: Graph, ctx: PassContext) -> PassResult:
         modified = False
         for p in self.passes:
-            for g in _graphs(graph):
+            for g in graph.graphs():
                 modified |= bool(p(g, ctx))
             if self.debug and self.check is not None:
                 self.check(graph, getattr(p, "__name__", str(p)))
         return PassResult(graph, modified)
-
-
-def _graphs(graph: Graph) -> List[Graph]:
-    """``graph`` and every subgraph: each node's subgraphs, then theirs (the order of
-    a walk that lists a node's subgraphs as it meets the node)."""
-    out = [graph]
-
-    def visit(g: Graph) -> None:
-        for _, group in itertools.groupby(g.subgraphs(), key=lambda t: t[0]):
-            mine = [sub for _, _, sub in group]
-            out.extend(mine)
-            for sub in mine:
-                visit(sub)
-
-    visit(graph)
-    return out

@@ -1,7 +1,7 @@
 """``xla`` target: no implicit broadcasting at all. Every operand of a broadcasting op
 whose shape is not provably the result's goes through an explicit
-``BroadcastInDim(operand, result_shape) {broadcast_dimensions}`` (spec/xla-broadcasting.txt:
-InDim broadcasting), so every operand has exactly the result's shape.
+``BroadcastInDim(operand, result_shape) {broadcast_dimensions}`` (XLA's broadcasting
+semantics, https://openxla.org/xla/broadcasting: InDim broadcasting), so every operand has exactly the result's shape.
 
 The result shape is a constant when it is static. With dynamic dims it is computed at
 run time, dim by dim (the RFC's "fully dynamic broadcasting"): a static dim is a
@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from onnx import AttributeProto, helper
 
 from ..ir.graph import OP, Graph, Node, Value
-from ..ir.types import Dim, TensorType
+from ..ir.types import Dim, TensorType, all_static
 from ..shapes import IncompatibleDims, infer_result_shape, same_shape
 from .base import PassContext
 from .frontend_ops import ops_for
@@ -72,7 +72,7 @@ def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]
     """The runtime value of ``target`` (None when it is static: a constant does).
     ``sources[k]`` lists the operand dims that broadcast to result dim k; with ``exact``
     each of them is known to equal it."""
-    if all(isinstance(d, int) for d in target):
+    if all_static(target):
         return None
     pieces: List[Value] = []
     static_run: List[int] = []

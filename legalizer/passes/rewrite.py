@@ -12,7 +12,7 @@ from onnx import helper
 from ..ir.constdata import ConstData, attribute_array
 from ..ir.dtypes import numpy_dtype
 from ..ir.graph import CONST, OP, Graph, Value
-from ..ir.types import Quantization
+from ..ir.types import Quantization, all_static
 from .base import PassContext
 from .frontend_ops import _placed_quant, ops_for
 
@@ -41,7 +41,7 @@ def constant_array(value: Value) -> Optional[np.ndarray]:
     if prod.kind == CONST and prod.data is not None and not prod.data.sparse:
         array = np.asarray(prod.data.array)
         shape = value.type.shape
-        if shape is not None and all(isinstance(d, int) for d in shape) and array.shape != tuple(shape):
+        if shape is not None and all_static(shape) and array.shape != tuple(shape):
             return None  # raw bytes kept as they are (an element type numpy has no name for)
         return array
     if prod.kind == OP and prod.op == "Constant" and len(prod.attrs) == 1:

@@ -1,4 +1,5 @@
-"""Dim algebra of the Broadcastable trait (spec/broadcastable-trait.md), with symbols.
+"""Dim algebra of MLIR's Broadcastable trait
+(https://mlir.llvm.org/docs/Traits/Broadcastable/), with symbols.
 
 ``infer_dim`` is the spec's InferDim table: ``?`` is any dynamic dim (a symbol or
 ``None``); a static dim other than 1 plays the role of ">1" (0 broadcasts like any
