@@ -512,10 +512,10 @@ def test_float_rounding_that_compounds_is_judged_op_by_op(tmp_path):
 def test_op_by_op_judges_a_float_op_against_its_own_scale(tmp_path, monkeypatch):
     """Each FULLY_CONNECTED translated 0.01 off: within the tolerance of h (magnitude
     ~3,000), not of y (~0.02): op by op, y's op is named."""
-    from legalizer.exporters import tflite_onnx
+    from legalizer.exporters.tflite_onnx.registry import OPS
 
-    fc = tflite_onnx._OPS["FULLY_CONNECTED"]
-    monkeypatch.setitem(tflite_onnx._OPS, "FULLY_CONNECTED",
+    fc = OPS["FULLY_CONNECTED"]
+    monkeypatch.setitem(OPS, "FULLY_CONNECTED",
                         lambda e, n: [e.emit("Add", [fc(e, n)[0], e.scalar(0.01, "float")])])
     res = _checked(_cancelling_float_model(tmp_path / "m.tflite"), tmp_path)
     assert res.ran and not res.ok
@@ -530,10 +530,10 @@ def test_op_by_op_names_the_op_that_differs(tmp_path, monkeypatch):
     """A MEAN translated 3 steps off (a stand-in for a translation bug) fails op by op,
     named, while LiteRT still matches."""
     from legalizer.check.tflite import check_tflite
-    from legalizer.exporters import tflite_onnx
+    from legalizer.exporters.tflite_onnx.registry import OPS
 
-    reduce = tflite_onnx._OPS["MEAN"]
-    monkeypatch.setitem(tflite_onnx._OPS, "MEAN",
+    reduce = OPS["MEAN"]
+    monkeypatch.setitem(OPS, "MEAN",
                         lambda e, n: [e.emit("Add", [reduce(e, n)[0], e.scalar(3.0, "float")])])
     src = _compounding_int8_model(tmp_path / "m.tflite")
     model = legalizer.load(src)
