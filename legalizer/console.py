@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .pipeline import RunResult
+from .report import verdict
 
 def printable(text: str) -> str:
     """``text`` with every character a terminal would act on (ESC sequences, NUL, line
@@ -161,43 +162,8 @@ class Printer:
                                     f"{r.what} ({r.tests} subgraphs tried) -> {files}"), markup=False)
 
     def verdict(self, res: RunResult) -> str:
-        rep = res.report
-        stages = {}
-        for v in rep.violations:
-            stages[v["stage"]] = stages.get(v["stage"], 0) + 1
-        if stages.get("input"):
-            n = stages["input"]
-            return f"{n} violation{'s' if n != 1 else ''} under '{rep.profile}'" + \
-                ("; not legalized, nothing written" if self.legalizing else "")
-        if res.unchecked:
-            return (f"the check is required (--require-check) and {res.unchecked}" +
-                    ("; nothing written" if self.legalizing else ""))
-        if not self.legalizing:
-            chk = res.check
-            if chk is None:
-                return f"legal under '{rep.profile}'"
-            if not chk.ran:
-                return f"legal under '{rep.profile}' (not compared: {chk.error})"
-            return f"legal under '{rep.profile}', results {'match' if chk.ok else 'DIFFER'} ({chk.provider})"
-        if stages.get("output"):
-            n = stages["output"]
-            return (f"the legalized model has {n} violation{'s' if n != 1 else ''} under '{rep.target}'"
-                    " (a legalize bug: please report it); nothing written")
-        chk = res.check
-        if chk is not None and chk.ran and not chk.ok:
-            return "the legalized model computes different outputs (FAILED above); nothing written"
-        written = list(rep.outputs.values()) or ([rep.output] if rep.output else [])
-        where = f" -> {', '.join(written)}" if written else ""
-        if chk is None:
-            return f"legalized for '{rep.target}'{where} (not checked: --no-check)"
-        if not chk.ran:
-            return f"legalized for '{rep.target}'{where} (not checked: {chk.error})"
-        torch_too = " and PyTorch" if getattr(chk, "torch", None) is not None and chk.torch.ran else ""
-        searched = getattr(chk, "search", None)
-        at = ""
-        if searched is not None and searched.found is not None:
-            at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in searched.found.items())})"
-        return f"legalized for '{rep.target}'{where}, outputs match on {chk.provider}{torch_too}{at}"
+        return verdict(res.report.to_json(), legalizing=self.legalizing, unchecked=res.unchecked,
+                       failed_where=" (FAILED above)")[1]
 
     def legalize_summary(self, res: RunResult) -> None:
         """The main job's table: ops before and after, what was inserted, the check."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .regions import Picture, PNode, Region, Regions
+from .report import verdict
 
 # How many region pictures start unfolded; the others are one click away.
 OPEN_PICTURES = 12
@@ -389,30 +390,6 @@ def _shape(s) -> str:
     return "*" if s is None else "x".join(str(d) for d in s)
 
 
-def verdict(rep: dict) -> Tuple[str, str]:
-    """(``ok``/``bad``/``warn``, one line) for the page's headline."""
-    vio = rep.get("violations", [])
-    n_in = sum(1 for v in vio if v.get("stage") == "input")
-    n_out = sum(1 for v in vio if v.get("stage") == "output")
-    chk = rep.get("check") or {"ran": False}
-    if n_in:
-        return "bad", f"{n_in} violation{'s' if n_in != 1 else ''} under '{rep.get('profile')}'" + \
-            ("" if rep.get("output") else "; not legalized, nothing written")
-    if n_out:
-        return "bad", (f"the legalized model has {n_out} violation{'s' if n_out != 1 else ''} under "
-                       f"'{rep.get('target')}'; nothing written")
-    if chk.get("ran") and not chk.get("ok"):
-        return "bad", "the legalized model computes different outputs; nothing written"
-    written = list((rep.get("outputs") or {}).values()) or ([rep["output"]] if rep.get("output") else [])
-    if not written:
-        return "ok", f"legal under '{rep.get('profile')}'"
-    where = f" \u2192 {', '.join(written)}"
-    if not chk.get("ran"):
-        why = chk.get("error") or "--no-check"
-        return "warn", f"legalized for '{rep.get('target')}'{where} (not checked: {why})"
-    return "ok", f"legalized for '{rep.get('target')}'{where}, outputs match on {chk.get('provider')}"
-
-
 def _table(head: Optional[Sequence[str]], rows: Iterable[Sequence[str]], num: Sequence[int] = (),
            cls: str = "") -> str:
     out = [f'<table class="{cls}">' if cls else "<table>"]
@@ -655,7 +632,8 @@ def render(report: Union[dict, "object"], regions: Optional[Regions] = None, cul
     a ``--report`` file read back); ``regions`` comes from ``regions.snapshot``;
     ``culprit`` from ``regions.culprit_picture`` (a localization's culprit)."""
     rep = report if isinstance(report, dict) else report.to_json()
-    kind, line = verdict(rep)
+    kind, line = verdict(rep, legalizing=rep.get("output") is not None or bool(rep.get("outputs")),
+                         arrow="\u2192")
     title = f"legalize report: {rep.get('input', '')}"
     n = regions.total if regions is not None else 0
     sections = [

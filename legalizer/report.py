@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from collections import Counter
+from typing import Any, Dict, List, Optional, Tuple
 
 from .verify import VerifyResult
 
@@ -87,3 +88,40 @@ class Report:
 
     def write(self, path: Path, protect: Optional[Path] = None) -> None:
         write_json(path, self.to_json(), protect)
+
+
+def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
+            arrow: str = "->", failed_where: str = "") -> Tuple[str, str]:
+    """A run's verdict from its report (``Report.to_json``): ``ok``, ``bad`` or ``warn``,
+    and the one line the command line ends with and the HTML page heads with.
+    ``legalizing``: the run legalized (else it only verified); ``unchecked``: why a
+    required check did not run; ``failed_where`` points at the failed outputs' lines."""
+    n = lambda k: f"{k} violation{'s' if k != 1 else ''}"  # noqa: E731
+    stages = Counter(v.get("stage") for v in rep.get("violations", []))
+    chk = rep.get("check") or {"ran": False}
+    if stages["input"]:
+        return "bad", f"{n(stages['input'])} under '{rep.get('profile')}'" + \
+            ("; not legalized, nothing written" if legalizing else "")
+    if unchecked:
+        return "bad", (f"the check is required (--require-check) and {unchecked}"
+                       + ("; nothing written" if legalizing else ""))
+    if not legalizing:
+        if not chk.get("ran") and chk.get("error") is None:
+            return "ok", f"legal under '{rep.get('profile')}'"
+        if not chk.get("ran"):
+            return "warn", f"legal under '{rep.get('profile')}' (not compared: {chk.get('error')})"
+        return ("ok" if chk.get("ok") else "bad"), \
+            f"legal under '{rep.get('profile')}', results {'match' if chk.get('ok') else 'DIFFER'} ({chk.get('provider')})"
+    if stages["output"]:
+        return "bad", (f"the legalized model has {n(stages['output'])} under '{rep.get('target')}'"
+                       " (a legalize bug: please report it); nothing written")
+    if chk.get("ran") and not chk.get("ok"):
+        return "bad", f"the legalized model computes different outputs{failed_where}; nothing written"
+    written = list((rep.get("outputs") or {}).values()) or ([rep["output"]] if rep.get("output") else [])
+    where = f" {arrow} {', '.join(written)}" if written else ""
+    if not chk.get("ran"):
+        return "warn", f"legalized for '{rep.get('target')}'{where} (not checked: {chk.get('error') or '--no-check'})"
+    torch_too = " and PyTorch" if (chk.get("torch") or {}).get("ran") else ""
+    found = (chk.get("search") or {}).get("found")
+    at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in found.items())})" if found else ""
+    return "ok", f"legalized for '{rep.get('target')}'{where}, outputs match on {chk.get('provider')}{torch_too}{at}"
