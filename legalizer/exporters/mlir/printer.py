@@ -120,10 +120,13 @@ def _nested(a: np.ndarray, elem: str, style: LiteralStyle) -> str:
     return "[" + ", ".join(_nested(s, elem, style) for s in a) + "]"
 
 
-def _is_splat(a: np.ndarray, flat: np.ndarray, floats: bool) -> bool:
-    if a.size == 1 or all(s == 0 for s in a.strides):  # a broadcast view is one value
+def is_splat(array: np.ndarray) -> bool:
+    """Every element the same (NaN counting as itself)."""
+    a = np.asarray(array)
+    if a.size <= 1 or all(s == 0 for s in a.strides):  # a broadcast view is one value
         return True
-    return bool((flat == flat[0]).all()) or (floats and bool(np.isnan(flat).all()))
+    flat = a.reshape(-1)
+    return bool((flat == flat[0]).all()) or (a.dtype.kind == "f" and bool(np.isnan(flat).all()))
 
 
 def dense_body(array: np.ndarray, elem: str, style: LiteralStyle, storage=None) -> str:
@@ -135,7 +138,7 @@ def dense_body(array: np.ndarray, elem: str, style: LiteralStyle, storage=None) 
             if style.empty_nested else ""
     flat = a.reshape(-1)
     floats = is_float(elem)
-    if _is_splat(a, flat, floats):
+    if is_splat(a):
         x = flat[0]
         if floats and not np.isfinite(x):
             one = np.asarray([x], storage or a.dtype)
