@@ -35,7 +35,7 @@ from .mlir.fold import STABLEHLO_FOLDING, fold
 from .mlir.registry import Unsupported
 from .mlir.stablehlo import LOWERINGS
 from .mlir.stablehlo.assertions import Assertions
-from .mlir.stablehlo.emitter import TT, Emitter
+from .mlir.stablehlo.emitter import TT, Emitter, has_input
 from .mlir.stablehlo.shapes import track_parts
 
 __all__ = ["emit_stablehlo", "ImplicitBroadcast", "LOWERINGS", "portable_artifact"]
@@ -61,7 +61,7 @@ def _no_implicit_broadcast(node: Node) -> None:
         vals = [v for v in node.inputs if v is not None]
         onto = vals[0]
     else:
-        vals = [node.inputs[i] for i in rule.broadcasts if (i < len(node.inputs) and node.inputs[i] is not None)]
+        vals = [node.inputs[i] for i in rule.broadcasts if has_input(node, i)]
         onto = node.outputs[0] if rule.onto == "result" else node.inputs[0]
     bad = [v for v in vals if not same_shape(v.type.shape, onto.type.shape)]
     if bad:
@@ -69,7 +69,6 @@ def _no_implicit_broadcast(node: Node) -> None:
             f"cannot emit StableHLO: {node.op} '{node.label}' broadcasts implicitly ("
             + ", ".join(str(v.type) for v in bad) + f" onto {onto.type}); emit_stablehlo needs a model"
             " legalized for target xla")
-
 
 
 def emit_stablehlo(model, constraints=None) -> str:

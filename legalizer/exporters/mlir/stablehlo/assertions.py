@@ -2,11 +2,12 @@
 
 Every runtime constraint of the model (what the verifier lists and the report shows:
 ``b[0] == 2 or b[0] == 1``, ``M == N`` in strict symbolic mode) is a
-``stablehlo.custom_call @shape_assertion`` as JAX writes them (the asserting form of a
-shape computation: https://mlir.llvm.org/docs/Dialects/ShapeDialect/): the predicate computed from ``get_dimension_size`` of the values the
-constraint names, then those dims, which ``{0}``, ``{1}``... of its ``error_message``
-(the constraint's text and its nodes) stand for. A binding that breaks one fails at
-shape refinement with that message, before anything is computed on a bad shape.
+``stablehlo.custom_call @shape_assertion`` as JAX writes them - the asserting form of a
+shape computation (https://mlir.llvm.org/docs/Dialects/ShapeDialect/): the predicate
+computed from ``get_dimension_size`` of the values the constraint names, then those
+dims, which ``{0}``, ``{1}``... of its ``error_message`` (the constraint's text and its
+nodes) stand for. A binding that breaks one fails at shape refinement with that
+message, before anything is computed on a bad shape.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ def _mod(cx: Emitter, node: Node):
 def _bitshift(cx: Emitter, node: Node):
     # A right shift of a signed type is arithmetic (the sign fills); StableHLO, like
     # ONNX, saturates a count out of range (negative, or at least the width).
-    right = "stablehlo.shift_right_logical" if result_type(node).elem.startswith("ui") else "stablehlo.shift_right_arithmetic"
+    unsigned = result_type(node).elem.startswith("ui")
+    right = "stablehlo.shift_right_logical" if unsigned else "stablehlo.shift_right_arithmetic"
     name = _NAMES["BitShift"] if attr(node, "direction") == "LEFT" else right
     return [cx.op(name, [arg(cx, node, 0), arg(cx, node, 1)], result_type(node))]
 

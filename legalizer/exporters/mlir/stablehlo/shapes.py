@@ -226,7 +226,8 @@ def _slice_op(cx: Emitter, node: Node):
         steps = cx.const_input(node, 4, "steps")
     starts = [int(v) for v in np.asarray(starts).reshape(-1)]
     ends = [int(v) for v in np.asarray(ends).reshape(-1)]
-    axes = list(range(len(starts))) if axes is None else [axis_index(int(a), rank) for a in np.asarray(axes).reshape(-1)]
+    axes = list(range(len(starts))) if axes is None else \
+        [axis_index(int(a), rank) for a in np.asarray(axes).reshape(-1)]
     steps = [1] * len(starts) if steps is None else [int(s) for s in np.asarray(steps).reshape(-1)]
     ranges = {a: (b, e, s) for a, b, e, s in zip(axes, starts, ends, steps)}
     return [_slice(cx, x, ranges, out)]
@@ -313,7 +314,6 @@ def _pad(cx: Emitter, node: Node):
     pv = cx.scalar(value, src.elem)
     return [cx.emit(f"stablehlo.pad {x}, {pv}, low = {int_list(low)}, high = {int_list(high)},"
                     f" interior = {int_list([0] * src.rank)} : ({src}, tensor<{src.elem}>) -> {out}", out)]
-
 
 
 def track_parts(cx: Emitter, node: Node) -> None:

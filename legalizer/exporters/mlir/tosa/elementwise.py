@@ -17,6 +17,7 @@ from .emitter import FLOATS, INT_RANGE, LOWERINGS, Emitter, T, identity
 # ONNX ops that are one TOSA op each, the op as rules/onnx.toml names it.
 _BINARY = rule_op_names("tosa", ("Add", "Sub", "Mul", "Max", "Min", "Equal", "Greater", "GreaterOrEqual",
                                  "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum"))
+# Div is tosa.intdiv (integers only: a float division is a product with a reciprocal).
 _NAMES = rule_op_names("tosa", ("Div", "Pow"))
 # TOSA has no less-than: the operands swapped.
 _SWAPPED = {"Less": "tosa.greater", "LessOrEqual": "tosa.greater_equal"}
@@ -36,11 +37,6 @@ def _binary(e: Emitter) -> List[T]:
     if len(operands) != 2:
         raise Unsupported(f"{len(operands)} operands (legalize splits variadic ops into binary ones)")
     return [e.binary(name, operands[0], operands[1], dtype=dtype, result=e.result_name())]
-
-
-def _identity(e: Emitter, t: T) -> T:
-    """A value passed through unchanged: its users use ``t`` itself, no op is emitted."""
-    return t
 
 
 @LOWERINGS.register(*_SWAPPED)
@@ -99,7 +95,7 @@ def _mod(e: Emitter) -> List[T]:
             return [r]
         zero = e.scalar(0.0, a.dtype, rank)
     elif a.dtype in _INTDIV:
-        r = e.binary("tosa.sub", a, e.binary("tosa.mul", e.binary("tosa.intdiv", a, b), b),
+        r = e.binary("tosa.sub", a, e.binary("tosa.mul", e.binary(_NAMES["Div"], a, b), b),
                      result=e.result_name() if fmod else None)
         if fmod:
             return [r]
@@ -199,7 +195,7 @@ def _pow(e: Emitter) -> List[T]:
         if p == -1.0:
             return [e.unary("tosa.reciprocal", x, result=e.result_name())]
         if p == 0.5:
-            return [e.binary("tosa.pow", x, e.scalar(0.5, x.dtype, x.rank), result=e.result_name())]
+            return [e.binary(_NAMES["Pow"], x, e.scalar(0.5, x.dtype, x.rank), result=e.result_name())]
     y = e.input(1)
     if y.dtype != x.dtype:
         y = e.cast(y, x.dtype)
@@ -211,7 +207,7 @@ def _signed_pow(e: Emitter, x: T, y: T) -> T:
     y: |x|^y, negated for odd y; NaN for the rest. So: pow(|x|, y), then select."""
     rank = max(x.rank, y.rank)
     x, y = e.expand_rank(x, rank), e.expand_rank(y, rank)
-    p = e.binary("tosa.pow", e.unary("tosa.abs", x), y)
+    p = e.binary(_NAMES["Pow"], e.unary("tosa.abs", x), y)
     whole = e.unary("tosa.floor", y)
     integral = e.binary("tosa.equal", y, whole, dtype="bool")
     half = e.unary("tosa.floor", e.mul_scalar(whole, 0.5))
@@ -226,7 +222,7 @@ def _signed_pow(e: Emitter, x: T, y: T) -> T:
 @LOWERINGS.register("Sqrt")
 def _sqrt(e: Emitter) -> List[T]:
     x = e.input(0)
-    return [e.binary("tosa.pow", x, e.scalar(0.5, x.dtype, x.rank), result=e.result_name())]
+    return [e.binary(_NAMES["Pow"], x, e.scalar(0.5, x.dtype, x.rank), result=e.result_name())]
 
 
 @LOWERINGS.register("Where")
