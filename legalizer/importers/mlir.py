@@ -48,7 +48,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..ir.constdata import ConstData
-from ..ir.dtypes import numpy_dtype
+from ..ir.dtypes import DTYPE_OF_MLIR, MLIR_FLOATS, numpy_dtype
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, Quantization, TensorType
 from ..model import Model
@@ -56,16 +56,6 @@ from ..model import Model
 TOSA_DOMAIN = "tosa"
 BYTECODE_MAGIC = b"ML\xefR"
 
-# MLIR element type -> IR dtype name (ONNX's, lower-cased).
-ELEMENT_TYPES = {
-    "f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "double",
-    "i1": "bool", "i2": "int2", "i4": "int4", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "si8": "int8", "si16": "int16", "si32": "int32", "si64": "int64",
-    "ui1": "bool", "ui4": "uint4", "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
-    "i48": "int48", "index": "int64",
-    "f8E4M3FN": "float8e4m3fn", "f8E4M3FNUZ": "float8e4m3fnuz", "f8E5M2": "float8e5m2",
-    "f8E5M2FNUZ": "float8e5m2fnuz", "complex<f32>": "complex64", "complex<f64>": "complex128",
-}
 # The TOSA dialect's ops (as of TOSA 1.0 and IREE 3.x): others in domain tosa are warned about.
 TOSA_OPS = frozenset("""
 abs add apply_scale argmax arithmetic_right_shift avg_pool2d avg_pool2d_adaptive bitwise_and bitwise_not
@@ -853,7 +843,7 @@ class Parser:
         value = self.parse_attr_value_untyped()
         if lx.accept(":"):
             ty = self.parse_type()
-            if ty.text in ("f32", "f16", "bf16", "f64") and isinstance(value, int) and not isinstance(value, bool):
+            if ty.text in MLIR_FLOATS and isinstance(value, int) and not isinstance(value, bool):
                 value = _float_from_bits(value, ty.text)
         return value
 
@@ -1070,7 +1060,7 @@ def element_dtype(elem: str, lexer: Lexer, pos: int) -> Tuple[Optional[str], Opt
     if elem.startswith("!quant."):
         storage = elem.split("<", 1)[1].split(":", 1)[0] if "<" in elem else ""
         return _storage_dtype(storage.split("<")[0].strip()), None
-    return ELEMENT_TYPES.get(elem.replace(" ", "")), None
+    return DTYPE_OF_MLIR.get(elem.replace(" ", "")), None
 
 
 def _quant_uniform(body: str, lexer: Lexer, pos: int) -> Tuple[Optional[str], Optional[Quantization]]:
@@ -1096,7 +1086,7 @@ def _storage_dtype(storage: str) -> Optional[str]:
     """A quant type's storage type: ``i8``, ``u8`` (the quant dialect's unsigned spelling)."""
     if storage.startswith("u") and not storage.startswith("ui"):
         storage = "ui" + storage[1:]
-    return ELEMENT_TYPES.get(storage)
+    return DTYPE_OF_MLIR.get(storage)
 
 
 def _strip_range(head: str) -> str:
