@@ -1,0 +1,112 @@
+"""Bounds on untrusted MLIR, checked before anything parses or prints it recursively,
+and MLIR bytecode printed as text under them, in the bounded helper (``bounded``)."""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional
+
+from ..errors import BadInput
+
+# Bounds on MLIR input, checked before anything parses or prints it recursively: this
+# parser (Python's stack: about 1000 frames), MLIR's own parser and printer (a 366 KB
+# bytecode file of 20,000 nested regions crashes MLIR's printer with SIGSEGV). TOSA
+# producers nest a few levels: a cond_if in a while_loop, a quantized type in a tensor.
+MAX_NESTING = 128  # brackets ( [ { < open at once, in text
+MAX_REGION_DEPTH = MAX_NESTING // 2  # ops with regions inside one another, in bytecode
+MAX_OPERATIONS = 2_000_000  # in bytecode, before it is printed as text
+
+# A string literal (its escapes skipped at C speed: hex blobs run to megabytes), a
+# comment, an arrow, or a bracket.
+_NESTING_TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//[^\n]*|->|[()\[\]{}<>]')
+_CLOSES = {")": "(", "]": "[", "}": "{", ">": "<"}
+
+
+def check_nesting(text: str, source: str) -> None:
+    """BadInput if brackets nest deeper than ``MAX_NESTING`` anywhere in ``text``
+    (regions, attributes, types, dense literals): found by one scan of its brackets,
+    before any recursive parse. A ``>`` closes only a ``<`` (``-> >= `` are not
+    brackets); a closer that matches nothing open is skipped."""
+    open_: List[str] = []
+    for m in _NESTING_TOKEN.finditer(text):
+        tok = m.group()
+        if tok in "([{<":
+            open_.append(tok)
+            if len(open_) > MAX_NESTING:
+                line = text.count("\n", 0, m.start()) + 1
+                col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+                raise BadInput(f"{source}:{line}:{col}: brackets nest deeper than {MAX_NESTING} levels"
+                               " (regions, attributes or types); legalize reads no deeper")
+        elif tok in _CLOSES:
+            want = _CLOSES[tok]
+            if open_ and open_[-1] == want:
+                open_.pop()
+            elif tok != ">" and want in open_:  # recover: close what it matches
+                while open_.pop() != want:
+                    pass
+
+
+# What printing a bytecode module may take beyond the helper's own memory (``bounded``).
+PRINT_MEMORY = 2 << 30
+PRINT_MEMORY_PER_BYTE = 16
+PRINT_TIMEOUT_S = 300.0
+
+
+def bytecode_to_text(data: bytes, source: str) -> str:
+    """MLIR bytecode printed as generic text by iree-base-compiler's MLIR bindings, in
+    the bounded helper (``bounded``): its size and nesting checked first
+    (``MAX_OPERATIONS``, ``MAX_REGION_DEPTH``), and a printer that crashes or runs out
+    of memory on it costs the helper, not the run."""
+    try:
+        from iree.compiler import ir  # noqa: F401 - only to say what is missing
+    except ImportError:
+        raise BadInput(f"{source}: is MLIR bytecode; reading it needs the MLIR bindings of iree-base-compiler"
+                       " (pip install 'legalize[iree]')") from None
+    from .. import bounded
+
+    try:
+        out = bounded.call(_print_bytecode, data, timeout=PRINT_TIMEOUT_S,
+                           memory=PRINT_MEMORY + PRINT_MEMORY_PER_BYTE * len(data))
+    except bounded.Failed as e:
+        raise BadInput(f"{source}: MLIR bytecode that MLIR's printer cannot print ({e})") from None
+    if out[:1] == b"!":
+        raise BadInput(f"{source}: {out[1:].decode()}")
+    return out[1:].decode("utf-8")
+
+
+def _print_bytecode(data: bytes) -> bytes:
+    """``bytecode_to_text``'s work, in the helper: ``"`` and the text, or ``!`` and what
+    is wrong with the file."""
+    from iree.compiler import ir
+
+    ctx = ir.Context()
+    ctx.allow_unregistered_dialects = True
+    try:
+        module = ir.Module.parse(data, ctx)
+    except Exception as e:  # noqa: BLE001 - MLIR's diagnostics are the reason
+        first = str(e).strip().splitlines()
+        return b"!" + f"not readable MLIR bytecode ({first[-1].strip() if first else type(e).__name__})".encode()
+    too_big = check_module_size(module.operation)
+    if too_big is not None:
+        return b"!" + too_big.encode()
+    return b'"' + module.operation.get_asm(print_generic_op_form=True, enable_debug_info=True).encode("utf-8")
+
+
+def check_module_size(top) -> Optional[str]:
+    """What makes the parsed module ``top`` (an ``ir.Operation``) too big or too deep
+    to print or read (``MAX_OPERATIONS``, ``MAX_REGION_DEPTH``), or None: a walk with a
+    stack of its own, as MLIR's printer recurses."""
+    stack = [(top, 0)]
+    count = 0
+    while stack:
+        op, depth = stack.pop()
+        count += 1
+        if count > MAX_OPERATIONS:
+            return f"more than {MAX_OPERATIONS:,} operations; legalize reads no more"
+        if depth > MAX_REGION_DEPTH:
+            return (f"regions nested deeper than {MAX_REGION_DEPTH} levels (at '{op.name}');"
+                    " legalize reads no deeper")
+        for region in op.regions:
+            for block in region.blocks:
+                stack.extend((inner.operation, depth + 1) for inner in block.operations)
+    return None
