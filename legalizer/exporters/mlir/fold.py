@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 from ...ir.constdata import attribute_array
 from ...ir.graph import Graph, Node, Value
 from ...passes.rewrite import constant_array
+from ...ir.types import all_static
 
 # Ops whose result is not a function of their operands: never folded.
 RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -42,7 +43,7 @@ _RESHAPES = ("Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten")
 
 
 def _static(shape) -> bool:
-    return shape is not None and all(isinstance(d, int) for d in shape)
+    return shape is not None and all_static(shape)
 
 
 def _present(v: Optional[Value]) -> bool:

@@ -12,6 +12,7 @@ from ...ir.graph import Node, Value
 from .emitter import Emitter, NoForm, const_data, operand, option, static_sizes
 from .quantization import real_bias
 from .registry import custom_op, op
+from ...ir.types import all_static
 
 _SAME, _VALID = 0, 1  # tflite.Padding
 _TFLITE_SAME, _TFLITE_VALID = 1, 2  # TfLitePadding, as a custom op's C struct holds it
@@ -40,7 +41,7 @@ def _window(n: Node, x: Value, kernel: Sequence[int], dilations: Sequence[int]) 
     sizes = x.type.shape[1:3] if x.type.rank == 4 else (None, None)
     if padding == _VALID:
         attrs["pads"] = [0, 0, 0, 0]
-    elif all(isinstance(d, int) for d in sizes):
+    elif all_static(sizes):
         before, after = [], []
         for size, k, s, d in zip(sizes, kernel, strides, dilations):
             total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
@@ -135,7 +136,7 @@ def _transpose_conv(e, n):
     _check_4d(x, w)
     out = const_data(shape)
     out = [int(d) for d in out.reshape(-1)] if out is not None else n.outputs[0].type.shape
-    if out is None or not all(isinstance(d, int) for d in out[1:3]):
+    if out is None or not all_static(out[1:3]):
         raise NoForm("dynamic output size")
     padding, strides = _padding_and_strides(n)
     pads = []

@@ -21,6 +21,7 @@ from .. import onnx_attrs
 from ..printer import (STABLEHLO_LITERALS, dense_body, i64_array, int_list, is_float, mlir_string,
                        tensor_type)
 from ..registry import LoweringTable, Unsupported
+from ....ir.types import all_static
 
 # ONNX op type -> its lowering: ``(cx: Emitter, node) -> [SSA name or None per output]``.
 LOWERINGS = LoweringTable("stablehlo")
@@ -52,7 +53,7 @@ class TT:
 
     @property
     def static(self) -> bool:
-        return all(isinstance(d, int) for d in self.dims)
+        return all_static(self.dims)
 
     def with_dims(self, dims) -> "TT":
         return TT(self.elem, tuple(dims))

@@ -14,6 +14,7 @@ from ..onnx_attrs import axis_index, softmax_axes
 from ..printer import int_list, is_float
 from ..registry import Unsupported
 from .emitter import LOWERINGS, TT, Emitter, RDim, arg, dims_equal, has_input, np_type, result_type
+from ....ir.types import all_static
 
 
 def _dot(cx: Emitter, a: str, b: str, contracting: Tuple[int, int], batching: int, out: TT) -> str:
@@ -181,7 +182,7 @@ def _avgpool(cx: Emitter, node: Node):
     # plus the explicit pads with count_include_pad, never the ceil_mode extra. Known
     # at compile time from the static spatial dims.
     xd = cx.tt(x).dims[2:]
-    if not all(isinstance(d, int) for d in list(xd) + list(out.dims[2:])):
+    if not all_static(list(xd) + list(out.dims[2:])):
         raise Unsupported("padding with dynamic spatial dims")
     include = cx.attr(node, "count_include_pad", 0)
     counts = np.ones(xd, np.float64)

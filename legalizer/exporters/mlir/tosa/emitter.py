@@ -23,6 +23,7 @@ from ....ir.graph import Graph, Node, Value
 from ..printer import TOSA_LITERALS, dense_array, dense_body, scientific_float, shape_text
 from ..printer import tensor_type as printed_type
 from ..registry import LoweringTable, Unsupported
+from ....ir.types import all_static
 
 # ONNX op type -> its lowering: ``(e: Emitter) -> [T or None per output]`` (the node
 # being lowered is ``e.node``).
@@ -69,7 +70,7 @@ def tensor_type(dtype: str, shape: Sequence) -> str:
 
 
 def static(shape: Sequence) -> bool:
-    return all(isinstance(d, int) for d in shape)
+    return all_static(shape)
 
 
 def _sanitize(name: str) -> str:
@@ -300,7 +301,7 @@ class Emitter:
             return parts[0]
         shape = list(parts[0].shape)
         dims = [p.shape[axis] for p in parts]
-        shape[axis] = sum(dims) if all(isinstance(d, int) for d in dims) else None
+        shape[axis] = sum(dims) if all_static(dims) else None
         return self.op("tosa.concat", parts, parts[0].dtype, shape, {"axis": f"{axis} : i32"}, result=result)
 
     def reduce(self, name: str, t: T, axes: Sequence[int]) -> T:

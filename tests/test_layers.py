@@ -1,0 +1,79 @@
+"""The package's structure (the README's "Architecture"): imports point down the layers
+that pyproject.toml's import-linter contract lists, no module takes part in an import
+cycle (imports inside functions count), and no module is over 1,000 lines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import grimp
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 1000
+
+
+def import_cycles(package: str) -> list:
+    """Every set of modules of ``package`` that import one another in a circle, each
+    sorted, as grimp reads the imports (module level and inside functions)."""
+    graph = grimp.build_graph(package, cache_dir=None)
+    g = nx.DiGraph()
+    for m in graph.modules:
+        g.add_node(m)
+        g.add_edges_from((m, d) for d in graph.find_modules_directly_imported_by(m))
+    return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
+
+
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"})
+
+
+def test_the_package_has_no_import_cycle():
+    assert import_cycles("legalizer") == []
+
+
+def test_imports_point_down_the_layers():
+    p = _lint_imports(ROOT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "imports point down KEPT" in p.stdout
+
+
+def _package(tmp_path: Path, files: dict) -> None:
+    for name, text in files.items():
+        path = tmp_path / "toypkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def test_a_cycle_through_a_function_level_import_is_found(tmp_path, monkeypatch):
+    _package(tmp_path, {"__init__.py": "", "low.py": "def f():\n    from . import high\n",
+                        "high.py": "from . import low\n", "other.py": "from . import low\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("toypkg") == [["toypkg.high", "toypkg.low"]]
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    _package(tmp_path, {"__init__.py": "", "top.py": "", "bottom.py": "def f():\n    from . import top\n"})
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""\
+        [tool.importlinter]
+        root_package = "toypkg"
+        [[tool.importlinter.contracts]]
+        name = "imports point down"
+        type = "layers"
+        containers = ["toypkg"]
+        layers = ["top", "bottom"]
+        """))
+    p = _lint_imports(tmp_path)
+    assert p.returncode == 1
+    assert "imports point down BROKEN" in p.stdout and "toypkg.bottom -> toypkg.top" in p.stdout
+
+
+def test_no_module_is_over_1000_lines():
+    long = {p.relative_to(ROOT).as_posix(): n for p in (ROOT / "legalizer").rglob("*.py")
+            if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_LINES}
+    assert long == {}
