@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -9,10 +10,23 @@ from typing import Any, Dict, List, Optional
 from .ir.graph import Graph
 
 
+class Format(str, enum.Enum):
+    """The format a model was read from (a ``.pt2`` is read as its ONNX export: ONNX).
+    Equal to its lower-case name as a string (``Format.ONNX == "onnx"``)."""
+
+    ONNX = "onnx"
+    TFLITE = "tflite"
+    MLIR = "mlir"  # text or bytecode: TOSA or StableHLO
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __hash__ = str.__hash__
+
+
 @dataclass
 class Model:
     graph: Graph
-    format: str  # "onnx" | "tflite"
+    format: Format
     proto: Any = None  # the imported ModelProto (header fields, functions, ...)
     base_dir: Optional[Path] = None  # where external data is resolved
     source: Optional[Path] = None

@@ -24,7 +24,7 @@ from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
 from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
-from ..model import Model
+from ..model import Format, Model
 from ..protoutil import copy_fields, parse_types, strings_are_utf8
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
@@ -503,4 +503,4 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
                             " read as dynamic dims")
     for g in graph.graphs():
         g.nodes()  # a cycle is bad input: fail now, not in a pass
-    return Model(graph, "onnx", model, base_dir, warnings=imp.warnings)
+    return Model(graph, Format.ONNX, model, base_dir, warnings=imp.warnings)

@@ -14,6 +14,7 @@ data is ``{"uses": n}`` (and ``"order": True``), or, for a single use, ``ONE_USE
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 from types import MappingProxyType
@@ -24,7 +25,21 @@ import networkx as nx
 
 from .types import TensorType, UNKNOWN
 
-OP, INPUT, CONST, OUTPUT = "op", "input", "const", "output"
+class NodeKind(str, enum.Enum):
+    """What a node is: an operator, or a graph's input, constant or output. Equal to
+    its lower-case name as a string (``OP == "op"``), as files and reports spell it."""
+
+    OP = "op"
+    INPUT = "input"
+    CONST = "const"
+    OUTPUT = "output"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+    __hash__ = str.__hash__  # Enum's own hashes the member name, in Python
+
+
+OP, INPUT, CONST, OUTPUT = NodeKind.OP, NodeKind.INPUT, NodeKind.CONST, NodeKind.OUTPUT
 
 # The data of an edge that carries one use and orders nothing (most edges): one mapping
 # shared by all of them (a dict each would be a third of a large graph's memory), read
@@ -64,7 +79,7 @@ class Node:
     node came from (NodeProto, ValueInfoProto, TensorProto), kept for lossless export.
     """
 
-    kind: str
+    kind: NodeKind
     op_type: str
     domain: str = ""
     name: str = ""
