@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .localize import Localization, Step, _compare_value, onnx_steps, steps_of
+from .localize import Localization, Step, compare_value, onnx_steps, steps_of
 
 MAX_TESTS = 400  # subgraphs one reduction tries at most
 
@@ -131,7 +131,7 @@ def _still_differs(outputs: Sequence[str], got: Mapping[str, np.ndarray], loc: L
     for v in outputs:
         r = pairs.get(v)
         if r is not None and r in ref and v in got:
-            if not _compare_value(v, got[v], ref[r], float(rtol), float(atol), False).ok:
+            if not compare_value(v, got[v], ref[r], float(rtol), float(atol), False).ok:
                 return True
     return False
 
