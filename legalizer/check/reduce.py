@@ -315,7 +315,7 @@ class _Module:
     def __init__(self, text: str):
         from ..importers.mlir import parse_mlir
         from .iree_run import parse
-        from .probes import _main
+        from .probes import main_func
 
         self.text = text
         self.graph = parse_mlir(text).graph
@@ -333,7 +333,7 @@ class _Module:
         self.consts = {v.name for n in nodes if n.kind != "op" for v in n.outputs}
         module = parse(text)
         with module.context:
-            block = _main(module).regions[0].blocks[0]
+            block = main_func(module).regions[0].blocks[0]
             values = list(block.arguments) + [v for op in block.operations for v in op.results]
             self.types = {v.get_name()[1:]: str(v.type) for v in values}
 
