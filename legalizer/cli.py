@@ -74,7 +74,7 @@ def parse_tolerance(flag: str, items: List[str], default: float):
     """``--rtol 1e-3`` and ``--rtol out1:1e-3`` as Polygraphy writes them: one value for
     every output, and per output (the last ':' splits, so a name may contain ':').
     A float when no output is named, else a Tolerance."""
-    from .check.ort import Tolerance
+    from .check.compare import Tolerance
 
     per: Dict[str, float] = {}
     for item in items:

@@ -13,7 +13,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from .check.localize import Localization
-from .check.ort import BindingResult, CheckResult, providers
+from .check.ort import providers
+from .check.results import BindingResult, CheckResult
 from .check.reduce import Reduced
 from .errors import first_line
 
@@ -61,11 +62,11 @@ def _feeds(sides: Sides, dims: Mapping[str, int], given, provider: str) -> Dict[
 
         return synthesize(sides.reference, dims, given)
     if sides.kind == "tflite":
-        from .check.tflite import _inputs
+        from .check.inputs import graph_input_specs, make_feeds
 
         prefix = f"{sides.graph.name}/"
-        return _inputs(sides.graph, {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in dims.items()},
-                       given, 0)
+        return make_feeds(graph_input_specs(sides.graph),
+                          {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in dims.items()}, given, 0)
     from .check.against import feeds_for
 
     return feeds_for(Path(sides.reference), dims, given, provider)
@@ -94,10 +95,10 @@ def localize(sides: Sides, chk: CheckResult, *, given, rtol, atol, provider: str
             if not any(not o.ok for o in binding.outputs if o.name.endswith("(LiteRT)")):
                 loc.note = "compared on LiteRT, where the outputs match: those that differ are the ONNX form's"
             return loc
-        from .check.against import _module_text
+        from .check.against import module_text
 
         differing = [i for i, o in enumerate(binding.outputs) if not o.ok]
-        return lz.localize_mlir(_module_text(Path(sides.candidate)), sides.reference, feeds, providers(provider),
+        return lz.localize_mlir(module_text(Path(sides.candidate)), sides.reference, feeds, providers(provider),
                                 rtol=rtol, atol=atol, binding=binding.dims, differing=differing, budget=budget)
     except Exception as e:  # noqa: BLE001 - a runtime refusing a probe: the check's result stands
         return Localization("", dict(binding.dims), note=f"could not localize: {first_line(e)}")
@@ -115,11 +116,11 @@ def reduce_divergence(sides: Sides, loc: Localization, path: Path, *, given, rto
     if sides.kind == "onnx":
         return rd.reduce_onnx(sides.candidate, sides.reference, loc, feeds, providers(provider), path, rtol=rtol,
                               atol=atol, force=force, protect=protect)
-    from .check.against import _module_text
+    from .check.against import module_text
     from .check.iree_run import bind_dims
     from .check.probes import printed
 
-    text = printed(bind_dims(_module_text(Path(sides.candidate)), [np.shape(a) for a in feeds.values()]))
+    text = printed(bind_dims(module_text(Path(sides.candidate)), [np.shape(a) for a in feeds.values()]))
     return rd.reduce_mlir(text, loc, feeds, path, rtol=rtol, atol=atol, force=force, protect=protect)
 
 
@@ -137,10 +138,10 @@ def reduce_violation(model, path_in: Path, violation: dict, profile: str, path: 
         return rd.reduce_onnx_violation(_onnx(path_in), model.graph, code, node, profile, path, force=force,
                                         protect=protect)
     if model.format == "mlir":
-        from .check.against import _module_text
+        from .check.against import module_text
         from .check.probes import printed
 
-        text = printed(_module_text(Path(path_in)))
+        text = printed(module_text(Path(path_in)))
         return rd.reduce_mlir_violation(text, code, _printed_label(model, text, node), profile, path, force=force,
                                         protect=protect)
     raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {model.format} model is not reduced")

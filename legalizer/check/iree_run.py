@@ -8,8 +8,9 @@ from typing import List, Sequence
 
 import numpy as np
 
-from ..errors import BadInput
-from ..errors import CheckUnavailable
+from ..errors import BadInput, CheckUnavailable
+from .inputs import InputSpec, graph_input_specs
+from .runner import Runner, positional
 
 INSTALL_HINT = "install the iree extra: pip install 'legalize[iree]'"
 
@@ -217,3 +218,25 @@ def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
         raise TosaError(f"IREE failed to run the module: {str(e).strip().splitlines()[0]}") from None
     outs = out if isinstance(out, (list, tuple)) else [out]
     return [np.asarray(o.to_host() if hasattr(o, "to_host") else o) for o in outs]
+
+
+class IreeRunner(Runner):
+    """A TOSA module's ``@main`` on IREE (llvm-cpu), its arguments fed in order. Each
+    ``infer`` compiles the module with its dynamic arguments bound to the feed's shapes
+    (``bind_dims``): there is nothing to load ahead."""
+
+    name = "IREE llvm-cpu"
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def input_specs(self) -> List[InputSpec]:
+        """``@main``'s arguments as the MLIR importer reads them."""
+        from ..importers.mlir import parse_mlir
+
+        return graph_input_specs(parse_mlir(self.text).graph)
+
+    def infer_impl(self, feed):
+        args = list(feed.values())
+        return positional(run(bind_dims(self.text, [a.shape for a in args]), args))

@@ -36,6 +36,8 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from ..errors import CheckUnavailable
+from . import inputs
+from .runner import Runner
 
 INSTALL_HINT = "install the litert extra: pip install 'legalize[litert]'"
 
@@ -346,6 +348,48 @@ def _io_indices(model: LiteRTModel, index: int) -> Tuple[List[int], List[int]]:
     ins = [int(v) for v in sg.InputsAsNumpy()] if sg.InputsLength() else []
     outs = [int(v) for v in sg.OutputsAsNumpy()] if sg.OutputsLength() else []
     return ins, outs
+
+
+class LiteRTRunner(Runner):
+    """One subgraph (an index or a signature key) of a .tflite model on LiteRT; the
+    source is a path, bytes, or a loaded ``LiteRTModel`` (the runners of several
+    subgraphs share it)."""
+
+    name = "LiteRT"
+
+    def __init__(self, source: Union[Source, LiteRTModel], subgraph: Union[int, str] = 0, *,
+                 kernels: str = "builtin", keep_tensors: bool = False):
+        super().__init__()
+        self.source, self.subgraph = source, subgraph
+        self.kernels, self.keep_tensors = kernels, keep_tensors
+        self.model: Optional[LiteRTModel] = source if isinstance(source, LiteRTModel) else None
+
+    def activate_impl(self) -> None:
+        if self.model is None:
+            self.model = LiteRTModel(self.source, kernels=self.kernels, keep_tensors=self.keep_tensors)
+
+    def input_specs(self) -> List["inputs.InputSpec"]:
+        """The interpreter's inputs: a dynamic dim keyed ``input[axis]``, an integer input
+        with a scale quantized."""
+        from onnx import helper
+
+        out = []
+        for s in self.model.input_specs(self.subgraph):
+            try:
+                code = helper.np_dtype_to_tensor_dtype(s.dtype)
+            except (KeyError, ValueError, TypeError):
+                out.append(inputs.InputSpec(s.name, 0, (), unavailable=f"input '{s.name}' is of type {s.dtype},"
+                                                                        " which the check does not make"))
+                continue
+            out.append(inputs.InputSpec(s.name, code, inputs.static_or_key(s.name, s.shape_signature),
+                                        s.quantization[0] != 0.0 and s.dtype.kind in "iu"))
+        return out
+
+    def output_names(self) -> List[str]:
+        return self.model.output_names(self.subgraph)
+
+    def infer_impl(self, feed):
+        return self.model.run(feed, self.subgraph)
 
 
 # -- functions -------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..ir.graph import CONST, OP, Graph
-from .ort import OutputResult, tol_of
+from .compare import compare, tol_of
+from .results import OutputResult
 from .probes import Probe
 
 # Content matching: a value corresponds to a reference tensor of its size when this
@@ -139,12 +140,10 @@ class Localization:
 
 # -- comparing ---------------------------------------------------------------------------
 
-def _compare_value(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float,
+def compare_value(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float,
                    quantized: bool) -> OutputResult:
     """``got`` against ``expected`` (reshaped to it when only unit dims differ, as a
     converter's reshapes do); a quantized integer tensor within one step."""
-    from .tflite import _compare
-
     got, expected = np.asarray(got), np.asarray(expected)
     if got.shape != expected.shape and got.size == expected.size:
         got = got.reshape(expected.shape)
@@ -152,7 +151,7 @@ def _compare_value(name: str, got: np.ndarray, expected: np.ndarray, rtol: float
         with np.errstate(invalid="ignore", over="ignore"):  # most values agree: one pass, in their own dtype
             if np.all(np.abs(got - expected) <= atol + rtol * np.abs(expected)):  # (a NaN or inf: compare)
                 return OutputResult(name, True)
-    return _compare(name, expected, got, quantized, rtol, atol, full_stats=False)
+    return compare(name, expected, got, rtol, atol, full_stats=False, quantized=quantized)
 
 
 def diverging(steps: Sequence[Step], cand: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
@@ -170,7 +169,7 @@ def diverging(steps: Sequence[Step], cand: Mapping[str, np.ndarray], ref: Mappin
                 continue
             key = outputs.get(v)
             rt, at = (tol_of(rtol, key), tol_of(atol, key)) if key else (float(rtol), float(atol))
-            res = _compare_value(v, cand[v], ref[r], rt, at, v in quantized)
+            res = compare_value(v, cand[v], ref[r], rt, at, v in quantized)
             compared += 1
             if not res.ok:
                 stats = res.stats or {}

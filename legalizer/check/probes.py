@@ -112,7 +112,7 @@ class IreeProbe(Probe):
 
         module = parse(self.text)
         with module.context:
-            return [v.get_name()[1:] for op in _main(module).regions[0].blocks[0].operations
+            return [v.get_name()[1:] for op in main_func(module).regions[0].blocks[0].operations
                     if op.operation.name not in ("tosa.const", "tosa.const_shape", "arith.constant")
                     for v in op.results if str(v.type).startswith("tensor<")]
 
@@ -134,7 +134,8 @@ def printed(text: str) -> str:
     return parse(text).operation.get_asm(enable_debug_info=True)
 
 
-def _main(module):
+def main_func(module):
+    """The ``@main`` function of a module IREE's MLIR bindings parsed (TosaError if none)."""
     from iree.compiler import ir
 
     for op in module.body.operations:
@@ -153,7 +154,7 @@ def cut(text: str, names: Sequence[str]) -> str:
 
     module = parse(text)
     with module.context, ir.Location.unknown():
-        main = _main(module)
+        main = main_func(module)
         block = main.regions[0].blocks[0]
         by_name = {a.get_name()[1:]: a for a in block.arguments}
         ops = list(block.operations)

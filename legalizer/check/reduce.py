@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .localize import Localization, Step, _compare_value, onnx_steps, steps_of
+from .localize import Localization, Step, compare_value, onnx_steps, steps_of
 
 MAX_TESTS = 400  # subgraphs one reduction tries at most
 
@@ -131,7 +131,7 @@ def _still_differs(outputs: Sequence[str], got: Mapping[str, np.ndarray], loc: L
     for v in outputs:
         r = pairs.get(v)
         if r is not None and r in ref and v in got:
-            if not _compare_value(v, got[v], ref[r], float(rtol), float(atol), False).ok:
+            if not compare_value(v, got[v], ref[r], float(rtol), float(atol), False).ok:
                 return True
     return False
 
@@ -315,7 +315,7 @@ class _Module:
     def __init__(self, text: str):
         from ..importers.mlir import parse_mlir
         from .iree_run import parse
-        from .probes import _main
+        from .probes import main_func
 
         self.text = text
         self.graph = parse_mlir(text).graph
@@ -333,7 +333,7 @@ class _Module:
         self.consts = {v.name for n in nodes if n.kind != "op" for v in n.outputs}
         module = parse(text)
         with module.context:
-            block = _main(module).regions[0].blocks[0]
+            block = main_func(module).regions[0].blocks[0]
             values = list(block.arguments) + [v for op in block.operations for v in op.results]
             self.types = {v.get_name()[1:]: str(v.type) for v in values}
 

@@ -30,87 +30,31 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 import onnx
 
+from ..errors import CheckUnavailable, first_line
+from ..importers.tflite import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
-from ..errors import first_line
-from ..importers.tflite import CUSTOM_DOMAIN
+from .compare import ATOL, RTOL, STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
 from .given import Declared
-from .ort import (ATOL, RTOL, SMALL, BindingResult, CheckResult, CheckUnavailable, OutputResult, _random,
-                  _too_big, compare, error_stats, providers, session, tol_of)
+from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
+from .ort import OrtRunner, providers, session
+from .results import CheckResult, OutputResult
 
-# A dynamic dim is checked at a small size, then at 1 (where runtime broadcasting runs).
-SIZES = (SMALL, 1)
 ORT, LITERT = "onnxruntime", "LiteRT"
-
-
-def _dim_key(name: str, axis: int) -> str:
-    return f"{name}[{axis}]"
 
 
 def declared_shapes(graph: Graph) -> Declared:
     """Each input of ``graph``: its name and per axis its static size or its dim key."""
     return [(n.output.name, None if n.output.type.shape is None else
-             [d if isinstance(d, int) else _dim_key(n.output.name, a) for a, d in enumerate(n.output.type.shape)])
+             [d if isinstance(d, int) else dim_key(n.output.name, a) for a, d in enumerate(n.output.type.shape)])
             for n in graph.inputs]
 
 
-def _bindings(graph: Graph, fixed: Mapping[str, int]) -> List[Dict[str, int]]:
-    keys = [_dim_key(n.output.name, a) for n in graph.inputs if n.output.type.shape is not None
-            for a, d in enumerate(n.output.type.shape) if not isinstance(d, int)]
-    if not keys:
-        return [{}]
-    return [{k: int(fixed.get(k, size)) for k in keys} for size in SIZES if size != SIZES[-1] or
-            any(k not in fixed for k in keys)]
-
-
-def _inputs(graph: Graph, binding: Mapping[str, int], given: Mapping[str, np.ndarray], seed: int) -> Dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for n in graph.inputs:
-        v = n.output
-        if v.name in given:
-            feeds[v.name] = np.asarray(given[v.name])
-            continue
-        if v.type.shape is None or v.type.dtype is None:
-            raise CheckUnavailable(f"input '{v.name}' has no known rank or type; give it with --input")
-        shape = tuple(d if isinstance(d, int) else binding[_dim_key(v.name, a)] for a, d in enumerate(v.type.shape))
-        why = _too_big(v.name, elem_type(v.type.dtype), shape)
-        if why is not None:
-            raise CheckUnavailable(why)
-        if v.quant is not None and v.type.dtype in ("int8", "uint8", "int16"):
-            info = np.iinfo(v.type.dtype)  # the whole quantized range, not just 1..2
-            feeds[v.name] = rng.integers(info.min, info.max + 1, shape).astype(v.type.dtype)
-        else:
-            feeds[v.name] = _random(rng, elem_type(v.type.dtype), shape, v.name)
-    return feeds
-
-
-def _compare(name: str, expected: np.ndarray, got: np.ndarray, quantized: bool, rtol: float, atol: float,
-             full_stats: bool = True) -> OutputResult:
-    if quantized and np.asarray(expected).dtype == np.asarray(got).dtype and np.asarray(expected).dtype.kind in "iu":
-        e, g = np.asarray(expected).astype(np.int64), np.asarray(got).astype(np.int64)
-        if e.shape != g.shape:
-            return OutputResult(name, False, detail=f"shape {g.shape} != {e.shape}")
-        steps = np.abs(e - g).astype(np.float64)
-        diff = float(steps.max()) if e.size else 0.0
-        return OutputResult(name, diff <= 1, diff, 0.0, "" if diff <= 1 else "more than one quantization step",
-                            error_stats(steps, np.zeros(0), steps > 1, full_stats))
-    return compare(name, expected, got, rtol, atol, full_stats)
-
-
-def _across_kernels(expected: np.ndarray, rtol: float, atol: float) -> float:
-    """The absolute tolerance of a float output computed by other kernels (onnxruntime's
-    against LiteRT's). Their sums run in another order, and the rounding error of a sum
-    grows with the magnitudes summed: with the output's scale, not with each element (a
-    deep conv net's logit of -0.9 among logits up to 1,198 was 1.2e-3 off, 3e-6 of the
-    largest, with no change to the graph). So an element may be off by ``rtol`` of the
-    largest finite magnitude."""
-    e = np.asarray(expected)
-    if e.dtype.kind != "f" or not e.size:
-        return atol
-    finite = np.abs(e[np.isfinite(e)])
-    return max(atol, rtol * float(finite.max())) if finite.size else atol
+def bindings(graph: Graph, fixed: Mapping[str, int]) -> List[Dict[str, int]]:
+    """A small size for every dynamic input dim, then 1 (where runtime broadcasting
+    runs); ``fixed`` binds a dim for both."""
+    return small_then_one([d for _, shape in declared_shapes(graph) for d in shape or () if isinstance(d, str)], fixed)
 
 
 def _outputs(names) -> str:
@@ -119,17 +63,27 @@ def _outputs(names) -> str:
 
 
 class _OnnxSide:
-    """The ONNX form of one subgraph on onnxruntime, of the outputs it has a form for;
-    ``notes`` say which outputs are not compared there, and why."""
+    """The ONNX form of one subgraph on onnxruntime, of the outputs it has a form for:
+    the check's second candidate. ``notes`` say which outputs are not compared there,
+    and why. ``op_by_op``: (the legalized .tflite, its LiteRT kernels), to judge op by
+    op an output that misses end to end (subgraph 0)."""
 
-    def __init__(self, model: Model, k: int, provider_list: List[str]):
+    def __init__(self, model: Model, k: int, provider_list: List[str], quantized: Mapping[str, bool], prefix: str,
+                 rtol, atol, op_by_op=None):
         from ..exporters.tflite_onnx import onnx_form
 
         self.graph = model.graphs[k]
+        self.provider_list, self.quantized, self.prefix = provider_list, quantized, prefix
+        self.rtol, self.atol, self.op_by_op = rtol, atol, op_by_op
+        # onnxruntime computes quantized ops in float and requantizes: a float output
+        # downstream of them agrees within one step of the coarsest quantization.
+        self.step = max((max(v.quant.scale) for n in self.graph.nodes() for v in n.outputs
+                         if v.quant is not None and v.quant.scale), default=0.0)
         self.notes: List[str] = []
-        self.session = None
+        self.runner: Optional[OrtRunner] = None
         self.form: Optional[onnx.ModelProto] = None
         self.results: Dict[str, Value] = {}  # the form's tensors that hold op results, for _op_by_op
+        self.litert_all = None  # the legalized model on LiteRT keeping every tensor, for _op_by_op
         try:
             form, left_out = onnx_form(model, k, results=self.results)
         except Exception as e:  # noqa: BLE001 - a translation bug must not stop the LiteRT side
@@ -147,11 +101,9 @@ class _OnnxSide:
             # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
             # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
             # a scalar") and would compute int8 ops in integer kernels, not as written.
-            self.session = session(form, provider_list, basic=True)
+            self.runner = OrtRunner(form, provider_list, basic=True).activate()
         except Exception as e:  # noqa: BLE001 - onnxruntime's own words
             self.note([o.name for o in form.graph.output], f"onnxruntime cannot load their ONNX form: {first_line(e)}")
-            return
-        self.names = [o.name for o in self.session.get_outputs()]
 
     def note(self, names, why: str) -> None:
         text = f"{_outputs(names)} of subgraph '{self.graph.name}' not compared on {ORT}: {why}"
@@ -161,11 +113,31 @@ class _OnnxSide:
     def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         """The outputs the form computes; none (and a note) if onnxruntime fails on it:
         the ONNX form is the second reference, not what is checked."""
-        try:
-            return dict(zip(self.names, self.session.run(None, dict(feeds))))
-        except Exception as e:  # noqa: BLE001 - the runtime's own words
-            self.note(self.names, f"it fails on their ONNX form: {first_line(e)}")
+        if self.runner is None:
             return {}
+        try:
+            return self.runner.infer(feeds)
+        except Exception as e:  # noqa: BLE001 - the runtime's own words
+            self.note(self.runner.outputs, f"it fails on their ONNX form: {first_line(e)}")
+            return {}
+
+    def compare(self, feeds: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> List[OutputResult]:
+        """The form's outputs against LiteRT's ``expected`` (across kernels), judged op
+        by op where they miss end to end (``op_by_op``)."""
+        formed = self.run(feeds)
+        rtol, atol = self.rtol, self.atol
+        outs = [compare(f"{self.prefix}{n} ({ORT})", e, formed[n], tol_of(rtol, n),
+                        across_kernels(e, tol_of(rtol, n), max(tol_of(atol, n), self.step)),
+                        quantized=self.quantized.get(n, False)) for n, e in expected.items() if n in formed]
+        if self.op_by_op is None or not any(_off_by_value(o) for o in outs):
+            return outs
+        if self.litert_all is None:
+            from .litert import LiteRTModel
+
+            legalized, kernels = self.op_by_op
+            self.litert_all = LiteRTModel(str(legalized), kernels=kernels, keep_tensors=True)
+        return _op_by_op(outs, (self.form, self.results), feeds, self.litert_all, self.provider_list,
+                         float(rtol), float(atol), self.step)
 
 
 def _litert_pair(original: Path, legalized: Path, model: Model):
@@ -190,7 +162,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
     Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
     ``error`` says which and why (the check ran in part). ``litert_only``: no ONNX form
     (``--against``: two TFLite models compared on LiteRT)."""
-    from .litert import LiteRTError, LiteRTModel, litert_available
+    from .litert import LiteRTError, LiteRTRunner, litert_available
 
     if not litert_available():
         return CheckResult(False, LITERT, error="ai-edge-litert is not installed: install the litert extra:"
@@ -202,61 +174,27 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
     provider_list = providers(provider)
     result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {provider_list[0]}")
     notes: List[str] = []
-    litert_all = None  # the legalized model on LiteRT keeping every tensor, for _op_by_op
     for k, graph in enumerate(model.graphs):
         if not graph.outputs:
             continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
-        onnx_side = _OnnxSide(model, k, provider_list) if not litert_only else None
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
-        # onnxruntime computes quantized ops in float and requantizes: a float output
-        # downstream of them agrees within one step of the coarsest quantization.
-        step = max((max(v.quant.scale) for n in graph.nodes() for v in n.outputs
-                    if v.quant is not None and v.quant.scale), default=0.0)
         prefix = f"{graph.name}/" if len(model.graphs) > 1 else ""
-        for binding in _bindings(graph, dims or {}):
+        onnx_side = None if litert_only else _OnnxSide(model, k, provider_list, quantized, prefix, rtol, atol,
+                                                        (legalized, new.kernels) if k == 0 else None)
+        pairing = Pairing(label=lambda i, n, prefix=prefix: f"{prefix}{n} ({LITERT})",
+                          quantized=lambda n, quantized=quantized: quantized.get(n, False))
+        comparator = Comparator(LiteRTRunner(ref, k).activate(), LiteRTRunner(new, k).activate(), result, rtol,
+                                atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
+                                also=onnx_side.compare if onnx_side is not None else None)
+        specs = graph_input_specs(graph)
+        for binding in bindings(graph, dims or {}):
             try:
-                feeds = _inputs(graph, binding, inputs or {}, seed)
+                feeds = make_feeds(specs, binding, inputs or {}, seed)
             except CheckUnavailable as e:
                 return CheckResult(False, result.provider, error=str(e))
-            label = {f"{prefix}{key}": v for key, v in binding.items()}
-            try:
-                expected = ref.run(feeds, k)
-            except LiteRTError as e:
-                result.bindings.append(BindingResult(label, True, skipped=f"original fails: {e}"))
-                continue
-            outs: List[OutputResult] = []
-            try:
-                got = new.run(feeds, k)
-            except LiteRTError as e:
-                outs += [OutputResult(f"{prefix}{n} ({LITERT})", False, detail=str(e)) for n in expected]
-                got = None
-            if got is not None:
-                for n, e in expected.items():
-                    name = f"{prefix}{n} ({LITERT})"
-                    if n not in got:
-                        outs.append(OutputResult(name, False, detail="missing from the legalized model's outputs"))
-                    else:
-                        outs.append(_compare(name, e, got[n], quantized.get(n, False), tol_of(rtol, n),
-                                             tol_of(atol, n)))
-            if not litert_only:
-                formed = onnx_side.run(feeds) if onnx_side.session is not None else {}
-                on_ort = [_compare(f"{prefix}{n} ({ORT})", e, formed[n], quantized.get(n, False), tol_of(rtol, n),
-                                   _across_kernels(e, tol_of(rtol, n), max(tol_of(atol, n), step)))
-                          for n, e in expected.items() if n in formed]
-            else:
-                on_ort = []
-            if k == 0 and any(_off_by_value(o) for o in on_ort):
-                if litert_all is None:
-                    litert_all = LiteRTModel(str(legalized), kernels=new.kernels, keep_tensors=True)
-                on_ort = _op_by_op(on_ort, (onnx_side.form, onnx_side.results), feeds, litert_all, provider_list,
-                                   float(rtol), float(atol), step)
-            outs += on_ort
-            result.bindings.append(BindingResult(label, all(o.ok for o in outs), outs))
+            comparator.binding(binding, feeds, label={f"{prefix}{key}": v for key, v in binding.items()})
         notes += onnx_side.notes if onnx_side is not None else []
-    if not any(not b.skipped for b in result.bindings):
-        result.ran = False
-        result.error = "the original model fails on LiteRT for every input binding tried: " + \
-            (result.bindings[0].skipped if result.bindings else "")
+    unless_compared(result, "the original model fails on LiteRT for every input binding tried: ")
     if notes:
         result.error = "; ".join(notes) if result.ran else result.error
         if not any(o.name.endswith(f"({ORT})") for b in result.bindings for o in b.outputs):
@@ -269,7 +207,7 @@ ANCHOR = "@litert"  # the suffix of the graph input that feeds an op LiteRT's op
 
 def _off_by_value(o: OutputResult) -> bool:
     """A miss in the values (not in shape, dtype, or a failed run)."""
-    return not o.ok and (not o.detail or o.detail == "more than one quantization step")
+    return not o.ok and (not o.detail or o.detail == STEP_DETAIL)
 
 
 def _anchored(form: onnx.ModelProto, results: Mapping[str, Value]) -> onnx.ModelProto:
@@ -311,8 +249,8 @@ def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], l
                                             f"{first_line(e)}") for o in outs]
     bad = []
     for n, v in fed.items():
-        r = _compare(v.name, tensors[v.name], got[n], v.quant is not None and bool(v.quant.scale), rtol,
-                     _across_kernels(tensors[v.name], rtol, max(atol, step)))
+        r = compare(v.name, tensors[v.name], got[n], rtol, across_kernels(tensors[v.name], rtol, max(atol, step)),
+                    quantized=v.quant is not None and bool(v.quant.scale))
         if not r.ok:
             op = v.producer.op_type if v.producer is not None else "?"
             bad.append(f"'{v.name}' ({op}) {r.detail or f'max abs err {r.max_abs_err:.3g}'}")

@@ -9,9 +9,31 @@ from typing import List, Mapping, Optional
 
 import numpy as np
 
-from ..errors import first_line
-from .ort import (ATOL, RTOL, BindingResult, CheckResult, CheckUnavailable, OutputResult, bindings_for, compare, tol_of,
-                  providers, session, source_of, synthesize)
+from ..errors import CheckUnavailable, first_line
+from .compare import ATOL, RTOL, Comparator, Pairing, unless_compared
+from .inputs import InputSpec, make_feeds
+from .ort import OrtRunner, bindings_for, input_specs, providers, source_of
+from .results import CheckResult, OutputResult
+from .runner import Runner, positional
+
+
+class TorchRunner(Runner):
+    """A program exported from PyTorch (a ``TorchSource``), run by PyTorch on its ONNX
+    export's inputs; its outputs flattened, in order."""
+
+    name = "torch"
+
+    def __init__(self, source):
+        super().__init__()
+        self.source = source
+
+    def input_specs(self) -> List[InputSpec]:
+        return input_specs(self.source.onnx)
+
+    def infer_impl(self, feed):
+        from ..importers import pytorch
+
+        return positional(pytorch.run_program(self.source, feed))
 
 
 def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
@@ -23,42 +45,24 @@ def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Map
     is ``"torch"``; a binding the program rejects (a guard on a dim's range) is
     skipped, as the onnxruntime check skips one the original rejects. ``searched``:
     ``choices`` are what the onnxruntime check's search found."""
-    from ..importers.pytorch import run_program
-
     declared = source.onnx
-    provider_list = providers(provider)
+    new = OrtRunner(legalized, providers(provider))
     try:
-        new = session(legalized, provider_list)
+        new.activate()
     except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
         return CheckResult(True, "torch", error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
-    out_names = [o.name for o in new.get_outputs()]
     result = CheckResult(True, "torch")
-    label = source_of(declared, dims or {}, searched)
-    for binding in bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices):
-        try:
-            feeds = synthesize(declared, binding, inputs or {}, seed)
-        except CheckUnavailable as e:
-            return CheckResult(False, "torch", error=str(e))
-        try:
-            expected = run_program(source, feeds)
-        except Exception as e:  # noqa: BLE001 - the program rejects this binding
-            result.bindings.append(BindingResult(binding, True, skipped=f"torch fails: {first_line(e)}",
-                                                 source=label))
-            continue
-        try:
-            got = new.run(None, feeds)
-        except Exception as e:  # noqa: BLE001
-            result.bindings.append(BindingResult(binding, False, [OutputResult(n, False, detail=first_line(e))
-                                                                   for n in out_names], source=label))
-            continue
-        if len(expected) != len(got):
-            result.bindings.append(BindingResult(binding, False, [OutputResult(
-                "*", False, detail=f"torch returns {len(expected)} outputs, the model {len(got)}")], source=label))
-            continue
-        outs = [compare(n, e, g, tol_of(rtol, n), tol_of(atol, n)) for n, e, g in zip(out_names, expected, got)]
-        result.bindings.append(BindingResult(binding, all(o.ok for o in outs), outs, source=label))
-    if not any(not b.skipped for b in result.bindings):
-        result.error = "PyTorch fails on every input binding tried: " + \
-            (result.bindings[0].skipped if result.bindings else "")
-        result.ran = False
-    return result
+    torch = TorchRunner(source).activate()
+    # PyTorch's outputs have no names: by position, named as the legalized model names them
+    pairing = Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [OutputResult(
+        "*", False, detail=f"torch returns {want} outputs, the model {have}")])
+    comparator = Comparator(torch, new, result, rtol, atol, pairing=pairing,
+                            refused=lambda e: f"torch fails: {first_line(e)}")
+    specs = torch.input_specs()
+    try:
+        comparator.bindings(bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices),
+                            lambda binding: make_feeds(specs, binding, inputs or {}, seed),
+                            source_of(declared, dims or {}, searched))
+    except CheckUnavailable as e:
+        return CheckResult(False, "torch", error=str(e))
+    return unless_compared(result, "PyTorch fails on every input binding tried: ")

@@ -26,6 +26,9 @@ from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import func as func_dialect
 from jax._src import compiler
 
+from .inputs import InputSpec, graph_input_specs
+from .runner import Runner, positional
+
 _INNER = "_legalized_main"
 
 # XLA:CPU's YNNPACK fusions are off: in jaxlib 0.10.2 a fusion of convolution + bias add +
@@ -198,3 +201,26 @@ def run(text: str, args: Sequence[np.ndarray]) -> List[np.ndarray]:
         buffers = [jax.device_put(a, devices[0]) for a in args]
         outs = exe.execute(buffers)
         return [np.asarray(o) for o in outs]
+
+
+class XlaRunner(Runner):
+    """A StableHLO module's ``@main`` on XLA's CPU backend, its arguments fed in order;
+    each ``infer`` compiles it for the feed's shapes (``run``)."""
+
+    name = "XLA cpu"
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def activate_impl(self) -> None:
+        parse(self.text)  # StableHLOError: the text does not parse or verify
+
+    def input_specs(self) -> List[InputSpec]:
+        """``@main``'s arguments as the MLIR importer reads them."""
+        from ..importers.mlir import parse_mlir
+
+        return graph_input_specs(parse_mlir(self.text).graph)
+
+    def infer_impl(self, feed):
+        return positional(run(self.text, list(feed.values())))

@@ -1,0 +1,244 @@
+"""Comparison, once for every check: one output against its reference (``compare``:
+float tolerances, exact integers, one step of slack for a quantized output), the
+outputs of one run against the reference's (``Pairing``: by name or by position), and
+the loop over dim bindings (``Comparator``: the reference runner, then the candidate,
+on the same inputs, into one ``CheckResult``).
+
+A binding the reference rejects is skipped (and its error kept, for the search of
+bindings); one the candidate fails on fails each output with the runtime's words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
+
+import numpy as np
+
+from ..errors import first_line
+from .results import BindingResult, CheckResult, OutputResult
+from .runner import Runner
+
+# The check's tolerances, for the command line and the library alike: float kernels of
+# other providers (CUDA) and of PyTorch differ by ~1e-6 from the CPU's.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A check tolerance as Polygraphy takes it: one for every output, and per output
+    by name (``--rtol out1:1e-3 --rtol 1e-5``). A plain float still works wherever a
+    Tolerance does (``tol_of``)."""
+
+    default: float
+    per_output: Tuple[Tuple[str, float], ...] = ()
+
+    def of(self, name: str) -> float:
+        return dict(self.per_output).get(name, self.default)
+
+    def __float__(self) -> float:
+        return float(self.default)
+
+
+def tol_of(tol, name: str) -> float:
+    """The tolerance of output ``name``: ``tol`` is a Tolerance or a float."""
+    return tol.of(name) if isinstance(tol, Tolerance) else float(tol)
+
+
+# Absolute errors are counted per decade for the histogram of the stats: up to 1e-9,
+# then (1e-9, 1e-8], ..., (1, 10], and beyond 10.
+HISTOGRAM_EDGES = tuple(10.0 ** k for k in range(-9, 2))
+
+
+def error_stats(diff: np.ndarray, rel: np.ndarray, bad: np.ndarray, full: bool = True) -> dict:
+    """The statistics of an output's element errors: ``diff`` absolute, ``rel``
+    relative, ``bad`` where the tolerances do not hold (without ``full``, the count of
+    those only: localization compares every value of a model)."""
+    d = diff.reshape(-1)
+    out = {"mismatched": int(np.count_nonzero(bad)), "total": int(d.size)}
+    if not d.size or not full:
+        return out
+    p50, p90, p99 = (float(v) for v in np.percentile(d, [50, 90, 99]))
+    counts = np.bincount(np.searchsorted(np.asarray(HISTOGRAM_EDGES), d, side="left"),
+                         minlength=len(HISTOGRAM_EDGES) + 1)
+    out.update({"mean_abs_err": float(d.mean()), "p50_abs_err": p50, "p90_abs_err": p90, "p99_abs_err": p99,
+                "mean_rel_err": float(rel.mean()) if rel.size else 0.0,
+                "histogram": {"edges": list(HISTOGRAM_EDGES), "counts": [int(c) for c in counts]}})
+    return out
+
+
+STEP_DETAIL = "more than one quantization step"
+
+
+def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol: float,
+            full_stats: bool = True, quantized: bool = False) -> OutputResult:
+    """``got`` against ``expected``: the same shape and dtype; floats within
+    ``atol + rtol * |expected|`` (NaNs at the same positions), other values equal. A
+    ``quantized`` integer output may be one quantization step off (LiteRT's integer
+    kernels and a float-then-requantize round differently)."""
+    expected, got = np.asarray(expected), np.asarray(got)
+    if quantized and expected.dtype == got.dtype and expected.dtype.kind in "iu":
+        return _steps(name, expected, got, full_stats)
+    if expected.shape != got.shape:
+        return OutputResult(name, False, detail=f"shape {got.shape} != {expected.shape}")
+    if expected.dtype != got.dtype:
+        return OutputResult(name, False, detail=f"dtype {got.dtype} != {expected.dtype}")
+    if expected.dtype.kind in "fc":
+        e, g = expected.astype(np.float64), got.astype(np.float64)
+        nan_e, nan_g = np.isnan(e), np.isnan(g)
+        if not np.array_equal(nan_e, nan_g):
+            where = nan_e != nan_g
+            return OutputResult(name, False, float("nan"), float("nan"), "NaNs at different positions",
+                                {"mismatched": int(np.count_nonzero(where)), "total": int(where.size)})
+        mask = ~nan_e
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(mask, np.abs(e - g), 0.0)
+            diff = np.where(np.isinf(e) & (e == g), 0.0, diff)
+            denom = np.abs(e)
+            rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1), diff)
+            bad = diff > atol + rtol * np.abs(e)
+        max_abs = float(diff.max()) if diff.size else 0.0
+        max_rel = float(rel.max()) if rel.size else 0.0
+        ok = not bad.any()
+        return OutputResult(name, ok, max_abs, max_rel, stats=error_stats(diff, rel, bad, full_stats))
+    same = bool(np.array_equal(expected, got))
+    if expected.dtype.kind in "iub" and expected.size:
+        diff = np.abs(expected.astype(np.float64) - got.astype(np.float64))
+        return OutputResult(name, same, float(diff.max()), 0.0, stats=error_stats(diff, np.zeros(0), diff != 0,
+                                                                                     full_stats))
+    return OutputResult(name, same)
+
+
+def _steps(name: str, expected: np.ndarray, got: np.ndarray, full_stats: bool) -> OutputResult:
+    e, g = expected.astype(np.int64), got.astype(np.int64)
+    if e.shape != g.shape:
+        return OutputResult(name, False, detail=f"shape {g.shape} != {e.shape}")
+    steps = np.abs(e - g).astype(np.float64)
+    diff = float(steps.max()) if e.size else 0.0
+    return OutputResult(name, diff <= 1, diff, 0.0, "" if diff <= 1 else STEP_DETAIL,
+                        error_stats(steps, np.zeros(0), steps > 1, full_stats))
+
+
+def across_kernels(expected: np.ndarray, rtol: float, atol: float) -> float:
+    """The absolute tolerance of a float output computed by other kernels (onnxruntime's
+    against LiteRT's). Their sums run in another order, and the rounding error of a sum
+    grows with the magnitudes summed: with the output's scale, not with each element (a
+    deep conv net's logit of -0.9 among logits up to 1,198 was 1.2e-3 off, 3e-6 of the
+    largest, with no change to the graph). So an element may be off by ``rtol`` of the
+    largest finite magnitude."""
+    e = np.asarray(expected)
+    if e.dtype.kind != "f" or not e.size:
+        return atol
+    finite = np.abs(e[np.isfinite(e)])
+    return max(atol, rtol * float(finite.max())) if finite.size else atol
+
+
+def _named(index: int, name: str) -> str:
+    return name
+
+
+def _never(name: str) -> bool:
+    return False
+
+
+@dataclass
+class Pairing:
+    """How a check pairs the reference's outputs with the candidate's, and names the
+    results. Each pair's tolerance is its name's (``tol_of``)."""
+
+    by_position: bool = False  # the i-th with the i-th (their names differ); else by name
+    names: Optional[Sequence[str]] = None  # by position: each pair's name (default: the reference's)
+    label: Callable[[int, str], str] = _named  # what the result of pair i, named n, is called
+    quantized: Callable[[str], bool] = _never  # whether output n has one quantization step of slack
+    # By position, when the counts differ: the results to report (None: the shorter run's pairs are compared).
+    count_mismatch: Optional[Callable[[int, int], List[OutputResult]]] = None
+
+    def _names(self, expected: Mapping[str, np.ndarray]) -> List[str]:
+        return list(self.names) if self.by_position and self.names is not None else list(expected)
+
+    def failed(self, expected: Mapping[str, np.ndarray], detail: str) -> List[OutputResult]:
+        """Every output failed: the candidate did not run (``detail`` says why)."""
+        return [OutputResult(self.label(i, n), False, detail=detail) for i, n in enumerate(self._names(expected))]
+
+    def compare(self, expected: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol, atol,
+                full_stats: bool = True) -> List[OutputResult]:
+        names = self._names(expected)
+        if self.by_position:
+            want, have = list(expected.values()), list(got.values())
+            if len(want) != len(have) and self.count_mismatch is not None:
+                return self.count_mismatch(len(want), len(have))
+            pairs = [(i, n, e, g) for i, (n, e, g) in enumerate(zip(names, want, have))]
+        else:
+            pairs = [(i, n, expected[n], got.get(n)) for i, n in enumerate(names)]
+        outs = []
+        for i, n, e, g in pairs:
+            if g is None and not self.by_position:
+                outs.append(OutputResult(self.label(i, n), False, detail="missing from the legalized model's outputs"))
+                continue
+            outs.append(compare(self.label(i, n), e, g, tol_of(rtol, n), tol_of(atol, n), full_stats,
+                                self.quantized(n)))
+        return outs
+
+
+Errors = Union[Type[BaseException], Tuple[Type[BaseException], ...]]
+Also = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], List[OutputResult]]
+
+
+class Comparator:
+    """A candidate runner against a reference runner (both activated), binding by
+    binding, into ``result``. ``refused`` words a binding the reference rejects;
+    ``reference_errors`` / ``candidate_errors`` are what a run that fails raises (others
+    propagate: a check that cannot go on); ``also`` adds results of the binding's
+    feeds and expected outputs (a second candidate)."""
+
+    def __init__(self, reference: Runner, candidate: Runner, result: CheckResult, rtol, atol, *,
+                 pairing: Optional[Pairing] = None, refused: Callable[[BaseException], str] = None,
+                 reference_errors: Errors = Exception, candidate_errors: Errors = Exception,
+                 also: Optional[Also] = None):
+        self.reference, self.candidate, self.result = reference, candidate, result
+        self.rtol, self.atol = rtol, atol
+        self.pairing = pairing or Pairing()
+        self.refused = refused or (lambda e: f"original fails: {first_line(e)}")
+        self.reference_errors, self.candidate_errors = reference_errors, candidate_errors
+        self.also = also
+
+    def binding(self, dims: Dict[str, int], feeds: Mapping[str, np.ndarray], source: str = "synthesized",
+                label: Optional[Dict[str, int]] = None) -> Optional[str]:
+        """Compare one binding (reported as ``label``, default ``dims``); the
+        reference's error when it rejects it."""
+        label = dims if label is None else label
+        try:
+            expected = self.reference.infer(feeds)
+        except self.reference_errors as e:
+            self.result.bindings.append(BindingResult(label, True, skipped=self.refused(e), source=source))
+            return str(e)
+        try:
+            got = self.candidate.infer(feeds)
+        except self.candidate_errors as e:
+            outs = self.pairing.failed(expected, first_line(e))
+        else:
+            outs = self.pairing.compare(expected, got, self.rtol, self.atol)
+        if self.also is not None:
+            outs += self.also(feeds, expected)
+        self.result.bindings.append(BindingResult(label, all(o.ok for o in outs), outs, source=source))
+        return None
+
+    def bindings(self, plan: Iterable[Dict[str, int]], feeds_of: Callable[[Dict[str, int]], Mapping[str, np.ndarray]],
+                 source: str = "synthesized") -> List[str]:
+        """Compare each binding of ``plan`` on ``feeds_of(binding)``; the reference's
+        errors on those it rejects (``CheckUnavailable`` from ``feeds_of`` propagates)."""
+        errors = []
+        for dims in plan:
+            error = self.binding(dims, feeds_of(dims), source)
+            if error is not None:
+                errors.append(error)
+        return errors
+
+
+def unless_compared(result: CheckResult, why: str) -> CheckResult:
+    """``result``, not run when no binding was compared: ``why``, then the first
+    binding's reason for skipping."""
+    if not result.compared:
+        result.ran = False
+        result.error = why + (result.bindings[0].skipped if result.bindings else "")
+    return result
