@@ -22,8 +22,6 @@ CATEGORIES = BROADCASTING + ("unary", "other")
 BROADCASTS = ("multidirectional", "unidirectional")
 FRONTENDS = ("onnx", "tflite", "tosa")
 LEGACY = (None, "attr", "equal", "unidirectional", "channel")
-ARITY = {"binary": (2, 2), "ternary": (3, 3), "variadic": (1, None), "unidirectional": (2, 2),
-         "unary": (1, 1), "other": (0, None)}
 
 
 @dataclass(frozen=True)
@@ -49,10 +47,6 @@ class OpRule:
     @property
     def broadcasting(self) -> bool:
         return self.category in BROADCASTING
-
-    @property
-    def arity(self) -> tuple:
-        return ARITY[self.category]
 
     def mode_at(self, opset: int) -> str:
         """How the op broadcasts at this opset version: ``numpy`` or its legacy rule."""

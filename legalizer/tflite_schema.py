@@ -17,7 +17,7 @@ import importlib
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import flatbuffers
 import numpy as np
@@ -228,8 +228,3 @@ def options_type(options_table: Optional[str]) -> Tuple[str, int]:
         except (AttributeError, KeyError):
             continue
     raise KeyError(f"no options table '{options_table}' in the tflite schema")
-
-
-def table_fields(table: str) -> List[str]:
-    """The snake_case field names of ``table`` (for options dicts)."""
-    return list(_fields(table))

@@ -73,11 +73,11 @@ def _interpreter_module():
     try:
         from ai_edge_litert import interpreter
     except ImportError as e:  # also a broken install (missing shared library)
-        raise CheckUnavailable(f"the TFLite check needs ai-edge-litert ({INSTALL_HINT}): {_one_line(e)}") from None
+        raise CheckUnavailable(f"the TFLite check needs ai-edge-litert ({INSTALL_HINT}): {_joined_lines(e)}") from None
     return interpreter
 
 
-def _one_line(e: BaseException, limit: int = 400) -> str:
+def _joined_lines(e: BaseException, limit: int = 400) -> str:
     """LiteRT's messages span lines ('...not broadcastable.' / 'Node number 0 (ADD)
     failed to prepare.'): keep each distinct line, joined into one."""
     lines = []
@@ -122,7 +122,7 @@ class LiteRTModel:
             self.interpreter = mod.Interpreter(experimental_op_resolver_type=resolver, num_threads=num_threads,
                                                experimental_preserve_all_tensors=keep_tensors, **kwargs)
         except Exception as e:  # noqa: BLE001 - LiteRT's words are the reason
-            raise LiteRTError("load", _one_line(e)) from None
+            raise LiteRTError("load", _joined_lines(e)) from None
         try:
             self._signatures = self.interpreter.get_signature_list() or {}
         except Exception:  # noqa: BLE001
@@ -141,7 +141,7 @@ class LiteRTModel:
         try:
             self.interpreter.allocate_tensors()
         except Exception as e:  # noqa: BLE001
-            text = _one_line(e)
+            text = _joined_lines(e)
             return text if "unresolved custom op" in text else ""
         return ""
 
@@ -183,7 +183,7 @@ class LiteRTModel:
         except LiteRTError:
             raise
         except Exception as e:  # noqa: BLE001
-            raise LiteRTError(getattr(e, "_stage", "invoke"), _one_line(e)) from None
+            raise LiteRTError(getattr(e, "_stage", "invoke"), _joined_lines(e)) from None
 
 
     def tensors(self) -> Dict[str, np.ndarray]:
@@ -244,7 +244,7 @@ def _staged(stage: str, fn, *args):
     try:
         return fn(*args)
     except Exception as e:  # noqa: BLE001
-        raise LiteRTError(stage, _one_line(e)) from None
+        raise LiteRTError(stage, _joined_lines(e)) from None
 
 
 class _Target:
@@ -332,7 +332,7 @@ class _SubgraphTarget(_Target):
                 # LiteRT allocates no memory for an input that no op of the subgraph
                 # reads (a WHILE condition that looks at some loop variables only)
                 if "unallocated" not in str(e):
-                    raise LiteRTError("set", _one_line(e)) from None
+                    raise LiteRTError("set", _joined_lines(e)) from None
         _staged("invoke", w.Invoke, k)
         return {d["name"]: _staged("get", w.GetTensor, d["index"], k) for _, d in self.outputs()}
 

@@ -287,7 +287,6 @@ class _Importer:
                     return v
             raise BadInput(f"graph '{g.name}': {user} uses value '{name}', which no node,"
                                " input or initializer defines")
-            return v
 
         for n, np_ in later:
             n.inputs = [resolve(i, f"node '{np_.name or np_.op_type}'") for i in np_.input]

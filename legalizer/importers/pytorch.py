@@ -131,12 +131,6 @@ def from_program(program, what: str = "the program", infer: bool = True) -> Mode
     return model
 
 
-def user_input_count(program) -> int:
-    from torch.export.graph_signature import InputKind
-
-    return sum(1 for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT)
-
-
 def run_program(source: TorchSource, feeds) -> list:
     """Run the program on ``feeds`` (ONNX input name -> array), as PyTorch runs it:
     ``program.module()(*args, **kwargs)``; its outputs flattened, as numpy arrays."""

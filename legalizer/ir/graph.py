@@ -428,15 +428,6 @@ class Graph:
         if value is not None:
             self._link(value, node, +1)
 
-    def set_inputs(self, node: Node, values: List[Optional[Value]]) -> None:
-        for v in node.inputs:
-            if v is not None:
-                self._link(v, node, -1)
-        node.inputs = list(values)
-        for v in node.inputs:
-            if v is not None:
-                self._link(v, node, +1)
-
     def replace_all_uses_with(self, old: Value, new: Value,
                               keep: Callable[[Node], bool] = lambda n: False) -> int:
         """Point every use of ``old`` in this graph at ``new`` (except users for which

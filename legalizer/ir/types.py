@@ -7,7 +7,7 @@ anonymous). A shape is a tuple of dims, or ``None`` for an unranked tensor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
 Dim = Union[int, str, None]
@@ -52,10 +52,6 @@ class TensorType:
         return None if self.shape is None else len(self.shape)
 
     @property
-    def is_ranked(self) -> bool:
-        return self.shape is not None
-
-    @property
     def is_static(self) -> bool:
         return self.shape is not None and all_static(self.shape)
 
@@ -85,7 +81,3 @@ class Quantization:
     @property
     def per_axis(self) -> bool:
         return len(self.scale) > 1
-
-    def with_axis_shift(self, k: int) -> "Quantization":
-        """The parameters of the same data with ``k`` 1-dims prepended."""
-        return replace(self, quantized_dimension=self.quantized_dimension + k) if self.per_axis else self
