@@ -26,6 +26,7 @@ from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model
 from ..passes.base import _graphs as all_graphs
+from ..shapes.ranks import infer_ranks
 from ..protoutil import copy_fields, parse_types, strings_are_utf8
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
@@ -504,4 +505,5 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
                             " read as dynamic dims")
     for g in all_graphs(graph):
         g.nodes()  # a cycle is bad input: fail now, not in a pass
+    infer_ranks(graph)  # where ONNX's inference gave up
     return Model(graph, "onnx", model, base_dir, warnings=imp.warnings)
