@@ -20,6 +20,7 @@ from onnx import helper
 
 from ..errors import CheckUnavailable, first_line
 from .given import Declared, as_arrays, user_dims
+from .runtime_shapes import RuntimeShapes, verify_run_time
 from .search import SearchResult, TooBig, graph_sizes, search, sizes_in_name
 
 SMALL = 3  # the "small size" a dynamic dim gets besides 1
@@ -125,12 +126,15 @@ class CheckResult:
     torch: Optional["CheckResult"] = None
     # The search for bindings the original accepts, when it rejected every synthesized one.
     search: Optional[SearchResult] = None
+    # The legal form verified on the run-time shapes of the first compared binding.
+    runtime: Optional[RuntimeShapes] = None
 
     @property
     def ok(self) -> bool:
-        """Every compared binding matches, against each reference that ran."""
+        """Every compared binding matches, against each reference that ran, and the
+        run-time shapes are legal."""
         compared = [b for b in self.bindings if not b.skipped]
-        own = self.ran and bool(compared) and all(b.ok for b in compared)
+        own = self.ran and bool(compared) and all(b.ok for b in compared) and (self.runtime is None or self.runtime.ok)
         return own and (self.torch is None or not self.torch.ran or self.torch.ok)
 
     def to_json(self) -> dict:
@@ -140,6 +144,8 @@ class CheckResult:
             out["error"] = self.error
         if self.search is not None:
             out["search"] = self.search.to_json()
+        if self.runtime is not None:
+            out["runtime_shapes"] = self.runtime.to_json()
         if self.torch is not None:
             out["torch"] = self.torch.to_json()
         return out
@@ -373,14 +379,16 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
           declared: Optional[onnx.ModelProto] = None, not_one: bool = False,
           choices: Optional[Mapping[str, List[int]]] = None,
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-          hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None) -> CheckResult:
+          hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
+          profile: Optional[str] = None) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
     input name, or an ``.npz`` path) and ``input_shapes`` bind the dims of their inputs,
     as ``dims`` does (UsageError when they do not fit the model). When the original
     rejects every synthesized binding, the bindings are searched for (``search.py``;
-    ``hints``: per dim, sizes to try first, e.g. its range's bounds)."""
+    ``hints``: per dim, sizes to try first, e.g. its range's bounds). With ``profile``
+    the legalized model's run-time shapes are verified under it (``runtime_shapes``)."""
     provider_list = providers(provider)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
@@ -449,6 +457,10 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
                         compare_binding(binding, "search")
     except CheckUnavailable as e:
         return CheckResult(False, used, error=str(e))
+    first = next((b for b in result.bindings if not b.skipped), None)
+    if profile is not None and first is not None:
+        result.runtime = verify_run_time(legalized, synthesize(declared, first.dims, given, seed), first.dims,
+                                         profile, provider_list)
     if not any(not b.skipped for b in result.bindings):
         searched = f"; a search of {result.search.tried} more found none it accepts" if result.search else ""
         result.error = (f"the original model fails on onnxruntime for every input binding tried ({len(plan)}"
