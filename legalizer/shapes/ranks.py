@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from onnx import helper
 
 from ..ir.graph import OP, Graph, Node
-from ..ir.types import Shape
+from ..ir.types import Shape, TensorType
 from ..oprules import RuleLookup, builtin_rules
 from .broadcast import IncompatibleDims, infer_result_shape
 
@@ -191,6 +191,15 @@ def _body_results(node: Node, body: Graph) -> List[Shape]:
     return [None if s is None else _unknown(len(s) + (k >= n_states)) for k, s in enumerate(outs)]
 
 
+def _body_dtypes(node: Node) -> List[Optional[str]]:
+    """The element types of a Loop's or Scan's results, from its body's outputs."""
+    body = node.attrs.get("body") if node.op in ("Loop", "Scan") else None
+    if not isinstance(body, Graph):
+        return []
+    outs = [n.inputs[0].type.dtype if n.inputs and n.inputs[0] is not None else None for n in body.outputs]
+    return outs[1:] if node.op == "Loop" else outs
+
+
 def _branches(node: Node) -> List[Shape]:
     """An If's results: a rank both branches agree on, the dims they agree on."""
     then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
@@ -216,7 +225,7 @@ def infer_ranks(graph: Graph) -> int:
         results: List[Shape] = []
         if node.attrs:
             for _, sub in node.subgraphs():
-                made += _given(sub, _body_inputs(node, shapes) or [])
+                made += _given(node, sub, _body_inputs(node, shapes) or [])
                 made += infer_ranks(sub)
             if node.op in ("Loop", "Scan") and isinstance(node.attrs.get("body"), Graph):
                 results = _body_results(node, node.attrs["body"])
@@ -230,19 +239,27 @@ def infer_ranks(graph: Graph) -> int:
                 fn = _RULES.get(node.op)
                 shape = fn(node, shapes) if fn is not None and node.inputs and node.inputs[0] is not None else None
             results = [shape] * (len(node.outputs) if node.op in _ALL_RESULTS else 1)
-        made += _given_values(node.outputs, results)
+        made += _given_values(node.outputs, results, _body_dtypes(node))
     return made
 
 
-def _given(sub: Graph, shapes: Sequence[Shape]) -> int:
-    return _given_values([n.outputs[0] for n in sub.inputs], shapes)
+def _given(node: Node, sub: Graph, shapes: Sequence[Shape]) -> int:
+    """A Loop's or Scan's body inputs: their shapes, and their element types where the
+    body does not declare them (a Loop's counter and condition, else the operand's)."""
+    values = [n.outputs[0] for n in sub.inputs]
+    operands = node.inputs[2:] if node.op == "Loop" else node.inputs
+    dtypes = (["int64", "bool"] if node.op == "Loop" else []) + [v.type.dtype if v is not None else None
+                                                                  for v in operands]
+    return _given_values(values, shapes, dtypes)
 
 
-def _given_values(values, shapes: Sequence[Shape]) -> int:
-    """Give each unranked value its shape, where one is known."""
+def _given_values(values, shapes: Sequence[Shape], dtypes: Sequence[Optional[str]] = ()) -> int:
+    """Give each unranked value its shape, where one is known, and its element type
+    from ``dtypes`` where it has none."""
     made = 0
-    for v, shape in zip(values, shapes):
+    for k, (v, shape) in enumerate(zip(values, shapes)):
+        dtype = v.type.dtype or (dtypes[k] if k < len(dtypes) else None)
         if shape is not None and v.name and v.type.shape is None:
-            v.type = v.type.with_shape(shape)
+            v.type = TensorType(dtype, tuple(shape))
             made += 1
     return made
