@@ -145,8 +145,8 @@ def _broadcast(node: Node, shapes: Sequence[Shape], found) -> Shape:
             return None
         try:
             return infer_result_shape(picked).shape
-        except IncompatibleDims:  # the verifier reports it; the rank is still the largest
-            return _unknown(max(len(s) for s in picked))
+        except IncompatibleDims:  # the verifier reports it, on the node as the model has it
+            return None
     if rule.onto == "result":
         return None
     return shapes[0] if shapes else None
