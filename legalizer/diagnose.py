@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from .check.localize import Localization
-from .check.ort import providers
+from .check.ort_session import providers
 from .check.results import BindingResult, CheckResult
 from .check.reduce import Reduced
 from .errors import first_line

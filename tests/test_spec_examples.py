@@ -8,6 +8,9 @@ from helpers import op_model, verify_proto
 
 OK = []
 RANKS = ("operand-rank-mismatch", "operands don't have matching ranks")
+UNRANKED = ("unranked-operand", "operand #{} of unknown rank cannot be proved to have the result's rank")
+WIDENED = ("result-rank-mismatch", "result type '4x3x2' not broadcast compatible with broadcasted "
+           "operands's shapes '3x2': rank 3 vs 2")
 
 # (operands, result, {profile: [(code, message)]}); profiles missing from the dict are OK.
 CASES = {
@@ -20,7 +23,9 @@ CASES = {
         "tosa": [(RANKS[0], RANKS[1] + ": ('4', '2x3x4') -> '2x3x4'")]}),
     "mixed element types": (["2xi1", "2xi32"], "2xi64", {}),
     "unranked result": (["2xi32"], "*xi32", {}),
-    "all operands unranked": (["*xi32", "*xi32"], "2xi32", {}),
+    # tosa (and xla) cannot prove an operand of unknown rank legal (issue 16, item 5).
+    "all operands unranked": (["*xi32", "*xi32"], "2xi32", {
+        "tosa": [(UNRANKED[0], UNRANKED[1].format(i) + ": ('*', '*') -> '2'") for i in (0, 1)]}),
     # -- incorrect uses --
     "static dims differ": (["3xi32", "2xi32"], "?xi32", {
         p: [("incompatible-operands", "operands don't have broadcast-compatible shapes: "
@@ -34,6 +39,13 @@ CASES = {
         "tosa": [("result-rank-mismatch", "result type '1x3' not broadcast compatible with "
                   "broadcasted operands's shapes '3': rank 2 vs 1"),
                  (RANKS[0], RANKS[1] + ": ('3', '3') -> '1x3'")]}),
+    # The spec's InferResultShape discards the unranked operand, then the ranks must match
+    # (issue 16, item 4; until then an unranked operand widened the inferred rank, as
+    # MLIR's C++, which compares only the result's trailing dims, still does).
+    "unranked operand, result rank differs": (["3x2xi32", "3x2xi32", "*xi32"], "4x3x2xi32", {
+        "mlir": [WIDENED], "strict": [WIDENED],
+        "tosa": [WIDENED, (UNRANKED[0], UNRANKED[1].format(2) + ": ('3x2', '3x2', '*') -> '4x3x2'"),
+                 (RANKS[0], RANKS[1] + ": ('3x2', '3x2', '*') -> '4x3x2'")]}),
     # The spec's table allows this (mlir); its pseudo-code and examples do not (strict).
     "inferred ?, result 4": (["?xi32", "?xi32"], "4xi32", {
         "strict": [("result-dynamic-to-static", "result type '4' not broadcast compatible with "

@@ -41,7 +41,8 @@ def reference_runner(path: Path, provider: str) -> Runner:
             runner = LiteRTRunner(str(path), kernels="default").activate()
         return runner
     if kind == "onnx":
-        from .ort import OrtRunner, providers
+        from .ort import OrtRunner
+        from .ort_session import providers
 
         return OrtRunner(str(path), providers(provider)).activate()
     raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {kind}")

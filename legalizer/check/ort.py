@@ -23,55 +23,10 @@ from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  
 from .given import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds, static_or_key
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
+from .ort_session import CUDA_OPTIONS, UNSAFE_OPTIMIZERS, providers, session  # noqa: F401
 from .runner import Runner
+from .runtime_shapes import verify_run_time
 from .search import TooBig, graph_sizes, search, sizes_in_name
-
-
-def providers(choice: str = "auto") -> List[str]:
-    """Execution providers for ``cpu``, ``cuda`` or ``auto`` (CUDA when present)."""
-    import onnxruntime as ort
-
-    available = ort.get_available_providers()
-    if choice == "cpu":
-        return ["CPUExecutionProvider"]
-    if choice == "cuda":
-        if "CUDAExecutionProvider" not in available:
-            from ..errors import UsageError
-            raise UsageError("--provider cuda: onnxruntime has no CUDAExecutionProvider here"
-                             " (install onnxruntime-gpu instead of onnxruntime; see the README)")
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    if "CUDAExecutionProvider" in available:
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    return ["CPUExecutionProvider"]
-
-
-def session(model, provider_list: Sequence[str], basic: bool = False):
-    """An onnxruntime session for a ModelProto or a model path (a path resolves
-    external data beside the model). ``basic`` keeps to onnxruntime's basic graph
-    optimizations (no QDQ fusion into integer kernels)."""
-    import onnxruntime as ort
-
-    # Quiet: a binding the original rejects is an expected outcome, reported by us.
-    ort.set_default_logger_severity(4)
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 4
-    if basic:
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    # CUDA multiplies in TF32 by default: ~1e-3 relative, beyond the check's tolerance against
-    # an fp32 reference (PyTorch on CPU, LiteRT); the check wants the model's fp32 numbers.
-    providers = [(p, CUDA_OPTIONS) if p == "CUDAExecutionProvider" else p for p in provider_list]
-    # onnxruntime 1.32's WeightBiasQuantization quantizes the float weights of a Conv that
-    # sits between QuantizeLinear/DequantizeLinear nodes per tensor, which loses the
-    # per-channel precision a TFLite model's weights had (59 int8 steps off on a per-axis
-    # conv): the check computes what the graph says.
-    return ort.InferenceSession(source, opts, providers=providers, disabled_optimizers=UNSAFE_OPTIMIZERS)
-
-
-UNSAFE_OPTIMIZERS = ["WeightBiasQuantization"]
-
-
-CUDA_OPTIONS = {"use_tf32": "0"}
 
 
 # -- inputs ---------------------------------------------------------------------------
@@ -225,14 +180,16 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
           declared: Optional[onnx.ModelProto] = None, not_one: bool = False,
           choices: Optional[Mapping[str, List[int]]] = None,
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-          hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None) -> CheckResult:
+          hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
+          profile: Optional[str] = None) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
     input name, or an ``.npz`` path) and ``input_shapes`` bind the dims of their inputs,
     as ``dims`` does (UsageError when they do not fit the model). When the original
     rejects every synthesized binding, the bindings are searched for (``search.py``;
-    ``hints``: per dim, sizes to try first, e.g. its range's bounds)."""
+    ``hints``: per dim, sizes to try first, e.g. its range's bounds). With ``profile``
+    the legalized model's run-time shapes are verified under it (``runtime_shapes``)."""
     provider_list = providers(provider)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
@@ -289,6 +246,9 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
                 comparator.bindings([b for b in again if not found.knows_rejected(b)], feeds_of, "search")
     except CheckUnavailable as e:
         return CheckResult(False, used, error=str(e))
+    first = next((b for b in result.bindings if not b.skipped), None)
+    if profile is not None and first is not None:
+        result.runtime = verify_run_time(legalized, feeds_of(first.dims), first.dims, profile, provider_list)
     searched = f"; a search of {result.search.tried} more found none it accepts" if result.search else ""
     return unless_compared(result, f"the original model fails on onnxruntime for every input binding tried"
                                    f" ({len(plan)} synthesized{searched}): ")

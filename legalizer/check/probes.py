@@ -50,7 +50,7 @@ class OrtProbe(Probe):
         return list(dict.fromkeys(names + [o.name for o in self.model.graph.output]))
 
     def _session(self, names: Sequence[str]):
-        from .ort import session
+        from .ort_session import session
 
         key = tuple(names)
         if key not in self._sessions:

@@ -190,7 +190,7 @@ def _array_type(a: np.ndarray):
 
 
 def _ort_run(sub: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_list) -> Dict[str, np.ndarray]:
-    from .ort import session
+    from .ort_session import session
 
     sess = session(sub, provider_list)
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(feeds))))

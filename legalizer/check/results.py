@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 if TYPE_CHECKING:
+    from .runtime_shapes import RuntimeShapes
     from .search import SearchResult
 
 
@@ -60,12 +61,16 @@ class CheckResult:
     torch: Optional["CheckResult"] = None
     # The search for bindings the original accepts, when it rejected every synthesized one.
     search: Optional["SearchResult"] = None
+    # The legal form verified on the run-time shapes of the first compared binding.
+    runtime: Optional["RuntimeShapes"] = None
 
     @property
     def ok(self) -> bool:
-        """Every compared binding matches, against each reference that ran."""
+        """Every compared binding matches, against each reference that ran, and the
+        run-time shapes are legal."""
         compared = [b for b in self.bindings if not b.skipped]
-        own = self.ran and bool(compared) and all(b.ok for b in compared)
+        own = (self.ran and bool(compared) and all(b.ok for b in compared)
+               and (self.runtime is None or self.runtime.ok))
         return own and (self.torch is None or not self.torch.ran or self.torch.ok)
 
     @property
@@ -80,6 +85,8 @@ class CheckResult:
             out["error"] = self.error
         if self.search is not None:
             out["search"] = self.search.to_json()
+        if self.runtime is not None:
+            out["runtime_shapes"] = self.runtime.to_json()
         if self.torch is not None:
             out["torch"] = self.torch.to_json()
         return out

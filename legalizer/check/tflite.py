@@ -38,7 +38,8 @@ from ..model import Model
 from .compare import ATOL, RTOL, STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
 from .given import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
-from .ort import OrtRunner, providers, session
+from .ort import OrtRunner
+from .ort_session import providers, session
 from .results import CheckResult, OutputResult
 
 ORT, LITERT = "onnxruntime", "LiteRT"

@@ -12,7 +12,8 @@ import numpy as np
 from ..errors import CheckUnavailable, first_line
 from .compare import ATOL, RTOL, Comparator, Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
-from .ort import OrtRunner, bindings_for, input_specs, providers, source_of
+from .ort import OrtRunner, bindings_for, input_specs, source_of
+from .ort_session import providers
 from .results import CheckResult, OutputResult
 from .runner import Runner, positional
 

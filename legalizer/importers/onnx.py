@@ -25,6 +25,7 @@ from ..ir.types import UNKNOWN, TensorType
 from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Format, Model
+from ..shapes.ranks import infer_ranks
 from ..protoutil import copy_fields, parse_types, strings_are_utf8
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
@@ -502,4 +503,5 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
                             " read as dynamic dims")
     for g in graph.graphs():
         g.nodes()  # a cycle is bad input: fail now, not in a pass
+    infer_ranks(graph)  # where ONNX's inference gave up
     return Model(graph, Format.ONNX, model, base_dir, warnings=imp.warnings)

@@ -128,7 +128,14 @@ class _NodeCheck:
 
     def check_ranks(self) -> None:
         """The target profiles' extra rule: ``tosa``, equal ranks; ``xla``, no implicit
-        broadcast at all (each broadcasting operand has exactly its target's shape)."""
+        broadcast at all (each broadcasting operand has exactly its target's shape).
+        Under both, an operand of unknown rank cannot be proved legal."""
+        if self.profile in ("tosa", "xla"):
+            for i, s in enumerate(self.shapes):
+                if s is None:
+                    self.error("unranked-operand",
+                               "(" + ", ".join(quoted(s) for s in self.shapes) + f") -> {quoted(self.result_shape)}",
+                               operand=i)
         if self.profile == "tosa":
             ranks = {len(s) for s in self.shapes + [self.result_shape] if s is not None}
             if len(ranks) > 1:
@@ -151,22 +158,12 @@ def _numpy(c: _NodeCheck) -> None:
     if c.rule.broadcast == "unidirectional":
         _unidirectional(c)
         return
+    # Unranked operands are left out of the inference and the result must have its
+    # rank (the spec's Verify; MLIR's C++ accepts extra leading result dims: README).
     ok, inferred = c.infer(c.shapes, c.labels())
     if ok:
-        if inferred is not None and None in c.shapes:
-            inferred = _with_unranked(inferred, c.result_shape)
         c.check_result(inferred)
     c.check_ranks()
-
-
-def _with_unranked(inferred: Shape, result: Shape) -> Shape:
-    """The ranked operands' broadcast as a bound on the result when some operand is
-    unranked: that operand may have any rank and dims (ONNX runs ``Mul(*, 3x4) ->
-    2x3x4``), so the result's extra leading dims and the dims where the ranked operands
-    have 1 are unknown (``?``). A result of lower rank is still an error."""
-    if result is None or len(result) < len(inferred):
-        return inferred
-    return (None,) * (len(result) - len(inferred)) + tuple(None if d == 1 else d for d in inferred)
 
 
 def _target(c: _NodeCheck) -> Tuple[Shape, Optional[List[str]]]:
@@ -226,6 +223,7 @@ def _legacy_attr(c: _NodeCheck) -> None:
     target, _ = _target(c)
     b = c.shapes[i] if i < len(c.shapes) else None
     if target is None or b is None:
+        c.check_ranks()
         return
     if not attrs.get("broadcast", 0):
         if c.rule.onto == "result":  # Gemm-6 without broadcast: C is exactly (M, N)

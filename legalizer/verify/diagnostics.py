@@ -19,6 +19,7 @@ MESSAGES = {
     "shape-mismatch": "operands don't have the same shape",
     "legacy-axis": "broadcast axis out of range",
     "implicit-broadcast": "operand #{operand} is not the shape of the operation",
+    "unranked-operand": "operand #{operand} of unknown rank cannot be proved to have the result's rank",
 }
 
 

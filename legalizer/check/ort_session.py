@@ -1,0 +1,56 @@
+"""onnxruntime sessions as every check opens them: the execution providers a
+``--provider`` choice means, and a session with the options the check needs."""
+
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import onnx
+
+from ..errors import UsageError
+
+
+def providers(choice: str = "auto") -> List[str]:
+    """Execution providers for ``cpu``, ``cuda`` or ``auto`` (CUDA when present)."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if choice == "cpu":
+        return ["CPUExecutionProvider"]
+    if choice == "cuda":
+        if "CUDAExecutionProvider" not in available:
+            raise UsageError("--provider cuda: onnxruntime has no CUDAExecutionProvider here"
+                             " (install onnxruntime-gpu instead of onnxruntime; see the README)")
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def session(model, provider_list: Sequence[str], basic: bool = False):
+    """An onnxruntime session for a ModelProto or a model path (a path resolves
+    external data beside the model). ``basic`` keeps to onnxruntime's basic graph
+    optimizations (no QDQ fusion into integer kernels)."""
+    import onnxruntime as ort
+
+    # Quiet: a binding the original rejects is an expected outcome, reported by us.
+    ort.set_default_logger_severity(4)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4
+    if basic:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    # CUDA multiplies in TF32 by default: ~1e-3 relative, beyond the check's tolerance against
+    # an fp32 reference (PyTorch on CPU, LiteRT); the check wants the model's fp32 numbers.
+    providers = [(p, CUDA_OPTIONS) if p == "CUDAExecutionProvider" else p for p in provider_list]
+    # onnxruntime 1.32's WeightBiasQuantization quantizes the float weights of a Conv that
+    # sits between QuantizeLinear/DequantizeLinear nodes per tensor, which loses the
+    # per-channel precision a TFLite model's weights had (59 int8 steps off on a per-axis
+    # conv): the check computes what the graph says.
+    return ort.InferenceSession(source, opts, providers=providers, disabled_optimizers=UNSAFE_OPTIMIZERS)
+
+
+UNSAFE_OPTIMIZERS = ["WeightBiasQuantization"]
+
+
+CUDA_OPTIONS = {"use_tf32": "0"}
