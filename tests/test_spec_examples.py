@@ -1,4 +1,5 @@
-"""Every example of spec/broadcastable-trait.md, under each profile, with the exact
+"""Every example of MLIR's Broadcastable trait page
+(https://mlir.llvm.org/docs/Traits/Broadcastable/), under each profile, with the exact
 diagnostic. ``test.broadcastable`` becomes ONNX ``Add`` (two operands) or ``Sum`` (one
 operand); the element types are the spec's, which the trait does not look at."""
 

@@ -1,9 +1,11 @@
-"""The Broadcastable trait's Verify (spec/broadcastable-trait.md) over a whole graph.
+"""The Verify of MLIR's Broadcastable trait
+(https://mlir.llvm.org/docs/Traits/Broadcastable/) over a whole graph.
 
-Profiles (DESIGN.md):
-- ``mlir``: the spec's table; an inferred ``?`` against a static result dim is allowed.
+Profiles (the README's "Verifier profiles"):
+- ``mlir``: the trait's table; an inferred ``?`` against a static result dim is allowed.
 - ``strict``: as ``mlir``, but that dynamic-to-static cast is an error.
-- ``tosa``: as ``mlir``, plus every ranked operand has the result's rank.
+- ``tosa``: as ``mlir``, plus every operand has the result's rank (one of unknown rank
+  cannot be proved to have it: ``unranked-operand``).
 - ``xla``: as ``mlir``, plus no implicit broadcasting at all: the operands have one shape
   (a unidirectional op's broadcasting operands, their target's).
 
