@@ -26,6 +26,7 @@ from jax._src.lib.mlir import ir
 from jax._src.lib.mlir.dialects import func as func_dialect
 from jax._src import compiler
 
+from ..ir.dtypes import MLIR_ELEMENT, dtype_of_array
 from .inputs import InputSpec, graph_input_specs
 from .runner import Runner, positional
 
@@ -67,9 +68,7 @@ def parse(text: str, ctx: ir.Context = None) -> ir.Module:
 
 def _mlir_type(array: np.ndarray) -> str:
     dims = "x".join(str(d) for d in array.shape)
-    elem = {"bool": "i1", "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int8": "i8",
-            "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "ui8", "uint16": "ui16",
-            "uint32": "ui32", "uint64": "ui64"}[array.dtype.name]
+    elem = MLIR_ELEMENT[dtype_of_array(array)]
     return f"tensor<{dims + 'x' if dims else ''}{elem}>"
 
 
