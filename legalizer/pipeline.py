@@ -398,7 +398,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                 res.check = check(original, written, provider=options.provider, dims=dims, inputs=given,
                                   rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
                                   choices=choices, hints=range_hints(model.torch),
-                                  profile=TARGET_PROFILE[options.target])
+                                  profile=TARGETS[options.target].profile)
                 if model.torch is not None:
                     from .check.torch_ref import check_torch
 
