@@ -31,6 +31,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..ir.graph import CONST, OP, Graph
+from . import BUDGET
 from .ort import OutputResult, tol_of
 from .probes import Probe
 
@@ -40,7 +41,6 @@ from .probes import Probe
 AGREE_SHARE, LOOSE_RTOL, LOOSE_ATOL = 0.9, 1e-2, 1e-3
 MIN_CONTENT_SIZE = 4  # smaller tensors agree by chance
 MAX_CONTENT_TESTS = 200_000  # pairs of (value, reference tensor) content matching tries at most
-BUDGET = 8  # IREE runs (each a compile) one localization may take
 
 
 @dataclass

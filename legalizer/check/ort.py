@@ -19,13 +19,11 @@ import onnx
 from onnx import helper
 
 from ..errors import CheckUnavailable, first_line
+from . import ATOL, RTOL  # noqa: F401 - re-exported: the check's defaults
 from .given import Declared, as_arrays, user_dims
 from .search import SearchResult, TooBig, graph_sizes, search, sizes_in_name
 
 SMALL = 3  # the "small size" a dynamic dim gets besides 1
-# The check's tolerances, for the command line and the library alike: float kernels of
-# other providers (CUDA) and of PyTorch differ by ~1e-6 from the CPU's.
-RTOL, ATOL = 1e-4, 1e-5
 # The check makes its inputs in memory: one bigger than this, or of a rank numpy cannot
 # hold, is not made (the check does not run, and says why) rather than tried.
 MAX_INPUT_BYTES = 1 << 30
