@@ -295,7 +295,7 @@ def _crashed(model: Path, exitcode: Optional[int], pid: Optional[int]) -> Outcom
 # What a run imports on first use, by the kind of model (the check's runtimes above all):
 # imported once before the processes are forked, each model's process starts warm
 # rather than importing them again.
-WARM = {"any": ["legalizer.console"],
+WARM = {"any": ["legalizer.console", "legalizer.importers.onnx", "numpy.random"],
         "check": ["onnxruntime"],
         "tables": ["rich.console", "rich.table", "rich.text"],
         "tflite": ["legalizer.importers.tflite", "legalizer.exporters.tflite", "legalizer.exporters.tflite_onnx",
