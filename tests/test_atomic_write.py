@@ -113,6 +113,26 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
+def test_interrupted_the_moment_the_temporary_file_is_made(tmp_path, monkeypatch):
+    """^C (or SIGTERM, which unwinds alike) just after the temporary file is created,
+    before the call that creates it returns: it is removed all the same (its name is
+    known before the file exists; a name told only on return was left behind)."""
+    real_open = os.open
+
+    def open_then_interrupted(*args, **kwargs):
+        real_open(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.os, "open", open_then_interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with outputs.atomic_output(tmp_path / "m.legal.onnx"):
+                pass
+    finally:
+        monkeypatch.undo()  # os.open is everyone's
+    assert list(tmp_path.iterdir()) == []
+
+
 def _big_model(path: Path) -> Path:
     """Big enough that writing and checking it take a while: a window to kill it in."""
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32), "w")
