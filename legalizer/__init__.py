@@ -9,21 +9,65 @@ onnxruntime (and against PyTorch for a model that came from it); the IR itself i
 ``report_html`` draws in a self-contained HTML page. ``legalizer.onnx_ir.LegalizePass``
 is the pass for ``onnx_ir`` pass managers (import it explicitly: it needs the
 ``onnx_ir`` package).
+
+The names are imported on first use (PEP 562), so that ``import legalizer``, which
+every ``legalize`` command does first, costs nothing: ``legalize --help`` imports
+neither onnx, numpy nor networkx (README, "Start-up").
 """
 
-from .errors import BadInput, LegalizeError, UsageError
-from .ir import Graph, Node, TensorType, Value
-from .model import Model
-from .verify import VerifyResult
-# The subpackages named like API functions (check, verify) are imported first, so that
-# importing them later (lazily, inside a function) does not rebind the names below.
-from .check import ort as _ort  # noqa: F401
-from .api import NotLegal, check, legalize, load, save, to_onnx, verify
-from .regions import snapshot
-from .html_report import render as report_html
+import sys
+import types
+from importlib import import_module
 
 from .version import __version__
+
+# name -> (module, attribute)
+_API = {
+    "load": (".api", "load"), "save": (".api", "save"), "to_onnx": (".api", "to_onnx"),
+    "verify": (".api", "verify"), "legalize": (".api", "legalize"), "check": (".api", "check"),
+    "NotLegal": (".api", "NotLegal"),
+    "Graph": (".ir", "Graph"), "Node": (".ir", "Node"), "Value": (".ir", "Value"), "TensorType": (".ir", "TensorType"),
+    "Model": (".model", "Model"), "VerifyResult": (".verify", "VerifyResult"),
+    "snapshot": (".regions", "snapshot"), "report_html": (".html_report", "render"),
+    "LegalizeError": (".errors", "LegalizeError"), "BadInput": (".errors", "BadInput"),
+    "UsageError": (".errors", "UsageError"),
+}
 
 __all__ = ["load", "save", "to_onnx", "verify", "legalize", "check", "Graph", "Node", "Value", "TensorType",
            "Model", "VerifyResult", "snapshot", "report_html", "LegalizeError", "BadInput", "UsageError",
            "NotLegal", "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _API:
+        # A submodule, as ``legalizer.api`` was when the package imported it eagerly.
+        if not name.startswith("__"):
+            try:
+                return import_module(f".{name}", __name__)
+            except ModuleNotFoundError as e:
+                if e.name != f"{__name__}.{name}":
+                    raise
+        raise AttributeError(f"module 'legalizer' has no attribute '{name}'")
+    module, attr = _API[name]
+    value = getattr(import_module(module, __name__), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))
+
+
+class _Package(types.ModuleType):
+    """``check`` and ``verify`` name both API functions and subpackages: importing the
+    subpackage (which the pipeline does) would bind the package attribute to it, and
+    ``legalizer.check`` would stop being the function. The subpackages stay reachable
+    as ``sys.modules['legalizer.check']`` and by ``from legalizer.check import ...``."""
+
+    def __setattr__(self, name, value):
+        if name in ("check", "verify") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

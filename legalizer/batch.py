@@ -16,7 +16,9 @@ Semantics (README, "Several models"):
 - ``--report PATH`` and ``--json`` give one JSON list, one element per model in the
   order run: that model's report (the single-run schema, plus ``exit_code``), or for a
   model that could not be processed ``{"schema", "tool_version", "input", "exit_code",
-  "error"}``.
+  "error"}``; each also says where it ran (``worker``).
+- ``--executor ray`` runs each model as a Ray task instead (``ray_batch``), with the same
+  lines, files and statuses.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import socket
 import sys
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 
 from .errors import LegalizeError, UsageError
 from .importers.reader import sniff
@@ -90,9 +93,9 @@ def html_for(model: Path, html_dir: Path) -> Path:
     return html_dir / default_output(model).with_suffix(".html").name
 
 
-def _planned_files(model: Path, output: Path, emit: List[str]) -> List[Path]:
-    """The files a model's run may write, for the collision check; the native format is
-    guessed from the suffix (the run itself knows it)."""
+def planned_files(model: Path, output: Path, emit: List[str]) -> List[Path]:
+    """The model files a model's run may write (its external data aside), before any
+    work: for the collision check, and the names a Ray task may return."""
     from . import emit as emit_mod
 
     try:
@@ -111,7 +114,7 @@ def _written(models: List[Path], settings: Settings, report: Optional[Path]) -> 
     options = settings.options
     files = [] if options.verify_only else [
         (f"the output of {m}", f) for m in models
-        for f in _planned_files(m, output_for(m, settings.outdir), options.emit)]
+        for f in planned_files(m, output_for(m, settings.outdir), options.emit)]
     if report is not None:
         files.append(("the report (--report)", report))
     if settings.html_dir is not None:
@@ -122,7 +125,7 @@ def _written(models: List[Path], settings: Settings, report: Optional[Path]) -> 
 def check_collisions(models: List[Path], outdir: Optional[Path], emit: List[str]) -> None:
     owner: Dict[str, Path] = {}
     for m in models:
-        for f in _planned_files(m, output_for(m, outdir), emit):
+        for f in planned_files(m, output_for(m, outdir), emit):
             key = os.path.abspath(f)
             if key in owner:
                 raise UsageError(f"{owner[key]} and {m} would both be written to {f}"
@@ -151,56 +154,104 @@ class Outcome:
     stderr: str = ""
     report: Optional[dict] = None
     error: Optional[str] = None
-    extra: dict = field(default_factory=dict)
+    # Where it ran: {"executor": "local" or "ray", "node_id": the host name (local) or
+    # Ray's node id, "pid": the process}; node_id and pid are null where unknown.
+    worker: Optional[dict] = None
 
     def report_entry(self) -> dict:
         if self.report is not None:
-            return {**self.report, "exit_code": self.exit_code}
-        from .report import error_report
+            entry = {**self.report, "exit_code": self.exit_code}
+        else:
+            from .report import error_report
 
-        return error_report(self.path, self.exit_code, self.error)
+            entry = error_report(self.path, self.exit_code, self.error)
+        if self.worker is not None:
+            entry["worker"] = self.worker
+        return entry
 
 
-def run_one(model: Path, settings: Settings) -> Outcome:
-    """One model, as a single run would do it, with what it prints captured."""
-    from .console import Printer, one_line
-    from .pipeline import run
+def local_worker(pid: Optional[int]) -> dict:
+    return {"executor": "local", "node_id": socket.gethostname(), "pid": pid}
+
+
+@contextmanager
+def captured(model: Path) -> Iterator[Outcome]:
+    """Run the body with what it prints captured into the Outcome it is given, and its
+    errors turned into one line each, as a single run prints them (the others go on)."""
+    from .console import one_line
 
     out, err = io.StringIO(), io.StringIO()
     outcome = Outcome(str(model), EXIT_BAD_INPUT)
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            options = replace(settings.options)
-            if not options.verify_only:
-                options.output = output_for(model, settings.outdir)
-                if not options.emit and model.exists():
-                    check_output_path(options.output, force=options.force, protect=model)
-            printer = Printer(settings.quiet, settings.verbose, settings.json_out,
-                               legalizing=not options.verify_only)
-            if settings.html_dir is not None:
-                options.regions = True
-            res = run(model, options)
-            printer.summary(res)
-            if settings.html_dir is not None:
-                from . import html_report
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                yield outcome
+            except LegalizeError as e:
+                outcome.exit_code, outcome.error = e.exit_code, one_line(str(e))
+                print(one_line(f"legalize: error: {e}"), file=sys.stderr)
+            except MemoryError:
+                outcome.exit_code, outcome.error = EXIT_BAD_INPUT, f"{model}: out of memory"
+                print(f"legalize: error: {model}: out of memory", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001 - one line, never a traceback; the others go on
+                outcome.exit_code = EXIT_BAD_INPUT
+                outcome.error = one_line(f"internal error: {type(e).__name__}: {e}")
+                print(one_line(f"legalize: internal error: {model}: {type(e).__name__}: {e} (please report this)"),
+                      file=sys.stderr)
+    finally:
+        outcome.stdout, outcome.stderr = out.getvalue(), err.getvalue()
 
-                html_report.write(html_for(model, settings.html_dir), res.report, res.regions,
-                                  protect=[model, *res.report.outputs.values()], culprit=res.culprit_picture)
-            outcome.exit_code = res.exit_code
-            if settings.want_report:
-                outcome.report = res.report.to_json()
-        except LegalizeError as e:
-            outcome.exit_code, outcome.error = e.exit_code, one_line(str(e))
-            print(one_line(f"legalize: error: {e}"), file=sys.stderr)
-        except MemoryError:
-            outcome.error = f"{model}: out of memory"
-            print(f"legalize: error: {model}: out of memory", file=sys.stderr)
-        except Exception as e:  # noqa: BLE001 - one line, never a traceback; the others go on
-            outcome.error = one_line(f"internal error: {type(e).__name__}: {e}")
-            print(one_line(f"legalize: internal error: {model}: {type(e).__name__}: {e} (please report this)"),
-                  file=sys.stderr)
-    outcome.stdout, outcome.stderr = out.getvalue(), err.getvalue()
+
+def check_output(model: Path, output: Path, options: RunOptions) -> None:
+    """What is checked before a model's work: its output path (with --emit, the pipeline
+    checks each file it will write)."""
+    if not options.emit and model.exists():
+        check_output_path(output, force=options.force, protect=model)
+
+
+def run_one(model: Path, settings: Settings, stage: Optional[Path] = None) -> Outcome:
+    """One model, as a single run would do it, with what it prints captured.
+
+    With ``stage`` (a folder of a Ray task's own: ``ray_batch``), every file the run
+    writes goes into that folder under the name it will have, and the lines and the
+    report name the paths it will have where the command runs."""
+    from .console import Printer
+    from .pipeline import run
+
+    with captured(model) as outcome:
+        options = replace(settings.options)
+        output = None
+        if not options.verify_only:
+            output = output_for(model, settings.outdir)
+            if stage is None:
+                check_output(model, output, options)
+            options.output = output if stage is None else stage / output.name
+        printer = Printer(settings.quiet, settings.verbose, settings.json_out, legalizing=not options.verify_only)
+        if settings.html_dir is not None:
+            options.regions = True
+        res = run(model, options)
+        if stage is not None and output is not None:
+            _shown_at(res.report, stage, output.parent)
+        printer.summary(res)
+        if settings.html_dir is not None:
+            from . import html_report
+
+            page = html_for(model, settings.html_dir)
+            html_report.write(page if stage is None else stage / page.name, res.report, res.regions,
+                              protect=[model, *res.report.outputs.values()], culprit=res.culprit_picture)
+        outcome.exit_code = res.exit_code
+        if settings.want_report:
+            outcome.report = res.report.to_json()
     return outcome
+
+
+def _shown_at(report, stage: Path, dest: Path) -> None:
+    """The report's output paths where the files will be: ``dest`` for ``stage``."""
+    def moved(path: str) -> str:
+        return str(dest / Path(path).name) if Path(path).parent == stage else path
+
+    report.outputs = {f: moved(p) for f, p in report.outputs.items()}
+    if report.output is not None:
+        report.output = moved(report.output)
 
 
 def _terminate_gracefully(signum, frame):  # pragma: no cover - runs in a worker on SIGTERM
@@ -214,6 +265,7 @@ def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover 
         outcome = run_one(model, settings)
     except KeyboardInterrupt:
         outcome = Outcome(str(model), 130, error="interrupted")
+    outcome.worker = local_worker(os.getpid())
     try:
         conn.send(outcome)
     finally:
@@ -225,7 +277,7 @@ def _context():
     return mp.get_context("fork" if "fork" in methods else "spawn")
 
 
-def _crashed(model: Path, exitcode: Optional[int]) -> Outcome:
+def _crashed(model: Path, exitcode: Optional[int], pid: Optional[int]) -> Outcome:
     if exitcode is not None and exitcode < 0:
         try:
             how = f"signal {signal.Signals(-exitcode).name}"
@@ -236,13 +288,40 @@ def _crashed(model: Path, exitcode: Optional[int]) -> Outcome:
     msg = f"{model}: the process legalizing it died ({how})"
     if exitcode == -signal.SIGKILL:
         msg += "; out of memory?"
-    return Outcome(str(model), EXIT_BAD_INPUT, stderr=f"legalize: error: {msg}\n", error=msg)
+    return Outcome(str(model), EXIT_BAD_INPUT, stderr=f"legalize: error: {msg}\n", error=msg,
+                   worker=local_worker(pid))
+
+
+# What a run imports on first use, by the kind of model (the check's runtimes above all):
+# imported once before the processes are forked, each model's process starts warm
+# rather than importing them again.
+WARM = {"any": ["legalizer.console", "legalizer.importers.onnx", "numpy.random"],
+        "check": ["onnxruntime"],
+        "tables": ["rich.console", "rich.table", "rich.text"],
+        "tflite": ["legalizer.importers.tflite", "legalizer.exporters.tflite", "legalizer.exporters.tflite_onnx",
+                   "legalizer.check.tflite", "legalizer.check.litert"]}
+
+
+def _warm(models: List[Path], settings: Settings) -> None:
+    import importlib
+
+    options = settings.options
+    kinds = ["any"] + (["check"] if options.check and not options.verify_only else [])
+    kinds += [] if settings.quiet else ["tables"]
+    kinds += ["tflite"] if any(m.suffix == ".tflite" for m in models) else []
+    for name in (n for k in kinds for n in WARM[k]):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional runtime: the model's own run says what is missing
+            pass
 
 
 def run_all(models: List[Path], settings: Settings, jobs: int) -> List[Outcome]:
     """Run every model in a process of its own, ``jobs`` at a time; print each model's
     lines in the order given, as soon as it and those before it are done."""
     ctx = _context()
+    if len(models) > 1 and ctx.get_start_method() == "fork":
+        _warm(models, settings)
     results: Dict[int, Outcome] = {}
     running: Dict[object, tuple] = {}  # connection -> (index, process)
     next_start, next_print = 0, 0
@@ -261,11 +340,11 @@ def run_all(models: List[Path], settings: Settings, jobs: int) -> List[Outcome]:
                     results[i] = conn.recv()
                 except (EOFError, OSError):
                     p.join()
-                    results[i] = _crashed(models[i], p.exitcode)
+                    results[i] = _crashed(models[i], p.exitcode, p.pid)
                 conn.close()
                 p.join()
             while next_print in results:
-                _replay(results[next_print])
+                replay(results[next_print])
                 next_print += 1
     finally:
         for conn, (_, p) in running.items():
@@ -277,13 +356,14 @@ def run_all(models: List[Path], settings: Settings, jobs: int) -> List[Outcome]:
     return [results[i] for i in range(len(models))]
 
 
-def _replay(o: Outcome) -> None:
+def replay(o: Outcome, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> None:
+    out, err = out or sys.stdout, err or sys.stderr
     if o.stdout:
-        sys.stdout.write(o.stdout)
-        sys.stdout.flush()
+        out.write(o.stdout)
+        out.flush()
     if o.stderr:
-        sys.stderr.write(o.stderr)
-        sys.stderr.flush()
+        err.write(o.stderr)
+        err.flush()
 
 
 def aggregate(codes: Sequence[int]) -> int:
@@ -305,8 +385,10 @@ def summary_line(outcomes: List[Outcome], verify_only: bool) -> str:
             f"mismatch (exit 1), {bad} not processed (exit 2)")
 
 
-def run_batch(paths: Sequence[Path], settings: Settings, jobs: int, report: Optional[Path]) -> int:
-    """The batch command: returns the aggregated exit status."""
+def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], report: Optional[Path],
+              execute: Optional[Callable[[List[Path], Settings, Optional[int]], List[Outcome]]] = None) -> int:
+    """The batch command: returns the aggregated exit status. ``execute`` runs the
+    models elsewhere (``ray_batch.run_all``); by default, local processes."""
     options = settings.options
     models = expand(paths, options.verify_only)
     if settings.outdir is not None:
@@ -327,7 +409,8 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: int, report: Opti
                 check_output_path(report, force=True, protect=m)
     check_distinct(_written(models, settings, report), models)
     settings = replace(settings, want_report=report is not None or settings.json_out)
-    outcomes = run_all(models, settings, max(1, jobs))
+    outcomes = (execute(models, settings, jobs) if execute is not None
+                else run_all(models, settings, max(1, jobs or 1)))
     code = aggregate([o.exit_code for o in outcomes])
     line = summary_line(outcomes, options.verify_only)
     print(line, file=sys.stderr if settings.json_out else sys.stdout, flush=True)

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import typer
+from typer.core import TyperCommand
 
-from . import html_report
-from .errors import LegalizeError, UsageError
-from .outputs import check_distinct, check_output_path
-from .check.ort import ATOL, RTOL
-from .console import Printer, Progress, one_line
-from .pipeline import EXIT_BAD_INPUT, RunOptions, default_output, planned_outputs, run, stages
-from .targets import TARGETS
-from .verify import PROFILES
+# Only what --help needs is imported here: the pipeline (onnx, numpy, networkx), rich
+# (for a table or a progress bar) and the rest are imported when a command uses them
+# (README, "Start-up").
+from .check import ATOL, BUDGET, RTOL
+from .console import one_line
+from .errors import EXIT_BAD_INPUT, LegalizeError, UsageError
+
+if TYPE_CHECKING:
+    from .pipeline import RunOptions
 
 HELP = """Make MODEL legal for strict compilers: no elementwise op relies on implicit
 broadcasting, every elementwise node is proved legal under MLIR's Broadcastable trait,
@@ -60,6 +64,7 @@ give a JSON list, one report per model; the exit status is the worst of all.
   legalize models/ -j 2                             # every model in models/, 2 at a time
   legalize a.onnx b.tflite -o legal/ -q             # into the folder legal/
   legalize models/ --verify-only --report all.json  # check them all, one JSON list
+  legalize models/ --executor ray --json            # each model a Ray task (RAY_ADDRESS)
 
 \b
 Exit status: 0 legal (and checked); 1 verification violations or a numeric mismatch
@@ -67,7 +72,71 @@ Exit status: 0 legal (and checked); 1 verification violations or a numeric misma
 2 bad input or usage.
 """
 
-app = typer.Typer(add_completion=False, rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]})
+EXECUTORS = ("local", "ray")
+
+
+class _Plain:
+    """The conversion of one command-line value of a plain type (str, bool, int with a
+    minimum, Path, a list of these) with typer's results and error messages."""
+
+    INTEGER = re.compile(r"[+-]?[0-9](?:_?[0-9])*(?:\.0*)?")
+
+    def __init__(self, kind: type, many: bool, minimum: Optional[int]):
+        self.kind, self.many, self.minimum = kind, many, minimum
+
+    @classmethod
+    def of(cls, param) -> Optional["_Plain"]:
+        annotation = param.type_descriptor.annotation
+        many = getattr(annotation, "__origin__", None) is list
+        kind = annotation.__args__[0] if many else annotation
+        return cls(kind, many, getattr(param, "min", None)) if kind in (str, bool, int, Path) else None
+
+    def coerce(self, value, param, ctx):
+        if value is None:
+            return () if param.multiple or param.nargs == -1 else None
+        if self.many:
+            return [self.one(v, param, ctx) for v in value]
+        return self.one(value, param, ctx)
+
+    def one(self, value, param, ctx):
+        if self.kind is not int:
+            return self.kind(value)
+        text = str(value).strip()
+        if not self.INTEGER.fullmatch(text):
+            raise typer.BadParameter("Input should be a valid integer, unable to parse string as an integer",
+                                     ctx=ctx, param=param)
+        number = int(text.partition(".")[0])
+        if self.minimum is not None and number < self.minimum:
+            raise typer.BadParameter(f"Input should be greater than or equal to {self.minimum}", ctx=ctx, param=param)
+        return number
+
+
+class _Command(TyperCommand):
+    """typer's command, its values converted without pydantic: typer converts every
+    value through a pydantic TypeAdapter, and importing pydantic is ~45 ms of every run
+    (README, "Start-up"). Each parameter here is of a plain type, converted as typer
+    would (``_Plain``); one of another type, or a typer whose parameters are made
+    otherwise, keeps typer's own conversion."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            _plain(param)
+
+    def get_help_option(self, ctx):
+        return _plain(super().get_help_option(ctx))
+
+
+def _plain(param):
+    if getattr(param, "_runtime_param", False) is None and hasattr(param, "type_descriptor"):
+        plain = _Plain.of(param)
+        if plain is not None:
+            param._runtime_param = plain
+    return param
+
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 def parse_tolerance(flag: str, items: List[str], default: float):
@@ -132,7 +201,7 @@ def _parse_input_shapes(items: List[str]) -> Dict[str, tuple]:
     return shapes
 
 
-@app.command(help=HELP, no_args_is_help=True)
+@app.command(help=HELP, no_args_is_help=True, cls=_Command)
 def legalize(
     paths: List[Path] = typer.Argument(..., metavar="MODEL", show_default=False,
                                        help="Model file (ONNX, TFLite, TOSA MLIR, torch.export .pt2), recognized by content, and "
@@ -140,9 +209,12 @@ def legalize(
                                             "and folders of models (see above)."),
     out_opt: Optional[Path] = typer.Option(None, "-o", "--output", metavar="PATH", help="Output path; with several models, an "
                                            "existing folder to write them into.", show_default=False),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Process several models in N processes "
-                                       "(default 1); with two paths, makes both of them models.",
-                                       show_default=False),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Process several models N at a time "
+                                       "(default 1; with --executor ray, as many as Ray runs); with two paths,"
+                                       " makes both of them models.", show_default=False),
+    executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Where several models run: local"
+                                 " processes, or Ray tasks on the cluster that RAY_ADDRESS names (else a local Ray"
+                                 " instance; the ray extra). Makes even one MODEL a batch."),
     target: str = typer.Option("tosa", "--target", metavar="tosa|xla", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
                                                         "(every broadcast explicit: Unsqueeze + Expand)."),
     profile: Optional[str] = typer.Option(None, "--profile", metavar="mlir|strict|tosa|xla", help="Verifier profile for the input: mlir (default), "
@@ -171,7 +243,7 @@ def legalize(
     localize: Optional[bool] = typer.Option(None, "--localize/--no-localize", help="Compare intermediate values too"
                                             " and name the first that differs (default: when the check fails;"
                                             " with --against, only when asked).", show_default=False),
-    localize_budget: int = typer.Option(8, "--localize-budget", min=1, metavar="N", help="Runs of a TOSA module"
+    localize_budget: int = typer.Option(BUDGET, "--localize-budget", min=1, metavar="N", help="Runs of a TOSA module"
                                         " on IREE one localization may take (each a compile)."),
     reduce: Optional[Path] = typer.Option(None, "--reduce", metavar="PATH", help="Write the smallest subgraph that"
                                           " still differs (or still violates the trait) here, with its inputs.",
@@ -196,17 +268,25 @@ def legalize(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
+    from .outputs import check_distinct, check_output_path
+    from .pipeline import RunOptions, default_output, planned_outputs, run, stages
+    from .targets import TARGETS
+    from .verify import PROFILES
+
+    _loaded()
     if profile is not None and profile not in PROFILES:
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{profile}'")
     if target not in TARGETS:
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{target}'")
     if provider not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--provider must be auto, cpu or cuda, not '{provider}'")
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor must be local or ray, not '{executor}'")
     rtol, atol = parse_tolerance("--rtol", rtol, RTOL), parse_tolerance("--atol", atol, ATOL)
-    if _is_batch(paths, out_opt, jobs):
+    if _is_batch(paths, out_opt, jobs, executor):
         if reduce is not None:
             raise UsageError("--reduce writes one model's subgraph: give one MODEL")
-        raise typer.Exit(_batch(paths, out_opt, jobs, report, json_out, quiet, verbose, against, html,
+        raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
                                 RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
                                            inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
@@ -243,10 +323,14 @@ def legalize(
         check_output_path(reduce, force=force, protect=model)
         outputs.append(("the reduced model (--reduce)", reduce))
     if html is not None:
+        from . import html_report
+
         html_report.check_path(html, protect=models)
         outputs.append(("the HTML report (--html)", html))
         options.regions = True
     check_distinct(outputs, [model] + ([against] if against is not None else []))
+    from .console import Printer, Progress
+
     printer = Printer(quiet, verbose, json_out, legalizing=not verify_only)
     progress = Progress(sys.stderr.isatty() and not quiet and not json_out, model.name,
                          stages=len(stages(options)))
@@ -278,14 +362,18 @@ def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_ou
         sys.stdout.write(json.dumps(entry, indent=2) + "\n")
 
 
-def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int]) -> bool:
+def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], executor: str = "local") -> bool:
     """Several models: three or more paths, a folder first, or two paths with -j or -o
-    (two paths alone keep meaning MODEL OUTPUT)."""
-    return len(paths) > 2 or paths[0].is_dir() or (len(paths) == 2 and (jobs is not None or out_opt is not None))
+    (two paths alone keep meaning MODEL OUTPUT); with --executor ray, any paths (a
+    batch of one model is still run on Ray)."""
+    return (executor != "local" or len(paths) > 2 or paths[0].is_dir()
+            or (len(paths) == 2 and (jobs is not None or out_opt is not None)))
 
 
-def _batch(paths, out_opt, jobs, report, json_out, quiet, verbose, against, html, options: RunOptions) -> int:
+def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
+           options: RunOptions) -> int:
     from .batch import Settings, run_batch
+    from .outputs import check_output_path
 
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
@@ -300,8 +388,13 @@ def _batch(paths, out_opt, jobs, report, json_out, quiet, verbose, against, html
         check_output_path(report, force=True)
     if html is not None and not html.is_dir():
         raise UsageError(f"{html}: with several models, --html must name an existing folder (one page per model)")
+    execute = None
+    if executor == "ray":
+        from .ray_batch import require_ray, run_all as execute
+
+        require_ray()  # without the extra: one line, before any work
     settings = Settings(options, outdir=out_opt, quiet=quiet, verbose=verbose, json_out=json_out, html_dir=html)
-    return run_batch(paths, settings, jobs or 1, report)
+    return run_batch(paths, settings, jobs, report, execute=execute)
 
 
 def _is_usage_error(e: BaseException) -> bool:
@@ -311,21 +404,37 @@ def _is_usage_error(e: BaseException) -> bool:
 
 
 def _interrupted(signum, frame):
+    from . import outputs
+
+    outputs.stop_requested = True  # (in case the exception is lost: see outputs)
     raise KeyboardInterrupt
+
+
+def _unraisable(info) -> None:
+    """A ^C that landed in a destructor is not a traceback for the user: the run stops
+    at its next commit (``outputs.stop_requested``)."""
+    if not issubclass(info.exc_type, KeyboardInterrupt):
+        sys.__unraisablehook__(info)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors are one line on stderr, never a traceback.
     SIGTERM unwinds as ^C does, so that a killed run removes its temporary files."""
+    from . import outputs
+
+    outputs.stop_requested = False  # (a run in a process that ran one before)
+    signals = (signal.SIGINT, signal.SIGTERM)
     try:
-        previous = signal.signal(signal.SIGTERM, _interrupted)
+        previous = {s: signal.signal(s, _interrupted) for s in signals}
     except ValueError:  # not the main thread (an embedding): leave signals alone
-        previous = None
+        previous = {}
+    hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         _main(argv)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _main(argv: Optional[List[str]]) -> None:
@@ -355,10 +464,36 @@ def _main(argv: Optional[List[str]]) -> None:
             sys.exit(EXIT_BAD_INPUT)
         print(one_line(f"legalize: internal error: {type(e).__name__}: {e} (please report this)"), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    if code == 130:  # typer's rendering of ^C (and of SIGTERM, above); the command never exits 130
+    from . import outputs
+
+    if code == 130 or outputs.stop_requested:  # ^C (typer's rendering of it), SIGTERM
         print("legalize: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 
 
-if __name__ == "__main__":
+# Set by ``console``: this process is the command's own.
+_OWN_PROCESS = False
+
+
+def console() -> None:
+    """The ``legalize`` command's entry point: ``main``, in a process of its own, so
+    that it may tune the garbage collector. It is off while the modules load, and leaves
+    what they made alone afterwards (``gc.freeze``: it lives as long as the process):
+    collecting among them, during the imports and again at exit, was a fifth of a small
+    model's run (README, "Start-up")."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+    gc.disable()
     main()
+
+
+def _loaded() -> None:
+    """The command's modules are imported: the collector runs again, for the work."""
+    if _OWN_PROCESS and not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
+if __name__ == "__main__":
+    console()

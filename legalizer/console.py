@@ -1,18 +1,16 @@
 """What the command line prints, shared by the single-model command (``cli``) and the
 batch runners (``batch``): terminal-safe text (names in a model are untrusted), the
-progress bar over a run's stages, and the printer of a run's results."""
+progress bar over a run's stages, and the printer of a run's results. rich is imported
+only to draw a table or a progress bar (README, "Start-up")."""
 
 from __future__ import annotations
 
+import sys
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from .pipeline import RunResult
-from .report import verdict
+if TYPE_CHECKING:
+    from .pipeline import RunResult
 
 def printable(text: str) -> str:
     """``text`` with every character a terminal would act on (ESC sequences, NUL, line
@@ -77,6 +75,7 @@ class Progress:
             self._show()
 
     def _show(self) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         with self.lock:
@@ -102,66 +101,79 @@ class Progress:
 class Printer:
     def __init__(self, quiet: bool, verbose: bool, json_out: bool, legalizing: bool = False):
         self.quiet, self.verbose, self.legalizing = quiet, verbose, legalizing
-        # With --json, stdout carries only the report.
-        self.out = Console(stderr=json_out, highlight=False, soft_wrap=True, emoji=False)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+        self.json_out = json_out  # with --json, stdout carries only the report
+
+    def say(self, line: str, err: bool = False) -> None:
+        """One line, as it is (callers make it printable), flushed as it is written."""
+        stream = sys.stderr if err or self.json_out else sys.stdout
+        stream.write(line + "\n")
+        stream.flush()
+
+    def table(self, title: str, columns, rows) -> None:
+        """A table drawn by rich; ``columns`` are (header, justify), cells printable text."""
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        # Text, not str: a '[' in a file name or an op name is not rich markup.
+        table = Table(title=Text(title), title_justify="left")
+        for header, justify in columns:
+            table.add_column(header, justify=justify)
+        for row in rows:
+            table.add_row(*(Text(cell) for cell in row))
+        Console(stderr=self.json_out, highlight=False, soft_wrap=True, emoji=False).print(table)
 
     def summary(self, res: RunResult) -> None:
         rep = res.report
         if not self.quiet:
             for w in rep.warnings:
-                self.err.print(one_line(f"legalize: warning: {w}"), markup=False)
+                self.say(one_line(f"legalize: warning: {w}"), err=True)
         if self.verbose and res.model is not None:
             from .ir import format_graph
             for line in format_graph(res.model.graph).split("\n"):  # not splitlines: U+2028 is a name's
-                self.out.print(printable(line), markup=False)
+                self.say(printable(line))
         for v in rep.violations:
             where = f"graph '{v['graph']}', " if v.get("graph") else ""
             where = ("in the output, " if v["stage"] == "output" else "") + where
-            self.out.print(one_line(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}"), markup=False)
+            self.say(one_line(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}"))
         if not self.quiet and res.output_verification is None:
-            # Text, not str: a '[' in a file name is not rich markup.
-            table = Table(title=Text(one_line(f"{rep.input} ({rep.format}, profile {rep.profile})")),
-                          title_justify="left")
-            table.add_column("nodes", justify="right")
-            table.add_column("elementwise", justify="right")
-            table.add_column("violations", justify="right")
-            table.add_column("runtime constraints", justify="right")
-            table.add_row(str(rep.stats["nodes_in"]), str(rep.stats["elementwise_nodes"]),
-                          str(len(rep.violations)), str(len(rep.constraints)))
-            self.out.print(table)
+            self.table(one_line(f"{rep.input} ({rep.format}, profile {rep.profile})"),
+                       [(h, "right") for h in ("nodes", "elementwise", "violations", "runtime constraints")],
+                       [(str(rep.stats["nodes_in"]), str(rep.stats["elementwise_nodes"]),
+                         str(len(rep.violations)), str(len(rep.constraints)))])
             by_code = res.input_verification.by_code() if res.input_verification else {}
             for code, count in sorted(by_code.items()):
-                self.out.print(f"  {code}: {count}", markup=False)
+                self.say(f"  {code}: {count}")
         if not self.quiet:
             if self.verbose:
                 for c in rep.constraints:
-                    self.out.print(one_line(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})"),
-                                   markup=False)
+                    self.say(one_line(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})"))
         if self.legalizing:
             self.legalize_summary(res)
         self.check_lines(res)
         self.diagnosis_lines(res)
-        self.out.print(one_line(f"{rep.input}: {self.verdict(res)}"), markup=False)
+        self.say(one_line(f"{rep.input}: {self.verdict(res)}"))
 
     def diagnosis_lines(self, res: RunResult) -> None:
         """The culprit of a localization in one line (with -v, every value that differs),
         and what --reduce wrote."""
         loc = res.localization
         if loc is not None and (loc.culprit is not None or not self.quiet):
-            self.out.print(one_line(loc.line()), markup=False)
+            self.say(one_line(loc.line()))
             if self.verbose:
                 for d in loc.divergence[1:]:
-                    self.out.print(printable(f"  then: {d.where()}: {d.error()}"), markup=False)
+                    self.say(printable(f"  then: {d.where()}: {d.error()}"))
         if res.reduced is not None:
             r = res.reduced
             files = ", ".join(r.files.values())
-            self.out.print(one_line(f"reduced: {len(r.nodes)} node{'s' if len(r.nodes) != 1 else ''} "
-                                    f"({', '.join(r.nodes[:8])}{', ...' if len(r.nodes) > 8 else ''}) still "
-                                    f"show{'s' if len(r.nodes) == 1 else ''}: "
-                                    f"{r.what} ({r.tests} subgraphs tried) -> {files}"), markup=False)
+            self.say(one_line(f"reduced: {len(r.nodes)} node{'s' if len(r.nodes) != 1 else ''} "
+                              f"({', '.join(r.nodes[:8])}{', ...' if len(r.nodes) > 8 else ''}) still "
+                              f"show{'s' if len(r.nodes) == 1 else ''}: "
+                              f"{r.what} ({r.tests} subgraphs tried) -> {files}"))
 
     def verdict(self, res: RunResult) -> str:
+        from .report import verdict  # (report imports the verifier: not for --help)
+
         return verdict(res.report.to_json(), legalizing=self.legalizing, unchecked=res.unchecked,
                        failed_where=" (FAILED above)")[1]
 
@@ -169,26 +181,22 @@ class Printer:
         """The main job's table: ops before and after, what was inserted, the check."""
         rep = res.report
         if not self.quiet and res.output_verification is not None:
-            table = Table(title=Text(one_line(f"{rep.input} ({rep.format}) -> target {rep.target}")),
-                          title_justify="left")
-            table.add_column("", justify="left")
-            table.add_column("before", justify="right")
-            table.add_column("after", justify="right")
             st = rep.stats
-            table.add_row("nodes", str(st["nodes_in"]), str(st["nodes_out"]))
+            rows = [("nodes", str(st["nodes_in"]), str(st["nodes_out"]))]
             for op in sorted(set(res.ops_before) | set(res.ops_after)):
                 if res.ops_before[op] != res.ops_after[op]:
-                    table.add_row(Text(printable(f"  {op}")), str(res.ops_before[op]), str(res.ops_after[op]))
+                    rows.append((printable(f"  {op}"), str(res.ops_before[op]), str(res.ops_after[op])))
             n_in = sum(1 for v in rep.violations if v["stage"] == "input")
             n_out = sum(1 for v in rep.violations if v["stage"] == "output")
-            table.add_row("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})")
-            self.out.print(table)
+            rows.append(("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})"))
+            self.table(one_line(f"{rep.input} ({rep.format}) -> target {rep.target}"),
+                       [("", "left"), ("before", "right"), ("after", "right")], rows)
             line = (f"reshapes inserted: {st['reshapes_inserted']}, constants folded: {st['constants_folded']}, "
                     f"runtime constraints: {len(rep.constraints)}")
             if rep.target == "xla":
                 line = (f"broadcasts made explicit: {st['broadcasts_made_explicit']}, runtime broadcast checks: "
                         f"{st['runtime_broadcast_checks']} (elided: {st['runtime_broadcast_checks_elided']}), " + line)
-            self.out.print(line, markup=False)
+            self.say(line)
 
     def check_lines(self, res: RunResult) -> None:
         """One line per compared output and binding, in the manner of Polygraphy."""
@@ -197,8 +205,7 @@ class Printer:
                               (getattr(res.check, "torch", None), "vs torch | ", "PyTorch")):
             searched = getattr(chk, "search", None)
             if searched is not None and not self.quiet:
-                self.out.print(one_line(f"search: {who} rejects every synthesized dim binding; {searched.summary()}"),
-                               markup=False)
+                self.say(one_line(f"search: {who} rejects every synthesized dim binding; {searched.summary()}"))
             if chk is None or not chk.ran:
                 continue
             skipped = [b for b in chk.bindings if b.skipped]
@@ -206,19 +213,19 @@ class Printer:
                 dims = ", ".join(f"{k}={v}" for k, v in b.dims.items()) or "static shapes"
                 if b.skipped:
                     if self.verbose:
-                        self.out.print(one_line(f"SKIPPED | {ref}{dims} | {b.skipped}"), markup=False)
+                        self.say(one_line(f"SKIPPED | {ref}{dims} | {b.skipped}"))
                     continue
                 for o in b.outputs:
                     if self.quiet and o.ok:
                         continue
                     status = "PASSED" if o.ok else "FAILED"
                     detail = o.detail or f"max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
-                    self.out.print(one_line(f"{status} | {ref}Output: '{o.name}' | {dims} | {detail}"), markup=False)
+                    self.say(one_line(f"{status} | {ref}Output: '{o.name}' | {dims} | {detail}"))
                     if self.verbose and o.stats and "mean_abs_err" in o.stats:
-                        self.out.print(printable(f"  {stats_line(o.stats)}"), markup=False)
+                        self.say(printable(f"  {stats_line(o.stats)}"))
             if skipped and not self.verbose and not self.quiet:
-                self.out.print(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: {who}"
-                               " rejects them (-v shows why)", markup=False)
+                self.say(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: {who}"
+                               " rejects them (-v shows why)")
 
 
 def stats_line(stats: dict) -> str:

@@ -1,4 +1,7 @@
-"""Errors that reach the user as one clear line."""
+"""Errors that reach the user as one clear line, and the exit statuses they map to."""
+
+# 0 legal (and checked); 1 violations or a numeric mismatch; 2 bad input or usage.
+EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class LegalizeError(Exception):

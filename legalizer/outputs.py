@@ -77,12 +77,21 @@ def remove_temps(temps: List[Path]) -> None:
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
 
 
+# Set when the command line is told to stop (^C, SIGTERM). Python cannot raise the
+# KeyboardInterrupt inside a destructor or a garbage-collector callback (it reports it
+# as ignored and goes on), so a signal that lands there would be lost: ``commit``
+# checks this too, so that nothing takes its final name once the user stopped the run.
+stop_requested = False
+
+
 def commit(tmp: Path, path: Path, *, force: bool) -> None:
     """Give the finished file ``tmp`` the name ``path``: the one step that makes an
     output visible, whole. Without ``force`` it never replaces anything: a hard link,
     which fails if the name is taken, so that of two runs writing one output the second
     fails (exit 2) instead of silently replacing the first one's result. With ``force``
     only a regular file is replaced (never a device, a FIFO or a socket)."""
+    if stop_requested:
+        raise KeyboardInterrupt
     if not force:
         try:
             os.link(tmp, path)

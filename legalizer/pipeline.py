@@ -9,30 +9,30 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import emit
+from .check import ATOL, BUDGET, RTOL
 from .check.given import as_arrays, user_dims
-from .check.localize import BUDGET, Localization
-from .check.reduce import NothingToReduce, Reduced
-from .check.ort import ATOL, RTOL, CheckResult, check, choices_from_constraints, declared_shapes
+from .check.ort import CheckResult, check, choices_from_constraints, declared_shapes
 from .check.search import sizes_in_range
-from .check.tflite import check_tflite
-from .check.tflite import declared_shapes as tflite_declared_shapes
-from .diagnose import Sides, localize as localize_sides, reduce_divergence, reduce_violation
-from .errors import BadInput, UsageError
+from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, UsageError  # noqa: F401 - the exit statuses, re-exported
 from .exporters.onnx_form import write_model
 from .importers.reader import read_model, sniff
 from .ir.gc import paused_gc
 from .ir.graph import OP
 from .model import Model
-from .regions import PICTURE_LIMIT, Picture, Regions, culprit_picture, snapshot
 from .report import STAT_KEYS, Report
 from .targets import TARGETS
 from .transform import legalize
 from .verify import VerifyResult, verify
 
-EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
+# Imported where a run needs them (README, "Start-up"): the TFLite check for a TFLite
+# model, the diagnosis for a localization or --reduce, the regions for --html.
+if TYPE_CHECKING:
+    from .check.localize import Localization
+    from .check.reduce import Reduced
+    from .regions import Picture, Regions
 
 # Called as each stage starts, with what is known of its size: "load" gets
 # {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
@@ -184,6 +184,8 @@ def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict
                              " module's comparison (--against) takes arrays with --input")
         return dict(options.dims)
     if model.format == "tflite":
+        from .check.tflite import declared_shapes as tflite_declared_shapes
+
         declared = tflite_declared_shapes(model.graph)
     else:
         declared = declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
@@ -230,11 +232,13 @@ def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult
             res.check = check(against, path, provider=options.provider, dims=dims, inputs=given, rtol=options.rtol,
                               atol=options.atol, not_one=options.assume_dynamic_not_one)
         else:
+            from .check.tflite import check_tflite
+
             res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
                                      rtol=options.rtol, atol=options.atol, litert_only=True)
     res.report.check = res.check.to_json()
     failed = res.check.ran and not res.check.ok
-    _diagnose(Sides(kind, path, against, model.graph), res, options, given, failed, auto=False, on_stage=on_stage,
+    _diagnose((kind, path, against, model.graph), res, options, given, failed, auto=False, on_stage=on_stage,
               protect=[path, against])
     if options.require_check and unchecked(res.check):
         res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")
@@ -245,13 +249,18 @@ def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult
         res.exit_code = EXIT_VIOLATIONS
 
 
-def _diagnose(sides: Sides, res: RunResult, options: RunOptions, given, failed: bool, *, auto: bool, on_stage,
+def _diagnose(sides: tuple, res: RunResult, options: RunOptions, given, failed: bool, *, auto: bool, on_stage,
               protect) -> None:
     """Localize (``options.localize``; by default when the check failed, in the main
-    job or for --reduce) and reduce (``options.reduce``), into the result and report."""
+    job or for --reduce) and reduce (``options.reduce``), into the result and report.
+    ``sides`` are the fields of ``diagnose.Sides``: what the check compared."""
     want = options.localize or (options.localize is None and failed and (auto or options.reduce is not None))
     if not want:
         return
+    from .check.reduce import NothingToReduce
+    from .diagnose import Sides, localize as localize_sides, reduce_divergence
+
+    sides = Sides(*sides)
     timings = res.report.timings_s
     with _timed(timings, "localize", on_stage):
         loc = localize_sides(sides, res.check, given=given, rtol=options.rtol, atol=options.atol,
@@ -263,6 +272,8 @@ def _diagnose(sides: Sides, res: RunResult, options: RunOptions, given, failed: 
     res.report.check["divergence"] = [d.to_json() for d in loc.divergence]
     res.report.check["localize"] = loc.to_json()
     if options.regions and loc.culprit is not None:
+        from .regions import culprit_picture
+
         res.culprit_picture = culprit_picture(loc.graph or res.model.graph, loc.culprit.node,
                                               [s.node for s in loc.region])
     if options.reduce is None:
@@ -283,6 +294,9 @@ def _diagnose(sides: Sides, res: RunResult, options: RunOptions, given, failed: 
 
 def _reduce_violation(path: Path, model: Model, options: RunOptions, res: RunResult, profile: str) -> None:
     """--reduce of an input that violates the trait: the smallest subgraph with its first violation."""
+    from .check.reduce import NothingToReduce
+    from .diagnose import reduce_violation
+
     try:
         res.reduced = reduce_violation(model, path, res.report.violations[0], profile, Path(options.reduce),
                                        force=options.force, protect=[path])
@@ -366,9 +380,15 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     res.ops_before = _op_counts(model)
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
-        before = snapshot(model) if options.regions else None
+        before = None
+        if options.regions:
+            from .regions import snapshot
+
+            before = snapshot(model)
         done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
         if before is not None:
+            from .regions import PICTURE_LIMIT
+
             res.regions = before.regions(model, limit=PICTURE_LIMIT)
     report.warnings.extend(done.warnings)
     for key in STAT_KEYS:
@@ -386,6 +406,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     def run_check(written: Path) -> None:
         with _timed(timings, "check", on_stage):
             if model.format == "tflite":
+                from .check.tflite import check_tflite
+
                 res.check = check_tflite(path, written, model, provider=options.provider, dims=dims,
                                          inputs=given, rtol=options.rtol, atol=options.atol)
                 if len(model.graphs) == 1:  # its bindings are named as the user names them
@@ -411,9 +433,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         report.check = res.check.to_json()
         failed = res.check.ran and not res.check.ok
         if model.format == "tflite":
-            sides = Sides("tflite", written, path, model.graph)
+            sides = ("tflite", written, path, model.graph)
         else:
-            sides = Sides("onnx", written, path if model.torch is None else model.torch.onnx)
+            sides = ("onnx", written, path if model.torch is None else model.torch.onnx)
         _diagnose(sides, res, options, given, failed, auto=True, on_stage=on_stage, protect=[path, output])
         if failed:
             raise _CheckFailed

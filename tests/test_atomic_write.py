@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,6 +114,26 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
+def test_interrupted_the_moment_the_temporary_file_is_made(tmp_path, monkeypatch):
+    """^C (or SIGTERM, which unwinds alike) just after the temporary file is created,
+    before the call that creates it returns: it is removed all the same (its name is
+    known before the file exists; a name told only on return was left behind)."""
+    real_open = os.open
+
+    def open_then_interrupted(*args, **kwargs):
+        real_open(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.os, "open", open_then_interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with outputs.atomic_output(tmp_path / "m.legal.onnx"):
+                pass
+    finally:
+        monkeypatch.undo()  # os.open is everyone's
+    assert list(tmp_path.iterdir()) == []
+
+
 def _big_model(path: Path) -> Path:
     """Big enough that writing and checking it take a while: a window to kill it in."""
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32), "w")
@@ -146,3 +167,34 @@ def test_killed_while_writing(tmp_path, sig):
     if sig != signal.SIGKILL:  # unwound: the temporary file is gone too
         assert err.strip() == "legalize: interrupted" and p.returncode == 130
         assert sorted(x.name for x in tmp_path.iterdir()) == ["big.onnx"]
+
+
+def test_a_stop_lost_in_a_destructor_still_stops_before_the_commit(tmp_path, monkeypatch):
+    """A ^C that lands while a destructor runs cannot raise (Python reports it as
+    ignored and goes on): the run still stops before its output takes its name, exit
+    130, with no traceback."""
+    from legalizer import cli
+    from tests.helpers import cli_in_process
+
+    class StoppedInDestructor:
+        def __del__(self):
+            cli._interrupted(signal.SIGINT, None)
+
+    from legalizer.exporters import onnx as onnx_writer
+
+    made = onnx_writer.temp_beside
+
+    def temp_beside(path, temps):
+        StoppedInDestructor()  # gone at once: its __del__ "receives" the ^C
+        return made(path, temps)
+
+    monkeypatch.setattr(onnx_writer, "temp_beside", temp_beside)
+    src = tmp_path / "m.onnx"
+    shutil.copy(MODELS / "mlp_bias.onnx", src)
+    code, out, err = cli_in_process(src, tmp_path / "out.onnx", "--no-check")
+    assert (code, err.strip()) == (130, "legalize: interrupted")
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    monkeypatch.undo()
+    code, _, _ = cli_in_process(src, tmp_path / "out.onnx", "--no-check")  # a new run starts afresh
+    assert code == 0 and (tmp_path / "out.onnx").exists()

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -153,8 +154,13 @@ def test_report_and_json_are_one_list(folder, tmp_path):
                                                                       "violating.onnx")]
     assert [e["exit_code"] for e in listed] == [2, 0, 0, 1]
     bad = listed[0]
-    assert set(bad) == {"schema", "tool_version", "input", "exit_code", "error"}
+    assert set(bad) == {"schema", "tool_version", "input", "exit_code", "error", "worker"}
     assert bad["error"] == f"{folder / 'bad.onnx'}: is a text file, not an ONNX model"
+    # where each ran: a process of its own on this host
+    pids = [e["worker"]["pid"] for e in listed]
+    assert all(e["worker"] == {"executor": "local", "node_id": socket.gethostname(), "pid": pid}
+               for e, pid in zip(listed, pids))
+    assert len(set(pids)) == 4 and os.getpid() not in pids
     assert listed[3]["violations"][0]["code"] and listed[1]["schema"] == 1
     on_disk = json.loads(rep.read_text())
     assert [e["input"] for e in on_disk] == [e["input"] for e in listed]
@@ -209,6 +215,8 @@ def test_a_dying_worker_stops_only_its_model(folder, monkeypatch, capsys):
     assert err == [f"legalize: error: {folder / 'good.onnx'}: the process legalizing it died (signal SIGKILL);"
                    " out of memory?"]
     assert (folder / "net.legal.tflite").exists()
+    assert outcomes[0].report_entry()["worker"]["executor"] == "local"
+    assert outcomes[0].worker["pid"] != outcomes[1].worker["pid"]
 
 
 def test_html_folder_gets_one_page_per_model(folder, tmp_path):

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Top-level modules that only the optional extras bring; a legalizer module that needs
 # one of them may fail to import in a runtime-only install, and only with that name.
-EXTRA_MODULES = {"onnx_ir", "jax", "jaxlib", "torch", "onnxscript", "iree", "ai_edge_litert"}
+EXTRA_MODULES = {"onnx_ir", "jax", "jaxlib", "torch", "onnxscript", "iree", "ai_edge_litert", "ray"}
 
 
 def _package_dirs() -> set[str]:

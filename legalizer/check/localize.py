@@ -31,6 +31,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..ir.graph import CONST, OP, Graph
+from . import BUDGET
 from .compare import compare, tol_of
 from .results import OutputResult
 from .probes import Probe
@@ -41,7 +42,6 @@ from .probes import Probe
 AGREE_SHARE, LOOSE_RTOL, LOOSE_ATOL = 0.9, 1e-2, 1e-3
 MIN_CONTENT_SIZE = 4  # smaller tensors agree by chance
 MAX_CONTENT_TESTS = 200_000  # pairs of (value, reference tensor) content matching tries at most
-BUDGET = 8  # IREE runs (each a compile) one localization may take
 
 
 @dataclass

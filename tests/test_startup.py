@@ -1,0 +1,110 @@
+"""Start fast (README, "Start-up"): a command imports only what it uses. Not timed (a
+busy machine moves times by tens of milliseconds); what a run imports is what makes its
+start slow, and that is asserted exactly, in a fresh process per command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "models" / "mlp_bias.onnx"
+
+# Imported only by the runs that use them: the check (onnxruntime), a table or a
+# progress bar (rich), the optional extras; pydantic never (typer parses, with the
+# command's own conversion of values: cli._Command).
+HEAVY = {"onnxruntime", "rich", "pydantic", "torch", "jax", "jaxlib", "iree", "ray", "tensorflow",
+         "ai_edge_litert", "onnxscript", "onnx_ir", "transformers", "tflite", "flatbuffers"}
+# What any run that reads a model needs; --help needs none of it.
+MODEL_LIBRARIES = {"onnx", "numpy", "networkx", "google"}
+
+PROBE = """
+import atexit, json, os, sys
+def dump():
+    with open(os.environ["MODULES_OUT"], "w") as f:
+        json.dump(sorted({m.split(".")[0] for m in sys.modules}), f)
+atexit.register(dump)
+from legalizer.cli import main
+main(sys.argv[1:])
+"""
+
+
+def imported(tmp_path: Path, *args) -> set:
+    """The top-level modules a ``legalize`` command had imported when it exited."""
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "MODULES_OUT": str(out)}
+    p = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=300)
+    assert "Traceback" not in p.stderr, p.stderr
+    return set(json.loads(out.read_text())), p
+
+
+def test_help_imports_no_model_library(tmp_path):
+    mods, p = imported(tmp_path, "--help")
+    assert p.returncode == 0 and "--executor local|ray" in p.stdout
+    assert "typer" in mods
+    assert not mods & (HEAVY | MODEL_LIBRARIES), sorted(mods & (HEAVY | MODEL_LIBRARIES))
+
+
+@pytest.mark.parametrize("args", [["--verify-only", "--no-check", "-q"], ["--verify-only", "-q"],
+                                  ["OUT", "--no-check", "-q"]])
+def test_a_run_without_the_check_imports_nothing_heavy(tmp_path, args):
+    args = [str(tmp_path / "m.legal.onnx") if a == "OUT" else a for a in args]
+    mods, p = imported(tmp_path, MODEL, *args)
+    assert p.returncode == 0, p.stderr
+    assert MODEL_LIBRARIES <= mods
+    assert not mods & HEAVY, sorted(mods & HEAVY)
+
+
+def test_the_check_imports_onnxruntime_and_a_table_rich(tmp_path):
+    mods, p = imported(tmp_path, MODEL, tmp_path / "a.onnx", "-q")
+    assert p.returncode == 0 and "outputs match" in p.stdout
+    assert mods & HEAVY == {"onnxruntime"}
+    mods, p = imported(tmp_path, MODEL, tmp_path / "b.onnx", "--no-check")
+    assert p.returncode == 0 and "┏" in p.stdout  # the before/after table
+    assert mods & HEAVY == {"rich"}
+
+
+def test_a_tflite_model_imports_the_tflite_reader(tmp_path):
+    mods, p = imported(tmp_path, ROOT / "models" / "tflite" / "broadcast_add.tflite", "--verify-only", "-q")
+    assert p.returncode == 0, p.stderr
+    assert mods & HEAVY == {"flatbuffers", "tflite"}
+
+
+def test_the_local_executor_never_imports_ray(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    shutil.copy(MODEL, d / "a.onnx")
+    shutil.copy(MODEL, d / "b.onnx")
+    mods, p = imported(tmp_path, d, "-q", "--no-check", "-j", "2")
+    assert p.returncode == 0, p.stderr
+    assert "ray" not in mods and not mods & HEAVY, sorted(mods & HEAVY)
+
+
+@pytest.mark.parametrize("args", [
+    ["m.onnx"], ["a", "b", "-j", "2", "-o", "d"], ["m.onnx", "--dim", "N=1", "--dim", "N=2", "--rtol", "y:2"],
+    ["m.onnx", "--no-localize", "--localize-budget", " 3 "], ["m.onnx", "-j", "3.0"], ["m.onnx", "-j", "0"],
+    ["m.onnx", "-j", "x"], ["m.onnx", "-o", "", "--report", "r.json", "--emit", "onnx", "--executor", "ray"],
+    ["m.onnx", "--verify-only", "--json", "-q", "--no-check"]])
+def test_values_are_converted_as_typer_converts_them(args):
+    """The command's own conversion (no pydantic) gives typer's values and errors."""
+    from typer.main import get_command
+
+    from legalizer.cli import app
+
+    def parsed(command):
+        try:
+            return command.make_context("legalize", list(args)).params
+        except Exception as e:  # noqa: BLE001 - a usage error: its message
+            return e.format_message()
+
+    ours, typers = get_command(app), get_command(app)
+    for param in typers.params:
+        param._runtime_param = None  # typer's own conversion, built on first use
+    assert repr(parsed(ours)) == repr(parsed(typers))
