@@ -89,11 +89,11 @@ class OpSource:
 @dataclass
 class MlirSource:
     """``Model.proto`` of an MLIR model: the form it was read from, the module's
-    attributes and the aliases the text defined."""
+    attributes and its functions with a body. (MLIR resolves aliases: ``OpSource.loc``
+    is the location itself.)"""
 
     form: str  # "text" | "bytecode"
     module_attrs: Dict[str, Any] = field(default_factory=dict)
-    aliases: Dict[str, str] = field(default_factory=dict)
     functions: List[str] = field(default_factory=list)
 
 
@@ -318,7 +318,7 @@ def parse_mlir(text: str, source: str = "<string>", form: str = "text") -> Model
     bodies.sort(key=lambda f: f.attributes["sym_name"].value != "main")  # @main first, then file order
     builder = _Builder(_Text(text, source), explicit)
     graphs = [builder.function_graph(f) for f in bodies]
-    proto = MlirSource(form, module_attrs, {}, [f.attributes["sym_name"].value for f in bodies])
+    proto = MlirSource(form, module_attrs, [f.attributes["sym_name"].value for f in bodies])
     return Model(graphs[0], "mlir", proto=proto, warnings=builder.warnings,
                  subgraphs=graphs if len(graphs) > 1 else [])
 
