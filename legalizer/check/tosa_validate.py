@@ -2,7 +2,7 @@
 
 The tool comes from PyPI's ``tosa-tools`` (2026.8.0), which installs generic top-level
 package names and so lives in its own virtual environment: ``bash
-scripts/setup_tosa_tools.sh`` creates ``<repo>/.venv-tosa-tools``.
+scripts/setup_tosa_tools.sh`` creates ``<repo>/.venv-tosa-tools`` (``find_tosa_opt``).
 
 The module is checked as one target environment: ``--tosa-attach-target`` (specification
 1.0, level 8k, profiles ``pro_int,pro_fp`` - float models need PRO-FP, int8 ones PRO-INT -,
@@ -13,33 +13,14 @@ so only static modules (symbolic dims bound with ``dims=``) can pass.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
-ENV_VAR = "LEGALIZE_TOSA_OPT"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-VENV_TOOL = REPO_ROOT / ".venv-tosa-tools" / "bin" / "tosa-opt"
-SETUP_HINT = "run: bash scripts/setup_tosa_tools.sh (or set LEGALIZE_TOSA_OPT to a tosa-opt)"
+from ..importers.mlir_tool import SETUP_HINT, find_tosa_opt  # the one lookup: MLIR's parser uses it too
 
 PROFILES = ("pro_int", "pro_fp")
 EXTENSIONS: Tuple[str, ...] = ()
 TIMEOUT_S = 60.0
-
-
-def _executable(path) -> bool:
-    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def find_tosa_opt() -> Optional[str]:
-    """``$LEGALIZE_TOSA_OPT``, then ``<repo>/.venv-tosa-tools/bin/tosa-opt``, then PATH."""
-    env = os.environ.get(ENV_VAR)
-    if env and _executable(env):
-        return env
-    if _executable(str(VENV_TOOL)):
-        return str(VENV_TOOL)
-    return shutil.which("tosa-opt")
 
 
 def command(tool: str, *, profiles: Sequence[str] = PROFILES, extensions: Sequence[str] = EXTENSIONS,

@@ -1,33 +1,25 @@
 """TOSA MLIR -> IR: ``load_mlir(path)`` and ``parse_mlir(text)``. Translates; never rewrites.
 
-Text is read in two steps: a hand-written lexer (``mlir_lexer``) and recursive-descent
-parser (``mlir_parser``, with types and ``dense`` literals in ``mlir_types``) build a small
-syntax tree of operations, regions and blocks; then each function becomes a ``Graph``
-(here). Bytecode (``.mlirbc``) is printed as generic text first by iree-base-compiler's
-MLIR bindings, when they are installed, under the bounds of ``mlir_bounds``.
+MLIR's own parser reads the text: ``iree-opt`` (iree-base-compiler's), or ``tosa-opt``
+for the TOSA syntax IREE's build does not take, in a bounded subprocess (``mlir_tool``),
+without verifying (legalize reads invalid TOSA, operands of mismatched ranks, to report
+it), writes it as bytecode; the Python bindings load that in a context with no dialects,
+so nothing is verified here either, and this module walks the ops. Bytecode input is
+printed as text first, under the bounds of ``mlir_bounds``.
 
-Text is not read by MLIR's own parser: it verifies what it parses, with no way to turn
-that off in the Python bindings, so it refuses the invalid TOSA (operands of mismatched
-ranks) that legalize reads in order to report it; and it keeps no SSA names, which carry
-the ONNX value names through TOSA that legalize emits (``%conv1_b_0`` would read as ``%109``).
-
-The parser reads MLIR's generic form (``%0 = "tosa.add"(%a, %b) : (...) -> ...``) in full,
-and the pretty forms TOSA producers print (tosa-converter-for-tflite, IREE, tf-opt):
-``func.func`` with block arguments, ``%0 = tosa.add %a, %b : (T, T) -> T``, attribute
-dicts ``{...}`` and property dicts ``<{...}>``, IREE's ``keyword(value)`` attributes
-(``axis(1)``, ``values(dense<...>)``), multi-result ops (``%0:2``, ``%0#1``),
-``func.return``, locations ``loc(...)``, aliases (``#loc = ...``, ``!t = ...``) and
-comments. A pretty op whose syntax this parser does not know is read generically: its
-``%`` uses are its operands, its trailing ``: (types) -> types`` its types.
+What MLIR does not keep is read from the text at the positions MLIR records: SSA names
+(which carry the ONNX value names through the TOSA legalize emits) and each op's line.
+An explicit ``loc(...)`` replaces the position MLIR records, so the text is read twice
+when it has any: with them blanked (positions), and as written (locations).
 
 Conventions of the MLIR IR:
 
 - An op is a node of its dialect as domain and the rest as op type: ``tosa.add`` is
-  domain ``tosa``, op type ``add`` (``node.op == "tosa.add"``); unqualified ops inside a
-  function are ``func`` ops (``return``). Ops of unknown dialects are kept opaque.
+  domain ``tosa``, op type ``add`` (``node.op == "tosa.add"``). Ops of unknown dialects
+  are kept opaque.
 - Values are named by their SSA names without ``%`` (``0``, ``arg0``; the results of
   ``%0:2`` are ``0#0`` and ``0#1``); a node is named by its first result (``%0``), and
-  ``node.proto`` is an ``OpSource`` with its line, column and location.
+  ``node.proto`` is an ``OpSource`` with its line, column and explicit location.
 - Types: ``tensor<1x?x16xf32>`` is ``TensorType("float", (1, None, 16))``, ``tensor<*xf32>``
   is unranked; element types map to the IR's (ONNX's) names (``i1`` -> ``bool``,
   ``bf16`` -> ``bfloat16``); ``!quant.uniform`` elements give their storage type and
@@ -44,21 +36,22 @@ Conventions of the MLIR IR:
 
 from __future__ import annotations
 
+import bisect
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import BadInput
 from ..ir.constdata import ConstData
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
-from ..ir.types import UNKNOWN, TensorType
+from ..ir.types import TensorType
 from ..model import Model
-from .mlir_bounds import bytecode_to_text, check_nesting
-from .mlir_lexer import Lexer
-from .mlir_parser import Block, Op, Parser
-from .mlir_types import MlirAttr, MType
+from .mlir_bounds import blank_locations, bytecode_to_text, check_nesting
+from .mlir_tool import to_bytecode
+from .mlir_types import MlirAttr, MType, attr_value, mtype, opaque_quant, text_of
 
 __all__ = ["BYTECODE_MAGIC", "MlirAttr", "MlirSource", "OpSource", "bytecode_to_text", "check_nesting",
            "load_mlir", "parse_mlir"]
@@ -96,104 +89,186 @@ class OpSource:
 @dataclass
 class MlirSource:
     """``Model.proto`` of an MLIR model: the form it was read from, the module's
-    attributes and the aliases the text defined."""
+    attributes and its functions with a body. (MLIR resolves aliases: ``OpSource.loc``
+    is the location itself.)"""
 
     form: str  # "text" | "bytecode"
     module_attrs: Dict[str, Any] = field(default_factory=dict)
-    aliases: Dict[str, str] = field(default_factory=dict)
     functions: List[str] = field(default_factory=list)
 
 
-# ---- syntax tree -> IR -------------------------------------------------------------------
+# ---- reading: MLIR's parser, then the text at the positions it records --------------------
+
+def _read(text: str, source: str):
+    """An ``ir.Module`` of ``text``, in a context with no dialects."""
+    from iree.compiler import ir
+    from iree.compiler._mlir_libs._mlir import ir as bare  # the Context without IREE's dialects
+
+    try:
+        written = to_bytecode(opaque_quant(text).encode("utf-8"), source)
+    except BadInput as e:
+        raise BadInput(text_of(e)) from None
+    ctx = bare._Context()
+    ctx.allow_unregistered_dialects = True
+    return ir.Module.parse(written, ctx)
+
+
+def _preorder(top) -> Iterator[Any]:
+    stack = [top]
+    while stack:
+        op = stack.pop()
+        yield op
+        stack.extend(reversed([inner.operation for region in op.regions for block in region.blocks
+                               for inner in block.operations]))
+
+
+_FILE_LOC = re.compile(r'^loc\("(?:[^"\\]|\\.)*":(\d+):(\d+)\)$')
+_RESULTS = re.compile(r"((?:%[\w$.-]+(?::\d+)?\s*,\s*)*%[\w$.-]+(?::\d+)?)\s*=\s*$")
+_SSA_NAME = re.compile(r"%([\w$.-]+)")
+
+
+class _Text:
+    """The text MLIR read: what it does not keep (SSA names), read at the positions it records."""
+
+    def __init__(self, text: str, source: str):
+        self.text, self.source = text, source
+        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def error(self, message: str, pos: Tuple[int, int]) -> BadInput:
+        return BadInput(f"{self.source}:{pos[0]}:{pos[1]}: {message}")
+
+    def offset(self, pos: Tuple[int, int]) -> int:
+        line = min(max(pos[0], 1), len(self.starts))
+        return self.starts[line - 1] + max(pos[1], 1) - 1
+
+    def results(self, pos: Tuple[int, int], count: int, what: str) -> List[str]:
+        """The names of an op's ``count`` results, written before its name at ``pos``:
+        ``%a, %b:2 =`` -> a, b#0, b#1."""
+        if count == 0:
+            return []
+        end = self.offset(pos)
+        for back in (1, 3):  # its line, else the lines before (results split over lines)
+            m = _RESULTS.search(self.text, self.starts[max(pos[0] - back, 0)], end)
+            if m is not None:
+                break
+        names: List[str] = []
+        for part in (m.group(1).split(",") if m else []):
+            name, _, n = part.strip()[1:].partition(":")
+            k = int(n) if n else 1
+            names += [name] if k == 1 else [f"{name}#{i}" for i in range(k)]
+        if len(names) != count:
+            raise self.error(f"cannot read the names of the {count} result(s) of '{what}'", pos)
+        return names
+
+    def name_at(self, pos: Tuple[int, int]) -> Optional[str]:
+        m = _SSA_NAME.match(self.text, self.offset(pos))
+        return m.group(1) if m else None
+
+    def use(self, name: str, after: Tuple[int, int]) -> Tuple[int, int]:
+        """Where ``%name`` is first used after ``after`` (for an error), else ``after``."""
+        m = re.compile(re.escape(f"%{name.split('#')[0]}") + r"(?![\w$.-])").search(self.text, self.offset(after))
+        if m is None:
+            return after
+        line = bisect.bisect_right(self.starts, m.start())
+        return line, m.start() - self.starts[line - 1] + 1
+
+
+def _position(loc) -> Tuple[int, int]:
+    m = _FILE_LOC.match(str(loc))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+# ---- MLIR's module -> IR ------------------------------------------------------------------
 
 class _Builder:
-    """Functions of the syntax tree -> graphs; each op's uses resolved in its scope."""
+    """Functions of the module -> graphs; each op's operands are the values it uses."""
 
-    def __init__(self, lexer: Lexer):
-        self.lx = lexer
+    def __init__(self, text: _Text, explicit: Dict[Tuple[int, int], str]):
+        self.src = text
+        self.explicit = explicit  # op position -> its explicit location
+        self.values: Dict[Any, Value] = {}  # MLIR's values -> the IR's
         self.opsets = {TOSA_DOMAIN: 1}
         self.warnings: List[str] = []
         self._warned: set = set()
 
-    def function_graph(self, fn: Op) -> Graph:
-        name = fn.attrs.get("sym_name", "main")
-        region = fn.regions[0]
-        if len(region.blocks) != 1:
-            raise self.lx.error(f"function @{name} has {len(region.blocks)} blocks; only single-block"
-                                " functions (as TOSA producers write) are supported", fn.pos)
-        return self.graph(str(name), region.blocks[0], None, [])
+    def function_graph(self, fn) -> Graph:
+        name = fn.attributes["sym_name"].value
+        blocks = list(fn.regions[0].blocks)
+        if len(blocks) != 1:
+            raise self.src.error(f"function @{name} has {len(blocks)} blocks; only single-block"
+                                 " functions (as TOSA producers write) are supported", _position(fn.location))
+        return self.graph(str(name), blocks[0], None)
 
-    def graph(self, name: str, block: Block, owner: Optional[Node], outer: List[Dict[str, Value]]) -> Graph:
+    def graph(self, name: str, block, owner: Optional[Node]) -> Graph:
         g = Graph(name, self.opsets, owner)
         g.frontend = TOSA_DOMAIN
-        defined: Dict[str, Value] = {}
-        scopes = [defined] + outer
         nodes: List[Node] = []
-        pending: List[Tuple[Node, Op]] = []
-
-        def define(vname: str, ty: Optional[MType], pos: int) -> Value:
-            if vname in defined or any(vname in s for s in outer):
-                raise self.lx.error(f"redefinition of SSA value '%{vname}'", pos)
-            v = Value(vname, ty.tensor if ty is not None else UNKNOWN,
-                      info=None if ty is None or ty.is_tensor else ty.text,
-                      quant=ty.quant if ty is not None else None)
-            defined[vname] = v
-            return v
-
-        def use(vname: str, pos: int) -> Value:
-            for s in scopes:
-                v = s.get(vname)
-                if v is not None:
-                    return v
-            if "#" not in vname and f"{vname}#0" in defined:
-                return defined[f"{vname}#0"]
-            base, _, k = vname.partition("#")
-            if k == "0" and base in defined:
-                return defined[base]
-            raise self.lx.error(f"use of undefined value '%{vname}'", pos)
-
-        for arg, ty, pos in block.args:
-            nodes.append(Node(INPUT, "$input", name=arg, outputs=[define(arg, ty, pos)]))
-        for op in block.ops:
+        pending: List[Tuple[Node, Any]] = []
+        for k, arg in enumerate(block.arguments):
+            pos = _position(arg.location)
+            v = self.define(arg, self.src.name_at(pos) or f"arg{k}", pos)
+            nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
+        for op in block.operations:
+            op = op.operation
+            pos = _position(op.location)
+            inputs = [self.use(x, op, pos) for x in op.operands]
             if op.name in TERMINATORS:
-                for vname, pos in op.operands:
-                    v = use(vname, pos)
-                    nodes.append(Node(OUTPUT, "$output", name=v.name, inputs=[v]))
+                nodes.extend(Node(OUTPUT, "$output", name=v.name, inputs=[v]) for v in inputs)
                 continue
-            inputs = [use(vname, pos) for vname, pos in op.operands]
-            outputs = [define(r, t, op.pos) for r, t in zip(op.results, op.result_types)]
-            line, col = self.lx.line_col(op.pos)
-            source = OpSource(line, col, op.loc)
-            label = f"%{op.results[0].split('#')[0]}" if op.results else f"{op.name}@{line}:{col}"
-            const = self.constant(op, outputs, label, source) if op.name in CONSTANT_OPS else None
+            names = self.src.results(pos, len(op.results), op.name)
+            outputs = [self.define(r, n, pos) for r, n in zip(op.results, names)]
+            source = OpSource(pos[0], pos[1], self.explicit.get(pos))
+            label = f"%{names[0].split('#')[0]}" if names else f"{op.name}@{pos[0]}:{pos[1]}"
+            attrs = {a: attr_value(op.attributes[a]) for a in op.attributes}
+            const = self.constant(attrs, outputs, label, source) if op.name in CONSTANT_OPS else None
             if const is not None:
                 nodes.append(const)
                 continue
             self.check_op(op.name)
             domain, _, op_type = op.name.partition(".")
-            node = Node(OP, op_type, domain, label, inputs, outputs, dict(op.attrs), proto=source)
+            node = Node(OP, op_type, domain, label, inputs, outputs, attrs, proto=source)
             nodes.append(node)
-            if op.regions:
+            if len(op.regions):
                 pending.append((node, op))
         g.add_nodes(nodes)
         for node, op in pending:  # subgraphs link to outer values: outer nodes first
             for k, region in enumerate(op.regions):
-                if len(region.blocks) != 1:
-                    raise self.lx.error(f"'{op.name}' has a region of {len(region.blocks)} blocks; only"
-                                        " single-block regions are supported", op.pos)
-                node.attrs[f"region{k}"] = self.graph(f"{node.label}.region{k}", region.blocks[0], node, scopes)
+                blocks = list(region.blocks)
+                if len(blocks) != 1:
+                    raise self.src.error(f"'{op.name}' has a region of {len(blocks)} blocks; only"
+                                         " single-block regions are supported", _position(op.location))
+                node.attrs[f"region{k}"] = self.graph(f"{node.label}.region{k}", blocks[0], node)
         return g
 
-    def constant(self, op: Op, outputs: List[Value], label: str, source: OpSource) -> Optional[Node]:
+    def define(self, value, name: str, pos: Tuple[int, int]) -> Value:
+        try:
+            ty: MType = mtype(value.type)
+        except ValueError as e:
+            raise self.src.error(str(e), pos) from None
+        v = Value(name, ty.tensor, info=None if ty.is_tensor else ty.text, quant=ty.quant)
+        self.values[value] = v
+        return v
+
+    def use(self, value, op, pos: Tuple[int, int]) -> Value:
+        v = self.values.get(value)
+        if v is not None:
+            return v
+        # MLIR resolves a use before its definition (dominance is the verifier's): say so
+        owner = value.owner
+        name = self.src.results(_position(owner.location), len(owner.results), owner.name)[value.result_number] \
+            if hasattr(value, "result_number") else "?"
+        raise self.src.error(f"use of undefined value '%{name}'", self.src.use(name, pos))
+
+    def constant(self, attrs: Dict[str, Any], outputs: List[Value], label: str, source: OpSource) -> Optional[Node]:
         """A constant op whose ``dense`` literal is read: a constant node holding it."""
-        value = op.attrs.get("values", op.attrs.get("value"))
+        value = attrs.get("values", attrs.get("value"))
         if not isinstance(value, np.ndarray) or len(outputs) != 1:
             return None
         v = outputs[0]
         if v.type.shape is None and v.info is None:  # a tensor of unranked type: the data's shape
             v.type = TensorType(v.type.dtype, tuple(value.shape))
         return Node(CONST, "$const", name=label, outputs=[v], proto=source,
-                    data=ConstData.from_array(value), attrs={k: a for k, a in op.attrs.items()
+                    data=ConstData.from_array(value), attrs={k: a for k, a in attrs.items()
                                                             if k not in ("values", "value")})
 
     def check_op(self, name: str) -> None:
@@ -209,39 +284,41 @@ class _Builder:
             self.warnings.append(f"op '{name}' is {what}; kept as an opaque node")
 
 
-def _functions(ops: List[Op]) -> Tuple[List[Op], Dict[str, Any]]:
-    """The func.func ops at the top level or in (nested) modules, and the module's attrs."""
-    funcs: List[Op] = []
-    module_attrs: Dict[str, Any] = {}
-    for op in ops:
-        if op.name == "func.func":
-            funcs.append(op)
-        elif op.name == "builtin.module":
-            module_attrs.update({k: v for k, v in op.attrs.items() if k != "sym_name"})
-            for region in op.regions:
-                for block in region.blocks:
-                    inner, attrs = _functions(block.ops)
-                    funcs.extend(inner)
-                    module_attrs.update(attrs)
-    return funcs, module_attrs
+def _functions(op, module_attrs: Dict[str, Any]) -> List[Any]:
+    """The func.func ops in the module ``op`` and the modules in it; their attributes
+    gathered in ``module_attrs``."""
+    module_attrs.update({k: attr_value(op.attributes[k]) for k in op.attributes if k != "sym_name"})
+    funcs: List[Any] = []
+    for block in op.regions[0].blocks:
+        for inner in block.operations:
+            inner = inner.operation
+            if inner.name == "func.func":
+                funcs.append(inner)
+            elif inner.name == "builtin.module":
+                funcs.extend(_functions(inner, module_attrs))
+    return funcs
 
 
 def parse_mlir(text: str, source: str = "<string>", form: str = "text") -> Model:
     """MLIR text -> Model (format ``mlir``)."""
     check_nesting(text, source)
-    lexer = Lexer(text, source)
-    parser = Parser(lexer)
-    ops = parser.parse_top()
-    funcs, module_attrs = _functions(ops)
-    bodies = [f for f in funcs if f.regions and f.regions[0].blocks]
+    blanked, has_locations = blank_locations(text)
+    module = _read(blanked, source)
+    explicit: Dict[Tuple[int, int], str] = {}
+    if has_locations:  # the same ops, in the same order, with the locations written
+        written = _read(text, source)
+        for a, b in zip(_preorder(module.operation), _preorder(written.operation)):
+            if str(a.location) != str(b.location):
+                explicit[_position(a.location)] = str(b.location)
+    module_attrs: Dict[str, Any] = {}
+    funcs = _functions(module.operation, module_attrs)
+    bodies = [f for f in funcs if len(f.regions[0].blocks)]
     if not bodies:
         raise BadInput(f"{source}: no function with a body (expected func.func @main(...) {{ ... }})")
-    bodies.sort(key=lambda f: f.attrs.get("sym_name") != "main")  # @main first, then file order
-    builder = _Builder(lexer)
+    bodies.sort(key=lambda f: f.attributes["sym_name"].value != "main")  # @main first, then file order
+    builder = _Builder(_Text(text, source), explicit)
     graphs = [builder.function_graph(f) for f in bodies]
-    aliases = {**{k: t.text for k, t in parser.type_aliases.items()}, **parser.attr_aliases}
-    proto = MlirSource(form, module_attrs, aliases,
-                       [str(f.attrs.get("sym_name", "")) for f in bodies])
+    proto = MlirSource(form, module_attrs, [f.attributes["sym_name"].value for f in bodies])
     return Model(graphs[0], "mlir", proto=proto, warnings=builder.warnings,
                  subgraphs=graphs if len(graphs) > 1 else [])
 

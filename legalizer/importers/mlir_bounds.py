@@ -1,17 +1,19 @@
-"""Bounds on untrusted MLIR, checked before anything parses or prints it recursively,
-and MLIR bytecode printed as text under them, in the bounded helper (``bounded``)."""
+"""Bounds on untrusted MLIR, checked before anything parses or prints it recursively;
+MLIR bytecode printed as text under them, in the bounded helper (``bounded``); and the
+text's explicit locations blanked, for MLIR's parser to record positions."""
 
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ..errors import BadInput
 
-# Bounds on MLIR input, checked before anything parses or prints it recursively: this
-# parser (Python's stack: about 1000 frames), MLIR's own parser and printer (a 366 KB
-# bytecode file of 20,000 nested regions crashes MLIR's printer with SIGSEGV). TOSA
-# producers nest a few levels: a cond_if in a while_loop, a quantized type in a tensor.
+# Bounds on MLIR input, checked before anything parses or prints it recursively: MLIR's
+# parser, printer and bytecode writer (a 366 KB bytecode file of 20,000 nested regions
+# crashes the printer and the writer with SIGSEGV), the importer's walk of regions
+# (Python's stack: about 1000 frames). TOSA producers nest a few levels: a cond_if in a
+# while_loop, a quantized type in a tensor.
 MAX_NESTING = 128  # brackets ( [ { < open at once, in text
 MAX_REGION_DEPTH = MAX_NESTING // 2  # ops with regions inside one another, in bytecode
 MAX_OPERATIONS = 2_000_000  # in bytecode, before it is printed as text
@@ -44,6 +46,47 @@ def check_nesting(text: str, source: str) -> None:
             elif tok != ">" and want in open_:  # recover: close what it matches
                 while open_.pop() != want:
                     pass
+
+
+# Explicit locations (``loc(...)`` after an op or an argument) replace the position
+# MLIR's parser records; blanked to spaces, the text keeps every offset and its meaning
+# (an op's location is all they give). Alias definitions (``#loc1 = loc(...)``) stay:
+# unused, they change nothing.
+_LOC_TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//[^\n]*|#[\w$.-]+\s*=\s*loc\(|(?<![\w$.%@#!^-])loc\(')
+_PARENS = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|[()]')
+
+
+def blank_locations(text: str) -> Tuple[str, bool]:
+    """``text`` with each explicit ``loc(...)`` blanked (newlines kept), and whether it had any."""
+    parts: List[str] = []
+    last = pos = 0
+    while True:
+        m = _LOC_TOKEN.search(text, pos)
+        if m is None:
+            break
+        pos = m.end()
+        tok = m.group()
+        if not tok.endswith("loc("):
+            continue
+        end = _close_paren(text, pos)
+        if not tok.startswith("#"):
+            parts += [text[last:m.start()], re.sub(r"[^\n]", " ", text[m.start():end])]
+            last = end
+        pos = end
+    if not parts:
+        return text, False
+    parts.append(text[last:])
+    return "".join(parts), True
+
+
+def _close_paren(text: str, pos: int) -> int:
+    depth = 1
+    for m in _PARENS.finditer(text, pos):
+        tok = m.group()
+        depth += 1 if tok == "(" else -1 if tok == ")" else 0
+        if depth == 0:
+            return m.end()
+    return len(text)
 
 
 # What printing a bytecode module may take beyond the helper's own memory (``bounded``).

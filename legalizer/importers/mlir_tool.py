@@ -1,0 +1,113 @@
+"""MLIR's own parser, run on untrusted text out of our process, in a subprocess under a
+memory and a time limit: ``iree-opt`` (iree-base-compiler's), and ``tosa-opt`` (PyPI's
+``tosa-tools``) for the TOSA op syntax that IREE's build does not take. Each reads
+without verifying (legalize reads invalid TOSA to report it), ops of any dialect.
+iree-opt writes bytecode of version 4, which stores properties as attributes (the
+bindings list them for an op of a dialect they have not loaded) and the quant dialect's
+types as text; tosa-opt's bytecode encodes those types with its quant dialect, which the
+bindings cannot read without it, so tosa-opt writes the generic form, every op's
+location kept, and iree-opt reads that (no custom syntax in it) to bytecode."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Optional, Sequence, Tuple, Union
+
+from ..errors import BadInput
+
+# Where tosa-opt is looked for: ``scripts/setup_tosa_tools.sh`` installs it in a virtual
+# environment of its own (tosa-tools installs generic top-level package names).
+ENV_VAR = "LEGALIZE_TOSA_OPT"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VENV_TOOL = REPO_ROOT / ".venv-tosa-tools" / "bin" / "tosa-opt"
+SETUP_HINT = "run: bash scripts/setup_tosa_tools.sh (or set LEGALIZE_TOSA_OPT to a tosa-opt)"
+
+# What MLIR's parser may take, beyond the tool's own footprint, per byte of input.
+OPT_MEMORY = 4 << 30
+OPT_MEMORY_PER_BYTE = 32
+OPT_TIMEOUT_S = 300.0
+READ = ("--mlir-very-unsafe-disable-verifier-on-parsing", "--allow-unregistered-dialect",
+        "--mlir-disable-threading")
+BYTECODE = ("--emit-bytecode", "--emit-bytecode-version=4")
+GENERIC = ("--mlir-print-op-generic", "--mlir-print-debuginfo")
+_DIAGNOSTIC = re.compile(r"^<stdin>:(\d+):(\d+): error: (.*)$", re.M)
+# IREE's TOSA dialect spells some attributes of the custom syntax its own way
+# (``axis(1)`` for the producers' ``{axis = 1 : i32}``): its error on one of them
+# starts so, and tosa-opt, when there is one, reads the text instead.
+_TOSA_SYNTAX = "custom op 'tosa."
+
+
+def _executable(path) -> bool:
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def find_tosa_opt() -> Optional[str]:
+    """``$LEGALIZE_TOSA_OPT``, then ``<repo>/.venv-tosa-tools/bin/tosa-opt``, then PATH."""
+    env = os.environ.get(ENV_VAR)
+    if env and _executable(env):
+        return env
+    if _executable(str(VENV_TOOL)):
+        return str(VENV_TOOL)
+    return shutil.which("tosa-opt")
+
+
+def _iree_opt(source: str) -> str:
+    try:
+        from iree.compiler.tools.binaries import find_tool
+    except ImportError:
+        raise BadInput(f"{source}: reading MLIR needs MLIR's parser from iree-base-compiler"
+                       " (pip install 'legalize[iree]')") from None
+    return find_tool("iree-opt")
+
+
+def to_bytecode(text: bytes, source: str) -> bytes:
+    """MLIR text as bytecode (version 4) by MLIR's parser: iree-opt's, else, where it
+    refuses a TOSA op's syntax, tosa-opt's; else BadInput with iree-opt's first error
+    (``source:line:col: message``)."""
+    iree_opt = _iree_opt(source)
+    out, message = _run(iree_opt, text, source, BYTECODE)
+    tosa_opt = find_tosa_opt() if message.startswith(_TOSA_SYNTAX) else None
+    generic = _run(tosa_opt, text, source, GENERIC)[0] if tosa_opt else None
+    second = _run(iree_opt, generic, source, BYTECODE)[0] if isinstance(generic, bytes) else None
+    if isinstance(second, bytes):  # else iree-opt's error on the text: the first parser's word
+        out = second
+    if isinstance(out, BadInput):
+        raise out
+    return out
+
+
+def _run(tool: str, data: bytes, source: str, write: Sequence[str]) -> Tuple[Union[bytes, BadInput], str]:
+    """``tool`` reading ``data``, writing as ``write`` says: its output, or BadInput with MLIR's first error; and that
+    error's message as MLIR wrote it (``""`` when none)."""
+    memory = OPT_MEMORY + OPT_MEMORY_PER_BYTE * len(data)
+
+    def cap() -> None:  # pragma: no cover - in the child
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]  # a limit of our own stays
+        cap_ = memory if hard == resource.RLIM_INFINITY else min(memory, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap_, hard))
+
+    try:
+        done = subprocess.run([tool, *READ, *write, "-"], input=data, capture_output=True,
+                              timeout=OPT_TIMEOUT_S, preexec_fn=cap)
+    except subprocess.TimeoutExpired:
+        return BadInput(f"{source}: MLIR's parser did not finish in {OPT_TIMEOUT_S:.0f} s"), ""
+    except OSError as e:
+        return BadInput(f"{source}: MLIR's parser ({tool}) cannot run: {e.strerror}"), ""
+    if done.returncode == 0:
+        return done.stdout, ""
+    err = done.stderr.decode("utf-8", "replace")
+    m = _DIAGNOSTIC.search(err)
+    if m and m.group(1) != "0":
+        message = m.group(3).strip()
+        return BadInput(f"{source}:{m.group(1)}:{m.group(2)}: {message}"), message
+    if done.returncode < 0:
+        return BadInput(f"{source}: MLIR that MLIR's parser cannot read (it died of signal {-done.returncode})"), ""
+    first = next((ln for ln in err.splitlines() if "error" in ln), err.strip().splitlines()[0] if err.strip() else "")
+    message = first.split("error: ", 1)[-1].strip() or "no message"
+    return BadInput(f"{source}: not readable MLIR ({message})"), message
