@@ -48,7 +48,7 @@ from ..errors import BadInput
 from ..ir.constdata import ConstData
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import TensorType
-from ..model import Model
+from ..model import Format, Model
 from .mlir_bounds import blank_locations, bytecode_to_text, check_nesting
 from .mlir_tool import to_bytecode
 from .mlir_types import MlirAttr, MType, attr_value, mtype, opaque_quant, text_of
@@ -319,7 +319,7 @@ def parse_mlir(text: str, source: str = "<string>", form: str = "text") -> Model
     builder = _Builder(_Text(text, source), explicit)
     graphs = [builder.function_graph(f) for f in bodies]
     proto = MlirSource(form, module_attrs, [f.attributes["sym_name"].value for f in bodies])
-    return Model(graphs[0], "mlir", proto=proto, warnings=builder.warnings,
+    return Model(graphs[0], Format.MLIR, proto=proto, warnings=builder.warnings,
                  subgraphs=graphs if len(graphs) > 1 else [])
 
 
