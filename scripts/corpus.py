@@ -308,6 +308,7 @@ def legalize_row(path: Path, target: str, out_dir: Path, extra: Iterable[str] = 
         tried=len(check.get("bindings", [])),
         searched=(check.get("search") or {}).get("tried", 0),
         warnings=rep.get("warnings", []),
+        violations=[v.get("message", "") for v in rep.get("violations", [])],
         error=check.get("error") or rep.get("error") or _first_miss(check))
     return row
 
