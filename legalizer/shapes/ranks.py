@@ -221,6 +221,8 @@ def infer_ranks(graph: Graph) -> int:
     for node in graph.nodes():
         if node.kind != OP or not node.outputs:
             continue
+        if not node.attrs and all(v.type.shape is not None or not v.name for v in node.outputs):
+            continue  # most nodes: every result ranked, no subgraph to look into
         shapes: List[Shape] = [v.type.shape if v is not None else None for v in node.inputs]
         results: List[Shape] = []
         if node.attrs:
