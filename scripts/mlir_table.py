@@ -25,7 +25,8 @@ import onnx  # noqa: E402
 
 import legalizer  # noqa: E402
 from legalizer.api import to_onnx  # noqa: E402
-from legalizer.check.ort import session, synthesize  # noqa: E402
+from legalizer.check.ort import synthesize  # noqa: E402
+from legalizer.check.ort_session import session  # noqa: E402
 from legalizer.emit import render_mlir  # noqa: E402
 from legalizer.targets import TARGET_OF_DIALECT  # noqa: E402
 from legalizer.pipeline import is_output  # noqa: E402

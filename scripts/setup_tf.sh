@@ -11,13 +11,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-tf}"
 VERSION="2.21.0"
-PY="${PYTHON:-python3}"
+source "$ROOT/scripts/own_venv.sh"
 
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-if ! "$VENV/bin/python" -m pip show tensorflow-cpu 2>/dev/null | grep -qx "Version: $VERSION"; then
-    "$VENV/bin/python" -m pip install -q "tensorflow-cpu==$VERSION"
-fi
+own_venv "$VENV" tensorflow-cpu "$VERSION"
 "$VENV/bin/python" -c "import tensorflow as tf; assert tf.__version__ == '$VERSION', tf.__version__" 2>/dev/null
 echo "$VENV/bin/python"

@@ -11,14 +11,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="${1:-$ROOT/.venv-tosa-tools}"
 VERSION="2026.8.0"
-PY="${PYTHON:-python3}"
+source "$ROOT/scripts/own_venv.sh"
 
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-if ! "$VENV/bin/python" -m pip show tosa-tools 2>/dev/null | grep -qx "Version: $VERSION"; then
-    "$VENV/bin/python" -m pip install -q "tosa-tools==$VERSION"
-fi
+own_venv "$VENV" tosa-tools "$VERSION"
 TOSA_OPT="$VENV/bin/tosa-opt"
 if [ ! -x "$TOSA_OPT" ]; then
     echo "setup_tosa_tools: tosa-tools $VERSION installed no $TOSA_OPT" >&2

@@ -255,8 +255,9 @@ def test_a_module_with_location_names_is_matched_by_them(tmp_path):
   return %n2, %n2 : {t}, {t}
 }}
 """)
-    assert loc_name('loc("out_y")', {}) == "out_y" and loc_name("loc(#loc3)", {"#loc3": 'loc("a"("f":1:2))'}) == "a"
-    assert loc_name('loc("m.mlir":3:7)', {}) == ""  # a file's line names nothing
+    assert loc_name('loc("out_y")') == "out_y" and loc_name('loc("a"("f":1:2))') == "a"
+    assert loc_name('loc(fused["b", "f":1:2])') == "b"
+    assert loc_name('loc("m.mlir":3:7)') == "" and loc_name(None) == ""  # a file's line names nothing
     p = legalize(module, "--verify-only", "--against", TFLITE / "broadcast_add.tflite", "--localize",
                  "--report", tmp_path / "r.json")
     assert_clean(p)

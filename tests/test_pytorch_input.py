@@ -136,7 +136,7 @@ def test_module_api_round_trip():
     m = np.zeros((4, 4), np.float32)
     with torch.no_grad():
         want = module(torch.from_numpy(x), torch.from_numpy(m)).numpy()
-    from legalizer.check.ort import session
+    from legalizer.check.ort_session import session
 
     got = session(legalizer.to_onnx(model), ["CPUExecutionProvider"]).run(None, {"x": x, "mask": m})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

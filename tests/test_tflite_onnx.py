@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from legalizer.check.ort import CheckUnavailable, session
+from legalizer.check.ort_session import session
+from legalizer.errors import CheckUnavailable
 from legalizer.exporters.tflite_onnx import tflite_to_onnx
 from legalizer.ir.constdata import ConstData
 from legalizer.ir.dtypes import dtype_of_array

@@ -16,12 +16,9 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import numpy as np
 
 from ..errors import first_line
+from . import ATOL, RTOL  # noqa: F401 - the check's defaults (defined in the light package init)
 from .results import BindingResult, CheckResult, OutputResult
 from .runner import Runner
-
-# The check's tolerances, for the command line and the library alike: float kernels of
-# other providers (CUDA) and of PyTorch differ by ~1e-6 from the CPU's.
-from . import ATOL, RTOL  # noqa: F401 - the check's defaults (kept light for the command line)
 
 
 @dataclass(frozen=True)

@@ -240,25 +240,20 @@ def by_content(cand: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
     return pairs
 
 
-def loc_name(loc: Optional[str], aliases: Mapping[str, str]) -> str:
+def loc_name(loc: Optional[str]) -> str:
     """The name an MLIR location gives (``loc("name")``, ``loc("name"(...))``,
-    ``loc(fused["name", ...])``, ``loc(#alias)`` through ``aliases``), or "" (a file's
-    line and column name nothing)."""
-    for _ in range(8):  # an alias may name another alias
-        if loc is None:
-            return ""
-        inner = loc.strip()
-        if inner.startswith("loc(") and inner.endswith(")"):
-            inner = inner[4:-1].strip()
-        if inner.startswith("#") and inner in aliases:
-            loc = aliases[inner]
-            continue
-        start = inner.find('"')
-        end = inner.find('"', start + 1)
-        if start < 0 or end < 0 or inner[end + 1:end + 2] == ":":  # none, or a file's ("f.mlir":3:7)
-            return ""
-        return inner[start + 1:end]
-    return ""
+    ``loc(fused["name", ...])``; MLIR's parser has resolved ``#loc`` aliases), or ""
+    (a file's line and column name nothing)."""
+    if loc is None:
+        return ""
+    inner = loc.strip()
+    if inner.startswith("loc(") and inner.endswith(")"):
+        inner = inner[4:-1].strip()
+    start = inner.find('"')
+    end = inner.find('"', start + 1)
+    if start < 0 or end < 0 or inner[end + 1:end + 2] == ":":  # none, or a file's ("f.mlir":3:7)
+        return ""
+    return inner[start + 1:end]
 
 
 # -- one localization ------------------------------------------------------------------------
@@ -438,11 +433,12 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
     model = parse_mlir(text)
     graph = model.graph
     steps = steps_of(graph)
-    aliases = getattr(model.proto, "aliases", {}) or {}
     results = [n.inputs[0].name for n in graph.outputs]
     fixed = dict(zip(results, ref_outputs))
-    fixed.update((v.name, loc_name(getattr(n.proto, "loc", None), aliases)) for n in graph.ops()
-                 for v in n.outputs[:1] if v.name not in fixed and loc_name(getattr(n.proto, "loc", None), aliases))
+    for n in graph.ops():
+        name = loc_name(getattr(n.proto, "loc", None))
+        if name and n.outputs and n.outputs[0].name not in fixed:
+            fixed[n.outputs[0].name] = name
 
     def match(cand, ref):
         pairs = {v: r for v, r in fixed.items() if r in ref}

@@ -23,7 +23,7 @@ from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  
 from .given import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds, static_or_key
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
-from .ort_session import CUDA_OPTIONS, UNSAFE_OPTIMIZERS, providers, session  # noqa: F401
+from .ort_session import providers, session
 from .runner import Runner
 from .runtime_shapes import verify_run_time
 from .search import TooBig, graph_sizes, search, sizes_in_name
