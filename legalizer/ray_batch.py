@@ -35,6 +35,7 @@ from typing import Dict, Iterator, List, Optional, TextIO, Tuple
 from .batch import (Outcome, Settings, captured, check_output, html_for, output_for, planned_files, replay,
                     run_one)
 from .console import one_line
+from .extras import install_hint
 from .errors import EXIT_BAD_INPUT, BadInput, LegalizeError, UsageError, first_line
 from .outputs import atomic_output, check_output_path
 
@@ -46,7 +47,7 @@ def require_ray():
     try:
         import ray
     except ImportError:
-        raise UsageError("--executor ray needs Ray: install the ray extra (pip install 'legalize[ray]')") from None
+        raise UsageError(f"--executor ray needs Ray: install the ray extra ({install_hint('ray')})") from None
     return ray
 
 

@@ -148,7 +148,7 @@ def test_errors_are_one_line(lrt):
 def test_unavailable_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ai_edge_litert", None)  # import fails
     assert litert.litert_available() is False
-    with pytest.raises(CheckUnavailable, match=r"pip install 'legalize\[litert\]'"):
+    with pytest.raises(CheckUnavailable, match=r"pip install 'legalizer\[litert\]'"):
         litert.run_tflite(tb.add_const_model(), {})
 
 

@@ -38,14 +38,14 @@ def test_pt2_without_torch_is_one_line_exit_2(tmp_path):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
-    assert "torch.export archive" in lines[0] and "pip install 'legalize[torch]'" in lines[0], lines[0]
+    assert "torch.export archive" in lines[0] and "pip install 'legalizer[torch]'" in lines[0], lines[0]
     assert "Traceback" not in p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["mlp.pt2"]
 
 
 def test_pt2_extra_is_the_pyproject_one():
     text = (ROOT / "pyproject.toml").read_text()
-    assert 'name = "legalize"' in text and "\ntorch = [" in text
+    assert 'name = "legalizer"' in text and "\ntorch = [" in text
 
 
 @pytest.mark.parametrize("name", PT2)

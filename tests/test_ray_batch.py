@@ -284,5 +284,5 @@ def test_without_the_extra_ray_is_one_line(tmp_path):
     clean(p)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == ["legalize: error: --executor ray needs Ray: install the ray extra"
-                                     " (pip install 'legalize[ray]')"]
+                                     " (pip install 'legalizer[ray]')"]
     assert not (tmp_path / "m.legal.onnx").exists()

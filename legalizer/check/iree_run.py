@@ -9,10 +9,11 @@ from typing import List, Sequence
 import numpy as np
 
 from ..errors import BadInput, CheckUnavailable
+from ..extras import install_hint
 from .inputs import InputSpec, graph_input_specs
 from .runner import Runner, positional
 
-INSTALL_HINT = "install the iree extra: pip install 'legalize[iree]'"
+INSTALL_HINT = f"install the iree extra: {install_hint('iree')}"
 
 
 class TosaError(RuntimeError):

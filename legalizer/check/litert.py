@@ -36,10 +36,11 @@ from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from ..errors import CheckUnavailable
+from ..extras import install_hint
 from . import inputs
 from .runner import Runner
 
-INSTALL_HINT = "install the litert extra: pip install 'legalize[litert]'"
+INSTALL_HINT = f"install the litert extra: {install_hint('litert')}"
 
 Source = Union[str, "os.PathLike[str]", bytes, bytearray]
 

@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from ..errors import CheckUnavailable, first_line
+from ..extras import install_hint
 from ..importers.tflite import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
@@ -167,7 +168,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
 
     if not litert_available():
         return CheckResult(False, LITERT, error="ai-edge-litert is not installed: install the litert extra:"
-                                                 " pip install 'legalize[litert]'")
+                                                 f" {install_hint('litert')}")
     try:
         (ref, new), litert = _litert_pair(original, legalized, model)
     except LiteRTError as e:

@@ -27,6 +27,7 @@ from typing import List
 import numpy as np
 
 from ..errors import BadInput, LegalizeError
+from ..extras import install_hint
 from ..ir.graph import CONST, INPUT, OP, Graph, Node
 from ..oprules import frontend_rules
 from ..shapes import same_shape
@@ -179,7 +180,7 @@ def portable_artifact(text: str) -> bytes:
     try:
         from jaxlib.mlir.dialects import stablehlo
     except ImportError:
-        raise BadInput("--emit stablehlo-bytecode needs jaxlib: pip install 'legalize[jax]'"
+        raise BadInput(f"--emit stablehlo-bytecode needs jaxlib: {install_hint('jax')}"
                        " (or write text: --emit stablehlo)") from None
     chlo = sorted(set(re.findall(r"\bchlo\.[a-z_]+", text)))
     if chlo:

@@ -8,6 +8,7 @@ import re
 from typing import List, Optional, Tuple
 
 from ..errors import BadInput
+from ..extras import install_hint
 
 # Bounds on MLIR input, checked before anything parses or prints it recursively: MLIR's
 # parser, printer and bytecode writer (a 366 KB bytecode file of 20,000 nested regions
@@ -104,7 +105,7 @@ def bytecode_to_text(data: bytes, source: str) -> str:
         from iree.compiler import ir  # noqa: F401 - only to say what is missing
     except ImportError:
         raise BadInput(f"{source}: is MLIR bytecode; reading it needs the MLIR bindings of iree-base-compiler"
-                       " (pip install 'legalize[iree]')") from None
+                       f" ({install_hint('iree')})") from None
     from .. import bounded
 
     try:

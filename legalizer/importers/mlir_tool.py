@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
 from ..errors import BadInput
+from ..extras import install_hint
 
 # Where tosa-opt is looked for: ``scripts/setup_tosa_tools.sh`` installs it in a virtual
 # environment of its own (tosa-tools installs generic top-level package names).
@@ -60,7 +61,7 @@ def _iree_opt(source: str) -> str:
         from iree.compiler.tools.binaries import find_tool
     except ImportError:
         raise BadInput(f"{source}: reading MLIR needs MLIR's parser from iree-base-compiler"
-                       " (pip install 'legalize[iree]')") from None
+                       f" ({install_hint('iree')})") from None
     return find_tool("iree-opt")
 
 

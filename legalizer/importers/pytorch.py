@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..errors import BadInput, first_line
+from ..extras import install_hint
 from ..model import Model
 from .torch_logs import quiet_torch
 
 if TYPE_CHECKING:
     import onnx
 
-EXTRA = "pip install 'legalize[torch]'"
+EXTRA = install_hint("torch")
 
 # The opset the dynamo exporter of the pinned torch emits natively (no version conversion).
 OPSET = 18
