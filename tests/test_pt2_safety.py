@@ -325,3 +325,49 @@ def test_code_in_a_guard_is_refused(text):
 ])
 def test_graph_targets(target, ok):
     assert (pt2_safety.target_risk(target, "m") is None) == ok
+
+
+# -- bombs: arithmetic that loading evaluates, members that inflate (issue 24, item 5) --
+
+@pytest.mark.parametrize("text", [
+    "9**9**9**9", "10**10**10", "Pow(Integer(9), Pow(Integer(9), Integer(99)))", "factorial(Integer(1000000000))",
+    "Mul(Integer(99999999999999999999999), Symbol('s0'))", "binomial(Integer(10**9), Integer(5*10**8))",
+    "gamma(Integer(1000000000))", "PowByNatural(Integer(9), Integer(999999999))", "2**(3*4*5*6)",
+])
+def test_explosive_shape_expressions_are_refused(text):
+    reason = pt2_safety.sympy_risk(text, "m")
+    assert reason is not None and "that may not end" in reason and reason.endswith("which loading evaluates")
+
+
+@pytest.mark.parametrize("text", [
+    "math.factorial(10**9) > 0", "L['x'].size()[0] == 10**10**10", "math.comb(10**9, 10**8) == 1",
+    "math.pow(9, 9**9) > 0", "L['x'].size()[0] < 123456789012345678901234567890",
+])
+def test_explosive_guards_are_refused(text):
+    reason = pt2_safety.guard_risk(text, "m")
+    assert reason is not None and "that may not end" in reason and reason.endswith("which torch runs")
+
+
+@pytest.mark.parametrize("text", ["s0**2", "2**s0", "Pow(Symbol('s0'), Integer(-1))", "s0**(s1 + 1)", "2**63 - 1"])
+def test_bounded_powers_pass(text):
+    assert pt2_safety.sympy_risk(text, "m") is None
+
+
+def test_inflating_member_is_refused_before_it_is_read(tmp_path):
+    """A weight member deflated from 4 MiB... that inflates to 256 MiB: refused from the
+    zip directory's sizes, with no memory spent on it."""
+    archive = tmp_path / "model.pt2"
+    with zipfile.ZipFile(SAMPLE) as zin, zipfile.ZipFile(archive, "w") as zout:
+        for info in zin.infolist():
+            if info.filename.endswith("data/weights/weight_1"):
+                zout.writestr(info.filename, bytes(256 << 20), compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                zout.writestr(info, zin.read(info.filename))
+    assert archive.stat().st_size < 1 << 20
+    p = _cli(archive, cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    member = next(n for n in zipfile.ZipFile(archive).namelist() if n.endswith("weight_1"))
+    size = zipfile.ZipFile(archive).getinfo(member).compress_size
+    assert p.stderr.splitlines() == [
+        f"legalize: error: {archive}: its archive member {member!r} inflates from {size:,} to {256 << 20:,}"
+        f" bytes (more than 100x), which reading it would allocate; {HINT}"]

@@ -69,6 +69,10 @@ def load_untrusted(path: Path):
     from .torch_logs import quiet_torch
 
     with open(path, "rb") as f:
+        reason = inflation_risk(f)
+        if reason is not None:
+            raise refusal(path, reason)
+        f.seek(0)
         try:
             reader = PT2ArchiveReader(f)
         except Exception as e:  # noqa: BLE001 - torch's reader says what is wrong
@@ -127,6 +131,30 @@ def _is_pre_27_format(path: Path) -> bool:
 
 
 # -- the archive --------------------------------------------------------------------
+
+# torch.export.save stores every member uncompressed; a compressed member that inflates
+# past both bounds is a bomb (a few MB of file, GBs once read), refused from the sizes
+# the zip directory declares, before any member is read.
+MAX_INFLATION = 100  # uncompressed / compressed
+INFLATION_FLOOR = 16 << 20  # members smaller than this are never refused for it
+
+
+def inflation_risk(f) -> Optional[str]:
+    """The first member of the zip archive open as ``f`` that would inflate beyond
+    the bounds above, as the refusal's reason; None when none does, or when ``f`` is
+    no zip archive (torch's reader then says what is wrong)."""
+    import zipfile
+
+    try:
+        members = zipfile.ZipFile(f).infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    for m in members:
+        if m.file_size > INFLATION_FLOOR and m.file_size > MAX_INFLATION * max(m.compress_size, 1):
+            return (f"member {_show(m.filename)} inflates from {m.compress_size:,} to {m.file_size:,} bytes"
+                    f" (more than {MAX_INFLATION}x), which reading it would allocate")
+    return None
+
 
 def archive_risk(reader) -> Optional[str]:
     """What in the archive would make torch's loader (or running its program) run
@@ -257,11 +285,82 @@ def sympy_risk(text: str, member: str) -> Optional[str]:
     """Why ``text`` is not a plain sympy expression (``srepr`` or ``str`` form): torch
     gives it to ``sympy.sympify``, which evaluates it as Python."""
     try:
-        ok = _sympy_ok(ast.parse(text, mode="eval"))
+        tree = ast.parse(text, mode="eval")
+        ok = _sympy_ok(tree)
     except (SyntaxError, ValueError, RecursionError):
         ok = False
-    return None if ok else f"has Python code where torch expects a shape expression ({member}: {_show(text)})," \
-                           f" which loading runs"
+    if not ok:
+        return f"has Python code where torch expects a shape expression ({member}: {_show(text)}), which loading runs"
+    return arithmetic_risk(tree, f"a shape expression ({member}: {_show(text)})", "loading evaluates")
+
+
+# -- literal arithmetic (sympify and the guards evaluate it: 9**9**9**9 never ends) --
+
+MAX_LITERAL = 1 << 64  # sizes, strides and bounds are 64-bit numbers
+MAX_EXPONENT = 64
+_POWERS = {"Pow", "PowByNatural", "FloatPow", "pow"}  # sympy's, torch's and math's
+# Families whose value at a literal grows beyond any shape (factorial(10**9) never
+# ends); no shape expression or guard that torch writes calls them.
+_EXPLOSIVE_MODULES = ("sympy.functions.combinatorial", "sympy.functions.special", "sympy.ntheory")
+_EXPLOSIVE_MATH = {"factorial", "comb", "perm", "prod", "lgamma", "gamma"}
+
+
+def _called(node: ast.Call) -> str:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def _has_variable(node: ast.AST) -> bool:
+    """Whether ``node`` depends on a symbol or an input (so loading does not fold it
+    to a number): a name that is no called function, a ``Symbol(...)``, ``L[...]``."""
+    funcs = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    return any((isinstance(n, ast.Name) and id(n) not in funcs and n.id not in ("math", "torch"))
+               or isinstance(n, ast.Subscript)
+               or (isinstance(n, ast.Call) and _called(n) in _STRING_FIRST_ARG - {"Float"})
+               for n in ast.walk(node))
+
+
+def _small_exponent(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _small_exponent(node.operand)
+    if isinstance(node, ast.Call) and _called(node) in ("Integer", "Float", "Rational") and node.args:
+        return all(map(_small_exponent, node.args))
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool) \
+        and abs(node.value) <= MAX_EXPONENT
+
+
+def _explosive(node: ast.Call) -> bool:
+    f = node.func
+    if isinstance(f, ast.Attribute):
+        return isinstance(f.value, ast.Name) and f.value.id == "math" and f.attr in _EXPLOSIVE_MATH
+    if isinstance(f, ast.Name) and _sympy_class(f.id):
+        import sympy
+        from torch.utils._sympy import functions
+
+        cls = getattr(sympy, f.id, None) or getattr(functions, f.id)
+        return cls.__module__.startswith(_EXPLOSIVE_MODULES)
+    return False
+
+
+def arithmetic_risk(tree: ast.AST, what: str, when: str) -> Optional[str]:
+    """Why evaluating the literal arithmetic of ``tree`` (already within its grammar)
+    could take without end: a literal beyond 64 bits, a constant exponent beyond
+    ``MAX_EXPONENT``, a factorial-like function; None when it cannot."""
+    for node in ast.walk(tree):
+        reason = None
+        if isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) > MAX_LITERAL:
+            reason = "a literal beyond 64 bits"
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            if not _has_variable(node.right) and not _small_exponent(node.right):
+                reason = f"a constant exponent that is no literal of at most {MAX_EXPONENT}"
+        elif isinstance(node, ast.Call) and _called(node) in _POWERS and len(node.args) == 2:
+            if not _has_variable(node.args[1]) and not _small_exponent(node.args[1]):
+                reason = f"a constant exponent that is no literal of at most {MAX_EXPONENT}"
+        elif isinstance(node, ast.Call) and _explosive(node):
+            reason = f"{_called(node)}(), whose value grows beyond any shape"
+        if reason is not None:
+            return f"has arithmetic in {what} that may not end ({reason}), which {when}"
+    return None
 
 
 # -- input guards (compiled and run by program.module()) ---------------------------
@@ -314,11 +413,14 @@ def guard_risk(text: str, member: str) -> Optional[str]:
     """Why ``text`` is not a plain guard on input shapes: ``program.module()`` compiles
     each into the module's input check and runs it on every call."""
     try:
-        ok = "\n" not in text and "\r" not in text and _guard_ok(ast.parse(text, mode="eval"))
+        tree = ast.parse(text, mode="eval")
+        ok = "\n" not in text and "\r" not in text and _guard_ok(tree)
     except (SyntaxError, ValueError, RecursionError):
         ok = False
-    return None if ok else f"has Python code where torch expects an input guard ({member}: {_show(text)})," \
-                           f" which torch compiles and runs"
+    if not ok:
+        return f"has Python code where torch expects an input guard ({member}: {_show(text)})," \
+               f" which torch compiles and runs"
+    return arithmetic_risk(tree, f"an input guard ({member}: {_show(text)})", "torch runs")
 
 
 # -- the graph's calls -------------------------------------------------------------
