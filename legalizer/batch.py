@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 
 from .errors import LegalizeError, UsageError
-from .importers.reader import sniff
+from .importers.reader import files_read, sniff
 from .outputs import check_distinct, check_output_path
 from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, is_output
 
@@ -407,7 +407,8 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
         for m in models:
             if m.exists():
                 check_output_path(report, force=True, protect=m)
-    check_distinct(_written(models, settings, report), models)
+    written = _written(models, settings, report)
+    check_distinct(written, files_read(models, [p for _, p in written]))
     settings = replace(settings, want_report=report is not None or settings.json_out)
     outcomes = (execute(models, settings, jobs) if execute is not None
                 else run_all(models, settings, max(1, jobs or 1)))

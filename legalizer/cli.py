@@ -189,6 +189,11 @@ def _parse_inputs(items: List[str]) -> Dict[str, object]:
     return arrays
 
 
+def _input_files(items: List[str]) -> List[Path]:
+    """The files ``--input`` items name (``NAME=FILE.npy`` or ``FILE.npz``)."""
+    return [Path(item.partition("=")[2] or item) for item in items]
+
+
 def _parse_input_shapes(items: List[str]) -> Dict[str, tuple]:
     from .check.given import parse_input_shape
 
@@ -268,6 +273,7 @@ def legalize(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
+    from .importers.reader import files_read
     from .outputs import check_distinct, check_output_path
     from .pipeline import RunOptions, default_output, planned_outputs, run, stages
     from .targets import TARGETS
@@ -320,15 +326,19 @@ def legalize(
         check_output_path(report, force=True, protect=model)
         outputs.append(("the report (--report)", report))
     if reduce is not None:
-        check_output_path(reduce, force=force, protect=model)
-        outputs.append(("the reduced model (--reduce)", reduce))
+        from .check.reduce import reduce_files
+
+        for what, path in reduce_files(reduce):
+            check_output_path(path, force=force, protect=model)
+            outputs.append((what, path))
     if html is not None:
         from . import html_report
 
         html_report.check_path(html, protect=models)
         outputs.append(("the HTML report (--html)", html))
         options.regions = True
-    check_distinct(outputs, [model] + ([against] if against is not None else []))
+    read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs])
+    check_distinct(outputs, read + [("an input array (--input)", f) for f in _input_files(input_)])
     from .console import Printer, Progress
 
     printer = Printer(quiet, verbose, json_out, legalizing=not verify_only)

@@ -152,11 +152,12 @@ def same_file(a: Path, b: Path) -> bool:
 
 def check_distinct(outputs: Sequence[Tuple[str, Path]], inputs: Sequence[Path] = ()) -> None:
     """UsageError if one of ``outputs`` ((what it is, its path) pairs: "the report
-    (--report)", ...) is one of ``inputs`` or another output: every file a run writes is
+    (--report)", ...) is one of ``inputs`` (paths of input models, or (what it is, path)
+    pairs: "the external data of m.onnx") or another output: every file a run writes is
     its own, and no input is written. A path is one file with another when both resolve
     to one path (links, ``..``) or are two names (hard links) of one existing file. Call
     it before the work."""
-    seen: Dict[object, Optional[str]] = {}
+    seen: Dict[object, str] = {}
 
     def keys(p: Path) -> List[object]:
         found: List[object] = [os.path.realpath(p)]
@@ -167,17 +168,19 @@ def check_distinct(outputs: Sequence[Tuple[str, Path]], inputs: Sequence[Path] =
             pass
         return found
 
-    for model in inputs:
-        for k in keys(Path(model)):
-            seen[k] = None
+    read: Dict[object, str] = {}
+    for item in inputs:
+        what_in, path = item if isinstance(item, tuple) else ("an input model", item)
+        for k in keys(Path(path)):
+            read.setdefault(k, what_in)
     for what, p in outputs:
         if p is None:
             continue
         ks = keys(Path(p))
         for k in ks:
+            if k in read:
+                raise UsageError(f"{p}: is {read[k]} and {what}; refusing to overwrite it")
             if k in seen:
-                if seen[k] is None:
-                    raise UsageError(f"{p}: is an input model and {what}; refusing to overwrite it")
                 raise UsageError(f"{p}: is both {seen[k]} and {what}; give each its own path")
         for k in ks:
             seen[k] = what

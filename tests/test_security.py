@@ -494,3 +494,46 @@ def test_an_oversized_sum_is_bad_input_under_2gb(tmp_path):
     assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}: node 'big_sum': 'Sum' op has 1,000,000"
                                                     " operands; legalize reads at most 65,536 per node"])
     assert sorted(os.listdir(tmp_path)) == ["sum.onnx"]
+
+
+# ---- every file the run reads is an input (issue 24, item 3) ------------------------------
+
+def test_no_output_may_be_a_file_the_run_reads(tmp_path):
+    """External data, --input arrays and the reduction's side files: each refused as an
+    output before any work, with nothing written or replaced."""
+    model = _external(tmp_path, np.arange(4, dtype=np.float32))
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones(4, np.float32))
+    npz = tmp_path / "in.npz"
+    np.savez(npz, x=np.ones(4, np.float32))
+    out, data = tmp_path / "o.onnx", tmp_path / "w.bin"
+    cases = [
+        (["--report", data], f"{data}: is the external data of {model} and the report (--report)"),
+        (["--html", data], f"{data}: is the external data of {model} and the HTML report (--html)"),
+        (["--input", f"x={x}", "--report", x], f"{x}: is an input array (--input) and the report (--report)"),
+        (["--input", npz, "--html", npz], f"{npz}: is an input array (--input) and the HTML report (--html)"),
+    ]
+    before = _files(tmp_path)
+    for args, message in cases:
+        p = legalize(model, out, *args, "-q")
+        assert_clean(p)
+        assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {message}; refusing to overwrite it"])
+        assert _files(tmp_path) == before
+
+
+def test_reduce_side_files_are_checked_before_the_work(tmp_path):
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    ref = _copy(MODELS / "mlp_bias.onnx", tmp_path / "ref.onnx")
+    red = tmp_path / "r.onnx"
+    p = legalize(src, "--verify-only", "--against", ref, "--reduce", red, "--report", tmp_path / "r.inputs.npz", "-q")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [
+        f"legalize: error: {tmp_path / 'r.inputs.npz'}: is both the report (--report) and the reduction's inputs"
+        f" (--reduce); give each its own path"])
+    (tmp_path / "r.expected.npz").write_bytes(b"mine")
+    before = _files(tmp_path)
+    p = legalize(src, "--verify-only", "--against", ref, "--reduce", red, "-q")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [
+        f"legalize: error: {tmp_path / 'r.expected.npz'}: already exists (use --force to replace it)"])
+    assert _files(tmp_path) == before

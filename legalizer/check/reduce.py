@@ -255,10 +255,10 @@ def reduce_onnx(candidate: onnx.ModelProto, reference: onnx.ModelProto, loc: Loc
     if keep:
         ref_model = _onnx_sub(reference, keep, [(r, _array_type(a)) for r, a in zip(ref_ins, arrays.values())],
                               [(r, _array_type(loc.values[1][r])) for r in ref_outs])
-        written["reference"] = (_beside(path, ".reference.onnx"), ref_model)
+        written["reference"] = (_beside(path, SIDE_FILES["reference"]), ref_model)
     else:
         result.note = "the reference computes these outputs from other values: its part is not written"
-    _write(result, written, {"inputs": (_beside(path, ".inputs.npz"), arrays)}, force, protect)
+    _write(result, written, {"inputs": (_beside(path, SIDE_FILES["inputs"]), arrays)}, force, protect)
     return result
 
 
@@ -383,8 +383,8 @@ def reduce_mlir(text: str, loc: Localization, feeds, path: Path, *, rtol, atol, 
     _, ref, pairs = loc.values
     result = Reduced(f"value '%{loc.culprit.value}' differs from the reference", [s.node for s in kept], tests)
     expected = {o: np.asarray(ref[pairs[o]]) for o in outs if o in pairs}
-    _write(result, {"model": (path, sub_text)}, {"inputs": (_beside(path, ".inputs.npz"), _inputs_of(ins, loc, args)),
-                                                 "expected": (_beside(path, ".expected.npz"), expected)}, force, protect)
+    _write(result, {"model": (path, sub_text)}, {"inputs": (_beside(path, SIDE_FILES["inputs"]), _inputs_of(ins, loc, args)),
+                                                 "expected": (_beside(path, SIDE_FILES["expected"]), expected)}, force, protect)
     return result
 
 
@@ -412,6 +412,17 @@ def reduce_mlir_violation(text: str, code: str, node: str, profile: str, path: P
 
 
 # -- writing ------------------------------------------------------------------------------
+
+# The files a reduction may write beside the reduced model ``r.onnx``: role -> suffix.
+SIDE_FILES = {"reference": ".reference.onnx", "inputs": ".inputs.npz", "expected": ".expected.npz"}
+
+
+def reduce_files(path: Path) -> List[Tuple[str, Path]]:
+    """Every file ``--reduce path`` may write, as (what it is, path) pairs: checked, all
+    of them, before the work (existence, never an input)."""
+    return [("the reduced model (--reduce)", Path(path))] + [
+        (f"the reduction's {role} (--reduce)", _beside(Path(path), suffix)) for role, suffix in SIDE_FILES.items()]
+
 
 def _beside(path: Path, suffix: str) -> Path:
     """``r.onnx`` -> ``r<suffix>`` beside it."""

@@ -3,7 +3,9 @@ and the importer that reads it (``read_model``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import List, Sequence, Tuple
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -141,6 +143,29 @@ def check_external_data(path: Path) -> None:
         check_external(proto, path.resolve().parent)
     except BadInput as e:
         raise BadInput(f"{path}: {e}") from None
+
+
+def files_read(paths: Sequence[Path], outputs: Sequence[Path] = ()) -> List[Tuple[str, Path]]:
+    """Every file that reading the models ``paths`` opens, as (what it is, path) pairs:
+    each model and, for ONNX, the external data files it names. The external files are
+    looked up only when one of ``outputs`` already exists, as an output that does not
+    exist cannot be any of them (and the look-up parses the model). BadInput for a
+    model whose external data ``ir.constdata`` refuses."""
+    found = [("an input model", Path(p)) for p in paths]
+    if not any(os.path.lexists(o) for o in outputs if o is not None):
+        return found
+    from ..ir.constdata import external_location
+    from ..protoutil import model_tensors
+
+    for _, path in list(found):
+        if path.is_file() and sniff(path) == "onnx":
+            proto = load_onnx_proto(path)
+            try:
+                found += [(f"the external data of {path}", external_location(t, path.resolve().parent, what))
+                          for what, t in model_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
+            except BadInput as e:
+                raise BadInput(f"{path}: {e}") from None
+    return found
 
 
 def read_model(path, infer: bool = True, trust_pt2: bool = False) -> Model:
