@@ -187,7 +187,8 @@ def test_the_matcher_holds_examples_to_what_they_show():
 def test_example(example: Example, workspace, monkeypatch):
     missing = missing_extras(example)
     if missing:
-        pytest.skip(f"needs the {' and '.join(missing)} extra: {install_hint(','.join(missing))}")
+        extras = f"the {' and '.join(missing)} extra{'s' if len(missing) > 1 else ''}"
+        pytest.skip(f"needs {extras}: {install_hint(','.join(missing))}")
     ws, env = workspace
     if example.kind == "python":
         monkeypatch.chdir(ws)
