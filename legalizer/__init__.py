@@ -12,7 +12,7 @@ is the pass for ``onnx_ir`` pass managers (import it explicitly: it needs the
 
 The names are imported on first use (PEP 562), so that ``import legalizer``, which
 every ``legalize`` command does first, costs nothing: ``legalize --help`` imports
-neither onnx, numpy nor networkx (README, "Start-up").
+neither onnx, numpy nor networkx (docs/architecture.md, "Start-up").
 """
 
 import sys

@@ -1,7 +1,7 @@
 """What the command line prints, shared by the single-model command (``cli``) and the
 batch runners (``batch``): terminal-safe text (names in a model are untrusted), the
 progress bar over a run's stages, and the printer of a run's results. rich is imported
-only to draw a table or a progress bar (README, "Start-up")."""
+only to draw a table or a progress bar (docs/architecture.md, "Start-up")."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from .targets import TARGETS
 from .transform import legalize
 from .verify import VerifyResult, verify
 
-# Imported where a run needs them (README, "Start-up"): the TFLite check for a TFLite
+# Imported where a run needs them (docs/architecture.md, "Start-up"): the TFLite check for a TFLite
 # model, the diagnosis for a localization or --reduce, the regions for --html.
 if TYPE_CHECKING:
     from .check.localize import Localization

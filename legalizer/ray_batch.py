@@ -1,4 +1,4 @@
-"""``--executor ray``: each model of a batch is a Ray task (README, "Several models").
+"""``--executor ray``: each model of a batch is a Ray task (docs/several-models.md).
 
 Ray is the engine: the tasks go to the cluster that ``RAY_ADDRESS`` names, or to a local
 Ray instance when it is unset (``ray.init()``, as Ray's own programs do; a caller that

@@ -1,4 +1,4 @@
-"""The JSON report (the README's "The JSON report"): one schema for every run."""
+"""The JSON report (docs/report.md): one schema for every run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .verify import VerifyResult
 
 SCHEMA = 1
 
-# The keys of one violation in the report (listed in the README): the diagnostic's
+# The keys of one violation in the report (listed in docs/report.md): the diagnostic's
 # own, "stage", "dim" (the failing dim, or null) and "graph" (the subgraph path, ""
 # for the main graph).
 VIOLATION_KEYS = ("code", "node", "op", "message", "operand_shapes", "result_shape", "stage", "dim", "graph")

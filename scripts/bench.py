@@ -641,7 +641,7 @@ def main() -> None:
         import onnxruntime as ort
 
         if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise SystemExit("--provider cuda: this onnxruntime has no CUDAExecutionProvider (README: GPU set-up)")
+            raise SystemExit("--provider cuda: this onnxruntime has no CUDAExecutionProvider (CONTRIBUTING.md: GPU set-up)")
         PROVIDERS.insert(0, "CUDAExecutionProvider")
     if args.targets:
         dims = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}

@@ -382,7 +382,7 @@ def _verdict(r: dict) -> str:
 
 
 def print_table(rows: List[dict]) -> None:
-    """One row per model, both targets: the README's figures table, then the totals and
+    """One row per model, both targets: the figures table of docs/conformance.md, then the totals and
     what failed, and why."""
     by_model: Dict[str, Dict[str, dict]] = {}
     for r in rows:

@@ -4,7 +4,7 @@ Each round runs, in turn, ``python -c pass``, ``python -c 'import onnx, networkx
 floor of any run that reads a model), ``legalize --help`` and the main job on a small model (``models/mlp_bias.onnx``: with the check, with ``--no-check``, and
 ``--verify-only``), each a fresh process; the table gives the best and the median wall
 time of each over the rounds and their excess over ``python -c pass`` measured in the
-same rounds (the README's "Start-up" figures), and the same for the CPU time the process
+same rounds (the "Start-up" figures of docs/architecture.md), and the same for the CPU time the process
 used (user + system), which a busy machine inflates far less than wall time. Run it on a
 quiet machine: the wall medians of a busy one move by tens of milliseconds.
 

@@ -1,5 +1,5 @@
 """Hostile input for ``legalize``: mutations of the sample models, and a runner that holds
-each outcome to the CLI's contract (the README's "Command line"). Used by tests/test_fuzz.py
+each outcome to the CLI's contract (docs/cli.md). Used by tests/test_fuzz.py
 (hypothesis picks the cases) and, for a long campaign, as a script:
 
     python tests/fuzz_cases.py --cases 3000 --jobs 2     # counts by kind, failures grouped

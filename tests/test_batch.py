@@ -1,4 +1,4 @@
-"""Several models in one command (README, "Several models"): a folder or a list of
+"""Several models in one command (docs/several-models.md): a folder or a list of
 files, -j N processes, one result line per model in the order given, each model's own
 output, -o DIR, --report/--json as one JSON list, --force, an aggregated exit status,
 and a bad file or a dying worker that stops nobody else."""

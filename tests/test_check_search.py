@@ -399,8 +399,8 @@ def test_require_check_passes_a_check_that_ran_through_the_search(tmp_path):
     assert legalizer.check(src, tmp_path / "window.legal.onnx", provider="cpu", require_check=True).ok
 
 
-def test_the_readme_session_of_the_search(tmp_path):
-    text = (ROOT / "README.md").read_text()
+def test_the_docs_session_of_the_search(tmp_path):
+    text = (ROOT / "docs" / "getting-started.md").read_text()
     block = text.split("```text\n$ legalize audio.onnx\n...\n", 1)[1].split("```", 1)[0].splitlines()
     save(window_model(), tmp_path, "audio.onnx")
     p = subprocess.run([sys.executable, "-m", "legalizer.cli", "audio.onnx"], capture_output=True, text=True,

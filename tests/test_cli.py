@@ -1,5 +1,5 @@
 """``legalize MODEL --verify-only``, end to end, as a subprocess: exit codes, the JSON
-report's exact schema (the README's "The JSON report"), what goes to stdout and stderr under
+report's exact schema (docs/report.md), what goes to stdout and stderr under
 ``--json``, ``-q`` and ``-v``, and the progress indicator on a terminal."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def custom_domain_model(t_shape, n_frob: int = 1) -> onnx.ModelProto:
 
 
 def check_report(rep: dict, *, input: str, profile: str = "mlir") -> None:
-    """Every key and type of the report schema (the README's "The JSON report"), for --verify-only."""
+    """Every key and type of the report schema (docs/report.md), for --verify-only."""
     assert list(rep) == REPORT_KEYS
     assert rep["schema"] == 1
     assert isinstance(rep["tool_version"], str) and rep["tool_version"]

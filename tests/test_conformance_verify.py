@@ -149,7 +149,7 @@ def test_unranked_operand_is_left_out_of_the_inference():
     opposite: an unranked operand widened the inferred shape (ONNX runs Mul(*, 3x4x5)
     -> 2x3x4x5), found on test_rms_normalization_*_expanded, whose unranked operand now
     gets its rank at import (shapes/ranks.py). MLIR's C++ still accepts the extra
-    leading dims (README, "Verifier profiles")."""
+    leading dims (docs/profiles-and-targets.md)."""
     (d,) = verify_proto(op_model("Mul", ["*xf32", "3x4x5xf32"], "2x3x4x5xf32")).violations
     assert (d.code, d.node, d.op) == ("result-rank-mismatch", "n0", "Mul")
     assert str(d) == ("error: node 'n0': 'Mul' op result type '2x3x4x5' not broadcast compatible with"

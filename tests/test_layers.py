@@ -1,4 +1,4 @@
-"""The package's structure (the README's "Architecture"): imports point down the layers
+"""The package's structure (docs/architecture.md): imports point down the layers
 that pyproject.toml's import-linter contract lists, no module takes part in an import
 cycle (imports inside functions count), and no module is over 1,000 lines."""
 
@@ -81,17 +81,17 @@ def test_no_module_is_over_1000_lines():
     assert long == {}
 
 
-def _readme_layers() -> list:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Architecture\n", 1)[1].split("\n## ", 1)[0]
+def _documented_layers() -> list:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("# Architecture\n", 1)[1].split("\n## ", 1)[0]
     items = re.findall(r"^\d+\. (.*?)(?=^\d+\. |^\S|\Z)", section, re.M | re.S)
     return [re.findall(r"`(\w+)`", item.split(":", 1)[0]) for item in items]
 
 
-def test_the_readme_architecture_lists_the_contract_layers_and_every_module():
+def test_the_architecture_page_lists_the_contract_layers_and_every_module():
     contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
     layers = [[m.strip() for m in re.split(r"[:|]", layer)] for layer in contract["layers"]]
-    assert _readme_layers() == layers
+    assert _documented_layers() == layers
     top = {p.stem for p in (ROOT / "legalizer").iterdir()
            if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").exists())}
     assert {m for layer in layers for m in layer} == top

@@ -152,7 +152,7 @@ def test_cuda_provider_without_cuda_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
-                    reason="needs onnxruntime-gpu with a CUDA device (see the README's GPU set-up)")
+                    reason="needs onnxruntime-gpu with a CUDA device (see CONTRIBUTING.md's GPU set-up)")
 def test_cuda_check(tmp_path):
     src = copy_model("mlp_bias.onnx", tmp_path)
     p = legalize(src, "--provider", "cuda", "--json")

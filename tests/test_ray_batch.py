@@ -1,4 +1,4 @@
-"""``--executor ray`` (README, "Several models"): on a local Ray instance that this module
+"""``--executor ray`` (docs/several-models.md): on a local Ray instance that this module
 starts, a folder of sample models and a few corpus models give the local executor's
 lines, exit status, files and JSON list, from Ray workers; a worker that dies fails only
 its model; a file a task returns is written only where the command planned it; and
@@ -91,7 +91,7 @@ def run_both(cluster, tmp_path, target: Path, *args, out: Path = None):
     """The same command with each executor, on the same files (outputs removed between
     them); returns both runs, their reports and their outputs."""
     runs = {}
-    remove_outputs(out or target)  # (a copy of models/ may hold the README's own run's output)
+    remove_outputs(out or target)  # (a copy of models/ may hold the README set-up's own run's output)
     for executor in ("local", "ray"):
         rep = tmp_path / f"{executor}.json"
         p = legalize(target, "--executor", executor, "--report", rep, *args,

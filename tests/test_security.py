@@ -1,4 +1,4 @@
-"""Untrusted files, safe writes (issue 15; the README's "Untrusted input"): each hostile
+"""Untrusted files, safe writes (issue 15; docs/untrusted-input.md): each hostile
 case, its payload built here. Nothing in a module given to ``--against`` runs unless it
 is TOSA (a marker file the payload would make proves it), no output is lost, replaced,
 mixed with another run's or written over an input, and a file made to exhaust memory or

@@ -1,4 +1,4 @@
-"""Start fast (README, "Start-up"): a command imports only what it uses. Not timed (a
+"""Start fast (docs/architecture.md, "Start-up"): a command imports only what it uses. Not timed (a
 busy machine moves times by tens of milliseconds); what a run imports is what makes its
 start slow, and that is asserted exactly, in a fresh process per command."""
 

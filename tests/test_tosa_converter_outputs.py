@@ -15,7 +15,7 @@ from legalizer.pipeline import RunOptions, is_output, run
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted((ROOT / "models/tosa_converter").glob("*.mlirbc"))
 
-# What running them shows (see the README): the converter's own semantics, not ours.
+# What running them shows (see docs/formats.md): the converter's own semantics, not ours.
 DIFFER = {
     "broadcast_floor_mod": "integer FLOOR_MOD lowered through reciprocal/floor: wrong results",
     "broadcast_pow": "tosa.pow is undefined for a negative base: NaN where TFLite computes x**2",

@@ -205,7 +205,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     if provider == "cuda" and used != "CUDAExecutionProvider":
         from ..errors import UsageError
         raise UsageError("--provider cuda: onnxruntime could not start its CUDA provider (missing CUDA or"
-                         " cuDNN libraries?); see the README's GPU set-up")
+                         " cuDNN libraries?); see the docs, Getting started: Checking on a GPU")
     new = OrtRunner(legalized, provider_list)
     try:
         new.activate()

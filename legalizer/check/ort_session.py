@@ -19,8 +19,9 @@ def providers(choice: str = "auto") -> List[str]:
         return ["CPUExecutionProvider"]
     if choice == "cuda":
         if "CUDAExecutionProvider" not in available:
-            raise UsageError("--provider cuda: onnxruntime has no CUDAExecutionProvider here"
-                             " (install onnxruntime-gpu instead of onnxruntime; see the README)")
+            raise UsageError("--provider cuda: onnxruntime has no CUDAExecutionProvider here (install"
+                             " onnxruntime-gpu instead of onnxruntime; see the docs, Getting started:"
+                             " Checking on a GPU)")
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
     if "CUDAExecutionProvider" in available:
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]

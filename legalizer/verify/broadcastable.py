@@ -1,7 +1,7 @@
 """The Verify of MLIR's Broadcastable trait
 (https://mlir.llvm.org/docs/Traits/Broadcastable/) over a whole graph.
 
-Profiles (the README's "Verifier profiles"):
+Profiles (docs/profiles-and-targets.md):
 - ``mlir``: the trait's table; an inferred ``?`` against a static result dim is allowed.
 - ``strict``: as ``mlir``, but that dynamic-to-static cast is an error.
 - ``tosa``: as ``mlir``, plus every operand has the result's rank (one of unknown rank
@@ -161,7 +161,7 @@ def _numpy(c: _NodeCheck) -> None:
         _unidirectional(c)
         return
     # Unranked operands are left out of the inference and the result must have its
-    # rank (the spec's Verify; MLIR's C++ accepts extra leading result dims: README).
+    # rank (the spec's Verify; MLIR's C++ accepts extra leading result dims: docs/profiles-and-targets.md).
     ok, inferred = c.infer(c.shapes, c.labels())
     if ok:
         c.check_result(inferred)

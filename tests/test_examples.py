@@ -1,0 +1,201 @@
+"""Every example of the README and the docs runs and prints what it shows.
+
+Each ``$ `` command of a ```console block of README.md and docs/**/*.md (the README
+first, then the pages in the site's order) runs in that order, as a user runs them on a
+fresh clone after the README's set-up: in a folder holding a copy of ``models/`` (without
+any ``*.legal.*`` file a developer's runs left there), where the set-up's own
+``legalize`` command has run first. What it prints, stdout and stderr as a terminal
+shows them, must be what the block shows under it; absolute paths of that folder and
+timings are normalized, and a line ``...`` in a block stands for any number of lines.
+The ```python blocks of the docs run too, in the same folder.
+
+An example that needs an optional extra (a ``.pt2``: torch; a ``.tflite``: litert; TOSA
+MLIR: iree; ``--executor ray``: ray; ``--emit stablehlo-bytecode``: jax) is skipped,
+naming the extra, where the extra is not installed. Nothing else is skipped: an example
+that no longer prints what it shows fails.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import pytest
+
+from legalizer.extras import install_hint
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# extra -> the modules it installs that the examples use
+EXTRA_MODULES = {
+    "torch": ("torch", "onnxscript"),
+    "litert": ("ai_edge_litert",),
+    "iree": ("iree.compiler", "iree.runtime"),
+    "jax": ("jax", "jaxlib"),
+    "ray": ("ray",),
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    file: str  # relative to the repository
+    line: int  # of the command (or of the python block's first line)
+    kind: str  # "console" or "python"
+    code: str  # the command after "$ ", or the python source
+    shown: str  # what the block shows the command printing ("" for python)
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+def documents() -> List[Path]:
+    """README.md, then the site's pages in the order of mkdocs.yml's nav, then any other
+    page under docs/ (mkdocs build --strict refuses a page left out of the nav)."""
+    nav = re.findall(r"^\s*- [^:\n]+:\s*(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    pages = [ROOT / "docs" / name for name in nav]
+    rest = sorted(p for p in (ROOT / "docs").rglob("*.md") if p not in pages)
+    return [ROOT / "README.md", *pages, *rest]
+
+
+def examples() -> List[Example]:
+    found = []
+    for doc in documents():
+        text = doc.read_text(encoding="utf-8")
+        name = doc.relative_to(ROOT).as_posix()
+        for block in re.finditer(r"^```(console|python)\n(.*?)^```", text, re.M | re.S):
+            first = text.count("\n", 0, block.start(2)) + 1
+            if block[1] == "python":
+                found.append(Example(name, first, "python", block[2], ""))
+                continue
+            lines = block[2].splitlines()
+            starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
+            assert starts and starts[0] == 0, f"{name}:{first}: a console block starts with a '$ ' command"
+            for i, j in zip(starts, starts[1:] + [len(lines)]):
+                found.append(Example(name, first + i, "console", lines[i][2:], "\n".join(lines[i + 1:j])))
+    return found
+
+
+EXAMPLES = examples()
+
+
+def extras_needed(example: Example) -> List[str]:
+    if example.kind == "python":
+        code = example.code
+        return ["torch"] if ("torch" in code or "onnx_ir" in code or "onnxscript" in code) else []
+    words = shlex.split(example.code)
+    needs = set()
+    for word in words:
+        if word.endswith(".pt2"):
+            needs.add("torch")
+        elif word.endswith(".tflite"):
+            needs.add("litert")
+        elif word.endswith((".mlir", ".mlirbc")) and word.startswith("models/"):
+            needs.add("iree")
+    if "ray" in words and "--executor" in words:
+        needs.add("ray")
+    if "stablehlo-bytecode" in words:
+        needs.add("jax")
+    return sorted(needs)
+
+
+def missing_extras(example: Example) -> List[str]:
+    def have(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            return False
+
+    return [e for e in extras_needed(example) if not all(have(m) for m in EXTRA_MODULES[e])]
+
+
+def setup_command() -> str:
+    """The README's set-up ends by running the main job on a sample model: its last
+    ``&&`` part, without the venv's path."""
+    setup = (ROOT / "README.md").read_text(encoding="utf-8").split("## Set-up", 1)[1]
+    first = re.findall(r"```bash\n(.*?)\n```", setup, re.S)[0]
+    last = first.split("&&")[-1].strip()
+    assert last.startswith(".venv/bin/legalize "), last
+    return last.removeprefix(".venv/bin/")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Tuple[Path, dict]:
+    """A folder as a fresh clone has it after the set-up command: ``models/`` and the
+    output the set-up wrote; a ``legalize`` on PATH that runs this checkout."""
+    ws = tmp_path_factory.mktemp("examples")
+    shutil.copytree(ROOT / "models", ws / "models", ignore=shutil.ignore_patterns("*.legal.*", "__pycache__"))
+    bin_dir = tmp_path_factory.mktemp("bin")
+    shim = bin_dir / "legalize"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m legalizer.cli "$@"\n')
+    shim.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "COLUMNS", "LINES")}
+    env.update(PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+               COLUMNS="100", TERM="dumb")
+    p = _run(setup_command(), ws, env)
+    assert p.returncode == 0, p.stdout
+    assert (ws / "models" / "transformer_block.dynamo.legal.onnx").exists()
+    return ws, env
+
+
+def _run(command: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def normalize(text: str, ws: Optional[Path] = None) -> str:
+    if ws is not None:
+        text = text.replace(f"{ws}/", "").replace(str(ws), ".")
+    text = text.replace(f"{ROOT}/", "<repo>/")
+    # Timings: "0.3 s", "12 ms", and the JSON report's seconds per stage.
+    text = re.sub(r"\b\d+(?:\.\d+)? ?(?:ms|s)\b", "<time>", text)
+    text = re.sub(r'("timings_s": \{)(.*?)(\})',
+                  lambda m: m[1] + re.sub(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", "<time>", m[2]) + m[3], text, flags=re.S)
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+def matches(shown: str, got: str) -> bool:
+    """``got`` is ``shown`` line for line, a shown line ``...`` standing for any lines."""
+    pattern = "".join(r"(?:[^\n]*\n)*?" if line == "..." else re.escape(line) + r"\n" for line in shown.splitlines())
+    return re.fullmatch(pattern, got + "\n" if got else "") is not None
+
+
+def test_the_docs_have_examples():
+    consoles = [e for e in EXAMPLES if e.kind == "console"]
+    assert len(consoles) >= 15 and {e.file for e in consoles} >= {"README.md", "docs/getting-started.md"}
+    assert len([e for e in EXAMPLES if e.kind == "python"]) >= 4
+
+
+def test_the_matcher_holds_examples_to_what_they_show():
+    assert matches("a\n...\nd", "a\nb\nc\nd") and matches("a\n...\nd", "a\nd")
+    assert not matches("a\nd", "a\nb\nd") and not matches("a\n...\nd", "a\nb\nc")
+    assert not matches("a", "a\nb") and not matches("a (b)", "a b")
+    assert normalize('x 0.31 s\n"timings_s": {\n  "load": 0.08\n}') == 'x <time>\n"timings_s": {\n  "load": <time>\n}'
+    assert normalize("/w/models/m.onnx: -> /w/m.legal.onnx", Path("/w")) == "models/m.onnx: -> m.legal.onnx"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+def test_example(example: Example, workspace, monkeypatch):
+    missing = missing_extras(example)
+    if missing:
+        extras = f"the {' and '.join(missing)} extra{'s' if len(missing) > 1 else ''}"
+        pytest.skip(f"needs {extras}: {install_hint(','.join(missing))}")
+    ws, env = workspace
+    if example.kind == "python":
+        monkeypatch.chdir(ws)
+        exec(compile(example.code, example.id, "exec"), {})  # noqa: S102 - the docs' own code
+        return
+    p = _run(example.code, ws, env)
+    got, shown = normalize(p.stdout, ws), normalize(example.shown)
+    assert matches(shown, got), (
+        f"{example.id}: `{example.code}` (exit {p.returncode}) prints otherwise than the docs show:\n"
+        + "\n".join(difflib.unified_diff(shown.splitlines(), got.splitlines(), "shown", "printed", lineterm="")))
