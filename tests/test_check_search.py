@@ -357,6 +357,31 @@ def test_bad_arrays_are_one_line_and_exit_2(tmp_path):
         legalizer.check(src, legalizer.legalize(onnx.load(str(src))), input_shapes={"x": (1, 64)})
 
 
+def test_npz_bombs_are_refused_before_they_inflate(tmp_path):
+    """An archive read by its zip directory and its arrays' headers first (issue 24):
+    3 MB that inflate to 320 MiB, and a header that declares 2^40 floats."""
+    import io
+    import zipfile
+
+    src = save(conv_stack_model(), tmp_path, "convs.onnx")
+    bomb = tmp_path / "bomb.npz"
+    np.savez_compressed(bomb, x=np.zeros((80, 1 << 20), np.float32))
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)})
+    with zipfile.ZipFile(tmp_path / "huge.npz", "w") as z:
+        z.writestr("x.npy", header.getvalue() + bytes(64))  # the header holds the magic
+    size = zipfile.ZipFile(bomb).getinfo("x.npy")
+    cases = [
+        (bomb, f"array 'x' inflates from {size.compress_size:,} to {size.file_size:,} bytes (more than 100x);"
+               " refusing to read it"),
+        (tmp_path / "huge.npz", f"array 'x' declares {1 << 40} of float32 ({4 << 40:,} bytes), over the limit of"
+                                f" {4 << 30:,}; refusing to read it"),
+    ]
+    for npz, reason in cases:
+        p = legalize(src, "--input", npz)
+        assert (p.returncode, p.stderr.strip()) == (2, f"legalize: error: --input {npz}: {reason}")
+
+
 # -- --require-check ------------------------------------------------------------------
 
 def test_require_check_fails_a_run_whose_original_cannot_run(tmp_path):

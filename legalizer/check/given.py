@@ -8,6 +8,7 @@ as the check's bindings name them."""
 
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 from pathlib import Path
@@ -59,10 +60,46 @@ def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
     return data
 
 
+# An .npz member is a .npy file in a zip archive. Its header (dtype, shape) is read
+# before its data, so that an archive that declares, or inflates to, more than these
+# bounds is refused before it allocates (3 MB that inflate to 3 GiB).
+MAX_ARRAY_BYTES = 4 << 30
+MAX_INFLATION = 100  # uncompressed / compressed
+INFLATION_FLOOR = 16 << 20  # members smaller than this are never refused for it
+_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _check_members(file: Union[str, os.PathLike]) -> None:
+    """UsageError for the first member of the ``.npz`` archive ``file`` whose data
+    would inflate beyond ``MAX_INFLATION``, or whose header declares more than
+    ``MAX_ARRAY_BYTES``; only the zip directory and the members' headers are read."""
+    with zipfile.ZipFile(file) as z:
+        for info in z.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if info.file_size > INFLATION_FLOOR and info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+                raise UsageError(f"--input {file}: array '{name}' inflates from {info.compress_size:,} to"
+                                 f" {info.file_size:,} bytes (more than {MAX_INFLATION}x); refusing to read it")
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                if version not in _HEADERS:
+                    raise ValueError(f"array '{name}' is in .npy format version {version[0]}.{version[1]},"
+                                     f" which is not read here")
+                shape, _, dtype = _HEADERS[version](f)
+            size = math.prod(shape) * dtype.itemsize
+            if size > MAX_ARRAY_BYTES:
+                raise UsageError(f"--input {file}: array '{name}' declares {'x'.join(map(str, shape))} of {dtype}"
+                                 f" ({size:,} bytes), over the limit of {MAX_ARRAY_BYTES:,}; refusing to read it")
+
+
 def read_npz(file: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive (``np.savez``), by name: the inputs it feeds."""
     if _kind(file) == "":
         raise UsageError(f"--input {file}: cannot read it: not an .npz archive (nor a .npy array)")
+    try:
+        if _kind(file) == "npz":
+            _check_members(file)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UsageError(f"--input {file}: cannot read it as an .npz archive: {first_line(e)}") from None
     try:
         data = np.load(file, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
