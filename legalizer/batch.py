@@ -45,9 +45,13 @@ MODEL_SUFFIXES = (".onnx", ".tflite")
 VERIFY_SUFFIXES = (".mlir", ".mlirbc")
 
 
-def find_models(folder: Path, verify_only: bool) -> List[Path]:
-    """The model files under ``folder`` (see the module's docstring), sorted."""
+def find_models(folder: Path, verify_only: bool, skipped: Optional[List[Path]] = None) -> List[Path]:
+    """The model files under ``folder`` (see the module's docstring), sorted. A file
+    link whose target lies outside ``folder`` is no model of it: it goes to ``skipped``
+    (a model of the folder must not make legalize read, and copy into its outputs,
+    another file of the machine; links to folders are never followed)."""
     suffixes = MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ())
+    inside = os.path.realpath(folder)
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -55,21 +59,27 @@ def find_models(folder: Path, verify_only: bool) -> List[Path]:
             if name.startswith(".") or is_output(name) or not name.endswith(suffixes):
                 continue
             p = Path(root) / name
-            if p.is_file():
-                found.append(p)
+            if not p.is_file():
+                continue
+            if os.path.commonpath([inside, os.path.realpath(p)]) != inside:
+                if skipped is not None:
+                    skipped.append(p)
+                continue
+            found.append(p)
     return found
 
 
-def expand(paths: Sequence[Path], verify_only: bool) -> List[Path]:
+def expand(paths: Sequence[Path], verify_only: bool, skipped: Optional[List[Path]] = None) -> List[Path]:
     """The models that ``paths`` name: files as given, folders by their contents; each
-    model once. UsageError (or BadInput) for a folder that holds no model."""
+    model once (links out of a folder go to ``skipped``). UsageError (or BadInput) for
+    a folder that holds no model."""
     models: List[Path] = []
     seen = set()
     for p in paths:
         if p.is_dir():
             if (p / "saved_model.pb").exists():
                 sniff(p)  # raises: a TensorFlow SavedModel
-            found = find_models(p, verify_only)
+            found = find_models(p, verify_only, skipped)
             if not found:
                 kinds = ", ".join(f"*{s}" for s in MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ()))
                 raise UsageError(f"{p}: is a directory with no model files in it ({kinds})")
@@ -390,7 +400,13 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
     """The batch command: returns the aggregated exit status. ``execute`` runs the
     models elsewhere (``ray_batch.run_all``); by default, local processes."""
     options = settings.options
-    models = expand(paths, options.verify_only)
+    skipped: List[Path] = []
+    models = expand(paths, options.verify_only, skipped)
+    from .console import one_line
+
+    for link in skipped:
+        print(one_line(f"legalize: warning: {link}: links to a file outside the folder given; skipped"),
+              file=sys.stderr)
     if settings.outdir is not None:
         check_collisions(models, settings.outdir, options.emit)
     elif not options.verify_only:

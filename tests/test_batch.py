@@ -245,3 +245,22 @@ def test_html_with_several_models_must_be_a_folder_and_pages_must_not_collide(fo
     assert p.returncode == 2 and p.stderr.splitlines() == [
         "legalize: error: --html: two models would write the same page (m.legal.html): run them separately"]
     assert not list(tmp_path.glob("*.html"))
+
+
+def test_file_links_out_of_the_folder_are_skipped_with_a_warning(tmp_path):
+    """``tenant/stolen.onnx -> ../private/secret.onnx``: the private model is not read,
+    nor written into the outputs; a link that stays inside the folder is a model."""
+    tenant, private = tmp_path / "tenant", tmp_path / "private"
+    tenant.mkdir(), private.mkdir()
+    shutil.copy(MODELS / "mlp_bias.onnx", tenant / "good.onnx")
+    shutil.copy(MODELS / "mlp_bias.onnx", private / "secret.onnx")
+    (tenant / "stolen.onnx").symlink_to(Path("..") / "private" / "secret.onnx")
+    (tenant / "sub").mkdir()
+    (tenant / "sub" / "alias.onnx").symlink_to(Path("..") / "good.onnx")  # inside: the same model, once
+    p = legalize(tenant, "-j", "1", "--no-check")
+    clean(p)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [
+        f"legalize: warning: {tenant / 'stolen.onnx'}: links to a file outside the folder given; skipped"]
+    assert p.stdout.splitlines()[-1].startswith("legalize: 1 model: 1 legalized")
+    assert _files(tenant) == ["good.legal.onnx", "good.onnx", "stolen.onnx", "sub", "sub/alias.onnx"]
