@@ -12,10 +12,12 @@ way through legalize.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import inspect
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
@@ -113,42 +115,166 @@ def enum_name(enum_table: str, code: int) -> Optional[str]:
 
 
 # ---- reading ------------------------------------------------------------------------
+# The generated accessors cost about ten Python calls a field (flatbuffers' Table checks
+# each number it is given), which made a 300k-op model a matter of minutes. So each
+# field's place is read once from its accessor (the vtable slot, and what lies there),
+# and a table is decoded from its vtable directly; a field whose accessor has another
+# form is read through the accessor, as before.
+_U8, _U16, _U32, _I32 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<i")
+
+
+@dataclass(frozen=True)
+class _Slot:
+    key: str  # snake_case field name
+    camel: str
+    slot: int  # its offset in the vtable
+    kind: str  # scalar | string | table | scalars | tables | strings | union | accessor
+    unpack: Any = None  # scalar: struct.Struct
+    cast: Any = None  # scalar: the Python type the accessor returns
+    default: Any = None  # scalar: the accessor's value when the field is absent
+    table: Optional[str] = None  # table, tables: the element's table; union: its enum
+    dtype: Any = None  # scalars: numpy dtype
+    type_slot: int = 0  # union: the slot of its enum
+
+
+def _source(reader, name: str) -> str:
+    return inspect.getsource(getattr(reader, name))
+
+
+def _slot_of(table: str, key: str, f: _Field) -> _Slot:
+    reader = getattr(_module(table), table)
+    src = _source(reader, f.camel)
+    slot = int(re.search(r"Offset\((\d+)\)", src).group(1))
+    obj = re.search(r"obj = (\w+)\(\)", src)
+    if f.kind == "union":
+        type_slot = int(re.search(r"Offset\((\d+)\)", _source(reader, f"{f.camel}Type")).group(1))
+        return _Slot(key, f.camel, slot, "union", table=_UNION_ENUMS.get(f.camel, f.camel), type_slot=type_slot)
+    if f.kind == "vector":
+        return _Slot(key, f.camel, slot, "scalars", dtype=np.dtype(f.dtype).newbyteorder("<"))
+    if hasattr(reader, f"{f.camel}Length"):
+        if obj and "Indirect" in src:
+            return _Slot(key, f.camel, slot, "tables", table=obj.group(1))
+        if "String(" in src:
+            return _Slot(key, f.camel, slot, "strings")
+    elif "self._tab.String(o + self._tab.Pos)" in src:
+        return _Slot(key, f.camel, slot, "string")
+    elif obj and "Indirect(o + self._tab.Pos)" in src:
+        return _Slot(key, f.camel, slot, "table", table=obj.group(1))
+    else:
+        # only the plain template: "return [bool(]self._tab.Get(...)", then "return <literal>"
+        scalar = re.search(r"return (?:bool\()?self\._tab\.Get\(flatbuffers\.number_types\.(\w+)Flags,"
+                           r" o \+ self\._tab\.Pos\)", src)
+        default = re.search(r"\n\s*return (-?[0-9.]+|True|False)\s*$", src)
+        if scalar and default:
+            flags = getattr(flatbuffers.number_types, f"{scalar.group(1)}Flags")
+            return _Slot(key, f.camel, slot, "scalar", unpack=struct.Struct("<" + flags.packer_type.format[-1]),
+                         cast=flags.py_type, default=ast.literal_eval(default.group(1)))
+    return _Slot(key, f.camel, slot, "accessor")
+
+
+@functools.lru_cache(maxsize=None)
+def _layout(table: str) -> Tuple[_Slot, ...]:
+    return tuple(_slot_of(table, key, f) for key, f in _fields(table).items())
+
+
+def _string(buf, at: int) -> str:
+    at += _U32.unpack_from(buf, at)[0]
+    n = _U32.unpack_from(buf, at)[0]
+    return bytes(buf[at + 4:at + 4 + n]).decode("utf-8", "replace")
+
+
+def _read_at(buf, pos: int, table: str) -> FbTable:
+    """The ``FbTable`` of the ``table`` at ``pos`` of ``buf``, from its vtable."""
+    vt = pos - _I32.unpack_from(buf, pos)[0]
+    vt_len = _U16.unpack_from(buf, vt)[0]
+    out = FbTable(table)
+    fields = out.fields
+    for s in _layout(table):
+        o = _U16.unpack_from(buf, vt + s.slot)[0] if s.slot < vt_len else 0
+        kind = s.kind
+        if kind == "scalar":
+            fields[s.key] = s.cast(s.unpack.unpack_from(buf, pos + o)[0]) if o else s.default
+        elif kind == "accessor":
+            reader = getattr(_module(table), table)()
+            reader.Init(buf, pos)
+            _read_field(reader, s.key, _fields(table)[s.key], fields)
+        elif kind == "union":
+            t = _U16.unpack_from(buf, vt + s.type_slot)[0] if s.type_slot < vt_len else 0
+            code = _U8.unpack_from(buf, pos + t)[0] if t else 0
+            if code == 0:
+                continue
+            fields[f"{s.key}_type"] = code
+            member = union_class(s.table, code)
+            if member is not None and o:
+                at = pos + o
+                fields[s.key] = _read_at(buf, at + _U32.unpack_from(buf, at)[0], member)
+        elif not o:
+            continue
+        elif kind == "string":
+            fields[s.key] = _string(buf, pos + o)
+        elif kind == "table":
+            at = pos + o
+            fields[s.key] = _read_at(buf, at + _U32.unpack_from(buf, at)[0], s.table)
+        else:
+            at = pos + o
+            at += _U32.unpack_from(buf, at)[0]
+            n = _U32.unpack_from(buf, at)[0]
+            if kind == "scalars":
+                fields[s.key] = np.frombuffer(buf, s.dtype, n, at + 4)
+            elif kind == "tables":
+                items = (at + 4 + 4 * j for j in range(n))
+                fields[s.key] = [_read_at(buf, e + _U32.unpack_from(buf, e)[0], s.table) for e in items]
+            else:
+                fields[s.key] = [_string(buf, at + 4 + 4 * j) for j in range(n)]
+    return out
+
+
 def read(obj: Any, table: Optional[str] = None) -> FbTable:
     """The ``FbTable`` of reader object ``obj``. Vectors of scalars are numpy views of
     the file's bytes, not copies."""
+    return _read_at(obj._tab.Bytes, obj._tab.Pos, table or type(obj).__name__)
+
+
+def read_by_accessors(obj: Any, table: Optional[str] = None) -> FbTable:
+    """``read`` through the generated accessors alone (the reference the fast path is
+    tested against)."""
     table = table or type(obj).__name__
     out = FbTable(table)
     for key, f in _fields(table).items():
-        if f.kind == "vector":
-            if getattr(obj, f"{f.camel}IsNone")():
-                continue
-            out.fields[key] = getattr(obj, f"{f.camel}AsNumpy")()
-        elif f.kind == "union":
-            code = getattr(obj, f"{f.camel}Type")()
-            if code == 0:
-                continue
-            member = union_class(_UNION_ENUMS.get(f.camel, f.camel), code)
-            tab = getattr(obj, f.camel)()
-            out.fields[f"{key}_type"] = code
-            if member is not None and tab is not None:
-                inner = getattr(_module(member), member)()
-                inner.Init(tab.Bytes, tab.Pos)
-                out.fields[key] = read(inner, member)
-        elif hasattr(obj, f"{f.camel}Length"):
-            if getattr(obj, f"{f.camel}IsNone")():
-                continue
-            items = [getattr(obj, f.camel)(j) for j in range(getattr(obj, f"{f.camel}Length")())]
-            out.fields[key] = [x.decode("utf-8", "replace") if isinstance(x, bytes) else read(x) for x in items]
-        else:
-            value = getattr(obj, f.camel)()
-            if value is None:
-                continue
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "replace")
-            elif hasattr(value, "_tab"):
-                value = read(value)
-            out.fields[key] = value
+        _read_field(obj, key, f, out.fields)
     return out
+
+
+def _read_field(obj: Any, key: str, f: _Field, fields: Dict[str, Any]) -> None:
+    """Field ``key`` of reader object ``obj``, through its accessor, into ``fields``
+    (nothing when absent)."""
+    if f.kind == "vector":
+        if not getattr(obj, f"{f.camel}IsNone")():
+            fields[key] = getattr(obj, f"{f.camel}AsNumpy")()
+    elif f.kind == "union":
+        code = getattr(obj, f"{f.camel}Type")()
+        if code == 0:
+            return
+        member = union_class(_UNION_ENUMS.get(f.camel, f.camel), code)
+        tab = getattr(obj, f.camel)()
+        fields[f"{key}_type"] = code
+        if member is not None and tab is not None:
+            inner = getattr(_module(member), member)()
+            inner.Init(tab.Bytes, tab.Pos)
+            fields[key] = read_by_accessors(inner, member)
+    elif hasattr(obj, f"{f.camel}Length"):
+        if not getattr(obj, f"{f.camel}IsNone")():
+            items = [getattr(obj, f.camel)(j) for j in range(getattr(obj, f"{f.camel}Length")())]
+            fields[key] = [x.decode("utf-8", "replace") if isinstance(x, bytes) else read_by_accessors(x) for x in items]
+    else:
+        value = getattr(obj, f.camel)()
+        if value is None:
+            return
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        elif hasattr(value, "_tab"):
+            value = read_by_accessors(value)
+        fields[key] = value
 
 
 # ---- writing ------------------------------------------------------------------------

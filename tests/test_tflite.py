@@ -23,6 +23,7 @@ from test_cli import assert_clean, legalize, lines
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted(p for p in (ROOT / "models" / "tflite").glob("*.tflite") if not is_output(p))
 sys.path.insert(0, str(ROOT / "scripts"))
+import tflite_build  # noqa: E402
 import tflite_models  # noqa: E402
 
 needs_litert = pytest.mark.skipif(not __import__("legalizer.check.litert", fromlist=["x"]).litert_available(),
@@ -546,3 +547,35 @@ def test_op_by_op_names_the_op_that_differs(tmp_path, monkeypatch):
     # The MUL, fed LiteRT's MEAN, is right: only the MEAN is named.
     assert ort.detail == ("12 steps off end to end; op by op, 1 of 2 ops differ from LiteRT: 'mean' (MEAN) more"
                           " than one quantization step")
+
+
+# -- the vtable reader reads what the generated accessors read (issue 24, item 6) ----------
+
+def _same_table(a, b, where="Model"):
+    if isinstance(a, FbTable):
+        assert isinstance(b, FbTable) and a.type == b.type and set(a.fields) == set(b.fields), where
+        for k in a.fields:
+            _same_table(a.fields[k], b.fields[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_table(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.tobytes() == b.tobytes(), where
+    else:
+        assert type(a) is type(b) and a == b, (where, a, b)
+
+
+BUILT = {"stateful": tflite_build.stateful_model, "sparse": tflite_build.sparse_model,
+         "empty_constant": tflite_build.empty_constant_model, "deconv": tflite_build.deconv_model,
+         "attention_int8": tflite_build.attention_int8_model}
+
+
+@pytest.mark.parametrize("source", sorted(p.name for p in (ROOT / "models" / "tflite").glob("*.tflite")) + sorted(BUILT))
+def test_vtable_reader_reads_what_the_accessors_read(source):
+    import tflite
+
+    from legalizer.tflite_schema import read_by_accessors
+
+    data = BUILT[source]() if source in BUILT else (ROOT / "models" / "tflite" / source).read_bytes()
+    _same_table(read_by_accessors(tflite.Model.GetRootAs(data, 0), "Model"), read(tflite.Model.GetRootAs(data, 0), "Model"))

@@ -89,6 +89,11 @@ def _quantization(q: Optional[FbTable]) -> Optional[Quantization]:
     return Quantization(tuple(float(s) for s in scale), zp, int(q.get("quantized_dimension", 0)), q)
 
 
+def _ints(a) -> List[int]:
+    """A vector of the file (a numpy view) as Python ints."""
+    return a.tolist() if isinstance(a, np.ndarray) else [int(x) for x in a]
+
+
 def _attr_value(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return v.tolist()
@@ -192,16 +197,16 @@ class _Importer:
             if i not in produced:
                 nodes.append(consts[i])
                 produced.add(i)
-        later = {int(i): k for k, op in enumerate(sg.get("operators", [])) for i in op.get("outputs", [])}
+        later = {i: k for k, op in enumerate(sg.get("operators", [])) for i in _ints(op.get("outputs", []))}
         for k, op in enumerate(sg.get("operators", [])):
             node = self.operator(k, op, index)
-            node.inputs = [tensor(int(i), f"operator {k} ({node.op})") for i in op.get("inputs", [])]
+            node.inputs = [tensor(i, f"operator {k} ({node.op})") for i in _ints(op.get("inputs", []))]
             for v in node.inputs:
                 # TFLite runs operators in the order listed (LiteRT aborts on this).
                 if v is not None and v.info_index not in produced and later.get(v.info_index, -1) >= k:
                     raise BadInput(f"subgraph {index}: operator {k} ({node.op}) reads tensor '{v.name}' before"
                                    f" operator {later[v.info_index]} writes it (operators run in the order listed)")
-            outs = [int(i) for i in op.get("outputs", [])]
+            outs = _ints(op.get("outputs", []))
             for i in outs:
                 if i in produced or not 0 <= i < len(values):
                     what = "refers to a missing tensor" if not 0 <= i < len(values) else "writes a tensor that is already defined"
@@ -241,7 +246,7 @@ class _Importer:
             # No dims: a scalar says so with has_rank (or is a constant); otherwise the
             # rank is unknown, and an unranked tensor is never reshaped on a guess.
             return TensorType(dtype, () if t.get("has_rank") or t.get("buffer", 0) else None)
-        return TensorType(dtype, tuple(None if int(d) < 0 else int(d) for d in dims))
+        return TensorType(dtype, tuple(None if d < 0 else d for d in _ints(dims)))
 
     def const_data(self, data: np.ndarray, v: Value, name: str, sparsity: Optional[FbTable], buffer: int) -> ConstData:
         """A constant's data. A sparse one (pruned weights: the buffer holds the nonzero
@@ -480,7 +485,8 @@ def load_tflite(path: Path) -> Model:
         (root,) = struct.unpack_from("<I", buf, 0)
         if root + 4 > len(buf):
             raise ValueError("root offset past the end")
-        table = read(tflite.Model.GetRootAs(buf, 0), "Model")
+        with paused_gc():  # a table a field: the collector would walk them all, again and again
+            table = read(tflite.Model.GetRootAs(buf, 0), "Model")
         subgraphs = table.fields.pop("subgraphs", [])
         if not subgraphs:
             raise BadInput(f"{path}: TFLite model has no subgraph")
