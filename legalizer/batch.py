@@ -39,7 +39,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 from .errors import LegalizeError, UsageError
 from .importers.reader import sniff
 from .outputs import check_distinct, check_output_path
-from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, is_output
+from .pipeline import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, file_dim_keys,
+                       is_output)
 
 MODEL_SUFFIXES = (".onnx", ".tflite")
 VERIFY_SUFFIXES = (".mlir", ".mlirbc")
@@ -81,6 +82,48 @@ def expand(paths: Sequence[Path], verify_only: bool) -> List[Path]:
                 seen.add(key)
                 models.append(m)
     return models
+
+
+def check_folder(folder: Path) -> None:
+    """UsageError unless ``folder`` (a batch's ``-o DIR``) is a folder, or can be made one
+    as ``mkdir -p`` would: its nearest existing ancestor is a folder we may write in.
+    Nothing is made here (``make_folder``, once every check passed)."""
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(f"{folder}: exists and is not a folder; with several models, -o names the folder"
+                         " to write them into")
+    if folder.is_dir():
+        return
+    parent = folder.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{folder}: cannot make this folder (-o): {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{folder}: cannot make this folder (-o): {parent} is not writable")
+
+
+def make_folder(folder: Optional[Path]) -> None:
+    """Make ``folder`` and its parents, where not there yet; UsageError if it cannot be."""
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{folder}: cannot make this folder (-o): {e.strerror or e}") from None
+
+
+def check_batch_dims(models: List[Path], options: RunOptions) -> None:
+    """A batch's ``--dim`` binds the dim in each model that has it, and is left out (with
+    a warning) where a model has none of that name; one that binds a dim of no model is
+    a UsageError, before any work, naming the dims the models have."""
+    found = [file_dim_keys(m, options.trust_pt2) for m in models if m.is_file()]
+    keys = list(dict.fromkeys(k for ks in found if ks is not None for k in ks))
+    if all(ks is None for ks in found):
+        return  # no model loads: each run says why
+    for name, size in options.dims.items():
+        if name not in keys:
+            have = f"their dims are: {', '.join(keys)}" if keys else "they have none (every input dim is static)"
+            raise UsageError(f"--dim {name}={size}: no model has a dynamic dim '{name}'; {have}")
 
 
 def output_for(model: Path, outdir: Optional[Path]) -> Path:
@@ -408,7 +451,11 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
             if m.exists():
                 check_output_path(report, force=True, protect=m)
     check_distinct(_written(models, settings, report), models)
-    settings = replace(settings, want_report=report is not None or settings.json_out)
+    if options.dims:
+        check_batch_dims(models, options)
+    settings = replace(settings, want_report=report is not None or settings.json_out,
+                       options=replace(options, dims_where_present=True))
+    make_folder(settings.outdir)  # every check passed: -o DIR/ as mkdir -p would
     outcomes = (execute(models, settings, jobs) if execute is not None
                 else run_all(models, settings, max(1, jobs or 1)))
     code = aggregate([o.exit_code for o in outcomes])

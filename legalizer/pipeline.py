@@ -6,14 +6,14 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import emit
 from .check import ATOL, BUDGET, RTOL
-from .check.given import as_arrays, user_dims
+from .check.given import as_arrays, dynamic_keys, user_dims
 from .check.ort import CheckResult, check, choices_from_constraints, declared_shapes
 from .check.search import sizes_in_range
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, UsageError  # noqa: F401 - the exit statuses, re-exported
@@ -65,6 +65,9 @@ class RunOptions:
     localize: Optional[bool] = None
     localize_budget: int = BUDGET  # IREE runs one localization may take
     reduce: Optional[Path] = None  # write the smallest subgraph that still fails here
+    # A batch's --dim: binds the dims a model has and leaves out the others (with a
+    # warning); alone, a --dim that binds no dim of the model is a UsageError.
+    dims_where_present: bool = False
 
 
 @dataclass
@@ -173,11 +176,49 @@ def unchecked(result: CheckResult) -> str:
     return ""
 
 
+def dim_keys(model: Model) -> Optional[List[str]]:
+    """The dynamic dims a ``--dim`` may bind in ``model``: a symbol, or ``input[axis]``
+    for an anonymous dim (a TFLite model's, of every subgraph); None for a TOSA MLIR
+    module, whose dims are its reference's (``--against``: checked where it is read)."""
+    if model.format == "mlir":
+        return None
+    if model.format == "tflite":
+        from .check.tflite import declared_shapes as tflite_declared_shapes
+
+        return dynamic_keys([d for g in model.graphs for d in tflite_declared_shapes(g)])
+    return dynamic_keys(declared_shapes(model.torch.onnx if model.torch is not None else model.proto))
+
+
+def file_dim_keys(path: Path, trust_pt2: bool = False) -> Optional[List[str]]:
+    """``dim_keys`` of the model at ``path`` (an ONNX file's read from its graph inputs
+    alone, its weights left where they are), or None when it does not load (its run
+    says why)."""
+    try:
+        if sniff(path) == "onnx":
+            import onnx
+
+            return dynamic_keys(declared_shapes(onnx.load_model(str(path), load_external_data=False)))
+        return dim_keys(read_model(path, trust_pt2=trust_pt2))
+    except Exception:  # noqa: BLE001 - that model's own run reports it
+        return None
+
+
+def _where_present(model: Model, options: RunOptions, report: Report) -> RunOptions:
+    """A batch's options for ``model``: the --dim it has no dim for left out, and said."""
+    keys = dim_keys(model)
+    if not options.dims_where_present or keys is None:
+        return options
+    left = [k for k in options.dims if k not in keys]
+    for k in left:
+        report.warnings.append(f"--dim {k}={options.dims[k]}: the model has no dynamic dim '{k}'"
+                               f" ({'its dims are: ' + ', '.join(keys) if keys else 'it has none'}): not used here")
+    return replace(options, dims={k: v for k, v in options.dims.items() if k in keys}) if left else options
+
+
 def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict[str, int]:
     """The dims the user binds (``--dim``, ``--input-shape``, ``--input``), checked
-    against the model's inputs before any work (UsageError)."""
-    if not options.input_shapes and not given:
-        return dict(options.dims)
+    against the model's inputs before any work (UsageError). A TOSA MLIR module's dims
+    are its reference's (``--against``), checked where the comparison reads them."""
     if model.format == "mlir":
         if options.input_shapes:
             raise UsageError("--input-shape binds the inputs of an ONNX, TFLite or .pt2 model; a TOSA MLIR"
@@ -189,7 +230,7 @@ def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict
         declared = tflite_declared_shapes(model.graph)
     else:
         declared = declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
-    return user_dims(declared, options.dims, options.input_shapes, given)
+    return user_dims(declared, options.dims, options.input_shapes, given, dim_keys(model))
 
 
 def range_hints(source) -> Dict[str, List[int]]:
@@ -359,6 +400,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                     target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
     report.timings_s = timings
+    options = _where_present(model, options, report)
     dims = _user_dims(model, options, given)
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         result = verify_model(model, profile, options.assume_dynamic_not_one)
