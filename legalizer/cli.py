@@ -76,6 +76,18 @@ Exit status: 0 legal (and checked); 1 verification violations or a numeric misma
 EXECUTORS = ("local", "ray")
 
 
+class FolderSpelled(type(Path())):
+    """A path given with a trailing '/': the user named a folder (a Path drops the '/').
+    Where a file is written, that is refused (``_refuse_folder_spelling``)."""
+
+
+def _refuse_folder_spelling(*named) -> None:
+    """UsageError for a file to write (``named``: (flag, path) pairs) spelled as a folder."""
+    for flag, path in named:
+        if isinstance(path, FolderSpelled):
+            raise UsageError(f"{path}/: is a folder name (it ends in '/'), but {flag} names a file to write")
+
+
 class _Plain:
     """The conversion of one command-line value of a plain type (str, bool, int with a
     minimum, Path, a list of these) with typer's results and error messages."""
@@ -102,6 +114,8 @@ class _Plain:
     def one(self, value, param, ctx):
         if self.kind is Path and str(value) == "":  # Path("") would be ".", the current folder
             raise typer.BadParameter("an empty path names no file", ctx=ctx, param=param)
+        if self.kind is Path and str(value)[-1:] in ("/", os.sep) and len(str(value).rstrip("/" + os.sep)) > 0:
+            return FolderSpelled(value)
         if self.kind is not int:
             return self.kind(value)
         text = str(value).strip()
@@ -342,6 +356,9 @@ def legalize(
     if output is not None and out_opt is not None:
         raise UsageError("give the output path once: OUTPUT or -o, not both")
     output = output if output is not None else out_opt
+    _refuse_folder_spelling(("OUTPUT" if out_opt is None else "-o", output), ("--report", report), ("--html", html),
+                            ("--reduce", reduce))
+    model = Path(model)  # (no FolderSpelled goes on: the paths derived from it would be one)
     if verify_only and output is not None:
         raise UsageError("--verify-only writes no model: leave out OUTPUT and -o")
     if quiet and verbose:
@@ -427,6 +444,8 @@ def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, aga
         if options.verify_only:
             raise UsageError("--verify-only writes no model: leave out -o")
         check_folder(out_opt)  # made, as mkdir -p would, once every check passed
+    _refuse_folder_spelling(("--report", report))
+    out_opt, html = (Path(p) if p is not None else None for p in (out_opt, html))
     if report is not None:
         check_output_path(report, force=True)
     if html is not None and not html.is_dir():

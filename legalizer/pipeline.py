@@ -378,7 +378,16 @@ def stages(options: RunOptions) -> List[str]:
 def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
     onnxruntime and write it. Raises LegalizeError for bad input; violations and
-    mismatches are in the result, with exit code 1, and then nothing is written."""
+    mismatches are in the result, with exit code 1, and then nothing is written. A
+    ``reduce`` that found nothing to reduce says so (a warning), rather than nothing."""
+    res = _run(path, options, on_stage)
+    if options.reduce is not None and res.reduced is None and \
+            not any(w.startswith("--reduce:") for w in res.report.warnings):
+        res.report.warnings.append("--reduce: nothing written: no violation, and no differing output, was found")
+    return res
+
+
+def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> RunResult:
     if options.require_check and (not options.check or (options.verify_only and options.against is None)):
         raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"
                          " --verify-only (except with --against)")

@@ -130,6 +130,12 @@ BAD = [
     (["mlp_bias.onnx", "--reduce", ""], "Invalid value for '--reduce': an empty path names no file (see legalize --help)"),
     (["add.mlirbc", "--verify-only", "--against", ""],
      "Invalid value for '--against': an empty path names no file (see legalize --help)"),
+    (["mlp_bias.onnx", "-o", "legal/"], "legal/: is a folder name (it ends in '/'), but -o names a file to write"),
+    (["mlp_bias.onnx", "legal/"], "legal/: is a folder name (it ends in '/'), but OUTPUT names a file to write"),
+    (["mlp_bias.onnx", "-o", "dir/"], "dir/: is a folder name (it ends in '/'), but -o names a file to write"),
+    (["mlp_bias.onnx", "--report", "r/"], "r/: is a folder name (it ends in '/'), but --report names a file to write"),
+    (["mlp_bias.onnx", "--html", "h/"], "h/: is a folder name (it ends in '/'), but --html names a file to write"),
+    (["mlp_bias.onnx", "--reduce", "r/"], "r/: is a folder name (it ends in '/'), but --reduce names a file to write"),
     (["mlp_bias.onnx", "-o", "mlp_bias.onnx"], "mlp_bias.onnx: refusing to overwrite the input model"),
     (["mlp_bias.onnx", "--report", "mlp_bias.onnx"], "mlp_bias.onnx: refusing to overwrite the input model"),
     (["mlp_bias.onnx", "--reduce", "mlp_bias.onnx"], "mlp_bias.onnx: refusing to overwrite the input model"),
@@ -170,6 +176,8 @@ BAD = [
     (["mlp_bias.onnx", "dyn.onnx", "-j", "2", "--reduce", "r.onnx"], "--reduce writes one model's subgraph: give one MODEL"),
     (["mlp_bias.onnx", "dyn.onnx", "-j", "2", "--html", "r.html"],
      "r.html: with several models, --html must name an existing folder (one page per model)"),
+    (["mlp_bias.onnx", "dyn.onnx", "-j", "2", "--report", "all/"],
+     "all/: is a folder name (it ends in '/'), but --report names a file to write"),
     (["mlp_bias.onnx", "", "-j", "2"], "Invalid value for 'MODEL': an empty path names no file (see legalize --help)"),
 ]
 
@@ -285,3 +293,15 @@ def test_the_library_refuses_what_the_command_refuses(tmp_path):
         legalizer.check(src, legal, dims={"M": 0})
     with pytest.raises(legalizer.LegalizeError, match=r"^input shape 'a' \(0x3\): dim 0 is 0: an empty input"):
         legalizer.check(src, legal, input_shapes={"a": (0, 3)})
+
+
+@pytest.mark.parametrize("verify_only", [False, True])
+def test_reduce_with_nothing_to_reduce_says_so(work, verify_only):
+    """--reduce on a legal model whose check passes writes nothing, and says why."""
+    args = ["--verify-only"] if verify_only else []
+    code, out, err = cli_in_process("mlp_bias.onnx", *args, "--reduce", "r.onnx", "--json")
+    assert code == 0, err
+    why = "--reduce: nothing written: no violation, and no differing output, was found"
+    assert json.loads(out)["warnings"] == [why]
+    assert f"legalize: warning: {why}" in err.splitlines()
+    assert not (work / "r.onnx").exists()
