@@ -119,7 +119,10 @@ def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
     if native is None:
         return []
     output = Path(options.output) if options.output is not None else default_output(path)
-    paths = emit.emit_paths(output, emit.validate(options.emit, native, options.target), native)
+    formats = emit.validate(options.emit, native, options.target)
+    if native in formats:
+        emit.check_output_suffix(output, native)
+    paths = emit.emit_paths(output, formats, native)
     return [("the output model" if fmt == native else f"the {fmt} output (--emit {fmt})", p)
             for fmt, p in paths.items()]
 
@@ -426,6 +429,8 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
     output = Path(options.output) if options.output is not None else \
         default_output(path if model.torch is None else path.with_suffix(".pt2"))
     formats = emit.validate(options.emit, model.format, options.target)
+    if model.format in formats:
+        emit.check_output_suffix(output, model.format)
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)

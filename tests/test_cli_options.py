@@ -136,6 +136,15 @@ BAD = [
     (["mlp_bias.onnx", "--report", "r/"], "r/: is a folder name (it ends in '/'), but --report names a file to write"),
     (["mlp_bias.onnx", "--html", "h/"], "h/: is a folder name (it ends in '/'), but --html names a file to write"),
     (["mlp_bias.onnx", "--reduce", "r/"], "r/: is a folder name (it ends in '/'), but --reduce names a file to write"),
+    (["mlp_bias.onnx", "-o", "out.tflite"],
+     "out.tflite: a '.tflite' name, but the legalized model is ONNX: name it '*.onnx' (--emit writes other formats"
+     " beside it)"),
+    (["mlp_bias.onnx", "out.mlir", "--emit", "onnx", "--emit", "tosa"],
+     "out.mlir: a '.mlir' name, but the legalized model is ONNX: name it '*.onnx' (--emit writes other formats"
+     " beside it)"),
+    (["dyn.tflite", "-o", "out.onnx"],
+     "out.onnx: a '.onnx' name, but the legalized model is TFLite: name it '*.tflite' (--emit writes other formats"
+     " beside it)"),
     (["mlp_bias.onnx", "-o", "mlp_bias.onnx"], "mlp_bias.onnx: refusing to overwrite the input model"),
     (["mlp_bias.onnx", "--report", "mlp_bias.onnx"], "mlp_bias.onnx: refusing to overwrite the input model"),
     (["mlp_bias.onnx", "--reduce", "mlp_bias.onnx"], "mlp_bias.onnx: refusing to overwrite the input model"),
