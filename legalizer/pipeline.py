@@ -221,19 +221,26 @@ def _where_present(model: Model, options: RunOptions, report: Report) -> RunOpti
 def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict[str, int]:
     """The dims the user binds (``--dim``, ``--input-shape``, ``--input``), checked
     against the model's inputs before any work (UsageError). A TOSA MLIR module's dims
-    are its reference's (``--against``), checked where the comparison reads them."""
+    are its reference's (``--against``), checked where the comparison reads them. In the
+    strict symbolic mode no dynamic dim is 1: a binding to 1 contradicts it."""
     if model.format == "mlir":
         if options.input_shapes:
             raise UsageError("--input-shape binds the inputs of an ONNX, TFLite or .pt2 model; a TOSA MLIR"
                              " module's comparison (--against) takes arrays with --input")
-        return dict(options.dims)
-    if model.format == "tflite":
-        from .check.tflite import declared_shapes as tflite_declared_shapes
-
-        declared = tflite_declared_shapes(model.graph)
+        bound = dict(options.dims)
     else:
-        declared = declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
-    return user_dims(declared, options.dims, options.input_shapes, given, dim_keys(model))
+        if model.format == "tflite":
+            from .check.tflite import declared_shapes as tflite_declared_shapes
+
+            declared = tflite_declared_shapes(model.graph)
+        else:
+            declared = declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
+        bound = user_dims(declared, options.dims, options.input_shapes, given, dim_keys(model))
+    ones = [k for k, v in bound.items() if v == 1]
+    if options.assume_dynamic_not_one and ones:
+        raise UsageError(f"--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind"
+                         f" '{ones[0]}' to 1")
+    return bound
 
 
 def range_hints(source) -> Dict[str, List[int]]:

@@ -76,6 +76,10 @@ BAD = [
     (["dyn.onnx", "--dim", "=3"], "--dim expects NAME=SIZE with SIZE a positive integer, not '=3'"),
     (["dyn.onnx", "--dim", "M"], "--dim expects NAME=SIZE with SIZE a positive integer, not 'M'"),
     (["dyn.onnx", "--dim", "M=1.5"], "--dim expects NAME=SIZE with SIZE a positive integer, not 'M=1.5'"),
+    (["mlp_bias.onnx", "--assume-dynamic-not-one", "--dim", "N=1"],
+     "--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind 'N' to 1"),
+    (["mlp_bias.onnx", "--assume-dynamic-not-one", "--input-shape", "x:1x16"],
+     "--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind 'N' to 1"),
     # size 0: empty tensors, a check that would compare nothing
     (["dyn.onnx", "--dim", "M=0"], "--dim M=0: a size of 0 makes empty inputs, and the check would compare no element"),
     (["dyn.tflite", "--dim", "x[0]=0"],
