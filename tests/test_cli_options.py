@@ -49,6 +49,7 @@ def work(tmp_path, monkeypatch):
     np.save(tmp_path / "empty.npy", np.zeros((0, 16), np.float32))
     np.save(tmp_path / "x.npy", np.ones((2, 16), np.float32))
     np.savez(tmp_path / "empty.npz", x=np.zeros((2, 0), np.float32))
+    os.mkfifo(tmp_path / "fifo")  # a read of it would block: never opened
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -90,6 +91,19 @@ BAD = [
      "--input x=empty.npy: dim 0 is 0: an empty input, and the check would compare no element"),
     (["mlp_bias.onnx", "--input", "empty.npz"],
      "--input empty.npz: array 'x': dim 1 is 0: an empty input, and the check would compare no element"),
+    (["mlp_bias.onnx", "--input", "x=fifo"], "--input x: cannot read 'fifo': not a regular file (a device, a FIFO"
+                                            " or a socket)"),
+    (["mlp_bias.onnx", "--input", "fifo"], "--input fifo: cannot read it: not a regular file (a device, a FIFO or a"
+                                           " socket)"),
+    (["mlp_bias.onnx", "--input", "x=dir"], "--input x: cannot read 'dir': is a directory"),
+    (["mlp_bias.onnx", "--input", "x=/dev/zero"], "--input x: cannot read '/dev/zero': not a regular file (a device,"
+                                                  " a FIFO or a socket)"),
+    (["mlp_bias.onnx", "--input", "x=nofile.npy"], "--input x: cannot read 'nofile.npy' as a .npy array: [Errno 2]"
+                                                   " No such file or directory: 'nofile.npy'"),
+    (["mlp_bias.onnx", "--input", "x=mlp_bias.onnx"], "--input x: cannot read 'mlp_bias.onnx': not a .npy array (nor"
+                                                      " an .npz archive)"),
+    (["fifo"], "fifo: is not a regular file"),
+    (["/dev/zero"], "/dev/zero: is not a regular file"),
     (["mlp_bias.onnx", "--input-shape", "x:-1x16"],
      "--input-shape expects NAME:DIMxDIM... with each DIM a positive integer (e.g. x:1x512), not 'x:-1x16'"),
     # tolerances: finite, non-negative
@@ -231,7 +245,7 @@ def test_a_pt2_dim_is_a_symbol_of_its_export(work):
     assert line.startswith("legalize: error: --dim nope=3: the model has no dynamic dim 'nope'; its dims are: ")
     symbol = line.rsplit(": ", 1)[1]
     assert "," not in symbol and symbol != "nope"  # the batch symbol torch.export named
-    assert sorted(os.listdir(work)) == sorted([*SOURCES, "dir", "file.txt", "empty.npy", "empty.npz", "x.npy"])
+    assert sorted(os.listdir(work)) == sorted([*SOURCES, "dir", "file.txt", "empty.npy", "empty.npz", "x.npy", "fifo"])
 
 
 def test_a_dim_that_binds_is_the_one_the_check_uses(work):

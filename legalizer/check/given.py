@@ -9,6 +9,7 @@ as the check's bindings name them."""
 from __future__ import annotations
 
 import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -84,8 +85,11 @@ _NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"
 
 def _kind(file: Union[str, os.PathLike]) -> str:
     """"npy", "npz" or "" by the file's first bytes: np.load takes anything else for a
-    pickle, which it refuses with words about pickles, not about the file."""
+    pickle, which it refuses with words about pickles, not about the file. "special" for
+    what is not a regular file (a FIFO would block the read, a device never end it)."""
     try:
+        if not stat.S_ISREG(os.stat(file).st_mode):
+            return "special"
         with open(file, "rb") as f:
             head = f.read(6)
     except OSError:
@@ -93,8 +97,14 @@ def _kind(file: Union[str, os.PathLike]) -> str:
     return "npy" if head.startswith(_NPY) else "npz" if head.startswith(_ZIP) else ""
 
 
+def _not_regular(file) -> str:
+    return "is a directory" if os.path.isdir(file) else "not a regular file (a device, a FIFO or a socket)"
+
+
 def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
     """One array from a ``.npy`` file, for input ``name``."""
+    if _kind(file) == "special":
+        raise UsageError(f"--input {name}: cannot read '{file}': {_not_regular(file)}")
     if _kind(file) == "":
         raise UsageError(f"--input {name}: cannot read '{file}': not a .npy array (nor an .npz archive)")
     try:
@@ -109,6 +119,8 @@ def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
 
 def read_npz(file: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive (``np.savez``), by name: the inputs it feeds."""
+    if _kind(file) == "special":
+        raise UsageError(f"--input {file}: cannot read it: {_not_regular(file)}")
     if _kind(file) == "":
         raise UsageError(f"--input {file}: cannot read it: not an .npz archive (nor a .npy array)")
     try:
