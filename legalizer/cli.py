@@ -163,6 +163,7 @@ def parse_tolerance(flag: str, items: List[str], default: float):
     from .check.compare import Tolerance
 
     per: Dict[str, float] = {}
+    every = False  # a value for every output was given
     for item in items:
         name, sep, value = item.rpartition(":")
         try:
@@ -173,10 +174,12 @@ def parse_tolerance(flag: str, items: List[str], default: float):
             raise UsageError(f"{flag} expects a non-negative number or OUTPUT:NUMBER, not '{item}'")
         if math.isinf(number):
             raise UsageError(f"{flag} {item}: an infinite tolerance accepts any difference; give a finite number")
+        if (name in per) if sep else every:
+            raise UsageError(f"{flag}: the tolerance of {f'output {name!r}' if sep else 'every output'} is given twice")
         if sep:
             per[name] = number
         else:
-            default = number
+            default, every = number, True
     return Tolerance(default, tuple(per.items())) if per else default
 
 
