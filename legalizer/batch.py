@@ -39,7 +39,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 from .errors import LegalizeError, UsageError
 from .importers.reader import sniff
 from .outputs import check_distinct, check_output_path
-from .pipeline import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, file_dim_keys,
+from .pipeline import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, file_bindables,
                        is_output)
 
 MODEL_SUFFIXES = (".onnx", ".tflite")
@@ -112,18 +112,28 @@ def make_folder(folder: Optional[Path]) -> None:
         raise UsageError(f"{folder}: cannot make this folder (-o): {e.strerror or e}") from None
 
 
-def check_batch_dims(models: List[Path], options: RunOptions) -> None:
-    """A batch's ``--dim`` binds the dim in each model that has it, and is left out (with
-    a warning) where a model has none of that name; one that binds a dim of no model is
-    a UsageError, before any work, naming the dims the models have."""
-    found = [file_dim_keys(m, options.trust_pt2) for m in models if m.is_file()]
-    keys = list(dict.fromkeys(k for ks in found if ks is not None for k in ks))
-    if all(ks is None for ks in found):
+def check_bindings(models: List[Path], options: RunOptions) -> None:
+    """A batch's ``--dim`` binds that dim in each model that has it, and ``--input-shape``
+    and ``--input`` the input of each model that has it; a model without is run without
+    it, with a warning (``pipeline._where_present``). One that names a dim or an input of
+    no model is a UsageError, before any work, naming what the models have."""
+    inputs = options.inputs if isinstance(options.inputs, dict) else {}
+    if not (options.dims or options.input_shapes or inputs):
+        return
+    found = [f for f in (file_bindables(m, options.trust_pt2) for m in models if m.is_file()) if f is not None]
+    if not found:
         return  # no model loads: each run says why
+    keys = list(dict.fromkeys(k for ks, _ in found for k in ks))
+    names = list(dict.fromkeys(n for _, ns in found for n in ns))
     for name, size in options.dims.items():
         if name not in keys:
             have = f"their dims are: {', '.join(keys)}" if keys else "they have none (every input dim is static)"
             raise UsageError(f"--dim {name}={size}: no model has a dynamic dim '{name}'; {have}")
+    for flag, given in (("--input-shape", options.input_shapes), ("--input", inputs)):
+        for name in given:
+            if name not in names:
+                raise UsageError(f"{flag} {name}: no model has an input '{name}' (their inputs: "
+                                 f"{', '.join(repr(n) for n in names) or 'none'})")
 
 
 def output_for(model: Path, outdir: Optional[Path]) -> Path:
@@ -451,8 +461,7 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
             if m.exists():
                 check_output_path(report, force=True, protect=m)
     check_distinct(_written(models, settings, report), models)
-    if options.dims:
-        check_batch_dims(models, options)
+    check_bindings(models, options)
     settings = replace(settings, want_report=report is not None or settings.json_out,
                        options=replace(options, dims_where_present=True))
     make_folder(settings.outdir)  # every check passed: -o DIR/ as mkdir -p would

@@ -179,6 +179,16 @@ def unchecked(result: CheckResult) -> str:
     return ""
 
 
+def _declared(model: Model):
+    """``check.given.Declared`` of the inputs the user's shapes and arrays name: an ONNX
+    (or .pt2's ONNX export) model's fed graph inputs, a TFLite model's first subgraph's."""
+    if model.format == "tflite":
+        from .check.tflite import declared_shapes as tflite_declared_shapes
+
+        return tflite_declared_shapes(model.graph)
+    return declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
+
+
 def dim_keys(model: Model) -> Optional[List[str]]:
     """The dynamic dims a ``--dim`` may bind in ``model``: a symbol, or ``input[axis]``
     for an anonymous dim (a TFLite model's, of every subgraph); None for a TOSA MLIR
@@ -189,33 +199,51 @@ def dim_keys(model: Model) -> Optional[List[str]]:
         from .check.tflite import declared_shapes as tflite_declared_shapes
 
         return dynamic_keys([d for g in model.graphs for d in tflite_declared_shapes(g)])
-    return dynamic_keys(declared_shapes(model.torch.onnx if model.torch is not None else model.proto))
+    return dynamic_keys(_declared(model))
 
 
-def file_dim_keys(path: Path, trust_pt2: bool = False) -> Optional[List[str]]:
-    """``dim_keys`` of the model at ``path`` (an ONNX file's read from its graph inputs
+def bindables(model: Model) -> Optional[Tuple[List[str], List[str]]]:
+    """What the user's bindings may name in ``model``: its dynamic dims (``dim_keys``)
+    and its inputs (by ``--input-shape`` and ``--input``); None for a TOSA MLIR module."""
+    keys = dim_keys(model)
+    return None if keys is None else (keys, [name for name, _ in _declared(model)])
+
+
+def file_bindables(path: Path, trust_pt2: bool = False) -> Optional[Tuple[List[str], List[str]]]:
+    """``bindables`` of the model at ``path`` (an ONNX file's read from its graph inputs
     alone, its weights left where they are), or None when it does not load (its run
     says why)."""
     try:
         if sniff(path) == "onnx":
             import onnx
 
-            return dynamic_keys(declared_shapes(onnx.load_model(str(path), load_external_data=False)))
-        return dim_keys(read_model(path, trust_pt2=trust_pt2))
+            declared = declared_shapes(onnx.load_model(str(path), load_external_data=False))
+            return dynamic_keys(declared), [name for name, _ in declared]
+        return bindables(read_model(path, trust_pt2=trust_pt2))
     except Exception:  # noqa: BLE001 - that model's own run reports it
         return None
 
 
 def _where_present(model: Model, options: RunOptions, report: Report) -> RunOptions:
-    """A batch's options for ``model``: the --dim it has no dim for left out, and said."""
-    keys = dim_keys(model)
-    if not options.dims_where_present or keys is None:
+    """A batch's options for ``model``: each --dim, --input-shape and --input that names
+    no dim or input of this model left out, and said (``batch.check_bindings`` made sure
+    each names one of some model's)."""
+    found = bindables(model) if options.dims_where_present else None
+    if found is None:
         return options
-    left = [k for k in options.dims if k not in keys]
-    for k in left:
+    keys, names = found
+    inputs = options.inputs if isinstance(options.inputs, dict) else as_arrays(options.inputs)
+
+    for k in (k for k in options.dims if k not in keys):
         report.warnings.append(f"--dim {k}={options.dims[k]}: the model has no dynamic dim '{k}'"
                                f" ({'its dims are: ' + ', '.join(keys) if keys else 'it has none'}): not used here")
-    return replace(options, dims={k: v for k, v in options.dims.items() if k in keys}) if left else options
+    for name in (n for n in [*options.input_shapes, *inputs] if n not in names):
+        flag = "--input-shape" if name in options.input_shapes else "--input"
+        report.warnings.append(f"{flag} {name}: the model has no input '{name}' (its inputs: "
+                               f"{', '.join(repr(n) for n in names) or 'none'}): not used here")
+    return replace(options, dims={k: v for k, v in options.dims.items() if k in keys},
+                   input_shapes={n: v for n, v in options.input_shapes.items() if n in names},
+                   inputs={n: v for n, v in inputs.items() if n in names})
 
 
 def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict[str, int]:
@@ -229,13 +257,7 @@ def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict
                              " module's comparison (--against) takes arrays with --input")
         bound = dict(options.dims)
     else:
-        if model.format == "tflite":
-            from .check.tflite import declared_shapes as tflite_declared_shapes
-
-            declared = tflite_declared_shapes(model.graph)
-        else:
-            declared = declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
-        bound = user_dims(declared, options.dims, options.input_shapes, given, dim_keys(model))
+        bound = user_dims(_declared(model), options.dims, options.input_shapes, given, dim_keys(model))
     ones = [k for k, v in bound.items() if v == 1]
     if options.assume_dynamic_not_one and ones:
         raise UsageError(f"--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind"
@@ -419,7 +441,9 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
                     target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
     report.timings_s = timings
-    options = _where_present(model, options, report)
+    if options.dims_where_present:
+        options = _where_present(model, options, report)
+        given = as_arrays(options.inputs)
     dims = _user_dims(model, options, given)
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         result = verify_model(model, profile, options.assume_dynamic_not_one)

@@ -205,6 +205,10 @@ BAD = [
      f"--dim Batch=7: no model has a dynamic dim 'Batch'; their dims are: N, {DYN_ONNX_DIMS.replace(', N', '')}"),
     (["mlp_bias.onnx", "static.onnx", "-j", "2", "--dim", "M=2"],
      "--dim M=2: no model has a dynamic dim 'M'; their dims are: N"),
+    (["mlp_bias.onnx", "dyn.onnx", "-j", "2", "--input-shape", "q:2x16"],
+     "--input-shape q: no model has an input 'q' (their inputs: 'x', 'a', 'b', 'c', 'd', 'e', 'f')"),
+    (["mlp_bias.onnx", "dyn.onnx", "-j", "2", "--input", "y=x.npy"],
+     "--input y: no model has an input 'y' (their inputs: 'x', 'a', 'b', 'c', 'd', 'e', 'f')"),
     (["mlp_bias.onnx", "dyn.onnx", "-j", "2", "--dim", "N=0"],
      "--dim N=0: a size of 0 makes empty inputs, and the check would compare no element"),
     (["mlp_bias.onnx", "dyn.onnx", "-o", "file.txt"],
@@ -280,17 +284,20 @@ def test_a_tflite_dim_is_input_axis(work):
     assert bindings and all(b["dims"]["w[1]"] == 6 and b["ok"] for b in bindings)
 
 
-def test_a_batch_dim_binds_where_the_model_has_it(work):
-    """In a batch, --dim binds the models that have that dim; the others run without it,
-    and say so in a warning (and their report)."""
-    code, out, err = cli_in_process("mlp_bias.onnx", "dyn.onnx", "-j", "2", "--dim", "M=5", "--report", "r.json")
+def test_a_batch_binding_binds_where_the_model_has_it(work):
+    """In a batch, --dim binds the models that have that dim, --input-shape and --input
+    the models that have that input; the others run without it, and say so in a warning
+    (and their report)."""
+    code, out, err = cli_in_process("mlp_bias.onnx", "dyn.onnx", "-j", "2", "--dim", "M=1", "--input", "x=x.npy",
+                                    "--report", "r.json")
     assert code == 0, err
-    assert err.splitlines() == ["legalize: warning: --dim M=5: the model has no dynamic dim 'M' (its dims are: N):"
-                                " not used here"]
+    no_m = "--dim M=1: the model has no dynamic dim 'M' (its dims are: N): not used here"
+    no_x = "--input x: the model has no input 'x' (its inputs: 'a', 'b', 'c', 'd', 'e', 'f'): not used here"
+    assert err.splitlines() == [f"legalize: warning: {no_m}", f"legalize: warning: {no_x}"]
     mlp, dyn = json.loads((work / "r.json").read_text())
-    assert mlp["warnings"] == ["--dim M=5: the model has no dynamic dim 'M' (its dims are: N): not used here"]
-    assert all("M" not in b["dims"] for b in mlp["check"]["bindings"])
-    assert dyn["warnings"] == [] and all(b["dims"]["M"] == 5 for b in dyn["check"]["bindings"])
+    assert mlp["warnings"] == [no_m] and dyn["warnings"] == [no_x]
+    assert [(b["dims"], b["source"]) for b in mlp["check"]["bindings"]] == [({"N": 2}, "user")]  # x.npy is 2x16
+    assert dyn["check"]["ok"] and all(b["dims"]["M"] == 1 for b in dyn["check"]["bindings"])
 
 
 def _empty_model(path: Path, x_shape) -> Path:
