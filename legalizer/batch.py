@@ -39,7 +39,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 from .errors import LegalizeError, UsageError
 from .importers.reader import files_read, sniff
 from .outputs import check_distinct, check_output_path
-from .pipeline import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, is_output
+from .pipeline import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, file_bindables,
+                       is_output)
 
 MODEL_SUFFIXES = (".onnx", ".tflite")
 VERIFY_SUFFIXES = (".mlir", ".mlirbc")
@@ -91,6 +92,58 @@ def expand(paths: Sequence[Path], verify_only: bool, skipped: Optional[List[Path
                 seen.add(key)
                 models.append(m)
     return models
+
+
+def check_folder(folder: Path) -> None:
+    """UsageError unless ``folder`` (a batch's ``-o DIR``) is a folder, or can be made one
+    as ``mkdir -p`` would: its nearest existing ancestor is a folder we may write in.
+    Nothing is made here (``make_folder``, once every check passed)."""
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(f"{folder}: exists and is not a folder; with several models, -o names the folder"
+                         " to write them into")
+    if folder.is_dir():
+        return
+    parent = folder.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{folder}: cannot make this folder (-o): {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{folder}: cannot make this folder (-o): {parent} is not writable")
+
+
+def make_folder(folder: Optional[Path]) -> None:
+    """Make ``folder`` and its parents, where not there yet; UsageError if it cannot be."""
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{folder}: cannot make this folder (-o): {e.strerror or e}") from None
+
+
+def check_bindings(models: List[Path], options: RunOptions) -> None:
+    """A batch's ``--dim`` binds that dim in each model that has it, and ``--input-shape``
+    and ``--input`` the input of each model that has it; a model without is run without
+    it, with a warning (``pipeline._where_present``). One that names a dim or an input of
+    no model is a UsageError, before any work, naming what the models have."""
+    inputs = options.inputs if isinstance(options.inputs, dict) else {}
+    if not (options.dims or options.input_shapes or inputs):
+        return
+    found = [f for f in (file_bindables(m, options.trust_pt2) for m in models if m.is_file()) if f is not None]
+    if not found:
+        return  # no model loads: each run says why
+    keys = list(dict.fromkeys(k for ks, _ in found for k in ks))
+    names = list(dict.fromkeys(n for _, ns in found for n in ns))
+    for name, size in options.dims.items():
+        if name not in keys:
+            have = f"their dims are: {', '.join(keys)}" if keys else "they have none (every input dim is static)"
+            raise UsageError(f"--dim {name}={size}: no model has a dynamic dim '{name}'; {have}")
+    for flag, given in (("--input-shape", options.input_shapes), ("--input", inputs)):
+        for name in given:
+            if name not in names:
+                raise UsageError(f"{flag} {name}: no model has an input '{name}' (their inputs: "
+                                 f"{', '.join(repr(n) for n in names) or 'none'})")
 
 
 def output_for(model: Path, outdir: Optional[Path]) -> Path:
@@ -425,7 +478,10 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
                 check_output_path(report, force=True, protect=m)
     written = _written(models, settings, report)
     check_distinct(written, files_read(models, [p for _, p in written]))
-    settings = replace(settings, want_report=report is not None or settings.json_out)
+    check_bindings(models, options)
+    settings = replace(settings, want_report=report is not None or settings.json_out,
+                       options=replace(options, dims_where_present=True))
+    make_folder(settings.outdir)  # every check passed: -o DIR/ as mkdir -p would
     outcomes = (execute(models, settings, jobs) if execute is not None
                 else run_all(models, settings, max(1, jobs or 1)))
     code = aggregate([o.exit_code for o in outcomes])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import re
 import signal
@@ -59,8 +60,8 @@ Examples:
 Several models: give three or more, or a folder (its *.onnx and *.tflite files,
 recursively; also *.mlir and *.mlirbc with --verify-only), or add -j N or -o DIR
 (two paths alone are MODEL OUTPUT). Each model gets its own lines and its own output
-(<stem>.legal.<ext> beside it, or in the existing folder -o DIR); --report and --json
-give a JSON list, one report per model; the exit status is the worst of all.
+(<stem>.legal.<ext> beside it, or in the folder -o DIR, made as mkdir -p would);
+--report and --json give a JSON list, one report per model; the exit status is the worst of all.
   legalize models/ -j 2                             # every model in models/, 2 at a time
   legalize a.onnx b.tflite -o legal/ -q             # into the folder legal/
   legalize models/ --verify-only --report all.json  # check them all, one JSON list
@@ -73,6 +74,18 @@ Exit status: 0 legal (and checked); 1 verification violations or a numeric misma
 """
 
 EXECUTORS = ("local", "ray")
+
+
+class FolderSpelled(type(Path())):
+    """A path given with a trailing '/': the user named a folder (a Path drops the '/').
+    Where a file is written, that is refused (``_refuse_folder_spelling``)."""
+
+
+def _refuse_folder_spelling(*named) -> None:
+    """UsageError for a file to write (``named``: (flag, path) pairs) spelled as a folder."""
+    for flag, path in named:
+        if isinstance(path, FolderSpelled):
+            raise UsageError(f"{path}/: is a folder name (it ends in '/'), but {flag} names a file to write")
 
 
 class _Plain:
@@ -99,6 +112,10 @@ class _Plain:
         return self.one(value, param, ctx)
 
     def one(self, value, param, ctx):
+        if self.kind is Path and str(value) == "":  # Path("") would be ".", the current folder
+            raise typer.BadParameter("an empty path names no file", ctx=ctx, param=param)
+        if self.kind is Path and str(value)[-1:] in ("/", os.sep) and len(str(value).rstrip("/" + os.sep)) > 0:
+            return FolderSpelled(value)
         if self.kind is not int:
             return self.kind(value)
         text = str(value).strip()
@@ -146,6 +163,7 @@ def parse_tolerance(flag: str, items: List[str], default: float):
     from .check.compare import Tolerance
 
     per: Dict[str, float] = {}
+    every = False  # a value for every output was given
     for item in items:
         name, sep, value = item.rpartition(":")
         try:
@@ -154,19 +172,30 @@ def parse_tolerance(flag: str, items: List[str], default: float):
             number = float("nan")
         if not number >= 0 or (sep and not name):  # (not >= 0: a NaN too)
             raise UsageError(f"{flag} expects a non-negative number or OUTPUT:NUMBER, not '{item}'")
+        if math.isinf(number):
+            raise UsageError(f"{flag} {item}: an infinite tolerance accepts any difference; give a finite number")
+        if (name in per) if sep else every:
+            raise UsageError(f"{flag}: the tolerance of {f'output {name!r}' if sep else 'every output'} is given twice")
         if sep:
             per[name] = number
         else:
-            default = number
+            default, every = number, True
     return Tolerance(default, tuple(per.items())) if per else default
 
 
 def _parse_dims(items: List[str]) -> Dict[str, int]:
-    dims = {}
+    """``--dim NAME=SIZE``, each NAME once; a size of 0 is refused (``given.refuse_zero_dim``).
+    Whether NAME is a dim of the model is checked once the model is read."""
+    from .check.given import refuse_zero_dim
+
+    dims: Dict[str, int] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name or not value.strip().isdigit():
-            raise UsageError(f"--dim expects NAME=SIZE with SIZE a non-negative integer, not '{item}'")
+            raise UsageError(f"--dim expects NAME=SIZE with SIZE a positive integer, not '{item}'")
+        if name in dims:
+            raise UsageError(f"--dim: dim '{name}' is given twice")
+        refuse_zero_dim(name, int(value))
         dims[name] = int(value)
     return dims
 
@@ -174,7 +203,7 @@ def _parse_dims(items: List[str]) -> Dict[str, int]:
 def _parse_inputs(items: List[str]) -> Dict[str, object]:
     """``--input NAME=FILE.npy`` (one array) and ``--input FILE.npz`` (each array of
     the archive, by name); an input given twice is a usage error."""
-    from .check.given import read_npy, read_npz
+    from .check.given import read_npy, read_npz, refuse_empty
 
     arrays: Dict[str, object] = {}
     for item in items:
@@ -185,6 +214,7 @@ def _parse_inputs(items: List[str]) -> Dict[str, object]:
         for key, array in given.items():
             if key in arrays:
                 raise UsageError(f"--input: input '{key}' is given twice")
+            refuse_empty(f"--input {item}" if sep else f"--input {item}: array '{key}'", array.shape)
             arrays[key] = array
     return arrays
 
@@ -206,14 +236,42 @@ def _parse_input_shapes(items: List[str]) -> Dict[str, tuple]:
     return shapes
 
 
+# The options that set up the numeric check, and what each does for it. Where no check
+# runs (--verify-only without --against; --no-check), a run that left them unused would
+# read as if they had been applied: they are refused instead. (--dim and --input-shape
+# still bind the dims of an --emit tosa without a check.)
+CHECK_OPTIONS = {"--dim": "binds dims for", "--input-shape": "binds dims for", "--input": "feeds",
+                 "--rtol": "sets a tolerance of", "--atol": "sets a tolerance of",
+                 "--localize": "compares intermediate values in"}
+UNUSED_WITHOUT_CHECK = ("--input", "--rtol", "--atol", "--localize")
+
+
+def refuse_unused(given: Dict[str, bool], *, verify_only: bool, check: bool, against: bool) -> None:
+    """UsageError for an option the run would leave unused: ``given`` says which options
+    were given (by their flags). One place, before any work, for one model or several."""
+    if verify_only and given.get("--emit"):
+        raise UsageError("--emit chooses the formats of the legalized model: it cannot go with --verify-only,"
+                         " which writes none")
+    if verify_only and against and not check:
+        raise UsageError("--against compares MODEL with another model: it cannot go with --no-check")
+    for flag, what in CHECK_OPTIONS.items():
+        if not given.get(flag):
+            continue
+        if verify_only and not against:
+            raise UsageError(f"{flag} {what} the numeric check: it cannot go with --verify-only"
+                             " (except with --against)")
+        if not verify_only and not check and flag in UNUSED_WITHOUT_CHECK:
+            raise UsageError(f"{flag} {what} the numeric check: it cannot go with --no-check")
+
+
 @app.command(help=HELP, no_args_is_help=True, cls=_Command)
 def legalize(
     paths: List[Path] = typer.Argument(..., metavar="MODEL", show_default=False,
                                        help="Model file (ONNX, TFLite, TOSA MLIR, torch.export .pt2), recognized by content, and "
                                             "its output path (default <stem>.legal.<ext>); or several models "
                                             "and folders of models (see above)."),
-    out_opt: Optional[Path] = typer.Option(None, "-o", "--output", metavar="PATH", help="Output path; with several models, an "
-                                           "existing folder to write them into.", show_default=False),
+    out_opt: Optional[Path] = typer.Option(None, "-o", "--output", metavar="PATH", help="Output path; with several models, a "
+                                           "folder to write them into (made if need be).", show_default=False),
     jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Process several models N at a time "
                                        "(default 1; with --executor ray, as many as Ray runs); with two paths,"
                                        " makes both of them models.", show_default=False),
@@ -288,6 +346,9 @@ def legalize(
         raise UsageError(f"--provider must be auto, cpu or cuda, not '{provider}'")
     if executor not in EXECUTORS:
         raise UsageError(f"--executor must be local or ray, not '{executor}'")
+    refuse_unused({"--emit": bool(emit), "--dim": bool(dim), "--input-shape": bool(input_shape),
+                   "--input": bool(input_), "--rtol": bool(rtol), "--atol": bool(atol), "--localize": bool(localize)},
+                  verify_only=verify_only, check=do_check, against=against is not None)
     rtol, atol = parse_tolerance("--rtol", rtol, RTOL), parse_tolerance("--atol", atol, ATOL)
     if _is_batch(paths, out_opt, jobs, executor):
         if reduce is not None:
@@ -304,6 +365,9 @@ def legalize(
     if output is not None and out_opt is not None:
         raise UsageError("give the output path once: OUTPUT or -o, not both")
     output = output if output is not None else out_opt
+    _refuse_folder_spelling(("OUTPUT" if out_opt is None else "-o", output), ("--report", report), ("--html", html),
+                            ("--reduce", reduce))
+    model = Path(model)  # (no FolderSpelled goes on: the paths derived from it would be one)
     if verify_only and output is not None:
         raise UsageError("--verify-only writes no model: leave out OUTPUT and -o")
     if quiet and verbose:
@@ -382,7 +446,7 @@ def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], e
 
 def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
            options: RunOptions) -> int:
-    from .batch import Settings, run_batch
+    from .batch import Settings, check_folder, run_batch
     from .outputs import check_output_path
 
     if quiet and verbose:
@@ -392,8 +456,9 @@ def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, aga
     if out_opt is not None:
         if options.verify_only:
             raise UsageError("--verify-only writes no model: leave out -o")
-        if not out_opt.is_dir():
-            raise UsageError(f"{out_opt}: with several models, -o must name an existing folder")
+        check_folder(out_opt)  # made, as mkdir -p would, once every check passed
+    _refuse_folder_spelling(("--report", report))
+    out_opt, html = (Path(p) if p is not None else None for p in (out_opt, html))
     if report is not None:
         check_output_path(report, force=True)
     if html is not None and not html.is_dir():

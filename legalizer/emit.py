@@ -27,6 +27,21 @@ def emit_paths(output: Path, formats: List[str], native: str) -> Dict[str, Path]
     return {f: output if f == native else Path(f"{stem}{SUFFIX[f]}") for f in formats}
 
 
+# The suffixes of model files, and what each holds: an output model given one of these
+# for another format (``-o m.tflite`` for an ONNX model) would be a file that lies.
+MODEL_SUFFIXES = {".onnx": "ONNX", ".tflite": "TFLite", ".pt2": "a torch.export program", ".mlir": "MLIR",
+                  ".mlirbc": "MLIR bytecode"}
+
+
+def check_output_suffix(output: Path, native: str) -> None:
+    """UsageError when ``output`` (the model in its own format, ``native``) has the suffix
+    of another model format."""
+    suffix = Path(output).suffix.lower()
+    if suffix in MODEL_SUFFIXES and suffix != SUFFIX[native]:
+        raise UsageError(f"{output}: a '{suffix}' name, but the legalized model is {MODEL_SUFFIXES[SUFFIX[native]]}:"
+                         f" name it '*{SUFFIX[native]}' (--emit writes other formats beside it)")
+
+
 def validate(formats: List[str], model_format: str, target: str) -> List[str]:
     """The formats to write (default: the input's), or UsageError."""
     formats = list(dict.fromkeys(formats)) or [model_format]

@@ -6,14 +6,14 @@ import os
 import tempfile
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import emit
 from .check import ATOL, BUDGET, RTOL
-from .check.given import as_arrays, user_dims
+from .check.given import as_arrays, dynamic_keys, user_dims
 from .check.ort import CheckResult, check, choices_from_constraints, declared_shapes
 from .check.search import sizes_in_range
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, UsageError  # noqa: F401 - the exit statuses, re-exported
@@ -65,6 +65,9 @@ class RunOptions:
     localize: Optional[bool] = None
     localize_budget: int = BUDGET  # IREE runs one localization may take
     reduce: Optional[Path] = None  # write the smallest subgraph that still fails here
+    # A batch's --dim: binds the dims a model has and leaves out the others (with a
+    # warning); alone, a --dim that binds no dim of the model is a UsageError.
+    dims_where_present: bool = False
 
 
 @dataclass
@@ -116,7 +119,10 @@ def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
     if native is None:
         return []
     output = Path(options.output) if options.output is not None else default_output(path)
-    paths = emit.emit_paths(output, emit.validate(options.emit, native, options.target), native)
+    formats = emit.validate(options.emit, native, options.target)
+    if native in formats:
+        emit.check_output_suffix(output, native)
+    paths = emit.emit_paths(output, formats, native)
     return [("the output model" if fmt == native else f"the {fmt} output (--emit {fmt})", p)
             for fmt, p in paths.items()]
 
@@ -173,23 +179,90 @@ def unchecked(result: CheckResult) -> str:
     return ""
 
 
+def _declared(model: Model):
+    """``check.given.Declared`` of the inputs the user's shapes and arrays name: an ONNX
+    (or .pt2's ONNX export) model's fed graph inputs, a TFLite model's first subgraph's."""
+    if model.format == "tflite":
+        from .check.tflite import declared_shapes as tflite_declared_shapes
+
+        return tflite_declared_shapes(model.graph)
+    return declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
+
+
+def dim_keys(model: Model) -> Optional[List[str]]:
+    """The dynamic dims a ``--dim`` may bind in ``model``: a symbol, or ``input[axis]``
+    for an anonymous dim (a TFLite model's, of every subgraph); None for a TOSA MLIR
+    module, whose dims are its reference's (``--against``: checked where it is read)."""
+    if model.format == "mlir":
+        return None
+    if model.format == "tflite":
+        from .check.tflite import declared_shapes as tflite_declared_shapes
+
+        return dynamic_keys([d for g in model.graphs for d in tflite_declared_shapes(g)])
+    return dynamic_keys(_declared(model))
+
+
+def bindables(model: Model) -> Optional[Tuple[List[str], List[str]]]:
+    """What the user's bindings may name in ``model``: its dynamic dims (``dim_keys``)
+    and its inputs (by ``--input-shape`` and ``--input``); None for a TOSA MLIR module."""
+    keys = dim_keys(model)
+    return None if keys is None else (keys, [name for name, _ in _declared(model)])
+
+
+def file_bindables(path: Path, trust_pt2: bool = False) -> Optional[Tuple[List[str], List[str]]]:
+    """``bindables`` of the model at ``path`` (an ONNX file's read from its graph inputs
+    alone, its weights left where they are), or None when it does not load (its run
+    says why)."""
+    try:
+        if sniff(path) == "onnx":
+            import onnx
+
+            declared = declared_shapes(onnx.load_model(str(path), load_external_data=False))
+            return dynamic_keys(declared), [name for name, _ in declared]
+        return bindables(read_model(path, trust_pt2=trust_pt2))
+    except Exception:  # noqa: BLE001 - that model's own run reports it
+        return None
+
+
+def _where_present(model: Model, options: RunOptions, report: Report) -> RunOptions:
+    """A batch's options for ``model``: each --dim, --input-shape and --input that names
+    no dim or input of this model left out, and said (``batch.check_bindings`` made sure
+    each names one of some model's)."""
+    found = bindables(model) if options.dims_where_present else None
+    if found is None:
+        return options
+    keys, names = found
+    inputs = options.inputs if isinstance(options.inputs, dict) else as_arrays(options.inputs)
+
+    for k in (k for k in options.dims if k not in keys):
+        report.warnings.append(f"--dim {k}={options.dims[k]}: the model has no dynamic dim '{k}'"
+                               f" ({'its dims are: ' + ', '.join(keys) if keys else 'it has none'}): not used here")
+    for name in (n for n in [*options.input_shapes, *inputs] if n not in names):
+        flag = "--input-shape" if name in options.input_shapes else "--input"
+        report.warnings.append(f"{flag} {name}: the model has no input '{name}' (its inputs: "
+                               f"{', '.join(repr(n) for n in names) or 'none'}): not used here")
+    return replace(options, dims={k: v for k, v in options.dims.items() if k in keys},
+                   input_shapes={n: v for n, v in options.input_shapes.items() if n in names},
+                   inputs={n: v for n, v in inputs.items() if n in names})
+
+
 def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict[str, int]:
     """The dims the user binds (``--dim``, ``--input-shape``, ``--input``), checked
-    against the model's inputs before any work (UsageError)."""
-    if not options.input_shapes and not given:
-        return dict(options.dims)
+    against the model's inputs before any work (UsageError). A TOSA MLIR module's dims
+    are its reference's (``--against``), checked where the comparison reads them. In the
+    strict symbolic mode no dynamic dim is 1: a binding to 1 contradicts it."""
     if model.format == "mlir":
         if options.input_shapes:
             raise UsageError("--input-shape binds the inputs of an ONNX, TFLite or .pt2 model; a TOSA MLIR"
                              " module's comparison (--against) takes arrays with --input")
-        return dict(options.dims)
-    if model.format == "tflite":
-        from .check.tflite import declared_shapes as tflite_declared_shapes
-
-        declared = tflite_declared_shapes(model.graph)
+        bound = dict(options.dims)
     else:
-        declared = declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
-    return user_dims(declared, options.dims, options.input_shapes, given)
+        bound = user_dims(_declared(model), options.dims, options.input_shapes, given, dim_keys(model))
+    ones = [k for k, v in bound.items() if v == 1]
+    if options.assume_dynamic_not_one and ones:
+        raise UsageError(f"--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind"
+                         f" '{ones[0]}' to 1")
+    return bound
 
 
 def range_hints(source) -> Dict[str, List[int]]:
@@ -337,7 +410,16 @@ def stages(options: RunOptions) -> List[str]:
 def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
     onnxruntime and write it. Raises LegalizeError for bad input; violations and
-    mismatches are in the result, with exit code 1, and then nothing is written."""
+    mismatches are in the result, with exit code 1, and then nothing is written. A
+    ``reduce`` that found nothing to reduce says so (a warning), rather than nothing."""
+    res = _run(path, options, on_stage)
+    if options.reduce is not None and res.reduced is None and \
+            not any(w.startswith("--reduce:") for w in res.report.warnings):
+        res.report.warnings.append("--reduce: nothing written: no violation, and no differing output, was found")
+    return res
+
+
+def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> RunResult:
     if options.require_check and (not options.check or (options.verify_only and options.against is None)):
         raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"
                          " --verify-only (except with --against)")
@@ -359,6 +441,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                     target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
     report.timings_s = timings
+    if options.dims_where_present:
+        options = _where_present(model, options, report)
+        given = as_arrays(options.inputs)
     dims = _user_dims(model, options, given)
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         result = verify_model(model, profile, options.assume_dynamic_not_one)
@@ -375,6 +460,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     output = Path(options.output) if options.output is not None else \
         default_output(path if model.torch is None else path.with_suffix(".pt2"))
     formats = emit.validate(options.emit, model.format, options.target)
+    if model.format in formats:
+        emit.check_output_suffix(output, model.format)
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)

@@ -106,16 +106,42 @@ def test_output_folder(folder, tmp_path):
     assert not list(folder.glob("*.legal.*"))
 
 
-@pytest.mark.parametrize("what", ["missing", "file"])
-def test_output_must_be_an_existing_folder(folder, tmp_path, what):
-    out = tmp_path / "out.onnx"
-    if what == "file":
-        out.write_bytes(b"x")
+@pytest.mark.parametrize("spelled", ["legal/", "legal", "new/legal/"])
+def test_output_folder_is_made_as_mkdir_p_would(folder, tmp_path, spelled):
+    """``-o legal/`` (the README's and --help's command) makes the folder, parents too."""
+    p = subprocess.run([sys.executable, "-m", "legalizer.cli", str(folder / "good.onnx"), str(folder / "net.tflite"),
+                        "-o", spelled, "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    clean(p)
+    assert p.returncode == 0, p.stderr
+    assert _files(tmp_path / spelled) == ["good.legal.onnx", "net.legal.tflite"]
+    assert not list(folder.glob("*.legal.*"))
+
+
+@pytest.mark.parametrize("what", ["file", "under a file"])
+def test_output_must_be_a_folder(folder, tmp_path, what):
+    taken = tmp_path / "out.onnx"
+    taken.write_bytes(b"x")
+    out = taken if what == "file" else taken / "sub"
     p = legalize(folder, "-o", out)
     clean(p)
     assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.splitlines() == [f"legalize: error: {out}: with several models, -o must name an existing folder"]
-    assert not list(folder.glob("*.legal.*"))
+    assert p.stderr.splitlines() == [
+        f"legalize: error: {out}: exists and is not a folder; with several models, -o names the folder to write"
+        " them into" if what == "file" else
+        f"legalize: error: {out}: cannot make this folder (-o): {taken} is not a folder"]
+    assert not list(folder.glob("*.legal.*")) and taken.read_bytes() == b"x"
+
+
+def test_a_folder_is_not_made_when_the_batch_is_refused(folder, tmp_path):
+    """A usage error found before the work (here two models writing one file) leaves
+    no folder behind."""
+    (tmp_path / "b").mkdir()
+    shutil.copy(folder / "good.onnx", tmp_path / "b" / "good.onnx")
+    out = tmp_path / "new" / "legal"
+    p = legalize(folder / "good.onnx", tmp_path / "b" / "good.onnx", "-o", f"{out}/")
+    clean(p)
+    assert p.returncode == 2 and "would both be written to" in p.stderr
+    assert not (tmp_path / "new").exists()
 
 
 def test_two_models_writing_one_file_are_refused_before_any_work(tmp_path):

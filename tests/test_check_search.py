@@ -308,9 +308,9 @@ BAD = [
     (["--input-shape", "x:1x3x512"], "legalize: error: input shape 'x' (1x3x512): dim 1 is 3, but input 'x' is"
                                      " declared 'batchx1xtime', static 1 there"),
     (["--input-shape", "x:1x1xabc"], "legalize: error: --input-shape expects NAME:DIMxDIM... with each DIM a"
-                                     " non-negative integer (e.g. x:1x512), not 'x:1x1xabc'"),
+                                     " positive integer (e.g. x:1x512), not 'x:1x1xabc'"),
     (["--input-shape", "x1x1x512"], "legalize: error: --input-shape expects NAME:DIMxDIM... with each DIM a"
-                                    " non-negative integer (e.g. x:1x512), not 'x1x1x512'"),
+                                    " positive integer (e.g. x:1x512), not 'x1x1x512'"),
     (["--input-shape", "x:2x1x64", "--dim", "batch=4"], "legalize: error: input shape 'x' (2x1x64): dim 0 ('batch')"
                                                           " is 2, but --dim batch=4 binds it to 4"),
     (["--input-shape", "x:2x1x64", "--input-shape", "x:2x1x32"], "legalize: error: --input-shape: input 'x' is"

@@ -90,7 +90,7 @@ def test_the_local_executor_never_imports_ray(tmp_path):
 @pytest.mark.parametrize("args", [
     ["m.onnx"], ["a", "b", "-j", "2", "-o", "d"], ["m.onnx", "--dim", "N=1", "--dim", "N=2", "--rtol", "y:2"],
     ["m.onnx", "--no-localize", "--localize-budget", " 3 "], ["m.onnx", "-j", "3.0"], ["m.onnx", "-j", "0"],
-    ["m.onnx", "-j", "x"], ["m.onnx", "-o", "", "--report", "r.json", "--emit", "onnx", "--executor", "ray"],
+    ["m.onnx", "-j", "x"], ["m.onnx", "-o", "o", "--report", "r.json", "--emit", "onnx", "--executor", "ray"],
     ["m.onnx", "--verify-only", "--json", "-q", "--no-check"]])
 def test_values_are_converted_as_typer_converts_them(args):
     """The command's own conversion (no pydantic) gives typer's values and errors."""
@@ -108,3 +108,29 @@ def test_values_are_converted_as_typer_converts_them(args):
     for param in typers.params:
         param._runtime_param = None  # typer's own conversion, built on first use
     assert repr(parsed(ours)) == repr(parsed(typers))
+
+
+@pytest.mark.parametrize("args,flag", [(["", "-q"], "'MODEL'"), (["m.onnx", "-o", ""], "'-o' / '--output'"),
+                                       (["m.onnx", "--report", ""], "'--report'")])
+def test_an_empty_path_is_refused_where_typer_would_take_the_current_folder(args, flag):
+    """Where the command's conversion differs from typer's: Path("") is ".", which
+    would make ``legalize ""`` a batch of the current folder (and a path spelled with a
+    trailing '/' is kept as such: below)."""
+    from typer.main import get_command
+
+    from legalizer.cli import app
+
+    with pytest.raises(Exception) as e:
+        get_command(app).make_context("legalize", list(args))
+    assert e.value.format_message() == f"Invalid value for {flag}: an empty path names no file"
+
+
+def test_a_trailing_slash_is_kept_as_a_folder_name():
+    """Path("legal/") is Path("legal"): the conversion keeps that the user named a folder."""
+    from typer.main import get_command
+
+    from legalizer.cli import FolderSpelled, app
+
+    params = get_command(app).make_context("legalize", ["m.onnx", "-o", "legal/", "--report", "r.json"]).params
+    assert isinstance(params["out_opt"], FolderSpelled) and str(params["out_opt"]) == "legal"
+    assert not isinstance(params["report"], FolderSpelled) and not isinstance(params["paths"][0], FolderSpelled)

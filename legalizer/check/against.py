@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import CheckUnavailable, first_line
 from ..importers.reader import sniff
 from .compare import Comparator, Pairing, unless_compared
+from .given import check_dim_names, dynamic_keys
 from .inputs import make_feeds, small_then_one
 from .results import CheckResult, OutputResult
 from .runner import Runner
@@ -82,6 +83,8 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
     iree = IreeRunner(module_text(module)).activate()
     comparator = Comparator(ref, iree, result, rtol, atol, pairing=pairing, candidate_errors=(),
                             refused=lambda e: f"{reference} fails on {ref.name}: {first_line(e)}")
+    # a --dim binds a dynamic dim of the reference, as the runtime declares it (input[axis])
+    check_dim_names(dims, dynamic_keys([(s.name, s.shape) for s in specs]), whose=str(reference))
     keys = [d for s in specs if s.name not in given for d in s.shape if isinstance(d, str)]
     try:
         comparator.bindings(small_then_one(keys, dims or {}), lambda binding: make_feeds(specs, binding, given, seed))

@@ -5,7 +5,8 @@ the loop over dim bindings (``Comparator``: the reference runner, then the candi
 on the same inputs, into one ``CheckResult``).
 
 A binding the reference rejects is skipped (and its error kept, for the search of
-bindings); one the candidate fails on fails each output with the runtime's words.
+bindings); one the candidate fails on fails each output with the runtime's words; one
+whose outputs are all empty is skipped too: it compared no element.
 """
 
 from __future__ import annotations
@@ -177,6 +178,9 @@ class Pairing:
         return outs
 
 
+# Why a binding whose outputs are all empty (a size-0 dim) is not counted as compared.
+NOTHING_COMPARED = "every output is empty at these dims: no element was compared"
+
 Errors = Union[Type[BaseException], Tuple[Type[BaseException], ...]]
 Also = Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], List[OutputResult]]
 
@@ -217,7 +221,12 @@ class Comparator:
             outs = self.pairing.compare(expected, got, self.rtol, self.atol)
         if self.also is not None:
             outs += self.also(feeds, expected)
-        self.result.bindings.append(BindingResult(label, all(o.ok for o in outs), outs, source=source))
+        ok = all(o.ok for o in outs)
+        if ok and expected and all(np.size(v) == 0 for v in expected.values()):
+            # agreeing on empty outputs compares nothing: not a pass
+            self.result.bindings.append(BindingResult(label, True, skipped=NOTHING_COMPARED, source=source))
+            return None
+        self.result.bindings.append(BindingResult(label, ok, outs, source=source))
         return None
 
     def bindings(self, plan: Iterable[Dict[str, int]], feeds_of: Callable[[Dict[str, int]], Mapping[str, np.ndarray]],
@@ -237,5 +246,8 @@ def unless_compared(result: CheckResult, why: str) -> CheckResult:
     binding's reason for skipping."""
     if not result.compared:
         result.ran = False
-        result.error = why + (result.bindings[0].skipped if result.bindings else "")
+        if any(b.skipped == NOTHING_COMPARED for b in result.bindings):
+            result.error = "no element was compared: every output is empty at each binding tried"
+        else:
+            result.error = why + (result.bindings[0].skipped if result.bindings else "")
     return result

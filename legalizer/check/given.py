@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -21,15 +22,63 @@ from ..errors import UsageError, first_line
 Declared = List[Tuple[str, Optional[List[Union[int, str]]]]]
 
 
+NO_ELEMENT = "the check would compare no element"  # why a size-0 dim is refused
+
+
 def parse_input_shape(text: str) -> Tuple[str, Tuple[int, ...]]:
     """``NAME:1x512`` -> ("NAME", (1, 512)). The last ``:`` splits, as input names
-    from TensorFlow (``input:0``) hold one themselves."""
+    from TensorFlow (``input:0``) hold one themselves. A size of 0 is refused: its
+    tensors are empty, and a check of them compares nothing."""
     name, sep, dims = text.rpartition(":")
     parts = dims.split("x")
     if not sep or not name or not all(p.strip().isdigit() for p in parts):
-        raise UsageError(f"--input-shape expects NAME:DIMxDIM... with each DIM a non-negative integer"
+        raise UsageError(f"--input-shape expects NAME:DIMxDIM... with each DIM a positive integer"
                          f" (e.g. x:1x512), not '{text}'")
-    return name, tuple(int(p) for p in parts)
+    shape = tuple(int(p) for p in parts)
+    refuse_empty(f"--input-shape {text}", shape)
+    return name, shape
+
+
+def refuse_empty(what: str, shape: Sequence[int]) -> None:
+    """UsageError when ``shape`` has a size-0 dim: the tensors it binds are empty, and a
+    check that compares no element is no check (it would read as passed)."""
+    zero = [axis for axis, d in enumerate(shape) if isinstance(d, (int, np.integer)) and d == 0]
+    if zero:
+        raise UsageError(f"{what}: dim {zero[0]} is 0: an empty input, and {NO_ELEMENT}")
+
+
+def refuse_zero_dim(name: str, size: int) -> None:
+    """UsageError for ``--dim name=0`` (as ``refuse_empty``)."""
+    if int(size) == 0:
+        raise UsageError(f"--dim {name}=0: a size of 0 makes empty inputs, and {NO_ELEMENT}")
+
+
+def dynamic_keys(declared: Declared) -> List[str]:
+    """The keys of the dynamic dims of ``declared`` (what ``--dim`` may bind), each once,
+    in the order the inputs declare them."""
+    return list(dict.fromkeys(d for _, shape in declared for d in shape or () if isinstance(d, str)))
+
+
+def unbound_dims(dims: Mapping[str, int], keys: Sequence[str]) -> List[str]:
+    """The names in ``dims`` that are no dim of ``keys``."""
+    known = set(keys)
+    return [k for k in dims if k not in known]
+
+
+def no_such_dim(name: str, size: int, keys: Sequence[str], whose: str = "the model") -> UsageError:
+    """The error for ``--dim name=size`` that binds no dynamic dim of ``keys``."""
+    have = f"its dims are: {', '.join(keys)}" if keys else "it has none (every input dim is static)"
+    return UsageError(f"--dim {name}={size}: {whose} has no dynamic dim '{name}'; {have}")
+
+
+def check_dim_names(dims: Optional[Mapping[str, int]], keys: Sequence[str], whose: str = "the model") -> None:
+    """UsageError for the first ``--dim`` that binds none of the dynamic dims ``keys``,
+    naming them all; and for a size of 0 (empty tensors: nothing compared)."""
+    known = set(keys)
+    for name, size in (dims or {}).items():
+        if name not in known:
+            raise no_such_dim(name, size, keys, whose)
+        refuse_zero_dim(name, size)
 
 
 _NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"
@@ -37,8 +86,11 @@ _NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"
 
 def _kind(file: Union[str, os.PathLike]) -> str:
     """"npy", "npz" or "" by the file's first bytes: np.load takes anything else for a
-    pickle, which it refuses with words about pickles, not about the file."""
+    pickle, which it refuses with words about pickles, not about the file. "special" for
+    what is not a regular file (a FIFO would block the read, a device never end it)."""
     try:
+        if not stat.S_ISREG(os.stat(file).st_mode):
+            return "special"
         with open(file, "rb") as f:
             head = f.read(6)
     except OSError:
@@ -46,8 +98,14 @@ def _kind(file: Union[str, os.PathLike]) -> str:
     return "npy" if head.startswith(_NPY) else "npz" if head.startswith(_ZIP) else ""
 
 
+def _not_regular(file) -> str:
+    return "is a directory" if os.path.isdir(file) else "not a regular file (a device, a FIFO or a socket)"
+
+
 def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
     """One array from a ``.npy`` file, for input ``name``."""
+    if _kind(file) == "special":
+        raise UsageError(f"--input {name}: cannot read '{file}': {_not_regular(file)}")
     if _kind(file) == "":
         raise UsageError(f"--input {name}: cannot read '{file}': not a .npy array (nor an .npz archive)")
     try:
@@ -93,6 +151,8 @@ def _check_members(file: Union[str, os.PathLike]) -> None:
 
 def read_npz(file: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
     """Every array of an ``.npz`` archive (``np.savez``), by name: the inputs it feeds."""
+    if _kind(file) == "special":
+        raise UsageError(f"--input {file}: cannot read it: {_not_regular(file)}")
     if _kind(file) == "":
         raise UsageError(f"--input {file}: cannot read it: not an .npz archive (nor a .npy array)")
     try:
@@ -134,19 +194,23 @@ def _text(shape: Sequence[Union[int, str]]) -> str:
 
 def user_dims(declared: Declared, dims: Optional[Mapping[str, int]] = None,
               input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-              inputs: Optional[Mapping[str, np.ndarray]] = None) -> Dict[str, int]:
+              inputs: Optional[Mapping[str, np.ndarray]] = None,
+              keys: Optional[Sequence[str]] = None) -> Dict[str, int]:
     """The dim bindings the user gives: ``dims`` (``--dim``) as they are, plus each dynamic
     dim of an input given a shape (``input_shapes``) or an array (``inputs``). A shape or
     array must name an input, have its rank and its static dims, and agree with the other
     bindings of the same dim: otherwise UsageError, naming the input, the dim and both
-    sizes."""
+    sizes. Each of ``dims`` must bind a dynamic dim: one of ``keys`` (by default those
+    of ``declared``), else UsageError naming them."""
     by_name = dict(declared)
+    check_dim_names(dims, dynamic_keys(declared) if keys is None else keys)
     bound: Dict[str, int] = {k: int(v) for k, v in (dims or {}).items()}
     origin = {k: f"--dim {k}={v}" for k, v in bound.items()}
     given = [("input shape", name, tuple(shape)) for name, shape in (input_shapes or {}).items()] + \
             [("input array", name, tuple(np.shape(a))) for name, a in (inputs or {}).items()]
     for what, name, shape in given:
         where = f"{what} '{name}' ({_text(shape)})"
+        refuse_empty(where, shape)
         if name not in by_name:
             raise UsageError(f"{where}: the model has no input '{name}' (its inputs: "
                              f"{', '.join(repr(n) for n in by_name) or 'none'})")
