@@ -3,28 +3,40 @@
 under a memory and a time limit, so that a model that makes it allocate without end or
 crash costs the helper, not the run.
 
-The helper is forked once per process, at the first ``call``, and serves every call
-after it (a fork per call would cost tens of milliseconds in a process that has loaded
-torch); before each call it sets its own address-space limit (``RLIMIT_AS``) to what it
-has plus the call's ``memory``, so the work fails with ``MemoryError`` (a C++
-``bad_alloc``) instead of growing until the machine's out-of-memory killer chooses a
-victim. A helper that dies (a crash) or overruns its time is killed and replaced by the
-next call. Where there is no ``fork`` (or no ``/proc`` to measure the helper by), the
-work runs in the calling process, unbounded.
+The helper is a fresh interpreter (``python -c``, started by ``posix_spawn``: never a
+fork of this process, whose onnxruntime, JAX or torch may hold threads that a fork
+would leave with their locks held), started by ``start`` or at the first ``call``, and
+it serves every call after it, so that the imports the work needs are paid once;
+``start`` it early, naming the modules the work will import, and it imports them while
+the caller does its own work. (A process that has itself just started clean and run
+nothing, such as a batch worker forked from a fork server, may fork it instead:
+``start(fork=True)``.) Before each call the helper sets its own address-space limit
+(``RLIMIT_AS``) to what it has plus the call's ``memory``, so the work fails with
+``MemoryError`` (a C++ ``bad_alloc``) instead of growing until the machine's
+out-of-memory killer chooses a victim. A helper that dies (a crash) or overruns its
+time is killed and replaced by the next call. Where there is no ``/proc`` to measure
+the helper by, nor ``RLIMIT_AS``, the work runs in the calling process, unbounded.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import select
 import signal
 import struct
+import sys
 import threading
 import time
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 _HEADER = struct.Struct("<Q")  # the length of each message on the pipes
+
+# The helper's first lines: the caller's module search path (so that it finds the work's
+# functions as the caller does; -P keeps the working folder off it), then its loop.
+_BOOT = ("import sys; sys.path[:] = sys.argv[2:]; "
+         "from legalizer.bounded import _serve_stdio; _serve_stdio(sys.argv[1])")
 
 
 class Failed(Exception):
@@ -50,7 +62,7 @@ _helper: Optional[_Helper] = None
 
 
 def _forget_in_child() -> None:
-    """In a forked child (a batch worker, the helper itself): the parent's helper is
+    """In a forked child (a program of the caller's may fork): the parent's helper is
     not ours; close our copies of its pipes, so that it sees the parent go."""
     global _helper, _lock
     if _helper is not None:
@@ -64,19 +76,34 @@ if hasattr(os, "register_at_fork"):
 
 
 def available() -> bool:
-    return hasattr(os, "fork") and os.path.exists("/proc/self/statm")
+    try:
+        import resource  # noqa: F401 - POSIX only
+    except ImportError:
+        return False
+    return os.path.exists("/proc/self/statm")
 
 
-def call(fn: Callable[[bytes], bytes], arg: bytes, *, memory: int, timeout: float) -> bytes:
+def start(preload: Sequence[str] = (), fork: bool = False) -> None:
+    """Start the helper now, if it is not running, importing the modules ``preload``
+    names before it waits for work (in parallel with the caller); a no-op where the work
+    runs unbounded. ``fork``: the caller is itself a fresh process that has imported
+    what the work needs and has run nothing yet (a worker forked from a fork server):
+    the helper is a fork of it, warm at once, and holds no runtime's threads."""
+    if available():
+        with _lock:
+            _running(preload, fork and hasattr(os, "fork"))
+
+
+def call(fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> Any:
     """``fn(arg)`` in the helper, whose address space may grow by ``memory`` bytes for
     it, within ``timeout`` seconds; ``Failed`` if it does not finish. ``fn`` is a
-    module-level function (it is named to the helper, as pickle names functions) that
-    takes and returns bytes."""
+    module-level function (it is named to the helper, as pickle names functions, and
+    the helper imports its module); ``arg`` and the result are pickled."""
     if not available():
         return fn(arg)
     request = pickle.dumps((fn, arg, memory))
     with _lock:
-        helper = _running()
+        helper = _running((), False)
         try:
             _send(helper.to_helper, request)
             reply = _receive(helper.from_helper, time.monotonic() + timeout)
@@ -94,20 +121,37 @@ def call(fn: Callable[[bytes], bytes], arg: bytes, *, memory: int, timeout: floa
     raise Failed(value)
 
 
-def _running() -> _Helper:
+def helper_pid() -> Optional[int]:
+    """The running helper's process id, or None."""
+    h = _helper
+    return h.pid if h is not None and h.owner == os.getpid() else None
+
+
+def _running(preload: Sequence[str], fork: bool) -> _Helper:
     global _helper
     if _helper is not None and _helper.owner == os.getpid():
         return _helper
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the helper
-        try:
-            os.close(to_w)
-            os.close(from_r)
-            _serve(to_r, from_w)
-        finally:
-            os._exit(0)
+    if fork:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the helper
+            try:
+                os.close(to_w)
+                os.close(from_r)
+                os.dup2(to_r, 0)
+                os.dup2(from_w, 1)
+                _serve_stdio("")
+            finally:
+                os._exit(0)
+    else:
+        # posix_spawn: a new interpreter, and no fork of this process as Python's
+        # os.fork would make one (with its at-fork handlers). Its stderr goes nowhere:
+        # nothing of the helper reaches the run's output; a crash is told by the caller.
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", _BOOT, ",".join(preload), *sys.path],
+                             os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 0),
+                                                       (os.POSIX_SPAWN_DUP2, from_w, 1),
+                                                       (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
     os.close(to_r)
     os.close(from_w)
     _helper = _Helper(pid, to_w, from_r)
@@ -135,29 +179,54 @@ def _stop(helper: _Helper) -> str:
     return "killed"
 
 
+@atexit.register
+def _shut_down() -> None:
+    """At exit, the helper goes too (it holds nothing between calls), and is reaped."""
+    helper = _helper
+    if helper is not None and helper.owner == os.getpid():
+        _stop(helper)
+
+
 # ---- the helper's side ----------------------------------------------------------------
 
-def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the helper
+def _serve_stdio(preload: str) -> None:  # pragma: no cover - in the helper
+    """The helper's loop: requests on stdin, replies on a copy of stdout, whose own fd
+    then goes to /dev/null, as does stderr (what a library prints must not enter the
+    replies, nor the run's output)."""
     import faulthandler
-    import resource
+    import importlib
 
-    # ^C reaches the whole process group: the parent handles it (and stops the helper).
+    # ^C reaches the whole process group: the caller handles it (and stops the helper).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # Nothing of the helper reaches the run's output (stdout may carry --json): a crash
-    # is told by the parent, in one line.
     faulthandler.disable()
+    replies = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
+    for name in filter(None, preload.split(",")):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # the call that needs it says so
+            pass
+    _serve(0, replies)
+
+
+def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the helper
+    import resource
+
     inherited = resource.getrlimit(resource.RLIMIT_AS)
     while True:
         try:
             request = _receive(requests, None)
-        except EOFError:  # the parent has gone
+        except EOFError:  # the caller has gone
             return
-        fn, arg, memory = pickle.loads(request)
+        try:
+            fn, arg, memory = pickle.loads(request)
+        except BaseException as e:  # noqa: BLE001 - a module the helper cannot import
+            _send(replies, pickle.dumps(("error", f"{type(e).__name__}: {e}")))
+            continue
         resource.setrlimit(resource.RLIMIT_AS, (_limit(memory, inherited), inherited[1]))
         try:
             reply: Tuple[str, object] = ("ok", fn(arg))
@@ -167,7 +236,11 @@ def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the he
             reply = ("error", f"{type(e).__name__}: {e}")
         finally:
             resource.setrlimit(resource.RLIMIT_AS, inherited)
-        _send(replies, pickle.dumps(reply))
+        try:
+            data = pickle.dumps(reply)
+        except Exception as e:  # noqa: BLE001 - a result that cannot be sent
+            data = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
+        _send(replies, data)
 
 
 def _limit(memory: int, inherited: Tuple[int, int]) -> int:
