@@ -26,6 +26,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import vi
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -155,6 +156,7 @@ class Case:
     args: tuple = ()  # after MODEL --verify-only; "{dir}" is the case folder, "{input}" the input
     expect: str = ""  # a substring of the error line
     setup: Callable[[Path], None] = None
+    needs: tuple = ()  # the extras whose error it is (without them: the missing extra's)
 
 
 CASES: Dict[str, Case] = {
@@ -185,7 +187,7 @@ CASES: Dict[str, Case] = {
                                                   " expected 'TFL3')"),
     "flatbuffer with a wrong identifier": Case(file="model", content=TFLITE.replace(b"TFL3", b"TFL2"),
                                                expect="file identifier 'TFL2' at bytes 4..8, expected 'TFL3'"),
-    "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:"),
+    "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:", needs=("iree",)),
     "mlir bytecode": Case(file="m.mlirbc", content=MLIR_BYTECODE, expect="MLIR bytecode"),
     "torch.export archive": Case(file="m.pt2", content=pt2_archive, expect="torch.export"),
     "torch.save checkpoint": Case(file="m.pt", content=torch_checkpoint, expect="checkpoint"),
@@ -253,6 +255,7 @@ def results(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input(results, name):
+    require(*CASES[name].needs)
     r = results[name]
     p = r["proc"]
     assert "Traceback" not in p.stderr and "Traceback" not in p.stdout

@@ -18,8 +18,9 @@ import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
+from needs import require
 
-pytest.importorskip("jax")
+require("jax", module=True)
 
 import legalizer  # noqa: E402
 from legalizer.check import ort as ort_check  # noqa: E402
