@@ -301,21 +301,31 @@ def _sources(tmp_path) -> List[bytes]:
             (MODELS / "incompatible_add.onnx").read_bytes(), custom_domain_model([2, 3]).SerializeToString()]
 
 
-def test_every_truncation(tmp_path):
+# The sweeps below: a sample (every fifth cut, the first 30 seeds) in the default run,
+# the rest under -m slow.
+SWEEP = [pytest.param(True, id="sample"), pytest.param(False, id="rest", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("in_sample", SWEEP)
+def test_every_truncation(tmp_path, in_sample):
     path = tmp_path / "t.onnx"
     for src in _sources(tmp_path):
         step = max(1, len(src) // 150)
-        for n in list(range(1, len(src), step)) + [len(src) - 1]:
+        cuts = list(range(1, len(src), step)) + [len(src) - 1]
+        for i, n in enumerate(cuts):
+            if (i % 5 == 0 or i == len(cuts) - 1) != in_sample:
+                continue
             path.write_bytes(src[:n])
             code, out, err = _main(path)
             _assert_contract(code, out, err, f"truncated at {n}/{len(src)}")
             assert "internal error" not in err
 
 
-def test_byte_mutations(tmp_path):
+@pytest.mark.parametrize("in_sample", SWEEP)
+def test_byte_mutations(tmp_path, in_sample):
     path = tmp_path / "m.onnx"
     for k, src in enumerate(_sources(tmp_path)):
-        for seed in range(150):
+        for seed in range(30) if in_sample else range(30, 150):
             rng = np.random.default_rng(1000 * k + seed)
             data = bytearray(src)
             for _ in range(int(rng.integers(1, 4))):
