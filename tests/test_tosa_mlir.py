@@ -637,7 +637,7 @@ def test_load_mlir_reads_files_and_bytecode(tmp_path, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "iree.compiler", None)  # as if not installed
-    with pytest.raises(legalizer.BadInput, match=r"add\.mlirbc: is MLIR bytecode; reading it needs .*legalize\[iree\]"):
+    with pytest.raises(legalizer.BadInput, match=r"add\.mlirbc: is MLIR bytecode; reading it needs .*legalizer\[iree\]"):
         load_mlir(bc)
 
 
