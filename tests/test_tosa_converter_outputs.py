@@ -46,6 +46,7 @@ def test_converter_output_is_legal_under_tosa(path):
     assert res.report.stats["elementwise_nodes"] > 0
 
 
+@pytest.mark.needs("tosa-opt")  # the TOSA syntax of producers IREE does not take
 def test_converter_text_reads_like_its_bytecode():
     require("iree")
     text = legalizer.load(ROOT / "models/tosa_converter/mobilenet_like.mlir")

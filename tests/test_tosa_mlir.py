@@ -444,7 +444,7 @@ module attributes {tfl.description = "TOCO", tf.versions = {producer = 1 : i32}}
 """
 
 
-@pytest.mark.needs("iree")
+@pytest.mark.needs("iree", "tosa-opt")  # the TOSA syntax of producers IREE does not take
 def test_parses_generic_pretty_aliases_locations_and_multi_results():
     bad = TF_OPT_STYLE  # %s is used before it is defined
     with pytest.raises(legalizer.BadInput, match=r"^<string>:13:29: use of undefined value '%s'$"):
@@ -506,7 +506,7 @@ func.func @main(%arg0: tensor<13x21x1xf32>, %arg1: tensor<13x21x3xf32>) -> tenso
 """
 
 
-@pytest.mark.needs("iree")
+@pytest.mark.needs("iree", "tosa-opt")  # the TOSA syntax of producers IREE does not take
 def test_parses_llvm_test_style_files_with_several_functions():
     model = parse_mlir(LLVM_STYLE)
     assert [g.name for g in model.graphs] == ["main", "test_fft2d", "test_misc"]
