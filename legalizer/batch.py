@@ -263,7 +263,7 @@ def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover 
     signal.signal(signal.SIGTERM, _terminate_gracefully)
     from . import bounded
 
-    bounded.start(fork=True)  # this worker is a fresh fork of the fork server, and has run nothing yet
+    bounded.start(("legalizer.importers.onnx_infer",))  # it starts while the run reads the model
     try:
         outcome = run_one(model, settings)
     except KeyboardInterrupt:

@@ -8,10 +8,8 @@ fork of this process, whose onnxruntime, JAX or torch may hold threads that a fo
 would leave with their locks held), started by ``start`` or at the first ``call``, and
 it serves every call after it, so that the imports the work needs are paid once;
 ``start`` it early, naming the modules the work will import, and it imports them while
-the caller does its own work. (A process that has itself just started clean and run
-nothing, such as a batch worker forked from a fork server, may fork it instead:
-``start(fork=True)``.) Before each call the helper sets its own address-space limit
-(``RLIMIT_AS``) to what it has plus the call's ``memory``, so the work fails with
+the caller does its own work. Before each call the helper sets its own address-space
+limit (``RLIMIT_AS``) to what it has plus the call's ``memory``, so the work fails with
 ``MemoryError`` (a C++ ``bad_alloc``) instead of growing until the machine's
 out-of-memory killer chooses a victim. A helper that dies (a crash) or overruns its
 time is killed and replaced by the next call. Where there is no ``/proc`` to measure
@@ -83,15 +81,13 @@ def available() -> bool:
     return os.path.exists("/proc/self/statm")
 
 
-def start(preload: Sequence[str] = (), fork: bool = False) -> None:
+def start(preload: Sequence[str] = ()) -> None:
     """Start the helper now, if it is not running, importing the modules ``preload``
     names before it waits for work (in parallel with the caller); a no-op where the work
-    runs unbounded. ``fork``: the caller is itself a fresh process that has imported
-    what the work needs and has run nothing yet (a worker forked from a fork server):
-    the helper is a fork of it, warm at once, and holds no runtime's threads."""
+    runs unbounded."""
     if available():
         with _lock:
-            _running(preload, fork and hasattr(os, "fork"))
+            _running(preload)
 
 
 def call(fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> Any:
@@ -103,7 +99,7 @@ def call(fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> 
         return fn(arg)
     request = pickle.dumps((fn, arg, memory))
     with _lock:
-        helper = _running((), False)
+        helper = _running(())
         try:
             _send(helper.to_helper, request)
             reply = _receive(helper.from_helper, time.monotonic() + timeout)
@@ -127,33 +123,24 @@ def helper_pid() -> Optional[int]:
     return h.pid if h is not None and h.owner == os.getpid() else None
 
 
-def _running(preload: Sequence[str], fork: bool) -> _Helper:
+def _running(preload: Sequence[str]) -> _Helper:
     global _helper
     if _helper is not None and _helper.owner == os.getpid():
         return _helper
     to_r, to_w = os.pipe()
     from_r, from_w = os.pipe()
-    if fork:
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the helper
-            try:
-                os.close(to_w)
-                os.close(from_r)
-                os.dup2(to_r, 0)
-                os.dup2(from_w, 1)
-                _serve_stdio("")
-            finally:
-                os._exit(0)
-    else:
-        # posix_spawn: a new interpreter, and no fork of this process as Python's
-        # os.fork would make one (with its at-fork handlers). Its stderr goes nowhere:
-        # nothing of the helper reaches the run's output; a crash is told by the caller.
+    # posix_spawn: a new interpreter, and no fork of this process as Python's os.fork
+    # would make one. Only the helper's own pipes pass (Python's files are not
+    # inherited); its stderr goes nowhere: nothing of the helper reaches the run's
+    # output, and a crash is told by the caller, in one line.
+    try:
         pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", _BOOT, ",".join(preload), *sys.path],
                              os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 0),
                                                        (os.POSIX_SPAWN_DUP2, from_w, 1),
                                                        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-    os.close(to_r)
-    os.close(from_w)
+    finally:
+        os.close(to_r)
+        os.close(from_w)
     _helper = _Helper(pid, to_w, from_r)
     return _helper
 
