@@ -157,7 +157,7 @@ def test_rerun_is_byte_identical(tmp_path):
 
 
 def test_pins_match_pyproject():
-    tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
+    import tomllib
     with open(ROOT / "pyproject.toml", "rb") as f:
         extra = tomllib.load(f)["project"]["optional-dependencies"]["torch"]
     assert sorted(extra) == sorted(f"{k}=={v}" for k, v in make_models.PINNED.items())
