@@ -12,8 +12,10 @@ the caller does its own work. Before each call the helper sets its own address-s
 limit (``RLIMIT_AS``) to what it has plus the call's ``memory``, so the work fails with
 ``MemoryError`` (a C++ ``bad_alloc``) instead of growing until the machine's
 out-of-memory killer chooses a victim. A helper that dies (a crash) or overruns its
-time is killed and replaced by the next call. Where there is no ``/proc`` to measure
-the helper by, nor ``RLIMIT_AS``, the work runs in the calling process, unbounded.
+time is killed and replaced by the next call. ``call`` and ``start`` use one shared
+helper; ``Helper`` makes another, for work to keep apart. Where there is no ``/proc``
+to measure the helper by, nor ``RLIMIT_AS``, the work runs in the calling process,
+unbounded.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import struct
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 _HEADER = struct.Struct("<Q")  # the length of each message on the pipes
@@ -42,7 +45,10 @@ class Failed(Exception):
     helper died. ``str(e)`` says which, in a few words."""
 
 
-class _Helper:
+class _Process:
+    """A running helper: its process id and the two pipes to it, and the process that
+    started it (a fork of that process does not own it)."""
+
     def __init__(self, pid: int, to_helper: int, from_helper: int):
         self.pid, self.to_helper, self.from_helper = pid, to_helper, from_helper
         self.owner = os.getpid()
@@ -55,22 +61,115 @@ class _Helper:
                 pass
 
 
-_lock = threading.Lock()
-_helper: Optional[_Helper] = None
+class Helper:
+    """One helper process: started by ``start`` or at the first ``call``, reused by every
+    call after it, one call at a time, replaced after a crash or an overrun, stopped at
+    exit. ``preload``: the modules it imports before it waits for work. The module's
+    ``call`` and ``start`` use one shared helper; a caller that wants work of its own
+    kept apart (a runtime whose crash should not cost another's warm state) makes
+    another."""
+
+    def __init__(self, preload: Sequence[str] = ()):
+        self.preload = tuple(preload)
+        self._lock = threading.Lock()
+        self._process: Optional[_Process] = None
+        _HELPERS.add(self)
+
+    def start(self, preload: Sequence[str] = ()) -> None:
+        """Start the process now, if it is not running, importing ``preload`` too (in
+        parallel with the caller); a no-op where the work runs unbounded."""
+        if available():
+            with self._lock:
+                self._running(preload)
+
+    def call(self, fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> Any:
+        """``fn(arg)`` in the helper, whose address space may grow by ``memory`` bytes
+        for it, within ``timeout`` seconds; ``Failed`` if it does not finish. ``fn`` is
+        a module-level function (it is named to the helper, as pickle names functions,
+        and the helper imports its module); ``arg`` and the result are pickled."""
+        if not available():
+            return fn(arg)
+        request = pickle.dumps((fn, arg, memory))
+        with self._lock:
+            process = self._running(())
+            try:
+                _send(process.to_helper, request)
+                reply = _receive(process.from_helper, time.monotonic() + timeout)
+            except _Timeout:
+                self._stop()
+                raise Failed(f"it did not finish in {timeout:.0f} s") from None
+            except (OSError, EOFError):
+                raise Failed(f"the process doing it died ({self._stop()})") from None
+            except BaseException:  # ^C, SIGTERM: the helper is mid-call; it goes too
+                self._stop()
+                raise
+        kind, value = pickle.loads(reply)
+        if kind == "ok":
+            return value
+        raise Failed(value)
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The running process's id, or None."""
+        p = self._process
+        return p.pid if p is not None and p.owner == os.getpid() else None
+
+    def stop(self) -> None:
+        """Stop the process, if one runs (the next call starts another)."""
+        with self._lock:
+            if self.pid is not None:
+                self._stop()
+
+    def _running(self, preload: Sequence[str]) -> _Process:
+        if self._process is not None and self._process.owner == os.getpid():
+            return self._process
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        # posix_spawn: a new interpreter, and no fork of this process as Python's
+        # os.fork would make one. Only the helper's own pipes pass (Python's files are
+        # not inherited); its stderr goes nowhere: nothing of the helper reaches the
+        # run's output, and a crash is told by the caller, in one line.
+        modules = ",".join(dict.fromkeys((*self.preload, *preload)))
+        try:
+            pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", _BOOT, modules, *sys.path],
+                                 os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 0),
+                                                           (os.POSIX_SPAWN_DUP2, from_w, 1),
+                                                           (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+        finally:
+            os.close(to_r)
+            os.close(from_w)
+        self._process = _Process(pid, to_w, from_r)
+        return self._process
+
+    def _stop(self) -> str:
+        """Kill and reap the process; how it ended ("signal SIGSEGV", "exit status 1")."""
+        process, self._process = self._process, None
+        process.close()
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            _, status = os.waitpid(process.pid, 0)
+        except ChildProcessError:
+            status = 0
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+            return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+        if os.WIFEXITED(status):
+            return f"exit status {os.WEXITSTATUS(status)}"
+        return "killed"
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's process is not ours; close our copies of its
+        pipes, so that it sees the parent go."""
+        if self._process is not None:
+            self._process.close()
+        self._process = None
+        self._lock = threading.Lock()  # another thread of the parent may have held it
 
 
-def _forget_in_child() -> None:
-    """In a forked child (a program of the caller's may fork): the parent's helper is
-    not ours; close our copies of its pipes, so that it sees the parent go."""
-    global _helper, _lock
-    if _helper is not None:
-        _helper.close()
-    _helper = None
-    _lock = threading.Lock()  # another thread of the parent may have held it
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
+_HELPERS: "weakref.WeakSet[Helper]" = weakref.WeakSet()
+_shared = Helper()
 
 
 def available() -> bool:
@@ -82,96 +181,35 @@ def available() -> bool:
 
 
 def start(preload: Sequence[str] = ()) -> None:
-    """Start the helper now, if it is not running, importing the modules ``preload``
-    names before it waits for work (in parallel with the caller); a no-op where the work
-    runs unbounded."""
-    if available():
-        with _lock:
-            _running(preload)
+    """``Helper.start`` of the shared helper."""
+    _shared.start(preload)
 
 
 def call(fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> Any:
-    """``fn(arg)`` in the helper, whose address space may grow by ``memory`` bytes for
-    it, within ``timeout`` seconds; ``Failed`` if it does not finish. ``fn`` is a
-    module-level function (it is named to the helper, as pickle names functions, and
-    the helper imports its module); ``arg`` and the result are pickled."""
-    if not available():
-        return fn(arg)
-    request = pickle.dumps((fn, arg, memory))
-    with _lock:
-        helper = _running(())
-        try:
-            _send(helper.to_helper, request)
-            reply = _receive(helper.from_helper, time.monotonic() + timeout)
-        except _Timeout:
-            _stop(helper)
-            raise Failed(f"it did not finish in {timeout:.0f} s") from None
-        except (OSError, EOFError):
-            raise Failed(f"the process doing it died ({_stop(helper)})") from None
-        except BaseException:  # ^C, SIGTERM: the helper is mid-call; it goes too
-            _stop(helper)
-            raise
-    kind, value = pickle.loads(reply)
-    if kind == "ok":
-        return value
-    raise Failed(value)
+    """``Helper.call`` of the shared helper."""
+    return _shared.call(fn, arg, memory=memory, timeout=timeout)
 
 
 def helper_pid() -> Optional[int]:
-    """The running helper's process id, or None."""
-    h = _helper
-    return h.pid if h is not None and h.owner == os.getpid() else None
+    """The shared helper's process id, or None."""
+    return _shared.pid
 
 
-def _running(preload: Sequence[str]) -> _Helper:
-    global _helper
-    if _helper is not None and _helper.owner == os.getpid():
-        return _helper
-    to_r, to_w = os.pipe()
-    from_r, from_w = os.pipe()
-    # posix_spawn: a new interpreter, and no fork of this process as Python's os.fork
-    # would make one. Only the helper's own pipes pass (Python's files are not
-    # inherited); its stderr goes nowhere: nothing of the helper reaches the run's
-    # output, and a crash is told by the caller, in one line.
-    try:
-        pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", _BOOT, ",".join(preload), *sys.path],
-                             os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 0),
-                                                       (os.POSIX_SPAWN_DUP2, from_w, 1),
-                                                       (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-    finally:
-        os.close(to_r)
-        os.close(from_w)
-    _helper = _Helper(pid, to_w, from_r)
-    return _helper
+def _forget_in_child() -> None:
+    for helper in list(_HELPERS):
+        helper._forget()
 
 
-def _stop(helper: _Helper) -> str:
-    """Kill and reap the helper; how it ended ("signal SIGSEGV", "exit status 1")."""
-    global _helper
-    helper.close()
-    try:
-        os.kill(helper.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        _, status = os.waitpid(helper.pid, 0)
-    except ChildProcessError:
-        status = 0
-    if _helper is helper:
-        _helper = None
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
-        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
-    if os.WIFEXITED(status):
-        return f"exit status {os.WEXITSTATUS(status)}"
-    return "killed"
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @atexit.register
 def _shut_down() -> None:
-    """At exit, the helper goes too (it holds nothing between calls), and is reaped."""
-    helper = _helper
-    if helper is not None and helper.owner == os.getpid():
-        _stop(helper)
+    """At exit, the helpers go too (they hold nothing between calls), and are reaped."""
+    for helper in list(_HELPERS):
+        if helper.pid is not None:
+            helper._stop()
 
 
 # ---- the helper's side ----------------------------------------------------------------

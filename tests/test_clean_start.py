@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -124,3 +125,26 @@ def test_each_call_has_its_own_memory_limit():
     pid = bounded.helper_pid()
     assert bounded.call(_grow, 1 << 30, memory=2 << 30, timeout=60) == 1 << 30
     assert bounded.helper_pid() == pid
+
+
+@needs_proc
+def test_a_helper_of_its_own_is_kept_apart():
+    """A crash in one helper costs only that one: another keeps its process."""
+    own = bounded.Helper(preload=("json",))
+    try:
+        assert own.call(_echo, b"ab", memory=1 << 28, timeout=60) == b"ba"
+        assert bounded.call(_echo, b"cd", memory=1 << 28, timeout=60) == b"dc"
+        kept, pid = bounded.helper_pid(), own.pid
+        assert pid not in (None, kept)
+        with pytest.raises(bounded.Failed, match=r"^the process doing it died \(signal SIGSEGV\)$"):
+            own.call(_crash, b"x", memory=1 << 28, timeout=60)
+        assert own.pid is None and bounded.helper_pid() == kept
+        assert own.call(_echo, b"ef", memory=1 << 28, timeout=60) == b"fe" and own.pid not in (None, pid)
+    finally:
+        own.stop()
+    assert own.pid is None
+
+
+def _crash(arg: bytes) -> bytes:
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return arg
