@@ -242,7 +242,6 @@ def test_dim_names_are_tried_before_growing(tmp_path):
 def test_pt2_range_constraints_are_tried(tmp_path):
     require("torch")
     import torch
-    require("torch")
     from torch.export import Dim
 
     class Convs(torch.nn.Module):

@@ -23,6 +23,7 @@ from legalizer.check.probes import Probe
 from legalizer.check.reduce import ddmin
 from test_cli import assert_clean, legalize, lines
 from needs import require
+from slow import sample
 
 ROOT = Path(__file__).resolve().parent.parent
 TFLITE = ROOT / "models/tflite"
@@ -337,7 +338,8 @@ def test_reduce_onnx_writes_one_node_that_still_differs(tmp_path):
     assert again.returncode == 1 and "results DIFFER" in lines(again.stdout)[-1]
 
 
-@pytest.mark.parametrize("stem,nodes", [("transformer_like", 8), ("broadcast_floor_mod", 5), ("broadcast_pow", 1)])
+@pytest.mark.parametrize("stem,nodes", sample([("transformer_like", 8), ("broadcast_floor_mod", 5), ("broadcast_pow", 1)],
+                                               ["broadcast_pow"], key=lambda v: v[0]))
 def test_reduce_tosa_keeps_the_converter_ops_that_differ(stem, nodes, tmp_path):
     from legalizer.check.iree_run import run as iree
 

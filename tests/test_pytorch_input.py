@@ -112,7 +112,6 @@ def test_module_api_round_trip():
     place, checked against its export and PyTorch."""
     require("torch")
     import torch
-    require("torch")
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import make_models
@@ -145,7 +144,6 @@ def test_module_api_round_trip():
 def test_module_without_example_inputs_is_bad_input():
     require("torch")
     import torch
-    require("torch")
     with pytest.raises(legalizer.BadInput, match="example_inputs"):
         legalizer.load(torch.nn.Linear(2, 2))
 

@@ -140,6 +140,7 @@ def test_runs_on_onnxruntime(name):
             assert y.shape == feeds["x"].shape
 
 
+@pytest.mark.slow  # re-exports every torch sample model
 def test_rerun_is_byte_identical(tmp_path):
     require("torch")  # to re-export the sample models
     mismatch = make_models.version_mismatch()
