@@ -324,6 +324,9 @@ def _terminate_gracefully(signum, frame):  # pragma: no cover - runs in a worker
 def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover - in a child
     # SIGTERM (the parent stopping early) unwinds like ^C, so that temporary files go.
     signal.signal(signal.SIGTERM, _terminate_gracefully)
+    from . import bounded
+
+    bounded.start(("legalizer.importers.onnx_infer",))  # it starts while the run reads the model
     try:
         outcome = run_one(model, settings)
     except KeyboardInterrupt:
@@ -335,9 +338,18 @@ def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover 
         conn.close()
 
 
-def _context():
-    methods = mp.get_all_start_methods()
-    return mp.get_context("fork" if "fork" in methods else "spawn")
+def _context(preload: List[str]):
+    """Workers fork from a fork server: a fresh interpreter that imports ``preload`` and
+    runs nothing else, so a fork of it starts warm and holds no runtime's threads (a
+    fork of this process, whose onnxruntime, JAX or torch may have started threads,
+    could inherit their locks held). Where there is none, each worker is spawned."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # Taken by the server's first start only (one per process, then reused); the
+    # caller's __main__ once there, rather than in each worker.
+    ctx.set_forkserver_preload(["__main__", *preload])
+    return ctx
 
 
 def _crashed(model: Path, exitcode: Optional[int], pid: Optional[int]) -> Outcome:
@@ -356,8 +368,8 @@ def _crashed(model: Path, exitcode: Optional[int], pid: Optional[int]) -> Outcom
 
 
 # What a run imports on first use, by the kind of model (the check's runtimes above all):
-# imported once before the processes are forked, each model's process starts warm
-# rather than importing them again.
+# imported once by the fork server, each model's process starts warm rather than
+# importing them again.
 WARM = {"any": ["legalizer.console", "legalizer.importers.onnx", "numpy.random"],
         "check": ["onnxruntime"],
         "tables": ["rich.console", "rich.table", "rich.text"],
@@ -365,26 +377,19 @@ WARM = {"any": ["legalizer.console", "legalizer.importers.onnx", "numpy.random"]
                    "legalizer.check.tflite", "legalizer.check.litert"]}
 
 
-def _warm(models: List[Path], settings: Settings) -> None:
-    import importlib
-
+def _warm(models: List[Path], settings: Settings) -> List[str]:
+    """The modules the workers of this batch start with (``WARM``)."""
     options = settings.options
     kinds = ["any"] + (["check"] if options.check and not options.verify_only else [])
     kinds += [] if settings.quiet else ["tables"]
     kinds += ["tflite"] if any(m.suffix == ".tflite" for m in models) else []
-    for name in (n for k in kinds for n in WARM[k]):
-        try:
-            importlib.import_module(name)
-        except ImportError:  # an optional runtime: the model's own run says what is missing
-            pass
+    return [n for k in kinds for n in WARM[k]]
 
 
 def run_all(models: List[Path], settings: Settings, jobs: int) -> List[Outcome]:
     """Run every model in a process of its own, ``jobs`` at a time; print each model's
     lines in the order given, as soon as it and those before it are done."""
-    ctx = _context()
-    if len(models) > 1 and ctx.get_start_method() == "fork":
-        _warm(models, settings)
+    ctx = _context(_warm(models, settings))
     results: Dict[int, Outcome] = {}
     running: Dict[object, tuple] = {}  # connection -> (index, process)
     next_start, next_print = 0, 0

@@ -3,28 +3,41 @@
 under a memory and a time limit, so that a model that makes it allocate without end or
 crash costs the helper, not the run.
 
-The helper is forked once per process, at the first ``call``, and serves every call
-after it (a fork per call would cost tens of milliseconds in a process that has loaded
-torch); before each call it sets its own address-space limit (``RLIMIT_AS``) to what it
-has plus the call's ``memory``, so the work fails with ``MemoryError`` (a C++
-``bad_alloc``) instead of growing until the machine's out-of-memory killer chooses a
-victim. A helper that dies (a crash) or overruns its time is killed and replaced by the
-next call. Where there is no ``fork`` (or no ``/proc`` to measure the helper by), the
-work runs in the calling process, unbounded.
+The helper is a fresh interpreter (``python -c``, started by ``posix_spawn``: never a
+fork of this process, whose onnxruntime, JAX or torch may hold threads that a fork
+would leave with their locks held), started by ``start`` or at the first ``call``, and
+it serves every call after it, so that the imports the work needs are paid once;
+``start`` it early, naming the modules the work will import, and it imports them while
+the caller does its own work. Before each call the helper sets its own address-space
+limit (``RLIMIT_AS``) to what it has plus the call's ``memory``, so the work fails with
+``MemoryError`` (a C++ ``bad_alloc``) instead of growing until the machine's
+out-of-memory killer chooses a victim. A helper that dies (a crash) or overruns its
+time is killed and replaced by the next call. ``call`` and ``start`` use one shared
+helper; ``Helper`` makes another, for work to keep apart. Where there is no ``/proc``
+to measure the helper by, nor ``RLIMIT_AS``, the work runs in the calling process,
+unbounded.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import select
 import signal
 import struct
+import sys
 import threading
 import time
-from typing import Callable, Optional, Tuple
+import weakref
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 _HEADER = struct.Struct("<Q")  # the length of each message on the pipes
+
+# The helper's first lines: the caller's module search path (so that it finds the work's
+# functions as the caller does; -P keeps the working folder off it), then its loop.
+_BOOT = ("import sys; sys.path[:] = sys.argv[2:]; "
+         "from legalizer.bounded import _serve_stdio; _serve_stdio(sys.argv[1])")
 
 
 class Failed(Exception):
@@ -32,7 +45,10 @@ class Failed(Exception):
     helper died. ``str(e)`` says which, in a few words."""
 
 
-class _Helper:
+class _Process:
+    """A running helper: its process id and the two pipes to it, and the process that
+    started it (a fork of that process does not own it)."""
+
     def __init__(self, pid: int, to_helper: int, from_helper: int):
         self.pid, self.to_helper, self.from_helper = pid, to_helper, from_helper
         self.owner = os.getpid()
@@ -45,119 +61,197 @@ class _Helper:
                 pass
 
 
-_lock = threading.Lock()
-_helper: Optional[_Helper] = None
+class Helper:
+    """One helper process: started by ``start`` or at the first ``call``, reused by every
+    call after it, one call at a time, replaced after a crash or an overrun, stopped at
+    exit. ``preload``: the modules it imports before it waits for work. The module's
+    ``call`` and ``start`` use one shared helper; a caller that wants work of its own
+    kept apart (a runtime whose crash should not cost another's warm state) makes
+    another."""
+
+    def __init__(self, preload: Sequence[str] = ()):
+        self.preload = tuple(preload)
+        self._lock = threading.Lock()
+        self._process: Optional[_Process] = None
+        _HELPERS.add(self)
+
+    def start(self, preload: Sequence[str] = ()) -> None:
+        """Start the process now, if it is not running, importing ``preload`` too (in
+        parallel with the caller); a no-op where the work runs unbounded."""
+        if available():
+            with self._lock:
+                self._running(preload)
+
+    def call(self, fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> Any:
+        """``fn(arg)`` in the helper, whose address space may grow by ``memory`` bytes
+        for it, within ``timeout`` seconds; ``Failed`` if it does not finish. ``fn`` is
+        a module-level function (it is named to the helper, as pickle names functions,
+        and the helper imports its module); ``arg`` and the result are pickled."""
+        if not available():
+            return fn(arg)
+        request = pickle.dumps((fn, arg, memory))
+        with self._lock:
+            process = self._running(())
+            try:
+                _send(process.to_helper, request)
+                reply = _receive(process.from_helper, time.monotonic() + timeout)
+            except _Timeout:
+                self._stop()
+                raise Failed(f"it did not finish in {timeout:.0f} s") from None
+            except (OSError, EOFError):
+                raise Failed(f"the process doing it died ({self._stop()})") from None
+            except BaseException:  # ^C, SIGTERM: the helper is mid-call; it goes too
+                self._stop()
+                raise
+        kind, value = pickle.loads(reply)
+        if kind == "ok":
+            return value
+        raise Failed(value)
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The running process's id, or None."""
+        p = self._process
+        return p.pid if p is not None and p.owner == os.getpid() else None
+
+    def stop(self) -> None:
+        """Stop the process, if one runs (the next call starts another)."""
+        with self._lock:
+            if self.pid is not None:
+                self._stop()
+
+    def _running(self, preload: Sequence[str]) -> _Process:
+        if self._process is not None and self._process.owner == os.getpid():
+            return self._process
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        # posix_spawn: a new interpreter, and no fork of this process as Python's
+        # os.fork would make one. Only the helper's own pipes pass (Python's files are
+        # not inherited); its stderr goes nowhere: nothing of the helper reaches the
+        # run's output, and a crash is told by the caller, in one line.
+        modules = ",".join(dict.fromkeys((*self.preload, *preload)))
+        try:
+            pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", _BOOT, modules, *sys.path],
+                                 os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, to_r, 0),
+                                                           (os.POSIX_SPAWN_DUP2, from_w, 1),
+                                                           (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+        finally:
+            os.close(to_r)
+            os.close(from_w)
+        self._process = _Process(pid, to_w, from_r)
+        return self._process
+
+    def _stop(self) -> str:
+        """Kill and reap the process; how it ended ("signal SIGSEGV", "exit status 1")."""
+        process, self._process = self._process, None
+        process.close()
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            _, status = os.waitpid(process.pid, 0)
+        except ChildProcessError:
+            status = 0
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+            return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+        if os.WIFEXITED(status):
+            return f"exit status {os.WEXITSTATUS(status)}"
+        return "killed"
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's process is not ours; close our copies of its
+        pipes, so that it sees the parent go."""
+        if self._process is not None:
+            self._process.close()
+        self._process = None
+        self._lock = threading.Lock()  # another thread of the parent may have held it
+
+
+_HELPERS: "weakref.WeakSet[Helper]" = weakref.WeakSet()
+_shared = Helper()
+
+
+def available() -> bool:
+    try:
+        import resource  # noqa: F401 - POSIX only
+    except ImportError:
+        return False
+    return os.path.exists("/proc/self/statm")
+
+
+def start(preload: Sequence[str] = ()) -> None:
+    """``Helper.start`` of the shared helper."""
+    _shared.start(preload)
+
+
+def call(fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> Any:
+    """``Helper.call`` of the shared helper."""
+    return _shared.call(fn, arg, memory=memory, timeout=timeout)
+
+
+def helper_pid() -> Optional[int]:
+    """The shared helper's process id, or None."""
+    return _shared.pid
 
 
 def _forget_in_child() -> None:
-    """In a forked child (a batch worker, the helper itself): the parent's helper is
-    not ours; close our copies of its pipes, so that it sees the parent go."""
-    global _helper, _lock
-    if _helper is not None:
-        _helper.close()
-    _helper = None
-    _lock = threading.Lock()  # another thread of the parent may have held it
+    for helper in list(_HELPERS):
+        helper._forget()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def available() -> bool:
-    return hasattr(os, "fork") and os.path.exists("/proc/self/statm")
-
-
-def call(fn: Callable[[bytes], bytes], arg: bytes, *, memory: int, timeout: float) -> bytes:
-    """``fn(arg)`` in the helper, whose address space may grow by ``memory`` bytes for
-    it, within ``timeout`` seconds; ``Failed`` if it does not finish. ``fn`` is a
-    module-level function (it is named to the helper, as pickle names functions) that
-    takes and returns bytes."""
-    if not available():
-        return fn(arg)
-    request = pickle.dumps((fn, arg, memory))
-    with _lock:
-        helper = _running()
-        try:
-            _send(helper.to_helper, request)
-            reply = _receive(helper.from_helper, time.monotonic() + timeout)
-        except _Timeout:
-            _stop(helper)
-            raise Failed(f"it did not finish in {timeout:.0f} s") from None
-        except (OSError, EOFError):
-            raise Failed(f"the process doing it died ({_stop(helper)})") from None
-        except BaseException:  # ^C, SIGTERM: the helper is mid-call; it goes too
-            _stop(helper)
-            raise
-    kind, value = pickle.loads(reply)
-    if kind == "ok":
-        return value
-    raise Failed(value)
-
-
-def _running() -> _Helper:
-    global _helper
-    if _helper is not None and _helper.owner == os.getpid():
-        return _helper
-    to_r, to_w = os.pipe()
-    from_r, from_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the helper
-        try:
-            os.close(to_w)
-            os.close(from_r)
-            _serve(to_r, from_w)
-        finally:
-            os._exit(0)
-    os.close(to_r)
-    os.close(from_w)
-    _helper = _Helper(pid, to_w, from_r)
-    return _helper
-
-
-def _stop(helper: _Helper) -> str:
-    """Kill and reap the helper; how it ended ("signal SIGSEGV", "exit status 1")."""
-    global _helper
-    helper.close()
-    try:
-        os.kill(helper.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        _, status = os.waitpid(helper.pid, 0)
-    except ChildProcessError:
-        status = 0
-    if _helper is helper:
-        _helper = None
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
-        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
-    if os.WIFEXITED(status):
-        return f"exit status {os.WEXITSTATUS(status)}"
-    return "killed"
+@atexit.register
+def _shut_down() -> None:
+    """At exit, the helpers go too (they hold nothing between calls), and are reaped."""
+    for helper in list(_HELPERS):
+        if helper.pid is not None:
+            helper._stop()
 
 
 # ---- the helper's side ----------------------------------------------------------------
 
-def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the helper
+def _serve_stdio(preload: str) -> None:  # pragma: no cover - in the helper
+    """The helper's loop: requests on stdin, replies on a copy of stdout, whose own fd
+    then goes to /dev/null, as does stderr (what a library prints must not enter the
+    replies, nor the run's output)."""
     import faulthandler
-    import resource
+    import importlib
 
-    # ^C reaches the whole process group: the parent handles it (and stops the helper).
+    # ^C reaches the whole process group: the caller handles it (and stops the helper).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # Nothing of the helper reaches the run's output (stdout may carry --json): a crash
-    # is told by the parent, in one line.
     faulthandler.disable()
+    replies = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
+    for name in filter(None, preload.split(",")):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # the call that needs it says so
+            pass
+    _serve(0, replies)
+
+
+def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the helper
+    import resource
+
     inherited = resource.getrlimit(resource.RLIMIT_AS)
     while True:
         try:
             request = _receive(requests, None)
-        except EOFError:  # the parent has gone
+        except EOFError:  # the caller has gone
             return
-        fn, arg, memory = pickle.loads(request)
+        try:
+            fn, arg, memory = pickle.loads(request)
+        except BaseException as e:  # noqa: BLE001 - a module the helper cannot import
+            _send(replies, pickle.dumps(("error", f"{type(e).__name__}: {e}")))
+            continue
         resource.setrlimit(resource.RLIMIT_AS, (_limit(memory, inherited), inherited[1]))
         try:
             reply: Tuple[str, object] = ("ok", fn(arg))
@@ -167,7 +261,11 @@ def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the he
             reply = ("error", f"{type(e).__name__}: {e}")
         finally:
             resource.setrlimit(resource.RLIMIT_AS, inherited)
-        _send(replies, pickle.dumps(reply))
+        try:
+            data = pickle.dumps(reply)
+        except Exception as e:  # noqa: BLE001 - a result that cannot be sent
+            data = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
+        _send(replies, data)
 
 
 def _limit(memory: int, inherited: Tuple[int, int]) -> int:

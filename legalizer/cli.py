@@ -331,6 +331,12 @@ def legalize(
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
+    if not _is_batch(paths, out_opt, jobs, executor):
+        from . import bounded
+
+        # The helper (a fresh interpreter) imports what shape inference needs while
+        # this process imports the pipeline's libraries.
+        bounded.start(("legalizer.importers.onnx_infer",))
     from .importers.reader import files_read
     from .outputs import check_distinct, check_output_path
     from .pipeline import RunOptions, default_output, planned_outputs, run, stages

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from test_cli import assert_clean, legalize, lines
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest.importorskip("iree.compiler")
-pytest.importorskip("iree.runtime")
+pytestmark = pytest.mark.needs("iree")
 
 
 def _emitted_tosa(src: Path, tmp_path: Path) -> Path:
@@ -24,7 +24,7 @@ def _emitted_tosa(src: Path, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("name", ["mobilenet_like.tflite", "dynamic_broadcast.tflite", "transformer_like.tflite"])
 def test_module_matches_the_tflite_it_came_from(name, tmp_path):
-    pytest.importorskip("ai_edge_litert")
+    require("litert")
     module = _emitted_tosa(ROOT / "models/tflite" / name, tmp_path)
     p = legalize(module, "--verify-only", "--against", ROOT / "models/tflite" / name)
     assert_clean(p)
@@ -42,7 +42,7 @@ def test_module_against_onnx(tmp_path):
 
 
 def test_a_different_model_is_a_mismatch_exit_1(tmp_path):
-    pytest.importorskip("ai_edge_litert")
+    require("litert")
     module = _emitted_tosa(ROOT / "models/tflite/broadcast_add.tflite", tmp_path)
     p = legalize(module, "--verify-only", "--against", ROOT / "models/tflite/broadcast_sub.tflite")
     assert_clean(p)
@@ -56,7 +56,7 @@ def test_dynamic_batch_is_bound_before_iree_compiles(tmp_path):
     dynamic batch, in legalize's TOSA form): IREE compiled the ? as it was and failed to
     run it ("transient buffer has not been committed"). Bound to each of the check's
     sizes, it runs, and matches LiteRT at both."""
-    pytest.importorskip("ai_edge_litert")
+    require("litert")
     import tflite_build as tb
 
     src = tmp_path / "transformer_dynamic.tflite"

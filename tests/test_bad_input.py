@@ -26,6 +26,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers import vi
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -155,6 +156,7 @@ class Case:
     args: tuple = ()  # after MODEL --verify-only; "{dir}" is the case folder, "{input}" the input
     expect: str = ""  # a substring of the error line
     setup: Callable[[Path], None] = None
+    needs: tuple = ()  # the extras whose error it is (without them: the missing extra's)
 
 
 CASES: Dict[str, Case] = {
@@ -185,7 +187,7 @@ CASES: Dict[str, Case] = {
                                                   " expected 'TFL3')"),
     "flatbuffer with a wrong identifier": Case(file="model", content=TFLITE.replace(b"TFL3", b"TFL2"),
                                                expect="file identifier 'TFL2' at bytes 4..8, expected 'TFL3'"),
-    "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:"),
+    "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:", needs=("iree",)),
     "mlir bytecode": Case(file="m.mlirbc", content=MLIR_BYTECODE, expect="MLIR bytecode"),
     "torch.export archive": Case(file="m.pt2", content=pt2_archive, expect="torch.export"),
     "torch.save checkpoint": Case(file="m.pt", content=torch_checkpoint, expect="checkpoint"),
@@ -253,6 +255,7 @@ def results(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input(results, name):
+    require(*CASES[name].needs)
     r = results[name]
     p = r["proc"]
     assert "Traceback" not in p.stderr and "Traceback" not in p.stdout
@@ -298,21 +301,31 @@ def _sources(tmp_path) -> List[bytes]:
             (MODELS / "incompatible_add.onnx").read_bytes(), custom_domain_model([2, 3]).SerializeToString()]
 
 
-def test_every_truncation(tmp_path):
+# The sweeps below: a sample (every fifth cut, the first 30 seeds) in the default run,
+# the rest under -m slow.
+SWEEP = [pytest.param(True, id="sample"), pytest.param(False, id="rest", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("in_sample", SWEEP)
+def test_every_truncation(tmp_path, in_sample):
     path = tmp_path / "t.onnx"
     for src in _sources(tmp_path):
         step = max(1, len(src) // 150)
-        for n in list(range(1, len(src), step)) + [len(src) - 1]:
+        cuts = list(range(1, len(src), step)) + [len(src) - 1]
+        for i, n in enumerate(cuts):
+            if (i % 5 == 0 or i == len(cuts) - 1) != in_sample:
+                continue
             path.write_bytes(src[:n])
             code, out, err = _main(path)
             _assert_contract(code, out, err, f"truncated at {n}/{len(src)}")
             assert "internal error" not in err
 
 
-def test_byte_mutations(tmp_path):
+@pytest.mark.parametrize("in_sample", SWEEP)
+def test_byte_mutations(tmp_path, in_sample):
     path = tmp_path / "m.onnx"
     for k, src in enumerate(_sources(tmp_path)):
-        for seed in range(150):
+        for seed in range(30) if in_sample else range(30, 150):
             rng = np.random.default_rng(1000 * k + seed)
             data = bytearray(src)
             for _ in range(int(rng.integers(1, 4))):

@@ -17,6 +17,7 @@ import legalizer
 from legalizer import pipeline
 from legalizer.check import search as search_mod
 from legalizer.check.search import graph_sizes, sizes_in_error, sizes_in_name
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -239,8 +240,8 @@ def test_dim_names_are_tried_before_growing(tmp_path):
 
 
 def test_pt2_range_constraints_are_tried(tmp_path):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    require("torch")
+    import torch
     from torch.export import Dim
 
     class Convs(torch.nn.Module):

@@ -16,7 +16,8 @@ broadcast checks. The bounds sit just under what onnx 1.23 / onnxruntime 1.31 gi
   xla-strict       2033   1622          350 (330)                 2000            0 (43)
 
 (xla: 1622 equal, not 1623, because of test_scan_sum, a known failure below.) Each
-configuration takes about 11 s with 2 processes.
+configuration takes about 11 s with 2 processes: they run under ``-m slow``; the
+default run takes a sample (the cases named *broadcast*, for xla).
 """
 
 from __future__ import annotations
@@ -87,6 +88,27 @@ def run(request, tmp_path_factory):
     data.update(config=config, returncode=proc.returncode, cases_by_name={c["name"]: c for c in data["cases"]})
     assert (data["target"], data["profile"], data["assume_dynamic_not_one"]) == (target, PROFILE[target], strict)
     return data
+
+
+def test_a_sample_of_the_corpus_is_legalized_legal_and_equal(tmp_path):
+    """The default run's sample of the corpus (the whole of it is ``-m slow``): the cases
+    named *broadcast* for xla: numpy broadcasting of numbers and strings, PRelu's, and
+    the legacy opset-6 broadcasts onnxruntime cannot run, which legalize raises."""
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--target", "xla", "--filter", "broadcast", "--json", str(out),
+                           "-j", "2"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.exists(), f"conformance.py wrote no results (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    data = json.loads(out.read_text())
+    total = data["summary"]["total"]
+    assert total["cases"] >= 9 and total["failures"] == 0, total
+    assert total["legalized"] == total["legal"] == total["outputs_equal"] == total["cases"], total
+    assert total["rewritten"] == total["rewritten_and_equal"] >= 8, total
+    legacy = [c for c in data["cases"] if c["name"].startswith("pytorch-operator/test_operator_add")]
+    assert len(legacy) == LEGACY["pytorch-operator/test_operator_add_broadcast"] + LEGACY[
+        "pytorch-operator/test_operator_add_size1_"]
+    for c in legacy:
+        assert (c["opset_in"], c["opset_out"]) == (6, RAISED_OPSET["xla"]), c
+        assert c["original_runs"] is False and c["legalized_runs"] and c["outputs_equal"] is True, c
 
 
 # Cases whose legal form cannot be proved legal (issue 16, item 5): affine_grid's

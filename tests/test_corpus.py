@@ -11,7 +11,8 @@ part") and matching, except:
 - PENDING: failures that issue 14's other items fix on their own branches; strict
   xfails, so that each fails here once its fix is merged and must then be removed.
 
-Without a built corpus the tests skip, saying how to build it.
+Without a built corpus the tests skip, saying how to build it. The default run takes
+``SAMPLE``; ``-m slow`` runs the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import corpus  # noqa: E402
+from needs import require  # noqa: E402
 
 MODELS = corpus.cached()
 
@@ -38,6 +40,9 @@ SPEC_REJECTS = {
 }
 PENDING = {
 }
+# The default run's sample (the whole corpus is ``-m slow``): a transformer, an int8
+# TFLite network, and the model the spec rejects.
+SAMPLE = {"hf_bert", "keras_mobilenetv2_int8", "wheel_silero_vad_16k_op15"}
 
 
 def _cases():
@@ -48,12 +53,15 @@ def _cases():
     for path in MODELS:
         for target in corpus.TARGETS:
             marks = [pytest.mark.xfail(strict=True, reason=PENDING[path.stem])] if path.stem in PENDING else []
+            marks += [] if path.stem in SAMPLE else [pytest.mark.slow]
             cases.append(pytest.param(path, target, marks=marks, id=f"{path.stem}-{target}"))
     return cases
 
 
 @pytest.mark.parametrize("path, target", _cases())
 def test_main_job_on_corpus_model(path, target, tmp_path):
+    if path.suffix == ".tflite":
+        require("litert")  # the check runs on LiteRT
     row = corpus.legalize_row(path, target, tmp_path, corpus.check_options(path, tmp_path))
     why = row.get("error") or row["stderr"][-600:]
     if path.stem in SPEC_REJECTS:
@@ -77,6 +85,6 @@ def test_the_corpus_is_what_the_issue_asks():
     assert len(names) >= 30 and kinds == {"hf", "keras", "wheel"}
     keras = [n for n in names if n.startswith("keras_")]
     assert len(keras) == 16 and sum(n.endswith("_int8") for n in keras) == 8
-    for table in (ORIGINAL_CANNOT_RUN, SPEC_REJECTS, PENDING, corpus.CHECK_NEEDS):
+    for table in (ORIGINAL_CANNOT_RUN, SPEC_REJECTS, PENDING, corpus.CHECK_NEEDS, SAMPLE):
         assert set(table) <= set(names)
     assert corpus.select(["keras_resnet50*"]) == ["keras_resnet50", "keras_resnet50_int8"]

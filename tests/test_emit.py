@@ -10,6 +10,7 @@ import pytest
 
 from legalizer.emit import emit_paths
 from test_cli import assert_clean, legalize, lines
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +23,7 @@ def test_paths_beside_the_output_stem():
 
 
 def test_tflite_model_emitted_as_onnx_too(tmp_path):
-    pytest.importorskip("ai_edge_litert")
+    require("litert")
     from legalizer.check.litert import run_tflite
 
     src = tmp_path / "mob.tflite"
@@ -68,7 +69,7 @@ def test_emit_without_the_native_format_still_checks_and_writes_only_what_was_as
 
 
 def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tmp_path):
-    pytest.importorskip("jaxlib")
+    require("jax")
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
@@ -90,7 +91,7 @@ def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tm
 
 
 def test_stablehlo_bytecode_of_a_chlo_op_is_one_clear_line(tmp_path):
-    pytest.importorskip("jaxlib")
+    require("jax")
     src = tmp_path / "t.onnx"
     src.write_bytes((ROOT / "models/transformer_block.dynamo.onnx").read_bytes())
     p = legalize(src, "--target", "xla", "--emit", "stablehlo-bytecode")

@@ -7,10 +7,11 @@ at most one stderr line (one ``legalize: error:`` line for exit 2); never a trac
 an internal error or "out of memory"; no file left but the input and, on exit 0, the
 output; the input unchanged.
 
-By default a CI-sized sample (each mutation kind twice, a hypothesis-drawn sample, and a
-few cases through a fresh ``python -m legalizer.cli`` subprocess); ``FUZZ_EXAMPLES=3000``
-draws more. A long campaign that groups failures: ``python tests/fuzz_cases.py --cases
-3000``. Below, each crash such campaigns found has a regression test of its own.
+By default a sample (each mutation kind once, a hypothesis-drawn sample of a quarter of
+``FUZZ_EXAMPLES``, and a few cases through a fresh ``python -m legalizer.cli``
+subprocess); ``-m slow`` adds each kind's second case and ``FUZZ_EXAMPLES`` (40) drawn
+cases; ``FUZZ_EXAMPLES=3000`` draws more. A long campaign that groups failures:
+``python tests/fuzz_cases.py --cases 3000``. Below, each crash such campaigns found has a regression test of its own.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def _assert_contract(case, o: fz.Outcome, suffix: str) -> None:
     assert o.problems(suffix) == [], (case, o.code, o.stdout[-2000:], o.stderr[-2000:])
 
 
+@pytest.mark.parametrize("which", [0, pytest.param(1, marks=pytest.mark.slow)], ids=["first", "second"])
 @pytest.mark.parametrize("kind", fz.KINDS)
-def test_each_mutation_kind(kind):
+def test_each_mutation_kind(kind, which):
+    """The ``which``-th case (of the seeds tried) that ``kind`` applies to: the first in
+    the default run, the second under ``-m slow``."""
     sources = fz.sources_for(kind)
     ran = 0
     for seed in range(12):
@@ -45,12 +49,12 @@ def test_each_mutation_kind(kind):
         data = fz.mutate(kind, source, seed)
         if data is None:
             continue
-        suffix = fz.suffix_of(source)
-        _assert_contract((kind, source, seed), fz.run_case(data, suffix), suffix)
+        if ran == which:
+            suffix = fz.suffix_of(source)
+            _assert_contract((kind, source, seed), fz.run_case(data, suffix), suffix)
+            return
         ran += 1
-        if ran == 2:
-            break
-    assert ran, f"{kind} applied to none of the sources tried"
+    pytest.fail(f"{kind} applied to {ran} of the sources tried, not {which + 1}")
 
 
 @st.composite
@@ -60,13 +64,24 @@ def cases(draw):
     return kind, source, draw(st.integers(0, 2**31))
 
 
-@FUZZ
-@given(cases())
-def test_mutated_models(case):
+def _mutated(case) -> None:
     data = fz.mutate(*case)
     assume(data is not None)
     suffix = fz.suffix_of(case[1])
     _assert_contract(case, fz.run_case(data, suffix), suffix)
+
+
+@settings(FUZZ, max_examples=max(3, EXAMPLES // 4))
+@given(cases())
+def test_mutated_models(case):
+    _mutated(case)
+
+
+@pytest.mark.slow
+@FUZZ
+@given(cases())
+def test_mutated_models_many(case):
+    _mutated(case)
 
 
 @settings(FUZZ, max_examples=max(3, EXAMPLES // 10))

@@ -9,6 +9,7 @@ import pytest
 
 import tflite
 import tflite_build as tb
+from needs import require
 
 from legalizer.check import litert
 from legalizer.check.ort import CheckUnavailable
@@ -16,7 +17,7 @@ from legalizer.check.ort import CheckUnavailable
 
 @pytest.fixture
 def lrt():
-    pytest.importorskip("ai_edge_litert")
+    require("litert")
     return litert
 
 

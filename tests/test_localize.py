@@ -22,6 +22,8 @@ from legalizer.check.localize import Localization, Step, bisect, by_content, loc
 from legalizer.check.probes import Probe
 from legalizer.check.reduce import ddmin
 from test_cli import assert_clean, legalize, lines
+from needs import require
+from slow import sample
 
 ROOT = Path(__file__).resolve().parent.parent
 TFLITE = ROOT / "models/tflite"
@@ -108,7 +110,7 @@ def test_against_without_localize_names_no_culprit(tmp_path):
 @pytest.mark.parametrize("name,weight", [("transformer_like.tflite", "up_w"), ("mobilenet_like.tflite", "pw_w"),
                                          ("mobilenet_like_int8.tflite", "pw_w")])
 def test_tflite_against_tflite_localizes_on_litert(name, weight, tmp_path):
-    pytest.importorskip("ai_edge_litert")
+    require("litert")
     bad, readers = _perturbed_tflite(TFLITE / name, tmp_path / "bad.tflite", weight)
     p = legalize(bad, "--verify-only", "--against", TFLITE / name, "--localize", "--report", tmp_path / "r.json")
     assert_clean(p)
@@ -191,8 +193,8 @@ def test_no_localize_turns_it_off(monkeypatch, tmp_path):
 # -- TOSA modules of tosa-converter-for-tflite ----------------------------------------------
 
 def _against(stem: str, tmp_path: Path, *extra):
-    pytest.importorskip("iree.runtime")
-    pytest.importorskip("ai_edge_litert")
+    require("iree")
+    require("litert")
     p = legalize(CONVERTER / f"{stem}.mlirbc", "--verify-only", "--against", TFLITE / f"{stem}.tflite",
                  "--localize", "--report", tmp_path / "r.json", *extra)
     assert_clean(p)
@@ -240,8 +242,8 @@ def test_a_module_with_location_names_is_matched_by_them(tmp_path):
     """An intermediate value named by its op's loc is matched to the reference tensor
     of that name, though its content agrees with none: it is the culprit, not the
     result computed from it."""
-    pytest.importorskip("iree.runtime")
-    pytest.importorskip("ai_edge_litert")
+    require("iree")
+    require("litert")
     t, s = "tensor<2x3x4x5xf32>", "tensor<1x1x1x5xf32>"
     module = tmp_path / "m.mlir"
     module.write_text(f"""func.func @main(%x: {t}, %y: tensor<5xf32>) -> ({t}, {t}) {{
@@ -336,7 +338,8 @@ def test_reduce_onnx_writes_one_node_that_still_differs(tmp_path):
     assert again.returncode == 1 and "results DIFFER" in lines(again.stdout)[-1]
 
 
-@pytest.mark.parametrize("stem,nodes", [("transformer_like", 8), ("broadcast_floor_mod", 5), ("broadcast_pow", 1)])
+@pytest.mark.parametrize("stem,nodes", sample([("transformer_like", 8), ("broadcast_floor_mod", 5), ("broadcast_pow", 1)],
+                                               ["broadcast_pow"], key=lambda v: v[0]))
 def test_reduce_tosa_keeps_the_converter_ops_that_differ(stem, nodes, tmp_path):
     from legalizer.check.iree_run import run as iree
 

@@ -33,7 +33,7 @@ def wheel(tmp_path_factory) -> Path:
                                                              "__pycache__", ".cache", ".pytest_cache"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(src)],
                    check=True, capture_output=True)
-    (found,) = dist.glob("legalize-*.whl")
+    (found,) = dist.glob("legalizer-*.whl")
     return found
 
 

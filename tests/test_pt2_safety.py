@@ -19,12 +19,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from needs import require
 
 import legalizer
 from legalizer.errors import BadInput
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("onnxscript")
+require("torch", module=True)
+import torch  # noqa: E402
 
 from legalizer.importers import pt2_safety  # noqa: E402 - needs torch
 

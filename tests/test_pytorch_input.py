@@ -13,6 +13,7 @@ import onnx
 import pytest
 
 import legalizer
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -51,8 +52,7 @@ def test_pt2_extra_is_the_pyproject_one():
 @pytest.mark.parametrize("name", PT2)
 @pytest.mark.parametrize("target", ["tosa", "xla"])
 def test_pt2_cli_checked_against_ort_and_torch(tmp_path, name, target):
-    pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    require("torch")
     src = tmp_path / name
     shutil.copy(MODELS / name, src)
     p = _cli(src, "--target", target, "--report", tmp_path / "r.json", "--provider", "cpu")
@@ -82,8 +82,7 @@ def test_pt2_cli_checked_against_ort_and_torch(tmp_path, name, target):
 def test_pt2_symbolic_dims_follow_the_program(tmp_path):
     """The ONNX inputs carry the program's own symbols: the transformer's x and mask
     share ``seq``, so the export names both with one symbol."""
-    pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    require("torch")
     model = legalizer.load(MODELS / "transformer_block.pt2")
     assert model.format == "onnx" and model.torch is not None
     shapes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
@@ -96,7 +95,7 @@ def test_pt2_symbolic_dims_follow_the_program(tmp_path):
 
 
 def test_pt2_with_torch_corrupt_archive_is_exit_2(tmp_path):
-    pytest.importorskip("torch")
+    require("torch")
     import zipfile
 
     bad = tmp_path / "m.pt2"
@@ -111,8 +110,8 @@ def test_pt2_with_torch_corrupt_archive_is_exit_2(tmp_path):
 def test_module_api_round_trip():
     """``legalizer.load(module, example_inputs=..., dynamic_shapes=...)``, legalized in
     place, checked against its export and PyTorch."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    require("torch")
+    import torch
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import make_models
@@ -143,14 +142,14 @@ def test_module_api_round_trip():
 
 
 def test_module_without_example_inputs_is_bad_input():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    require("torch")
+    import torch
     with pytest.raises(legalizer.BadInput, match="example_inputs"):
         legalizer.load(torch.nn.Linear(2, 2))
 
 
 def test_pt2_samples_rerun_byte_identical(tmp_path):
-    pytest.importorskip("torch")
+    require("torch")
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import make_models
@@ -170,8 +169,7 @@ def test_pt2_samples_rerun_byte_identical(tmp_path):
 def test_a_difference_from_torch_fails_the_check(tmp_path, monkeypatch):
     """Outputs that match the export on onnxruntime but not PyTorch: exit 1, nothing
     written, the report says which comparison failed."""
-    pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    require("torch")
     from legalizer import pipeline
     from legalizer.importers import pytorch
 
@@ -191,8 +189,7 @@ def test_a_difference_from_torch_fails_the_check(tmp_path, monkeypatch):
 def test_check_api_with_a_pt2_path(tmp_path):
     """``legalizer.check("m.pt2", legal)``: against the export and against PyTorch;
     ``legalizer.legalize("m.pt2")`` writes ``m.legal.onnx`` and returns its path."""
-    pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")
+    require("torch")
     src = tmp_path / "small_cnn.pt2"
     shutil.copy(MODELS / "small_cnn.pt2", src)
     out = legalizer.legalize(src, "xla", provider="cpu")

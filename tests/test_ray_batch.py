@@ -20,6 +20,7 @@ import pytest
 
 from legalizer import batch, ray_batch
 from legalizer.pipeline import RunOptions
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -34,7 +35,8 @@ CORPUS_MODELS = ["hf_bert.onnx", "hf_resnet.onnx", "hf_vit.onnx", "keras_mobilen
 def cluster():
     """A local Ray instance (2 CPUs) for the module; the commands reach it through
     RAY_ADDRESS, as they would a cluster."""
-    ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
+    require("ray")
+    import ray
     # Its workers import this checkout's legalizer, as the commands do, whatever folder
     # a command runs in (they inherit the instance's environment).
     before = os.environ.get("PYTHONPATH")
@@ -264,6 +266,7 @@ def test_cuda_needs_a_gpu_in_the_cluster(cluster, tmp_path):
     assert not (tmp_path / "m.legal.onnx").exists()
 
 
+@pytest.mark.needs("ray")
 def test_an_unreachable_cluster_is_one_line(tmp_path):
     shutil.copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
     p = legalize(tmp_path / "m.onnx", "--executor", "ray", address="127.0.0.1:9", timeout=120)

@@ -7,6 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import tflite_build as tb
+from needs import require
 
 from legalizer.check.compare import Comparator, Pairing, unless_compared
 from legalizer.check.inputs import InputSpec, make_feeds, small_then_one
@@ -65,11 +66,11 @@ def test_a_runner_is_activated_before_it_infers():
 @pytest.mark.parametrize("runtime", ["iree", "xla"])
 def test_mlir_runners_agree_with_onnxruntime_per_binding(runtime):
     if runtime == "iree":
-        pytest.importorskip("iree.compiler")
+        require("iree")
         from legalizer.check.iree_run import IreeRunner as Mlir
         text = TOSA
     else:
-        pytest.importorskip("jax")
+        require("jax")
         from legalizer.check.xla_run import XlaRunner as Mlir
         text = STABLEHLO
     runner = Mlir(text)
@@ -80,7 +81,7 @@ def test_mlir_runners_agree_with_onnxruntime_per_binding(runtime):
 
 
 def test_litert_runner_declares_and_infers():
-    pytest.importorskip("ai_edge_litert")
+    require("litert")
     from legalizer.check.litert import LiteRTRunner
 
     with LiteRTRunner(tb.add_const_model()) as runner:

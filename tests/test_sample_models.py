@@ -18,6 +18,7 @@ import pytest
 import legalizer
 from legalizer.check import ort as ort_check
 from legalizer.pipeline import is_output
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -139,11 +140,9 @@ def test_runs_on_onnxruntime(name):
             assert y.shape == feeds["x"].shape
 
 
+@pytest.mark.slow  # re-exports every torch sample model
 def test_rerun_is_byte_identical(tmp_path):
-    pytest.importorskip("torch", reason="torch is not installed (pip install -e '.[torch]'):"
-                                        " cannot re-export the sample models")
-    pytest.importorskip("onnxscript", reason="onnxscript is not installed (pip install -e '.[torch]'):"
-                                             " cannot re-export the dynamo sample models")
+    require("torch")  # to re-export the sample models
     mismatch = make_models.version_mismatch()
     if mismatch:
         pytest.skip(f"{mismatch}: the committed models were exported with the pinned versions")
@@ -159,7 +158,7 @@ def test_rerun_is_byte_identical(tmp_path):
 
 
 def test_pins_match_pyproject():
-    tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11")
+    import tomllib
     with open(ROOT / "pyproject.toml", "rb") as f:
         extra = tomllib.load(f)["project"]["optional-dependencies"]["torch"]
     assert sorted(extra) == sorted(f"{k}=={v}" for k, v in make_models.PINNED.items())

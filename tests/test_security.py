@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 from legalizer import bounded, pipeline
 from helpers import cli_in_process
 from test_cli import assert_clean, legalize, lines
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -141,8 +142,8 @@ X86_LINUX = platform.machine() in ("x86_64", "AMD64") and sys.platform.startswit
 @pytest.mark.skipif(not X86_LINUX, reason="the payload is x86-64 Linux machine code")
 def test_the_syscall_payload_runs_when_iree_is_given_it(tmp_path):
     """The payload is live: compiled and run by IREE directly, it makes the marker."""
-    compiler = pytest.importorskip("iree.compiler")
-    runtime = pytest.importorskip("iree.runtime")
+    require("iree")
+    from iree import compiler, runtime
     marker = tmp_path / "marker"
     vmfb = compiler.compile_str(_syscall_module(marker), input_type="tosa", target_backends=["llvm-cpu"])
     runtime.load_vm_flatbuffer(vmfb, driver="local-task").main(np.ones(4, np.float32))
@@ -150,7 +151,7 @@ def test_the_syscall_payload_runs_when_iree_is_given_it(tmp_path):
 
 
 def test_against_refuses_a_module_that_would_run_a_syscall(tmp_path):
-    pytest.importorskip("iree.compiler")
+    require("iree")
     marker = tmp_path / "marker"
     module = tmp_path / "evil.mlir"
     module.write_text(_syscall_module(marker))
@@ -176,7 +177,7 @@ def test_against_refuses_a_module_that_would_run_a_syscall(tmp_path):
                    '  return %a : tensor<4xf32>\n}\n', "op 'llvm.inline_asm'"),
 ])
 def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused):
-    pytest.importorskip("iree.compiler")
+    require("iree")
     module = tmp_path / "m.mlir"
     module.write_text(body.replace("MARKER", str(tmp_path / "marker.o")))
     p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q")
@@ -188,7 +189,7 @@ def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused):
 def test_against_compiles_tosa_with_the_attributes_of_its_producer(tmp_path):
     """What is refused is not TOSA: a module with TensorFlow's discardable attributes
     (dropped before IREE sees it) is compiled, run and compared."""
-    pytest.importorskip("iree.compiler")
+    require("iree")
     module = tmp_path / "m.mlir"
     module.write_text(
         'module attributes {tf.versions = {producer = 1 : i32}} {\n'
@@ -450,7 +451,7 @@ def _nested_regions_bytecode(path: Path, depth: int) -> Path:
 
 
 def test_deeply_nested_bytecode_is_bad_input_under_2gb(tmp_path):
-    pytest.importorskip("iree.compiler")
+    require("iree")
     path = _nested_regions_bytecode(tmp_path / "deep.mlirbc", 20_000)
     assert 100_000 < path.stat().st_size < 1_000_000
     p = _capped(path, "--verify-only")
@@ -474,6 +475,7 @@ def test_deeply_nested_text_is_bad_input_under_2gb(tmp_path, what, text, where):
                                                     " levels (regions, attributes or types); legalize reads no deeper"])
 
 
+@pytest.mark.needs("iree")
 def test_nesting_within_the_bound_is_read(tmp_path):
     path = tmp_path / "ok.mlir"
     path.write_text('func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  "x.op"() {deep = ' + "[" * 126 + "1"

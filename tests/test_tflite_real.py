@@ -14,7 +14,7 @@ import pytest
 
 import legalizer
 import tflite_build as tb
-from legalizer.check.litert import LiteRTModel, litert_available
+from legalizer.check.litert import LiteRTModel
 from legalizer.check.ort import ATOL, RTOL, compare
 from legalizer.check.ort_session import session
 from legalizer.exporters.tflite import to_tflite
@@ -23,7 +23,7 @@ from legalizer.pipeline import RunOptions, run
 from legalizer.tflite_schema import read, serialize
 from test_cli import assert_clean, legalize
 
-needs_litert = pytest.mark.skipif(not litert_available(), reason="needs ai-edge-litert (pip install -e '.[litert]')")
+needs_litert = pytest.mark.needs("litert")
 RNG = np.random.default_rng(3)
 
 

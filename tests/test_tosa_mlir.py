@@ -22,6 +22,7 @@ from legalizer.pipeline import is_output
 from legalizer.importers.mlir import MlirAttr, OpSource, load_mlir, parse_mlir
 from legalizer.ir.graph import CONST, INPUT, OP, OUTPUT
 from legalizer.oprules import parse_rules
+from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted(p for p in (ROOT / "models").glob("*.onnx") if p.stem != "incompatible_add" and not is_output(p))
@@ -57,12 +58,12 @@ def emitted(path: Path, dims=None) -> str:
 
 
 def iree_parse(text: str):
-    pytest.importorskip("iree.compiler")
+    require("iree")
     return iree_run_module.parse(text)
 
 
 def iree_run(text: str, inputs: list) -> list:
-    pytest.importorskip("iree.runtime")
+    require("iree")
     return iree_run_module.run(text, inputs)
 
 
@@ -104,6 +105,7 @@ def randomized(path: Path, seed: int = 0) -> onnx.ModelProto:
 
 # ---- emit: sample and light models -----------------------------------------------------------
 
+@pytest.mark.needs("iree")
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_sample_model_runs_on_iree_as_on_onnxruntime(path):
     dims = None if path.stem == "dynamic_broadcast" else DIMS
@@ -121,6 +123,7 @@ def test_sample_model_runs_on_iree_as_on_onnxruntime(path):
     compare_with_ort(proto, text, feeds)
 
 
+@pytest.mark.needs("iree")
 @pytest.mark.parametrize("path", LIGHT, ids=lambda p: p.stem.replace("light_", ""))
 def test_light_model_emits_valid_tosa(path):
     text = emitted(path)
@@ -259,6 +262,7 @@ def emitted_legal(proto: onnx.ModelProto, tmp_path: Path) -> str:
     return text
 
 
+@pytest.mark.needs("iree")
 def test_lowerings_run_on_iree_as_on_onnxruntime(tmp_path):
     proto = _grab_bag()
     text = emitted_legal(proto, tmp_path)
@@ -289,6 +293,7 @@ def _quant_and_mod_model() -> onnx.ModelProto:
     return onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
+@pytest.mark.needs("iree")
 def test_quantize_dequantize_div_and_mod_run_on_iree_as_on_onnxruntime(tmp_path):
     proto = _quant_and_mod_model()
     text = emitted_legal(proto, tmp_path)
@@ -401,6 +406,7 @@ func.func @main(%a: tensor<1x8x8x16xf32>, %b: tensor<16xf32>) -> tensor<1x8x8x16
 """
 
 
+@pytest.mark.needs("iree")
 def test_rank_mismatch_is_the_exact_violation():
     graph = parse_mlir(RANK_MISMATCH).graph
     (d,) = tosa_violations(graph)
@@ -412,7 +418,8 @@ def test_rank_mismatch_is_the_exact_violation():
     assert legalizer.verify(graph, "mlir", rules=tosa_rules()).violations == []  # MLIR's own rule allows it
     node = graph.value("0").producer
     assert node.proto == OpSource(3, 8, None)
-    ir = pytest.importorskip("iree.compiler.ir")
+    require("iree")
+    from iree.compiler import ir
     with pytest.raises(ir.MLIRError, match=r"3:8: 'tosa.add' op operands don't have matching ranks"):
         ir.Module.parse(RANK_MISMATCH, ir.Context())  # MLIR's own verifier, in the same words
 
@@ -437,6 +444,7 @@ module attributes {tfl.description = "TOCO", tf.versions = {producer = 1 : i32}}
 """
 
 
+@pytest.mark.needs("iree", "tosa-opt")  # the TOSA syntax of producers IREE does not take
 def test_parses_generic_pretty_aliases_locations_and_multi_results():
     bad = TF_OPT_STYLE  # %s is used before it is defined
     with pytest.raises(legalizer.BadInput, match=r"^<string>:13:29: use of undefined value '%s'$"):
@@ -498,6 +506,7 @@ func.func @main(%arg0: tensor<13x21x1xf32>, %arg1: tensor<13x21x3xf32>) -> tenso
 """
 
 
+@pytest.mark.needs("iree", "tosa-opt")  # the TOSA syntax of producers IREE does not take
 def test_parses_llvm_test_style_files_with_several_functions():
     model = parse_mlir(LLVM_STYLE)
     assert [g.name for g in model.graphs] == ["main", "test_fft2d", "test_misc"]
@@ -521,6 +530,7 @@ def test_parses_llvm_test_style_files_with_several_functions():
     assert tosa_violations(model.graph) == []
 
 
+@pytest.mark.needs("iree")
 def test_tosa_syntax_iree_does_not_take_needs_tosa_opt(monkeypatch):
     from legalizer.importers import mlir_tool
 
@@ -530,6 +540,7 @@ def test_tosa_syntax_iree_does_not_take_needs_tosa_opt(monkeypatch):
     assert str(e.value) == "llvm.mlir:4:36: custom op 'tosa.fft2d' expected 'inverse'"
 
 
+@pytest.mark.needs("iree")
 def test_a_quantized_type_legalize_cannot_read_is_bad_input():
     text = "func.func @main(%a: tensor<2x!quant.uniform<i8:f32, x:y>>) {\n  return\n}\n"
     with pytest.raises(legalizer.BadInput) as e:
@@ -538,7 +549,8 @@ def test_a_quantized_type_legalize_cannot_read_is_bad_input():
 
 
 def test_iree_pretty_and_generic_forms_read_the_same():
-    ir = pytest.importorskip("iree.compiler.ir")
+    require("iree")
+    from iree.compiler import ir
     text = emitted(ROOT / "models/transformer_block.torchscript.onnx")
     module = ir.Module.parse(text, ir.Context())
     shapes = []
@@ -555,6 +567,7 @@ def test_iree_pretty_and_generic_forms_read_the_same():
     assert any(n.attrs.get("axis") == 2 for n in parse_mlir(pretty).graph.nodes() if n.op == "tosa.reduce_sum")
 
 
+@pytest.mark.needs("iree")
 def test_regions_become_subgraphs():
     text = """
 func.func @main(%c: tensor<i1>, %x: tensor<2xf32>) -> tensor<2xf32> {
@@ -594,19 +607,22 @@ func.func @main(%c: tensor<i1>, %x: tensor<2xf32>) -> tensor<2xf32> {
      "2:58: unexpected character"),
     ("module {\n  func.func @main(%a: tensor<2xf32>) {\n    return\n  }\n", "4:4: expected operation name in quotes"),
 ])
+@pytest.mark.needs("iree")
 def test_bad_text_is_one_line_with_line_and_column(text, where):
     with pytest.raises(legalizer.BadInput) as e:
         parse_mlir(text, "bad.mlir")
     assert str(e.value) == f"bad.mlir:{where}"
 
 
+@pytest.mark.needs("iree")
 def test_load_mlir_reads_files_and_bytecode(tmp_path, monkeypatch):
     path = tmp_path / "add.mlir"
     path.write_text(RANK_MISMATCH)
     model = load_mlir(path)
     assert model.source == path and model.proto.form == "text"
     assert [d.code for d in tosa_violations(model.graph)] == ["operand-rank-mismatch"]
-    ir = pytest.importorskip("iree.compiler.ir")
+    require("iree")
+    from iree.compiler import ir
     legal = RANK_MISMATCH.replace("tensor<16xf32>", "tensor<1x1x1x16xf32>")
     module = ir.Module.parse(legal, ir.Context())
     bc = tmp_path / "add.mlirbc"
@@ -621,10 +637,11 @@ def test_load_mlir_reads_files_and_bytecode(tmp_path, monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "iree.compiler", None)  # as if not installed
-    with pytest.raises(legalizer.BadInput, match=r"add\.mlirbc: is MLIR bytecode; reading it needs .*legalize\[iree\]"):
+    with pytest.raises(legalizer.BadInput, match=r"add\.mlirbc: is MLIR bytecode; reading it needs .*legalizer\[iree\]"):
         load_mlir(bc)
 
 
+@pytest.mark.needs("iree")
 def test_constants_are_constant_nodes_and_splats_cost_nothing():
     text = """
 func.func @main() -> tensor<4096x4096xf32> {
@@ -640,6 +657,7 @@ func.func @main() -> tensor<4096x4096xf32> {
     assert g.value("1").type == legalizer.TensorType("bool", (2,))
 
 
+@pytest.mark.needs("iree")
 @pytest.mark.parametrize("head", ["#loc = loc(unknown)\n", "!t = tensor<3xf32>\n", "// converted\n", "", "\n\n"])
 @pytest.mark.parametrize("generic", [False, True], ids=["custom-form", "generic-form"])
 def test_mlir_text_is_recognized_by_its_opening(tmp_path, head, generic):

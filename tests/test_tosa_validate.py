@@ -12,14 +12,14 @@ import onnx
 import pytest
 
 import legalizer
-from legalizer.check.tosa_validate import SETUP_HINT, find_tosa_opt, validate
+from legalizer.check.tosa_validate import find_tosa_opt, validate
 from legalizer.emit import render_mlir
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.pipeline import is_output
 
 ROOT = Path(__file__).resolve().parent.parent
 TOSA_OPT = find_tosa_opt()
-pytestmark = pytest.mark.skipif(TOSA_OPT is None, reason=f"no tosa-opt found: {SETUP_HINT}")
+pytestmark = pytest.mark.needs("tosa-opt")
 
 SAMPLES = sorted(p for p in (ROOT / "models").glob("*.onnx") if p.stem != "incompatible_add" and not is_output(p))
 LIGHT = sorted((Path(onnx.__file__).parent / "backend/test/data/light").glob("light_*.onnx"))

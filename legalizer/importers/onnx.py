@@ -27,6 +27,7 @@ from ..ir.dtypes import dtype_name
 from ..model import Format, Model
 from ..shapes.ranks import infer_ranks
 from ..protoutil import copy_fields, parse_types, strings_are_utf8
+from .onnx_infer import infer_bytes as _infer_bytes, infer_here as _infer_here
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
 
@@ -420,36 +421,6 @@ def _infer(serialized: bytes, data_prop: bool = True) -> Tuple[Optional[Any], Op
         note = ("ONNX shape inference with data propagation ran out of its memory"
                 f" ({INFER_MEMORY / 2**30:.0f} GiB or more); shapes were inferred without it")
     return parse_types(out[1:]), note
-
-
-def _infer_here(serialized: bytes, data_prop: bool = True) -> bytes:
-    """``_infer``'s work, in the helper: the inferred model's bytes after a tag: ``+``
-    with data propagation, ``m`` without it after it ran out of memory, ``0`` without it
-    after it failed, ``-`` for none."""
-    tag, model = b"0", None
-    if data_prop:
-        try:
-            tag, model = b"+", _infer_bytes(serialized, True)
-        except MemoryError:
-            tag, model = b"m", None
-        except Exception:  # noqa: BLE001 - inference is best effort; the verifier judges shapes
-            tag, model = b"0", None
-    if model is None:
-        try:
-            model = _infer_bytes(serialized, False)
-        except Exception:  # noqa: BLE001
-            return b"-"
-    return tag + model
-
-
-def _infer_bytes(serialized: bytes, data_prop: bool) -> bytes:
-    """The serialized model ``onnx.shape_inference.infer_shapes`` makes of ``serialized``,
-    not parsed back into a ModelProto (its C function, where this onnx has it)."""
-    c_infer = getattr(getattr(onnx.shape_inference, "C", None), "infer_shapes", None)
-    if c_infer is None:
-        return onnx.shape_inference.infer_shapes(serialized, check_type=False, strict_mode=False,
-                                                 data_prop=data_prop).SerializeToString()
-    return c_infer(serialized, False, False, data_prop)
 
 
 def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:

@@ -1,0 +1,65 @@
+"""What a test needs beyond ``.[test]``, in one table: each extra of pyproject.toml by
+the modules that tell it is installed, and each tool a script sets up. A test says what
+it needs once, ``@pytest.mark.needs("iree")`` (a module: ``pytestmark``), or
+``require("iree")`` inside a test whose need depends on its parameters; where it is
+missing, the test skips with a reason that names the extra and how to install it
+(``needs the iree extra: pip install 'legalizer[iree]'``). tests/conftest.py reads the
+marker."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Callable, Dict, Optional, Tuple
+
+import pytest
+
+from legalizer.extras import install_hint
+
+# extra -> the modules it installs that the tests use (onnx_ir comes with onnxscript).
+EXTRAS: Dict[str, Tuple[str, ...]] = {
+    "torch": ("torch", "onnxscript", "onnx_ir"),
+    "litert": ("ai_edge_litert.interpreter",),
+    "jax": ("jax", "jaxlib"),
+    "iree": ("iree.compiler", "iree.runtime"),
+    "ray": ("ray",),
+}
+
+
+def _tosa_opt() -> Optional[str]:
+    from legalizer.importers.mlir_tool import SETUP_HINT, find_tosa_opt
+
+    return None if find_tosa_opt() else SETUP_HINT
+
+
+# tool -> why it is not usable here (how to set it up), or None
+TOOLS: Dict[str, Callable[[], Optional[str]]] = {"tosa-opt": _tosa_opt}
+
+
+@functools.lru_cache(maxsize=None)
+def missing(need: str) -> Optional[str]:
+    """Why the extra or tool ``need`` is not usable here (a skip's reason), or None."""
+    if need in TOOLS:
+        setup = TOOLS[need]()
+        return None if setup is None else f"needs {need}: {setup}"
+    if need not in EXTRAS:
+        raise KeyError(f"unknown need {need!r}: one of {', '.join([*EXTRAS, *TOOLS])}")
+    for module in EXTRAS[need]:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:  # also a broken install (a missing shared library)
+            return f"needs the {need} extra: {install_hint(need)} ({module}: {e})"
+    return None
+
+
+def require(*needs: str, module: bool = False) -> None:
+    """Skip the running test (``module``: the whole module, called at its top) unless
+    every one of ``needs`` is usable."""
+    for need in needs:
+        reason = missing(need)
+        if reason is not None:
+            pytest.skip(reason, allow_module_level=module)
+
+
+def has(need: str) -> bool:
+    return missing(need) is None
