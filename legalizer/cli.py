@@ -257,6 +257,24 @@ def legalize(
                                            " with this reference: ONNX with ONNX (onnxruntime), TFLite with TFLite"
                                            " (LiteRT), TOSA MLIR (on IREE) with .tflite or .onnx.",
                                            show_default=False),
+    load_inputs: Optional[Path] = typer.Option(None, "--load-inputs", metavar="PATH", help="Feed the check these stored"
+                                               " samples: Polygraphy's JSON (polygraphy run --save-inputs) or .npz.",
+                                               show_default=False),
+    load_outputs: Optional[Path] = typer.Option(None, "--load-outputs", metavar="PATH", help="Compare the legalized model"
+                                                " with these stored reference outputs (Polygraphy's JSON or .npz; another"
+                                                " runtime's, the device's) instead of running the original; with"
+                                                " --load-inputs.", show_default=False),
+    data_loader_script: Optional[str] = typer.Option(None, "--data-loader-script", metavar="FILE.py[:FUNC]",
+                                                     help="Feed the check the dicts FUNC (default load_data) yields, as"
+                                                          " Polygraphy does. This RUNS the script's code: only for a"
+                                                          " script you trust.", show_default=False),
+    save_inputs: Optional[Path] = typer.Option(None, "--save-inputs", metavar="PATH", help="Save what the check fed,"
+                                               " per binding (Polygraphy's JSON, or .npz by the suffix).",
+                                               show_default=False),
+    save_outputs: Optional[Path] = typer.Option(None, "--save-outputs", metavar="PATH", help="Save what the check got,"
+                                                " per binding: the reference's and the legalized model's outputs"
+                                                " (Polygraphy's RunResults JSON, or .npz: the reference's).",
+                                                show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", metavar="PATH", help="Write the JSON report here.", show_default=False),
     html: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here, with pictures "
                                         "of the rewritten regions (several models: a folder, one "
@@ -269,7 +287,7 @@ def legalize(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
     from .outputs import check_distinct, check_output_path
-    from .pipeline import RunOptions, default_output, planned_outputs, run, stages
+    from .pipeline import RunOptions, default_output, golden_paths, planned_outputs, run, stages
     from .targets import TARGETS
     from .verify import PROFILES
 
@@ -283,9 +301,13 @@ def legalize(
     if executor not in EXECUTORS:
         raise UsageError(f"--executor must be local or ray, not '{executor}'")
     rtol, atol = parse_tolerance("--rtol", rtol, RTOL), parse_tolerance("--atol", atol, ATOL)
+    golden = dict(load_inputs=load_inputs, load_outputs=load_outputs, data_loader_script=data_loader_script,
+                  save_inputs=save_inputs, save_outputs=save_outputs)
     if _is_batch(paths, out_opt, jobs, executor):
         if reduce is not None:
             raise UsageError("--reduce writes one model's subgraph: give one MODEL")
+        if any(v is not None for v in golden.values()):
+            raise UsageError("golden data (--load-*, --save-*, --data-loader-script) is one model's: give one MODEL")
         raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
                                 RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
@@ -307,7 +329,7 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
                          require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                         localize_budget=localize_budget, reduce=reduce)
+                         localize_budget=localize_budget, reduce=reduce, **golden)
     # Fail on a bad output, report or page path before the work, not after it: each can
     # be written, and each is a file of its own, never an input.
     if not verify_only:
@@ -322,13 +344,17 @@ def legalize(
     if reduce is not None:
         check_output_path(reduce, force=force, protect=model)
         outputs.append(("the reduced model (--reduce)", reduce))
+    golden_writes, golden_reads = golden_paths(options)
+    for _, path in golden_writes:
+        check_output_path(path, force=force, protect=model)
+    outputs += golden_writes
     if html is not None:
         from . import html_report
 
         html_report.check_path(html, protect=models)
         outputs.append(("the HTML report (--html)", html))
         options.regions = True
-    check_distinct(outputs, [model] + ([against] if against is not None else []))
+    check_distinct(outputs, [model] + ([against] if against is not None else []) + golden_reads)
     from .console import Printer, Progress
 
     printer = Printer(quiet, verbose, json_out, legalizing=not verify_only)
