@@ -162,7 +162,7 @@ def _bounded(samples: Samples, path: Path, flag: str) -> Samples:
 
 def write_inputs(path: Path, samples: Sequence[Mapping[str, np.ndarray]], *, force: bool,
                 protect: Optional[Path] = None) -> None:
-    _write(path, samples, polygraphy_json.dump_inputs, force=force, protect=protect)
+    _write(path, samples, None if is_npz(path) else polygraphy_json.dump_inputs, force=force, protect=protect)
 
 
 def write_outputs(path: Path, runs: Runs, *, force: bool, protect: Optional[Path] = None) -> None:
