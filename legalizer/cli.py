@@ -275,6 +275,9 @@ def legalize(
                                                 " per binding: the reference's and the legalized model's outputs"
                                                 " (Polygraphy's RunResults JSON, or .npz: the reference's).",
                                                 show_default=False),
+    overlay: Optional[Path] = typer.Option(None, "--overlay", metavar="DIR", help="Write Model Explorer overlays (node"
+                                           " data: verdicts, rewrites, constraints, errors) for the input and the"
+                                           " legalized model into DIR (made if missing).", show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", metavar="PATH", help="Write the JSON report here.", show_default=False),
     html: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here, with pictures "
                                         "of the rewritten regions (several models: a folder, one "
@@ -306,8 +309,9 @@ def legalize(
     if _is_batch(paths, out_opt, jobs, executor):
         if reduce is not None:
             raise UsageError("--reduce writes one model's subgraph: give one MODEL")
-        if any(v is not None for v in golden.values()):
-            raise UsageError("golden data (--load-*, --save-*, --data-loader-script) is one model's: give one MODEL")
+        if any(v is not None for v in golden.values()) or overlay is not None:
+            raise UsageError("golden data (--load-*, --save-*, --data-loader-script) and --overlay are one model's:"
+                             " give one MODEL")
         raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
                                 RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
@@ -355,6 +359,10 @@ def legalize(
         outputs.append(("the HTML report (--html)", html))
         options.regions = True
     check_distinct(outputs, [model] + ([against] if against is not None else []) + golden_reads)
+    if overlay is not None:
+        from . import overlay as overlays
+
+        overlays.check_folder(overlay, model, options.output, force)
     from .console import Printer, Progress
 
     printer = Printer(quiet, verbose, json_out, legalizing=not verify_only)
@@ -373,6 +381,8 @@ def legalize(
     if html is not None:
         html_report.write(html, res.report, res.regions, protect=[model, options.output, *res.report.outputs.values()],
                           culprit=res.culprit_picture)
+    if overlay is not None:
+        overlays.for_run(overlay, res, model, force=force)
     if json_out:
         sys.stdout.write(res.report.dumps() + "\n")
     raise typer.Exit(res.exit_code)
