@@ -93,15 +93,22 @@ def _changes(before: Sequence[GraphIds], after: Sequence[GraphIds]):
         for n in g.nodes:
             key = (g.path, n.label)
             if key in old and list(old[key][1].inputs) != list(n.inputs):
-                feeds = [inserted[(g.path, producers[v].label)] for v in n.inputs
-                         if v in producers and (g.path, producers[v].label) in inserted]
-                rewritten[key] = sorted(set(feeds)) or ["operands changed"]
+                feeds = set()
+                for v in n.inputs:
+                    if v in old[key][1].inputs:
+                        continue
+                    if v in producers and (g.path, producers[v].label) in inserted:
+                        feeds.add(inserted[(g.path, producers[v].label)])
+                    elif v not in producers:  # a new constant: reshaped at compile time
+                        feeds.add("constant")
+                rewritten[key] = sorted(feeds) or ["operands changed"]
     return inserted, rewritten
 
 
 def _describe(feeds: List[str]) -> str:
-    return ", ".join("reshape inserted" if f == "reshape" else "broadcast made explicit" if f == "broadcast"
-                     else f if f == "operands changed" else f"{f} inserted" for f in feeds)
+    words = {"reshape": "reshape inserted", "broadcast": "broadcast made explicit",
+             "constant": "constant reshaped", "operands changed": "operands changed"}
+    return ", ".join(words.get(f, f"{f} inserted") for f in feeds)
 
 
 def build(report: Mapping, input_path: Path, fmt: str, output_path: Optional[Path] = None,
@@ -159,8 +166,10 @@ def _errors(graphs: Sequence[GraphIds], value_errors, side: str) -> List[Overlay
         producers = g.by_output()
         best: Dict[str, Tuple[float, float]] = {}
         for value, (a, r, ref) in value_errors.items():
-            name = value if side == "output" else ref
-            n = producers.get(name)
+            # the legalized model computes ``value``; the input model its reference
+            # (or, compared with --against, ``value`` itself)
+            names = (value, ref) if side == "output" else (ref, value)
+            n = producers.get(names[0]) or producers.get(names[1])
             if n is None:
                 continue
             old = best.get(n.id, (0.0, 0.0))
