@@ -281,3 +281,22 @@ def for_run(folder: Path, res, input_path: Path, *, force: bool) -> List[Tuple[P
     if source is None:  # the legalized model's only
         made = {"output": made["input"]}
     return write(folder, made, source if source is not None else output, output, force=force)
+
+
+def node_data(model, report, legalized=None, *, localization=None) -> Dict[str, Dict[str, dict]]:
+    """The library's overlays: for ``model`` (an ONNX or TFLite file) and, if given, its
+    ``legalized`` file, each kind of node data as Model Explorer reads it
+    (``{"input": {"verdict": {...}, ...}, "output": {...}}``). ``report`` is the run's
+    report: a ``report.Report``, its JSON dict, or the path of a ``--report`` file;
+    ``localization`` a ``check.localize.Localization`` for every value's error (else
+    the report's diverging values)."""
+    from .importers.reader import sniff
+
+    if isinstance(report, (str, Path)):
+        report = json.loads(Path(report).read_text(encoding="utf-8"))
+    elif hasattr(report, "to_json"):
+        report = report.to_json()
+    fmt = "tflite" if sniff(Path(model)) == "tflite" else "onnx"
+    errors = localization_errors(localization) or report_errors(report)
+    made = build(report, Path(model), fmt, Path(legalized) if legalized is not None else None, errors)
+    return {side: {o.kind: o.to_json() for o in layers} for side, layers in made.items()}

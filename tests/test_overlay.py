@@ -216,3 +216,16 @@ def test_overlay_folder_usage_errors(tmp_path):
     code, _, err = cli_in_process(model, "--overlay", tmp_path / "ov")
     assert code == 2 and "bias.verdict.json: already exists (use --force to replace it)" in err
     assert (tmp_path / "ov" / "bias.verdict.json").read_text() == "{}"
+
+
+def test_library_overlays_from_a_report_file(tmp_path):
+    import legalizer
+
+    model = _save(bias_model(), tmp_path / "bias.onnx")
+    report = tmp_path / "r.json"
+    code, _, err = cli_in_process(model, "--report", report)
+    assert code == 0, err
+    data = legalizer.overlays(model, report, tmp_path / "bias.legal.onnx")
+    assert sorted(data) == ["input", "output"] and sorted(data["output"]) == ["verdict"]
+    assert data["output"]["verdict"]["g"]["results"]["b_r3"] == {"value": "inserted: reshape", "bgColor": "#aecbfa"}
+    assert data["input"]["verdict"]["g"]["results"]["add_bias"]["value"] == "rewritten: reshape inserted"
