@@ -54,6 +54,12 @@ Examples:
   legalize new.onnx --verify-only --against old.onnx --localize --reduce bug.onnx
                                                     # where they start to differ, and the
                                                     # smallest subgraph that still does
+  legalize model.onnx --load-inputs i.json --load-outputs o.json
+                                                    # polygraphy run's golden data, replayed
+  legalize model.onnx --overlay ov/                 # Model Explorer overlays (node data)
+  legalize view model.onnx                          # Model Explorer: original and legalized
+                                                    # side by side (viewer extra; a model
+                                                    # file named 'view' is ./view)
 
 \b
 Several models: give three or more, or a folder (its *.onnx and *.tflite files,
@@ -474,9 +480,14 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def _main(argv: Optional[List[str]]) -> None:
+    args, command, prog = list(sys.argv[1:] if argv is None else argv), app, "legalize"
+    if args[:1] == ["view"]:  # the one subcommand (a model file named 'view' is ./view)
+        from .view import app as command
+
+        args, prog = args[1:], "legalize view"
     try:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
-        code = app(args=argv, standalone_mode=False, prog_name="legalize")
+        code = command(args=args, standalone_mode=False, prog_name=prog)
     except LegalizeError as e:
         print(one_line(f"legalize: error: {e}"), file=sys.stderr)
         sys.exit(e.exit_code)
@@ -493,7 +504,7 @@ def _main(argv: Optional[List[str]]) -> None:
         sys.exit(EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 - the contract: one line, never a traceback
         if type(e).__name__ == "NoArgsIsHelpError":
-            app(args=["--help"], standalone_mode=False, prog_name="legalize")
+            command(args=["--help"], standalone_mode=False, prog_name=prog)
             sys.exit(EXIT_BAD_INPUT)
         if _is_usage_error(e):
             print(one_line(f"legalize: error: {e.format_message()} (see legalize --help)"), file=sys.stderr)
