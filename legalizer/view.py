@@ -52,9 +52,11 @@ def require() -> None:
         raise UsageError(f"legalize view needs the viewer extra: {install_hint('viewer')}")
 
 
-def pane(model: Path, graph_id: str) -> dict:
-    """One pane of Model Explorer's page state: ``model``'s graph ``graph_id``."""
-    return {"deepestExpandedGroupNodeIds": [], "selectedNodeId": "", "selectedGraphId": graph_id,
+def pane(model: Path, graph_id: str, node: str = "") -> dict:
+    """One pane of Model Explorer's page state: ``model``'s graph ``graph_id``, every
+    layer expanded (the page's ``___all___``), ``node`` selected (its node data in the
+    side panel)."""
+    return {"deepestExpandedGroupNodeIds": ["___all___"], "selectedNodeId": node, "selectedGraphId": graph_id,
             "selectedCollectionLabel": Path(model).name, "widthFraction": 0.5, "selected": False}
 
 
@@ -70,11 +72,33 @@ def page_url(host: str, port: int, models: List[Path], overlays: List[Tuple[Path
     return f"http://{host}:{port}/?data={quote(json.dumps(data))}"
 
 
-def _main_graph_id(model: Path) -> str:
+def _graph_ids(model: Path) -> List[str]:
     from .explorer_ids import model_ids
     from .importers.reader import sniff
 
-    return model_ids(model, "tflite" if sniff(model) == "tflite" else "onnx")[0].id
+    return [g.id for g in model_ids(model, "tflite" if sniff(model) == "tflite" else "onnx")]
+
+
+def page_ids(models: List[Path]) -> List[dict]:
+    """Per model, its graph ids as the page shows them when the models are loaded
+    together: the page gives a graph whose id an earlier one has ``<id> (2)``,
+    ``<id> (3)``, ... (the original and the legalized model share their ids)."""
+    seen: dict = {}
+    out = []
+    for m in models:
+        ids = {}
+        for gid in _graph_ids(m):
+            k = seen.get(gid)
+            seen[gid] = 1 if k is None else k + 1
+            ids[gid] = gid if k is None else f"{gid} ({k + 1})"
+        out.append(ids)
+    return out
+
+
+def _rekey(path: Path, ids: dict) -> None:
+    """An overlay file keyed by the page's graph ids (``page_ids``)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({ids.get(g, g): v for g, v in data.items()}), encoding="utf-8")
 
 
 def _serve(host: str, port: int, models: List[Path], overlays: List[Tuple[Path, Path]], browser: bool) -> None:
@@ -86,7 +110,10 @@ def _serve(host: str, port: int, models: List[Path], overlays: List[Tuple[Path, 
         cfg.add_model_from_path(str(m))
     for m, o in overlays:
         cfg.add_node_data_from_path(str(o), model_name=Path(m).name)
-    url = page_url(host, port, models, overlays, [_main_graph_id(m) for m in models])
+    ids = page_ids(models)
+    for m, o in overlays:
+        _rekey(o, ids[models.index(m)])
+    url = page_url(host, port, models, overlays, [next(iter(i.values()), "") for i in ids])
     print(f"legalize view: {url}", flush=True)
     if browser:
         threading.Thread(target=_open_when_up, args=(host, port, url), daemon=True).start()
