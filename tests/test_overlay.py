@@ -229,3 +229,41 @@ def test_library_overlays_from_a_report_file(tmp_path):
     assert sorted(data) == ["input", "output"] and sorted(data["output"]) == ["verdict"]
     assert data["output"]["verdict"]["g"]["results"]["b_r3"] == {"value": "inserted: reshape", "bgColor": "#aecbfa"}
     assert data["input"]["verdict"]["g"]["results"]["add_bias"]["value"] == "rewritten: reshape inserted"
+
+
+def if_loop_model() -> onnx.ModelProto:
+    """An unnamed If whose then-branch adds a rank-1 bias (a reshape is inserted there),
+    and a Loop whose body does the same."""
+    vi = helper.make_tensor_value_info
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "b"], ["t_out"])], "then", [],
+                               [vi("t_out", T.FLOAT, [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e_out"])], "else", [],
+                               [vi("e_out", T.FLOAT, [2, 3])])
+    body = helper.make_graph([helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+                              helper.make_node("Mul", ["v_in", "b"], ["v_out"], name="scale")], "body",
+                             [vi("i", T.INT64, []), vi("cond_in", T.BOOL, []), vi("v_in", T.FLOAT, [2, 3])],
+                             [vi("cond_out", T.BOOL, []), vi("v_out", T.FLOAT, [2, 3])])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+             helper.make_node("Constant", [], ["n"], value=helper.make_tensor("n", T.INT64, [], [2])),
+             helper.make_node("Loop", ["n", "c", "y"], ["z"], name="loop", body=body)]
+    g = helper.make_graph(nodes, "main", [vi("x", T.FLOAT, [2, 3]), vi("b", T.FLOAT, [3]), vi("c", T.BOOL, [])],
+                          [vi("z", T.FLOAT, [2, 3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_overlay_lands_in_if_branches_and_loop_bodies(tmp_path):
+    model = _save(if_loop_model(), tmp_path / "sub.onnx")
+    out = tmp_path / "ov"
+    code, _, err = cli_in_process(model, "--overlay", out)
+    assert code == 0, err
+    before = _results(out / "sub.verdict.json")
+    assert before == {"main": {"node/then_branch/node": {"value": "rewritten: reshape inserted", "bgColor": "#fdd663"}},
+                      "loop/body": {"scale": {"value": "rewritten: reshape inserted", "bgColor": "#fdd663"}}}
+    after = _results(out / "sub.legal.verdict.json")
+    assert {g: sorted(v["value"] for v in r.values()) for g, r in after.items()} == {
+        "main": ["inserted: reshape", "rewritten: reshape inserted"],
+        "loop/body": ["inserted: reshape", "rewritten: reshape inserted"]}
+    for f, m in (("sub.verdict.json", model), ("sub.legal.verdict.json", tmp_path / "sub.legal.onnx")):
+        theirs = _adapter_graphs(m)
+        for gid, results in _results(out / f).items():
+            assert set(results) <= set(theirs[gid]), (f, gid)
