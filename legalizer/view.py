@@ -167,6 +167,8 @@ def _written(folder: Path, model: Path, output: Optional[Path], made) -> Tuple[L
             path = where[side][kind]
             path.write_text(json.dumps(data), encoding="utf-8")
             pairs.append((Path(m), path))
+    # The page colours the nodes by the last node data it loads: the verdicts.
+    pairs.sort(key=lambda p: p[1].name.endswith(".verdict.json"))
     return [m for m in (model, output) if m is not None], pairs
 
 
