@@ -326,3 +326,24 @@ def test_saved_files_are_written_even_when_the_check_fails(tmp_path):
     name, ref, others = read_outputs(so)
     assert (name, others) == ("device", ["legalized-onnxrt"])
     np.testing.assert_array_equal(ref[0]["y"], expected[0]["y"])
+
+
+def test_polygraphy_per_iteration_folders_are_read(tmp_path):
+    """``polygraphy run --save-inputs DIR --save-outputs DIR`` (paths without a suffix)
+    writes one JSON file per iteration: legalize reads the folders in name order."""
+    pytest.importorskip("polygraphy", reason="needs polygraphy (pip install polygraphy)")
+    exe = _polygraphy()
+    i, o = tmp_path / "inputs", tmp_path / "outputs"
+    p = subprocess.run([exe, "run", str(MLP), "--onnxrt", "--iterations", "2", "--save-inputs", str(i),
+                        "--save-outputs", str(o)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert len(list(i.glob("*.json"))) == len(list(o.glob("*.json"))) == 2
+    rep = tmp_path / "r.json"
+    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o,
+                                    "--report", rep)
+    assert code == 0, err
+    check = _report(rep)["check"]
+    assert check["ok"] and [b["sample"] for b in check["bindings"]] == [0, 1]
+    samples = read_inputs(i)
+    np.testing.assert_array_equal(samples[1]["x"], polygraphy_json.load_inputs(
+        sorted(i.glob("*.json"))[1].read_text(), 1 << 30)[0]["x"])

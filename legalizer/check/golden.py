@@ -123,16 +123,33 @@ def _join_samples(samples: Sequence[Mapping[str, np.ndarray]]) -> Dict[str, np.n
     return {f"{k}/{name}": a for k, feed in enumerate(samples) for name, a in feed.items()}
 
 
+def _files(path: Path, flag: str) -> List[Path]:
+    """A file, or a folder of per-iteration ``*.json`` files in name order (as
+    ``polygraphy run --save-inputs DIR`` writes a path without a suffix)."""
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.glob("*.json") if p.is_file())
+    if not files:
+        raise UsageError(f"{flag} {path}: a folder with no .json file in it")
+    if len(files) > MAX_SAMPLES:
+        raise UsageError(f"{flag} {path}: {len(files)} files, more than a check runs ({MAX_SAMPLES} samples)")
+    return files
+
+
 def read_inputs(path: Path, flag: str = "--load-inputs") -> Samples:
-    """The samples a file holds: Polygraphy's input data (JSON) or an ``.npz``."""
+    """The samples a file holds: Polygraphy's input data (JSON: a file, or a folder of
+    one file per iteration) or an ``.npz``."""
     path = Path(path)
     if is_npz(path):
         samples = _split_samples(read_npz_checked(path, flag))
     else:
-        try:
-            samples = polygraphy_json.load_inputs(_read_text(path, flag), MAX_INPUT_BYTES)
-        except FormatError as e:
-            raise UsageError(f"{flag} {path}: {e}") from None
+        samples = []
+        for f in _files(path, flag):
+            try:
+                samples += polygraphy_json.load_inputs(_read_text(f, flag), MAX_INPUT_BYTES)
+            except FormatError as e:
+                raise UsageError(f"{flag} {f}: {e}") from None
+            _bounded(samples, path, flag)
     return _bounded(samples, path, flag)
 
 
@@ -144,10 +161,17 @@ def read_outputs(path: Path, flag: str = "--load-outputs") -> Tuple[str, Samples
     path = Path(path)
     if is_npz(path):
         return "", _bounded(_split_samples(read_npz_checked(path, flag)), path, flag), []
-    try:
-        runs: Runs = polygraphy_json.load_runs(_read_text(path, flag), MAX_INPUT_BYTES)
-    except FormatError as e:
-        raise UsageError(f"{flag} {path}: {e}") from None
+    runs: Runs = []
+    for f in _files(path, flag):
+        try:
+            more = polygraphy_json.load_runs(_read_text(f, flag), MAX_INPUT_BYTES)
+        except FormatError as e:
+            raise UsageError(f"{flag} {f}: {e}") from None
+        if runs and [n for n, _ in more] != [n for n, _ in runs]:
+            raise UsageError(f"{flag} {f}: its runners ({', '.join(n for n, _ in more)}) are not the first"
+                             f" file's ({', '.join(n for n, _ in runs)})")
+        runs = more if not runs else [(n, its + new) for (n, its), (_, new) in zip(runs, more)]
+        _bounded(runs[0][1], path, flag)
     name, samples = runs[0]
     return name, _bounded(samples, path, flag), [n for n, _ in runs[1:]]
 
