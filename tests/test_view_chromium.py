@@ -1,7 +1,7 @@
 """``legalize view`` in a real browser: headless Chromium opens the page the command
 prints, both models are drawn side by side, and the overlay's text for a selected node
 is read from the page (the node info panel, where Model Explorer shows a node's data).
-Set LEGALIZE_SCREENSHOT=PATH to keep the screenshot (the README's picture is one)."""
+Set LEGALIZE_SCREENSHOT=PATH to keep the screenshot (docs/images/legalize-view.png is one)."""
 
 from __future__ import annotations
 
