@@ -347,3 +347,24 @@ def test_polygraphy_per_iteration_folders_are_read(tmp_path):
     samples = read_inputs(i)
     np.testing.assert_array_equal(samples[1]["x"], polygraphy_json.load_inputs(
         sorted(i.glob("*.json"))[1].read_text(), 1 << 30)[0]["x"])
+
+
+def test_library_check_over_stored_samples(tmp_path):
+    import legalizer
+
+    samples = _mlp_samples(2)
+    expected = _mlp_reference(samples)
+    legal = tmp_path / "m.legal.onnx"
+    assert cli_in_process(MLP, legal, "-q")[0] == 0
+    result = legalizer.check(MLP, legal, samples=samples)
+    assert result.ok and [b.sample for b in result.bindings] == [0, 1] and result.samples["count"] == 2
+    o = tmp_path / "o.json"
+    expected[1]["y"] = expected[1]["y"] + 1
+    o.write_text(polygraphy_json.dump_runs([("device", expected)]))
+    i = tmp_path / "i.npz"
+    np.savez(i, **{f"{k}/x": s["x"] for k, s in enumerate(samples)})
+    result = legalizer.check(MLP, legal, samples=i, expected=o)
+    assert not result.ok and [b.ok for b in result.bindings] == [True, False]
+    assert result.reference == "o.json (device)"
+    assert result.samples["outputs"][0]["worst_sample"] == 1
+    assert result.samples["outputs"][0]["max_abs_err"] == pytest.approx(1.0, abs=1e-6)
