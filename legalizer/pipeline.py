@@ -387,8 +387,9 @@ def _save_golden(res: RunResult, options: RunOptions, golden, protect: Path) -> 
     if not res.check.runs:
         res.report.warnings.append("--save-inputs/--save-outputs: nothing written: the check compared nothing")
         return
-    written = save_runs(res.check.runs, golden.runner or REFERENCE_RUN, options.save_inputs, options.save_outputs,
-                        force=options.force, protect=protect)
+    on = "litert" if res.report.format == "tflite" else "onnxrt"  # the runtime the runs came from
+    written = save_runs(res.check.runs, golden.runner or REFERENCE_RUN.replace("onnxrt", on), options.save_inputs,
+                        options.save_outputs, force=options.force, protect=protect, candidate=f"legalized-{on}")
     res.report.check["saved"] = written
 
 
@@ -419,9 +420,12 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         if not options.verify_only:
             raise UsageError("--against compares MODEL with another model: add --verify-only")
         _against_kind(model, Path(options.against))
-    if _golden_flags(options) and (model.format != "onnx"):
-        raise UsageError(f"{_golden_flags(options)[0]}: golden data feeds the onnxruntime check of an ONNX or .pt2"
-                         f" model; a {model.format} model's check does not take it yet")
+    if _golden_flags(options) and model.format not in ("onnx", "tflite"):
+        raise UsageError(f"{_golden_flags(options)[0]}: golden data feeds the check of an ONNX, TFLite or .pt2"
+                         f" model, not of a {model.format} model")
+    if options.load_outputs is not None and model.format == "tflite":
+        raise UsageError("--load-outputs: a TFLite model's check compares on LiteRT and onnxruntime, and does not"
+                         " take stored reference outputs yet (--load-inputs does)")
     if options.reduce is not None and model.format not in ("onnx", "mlir"):
         raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {model.format} model is not reduced")
     check_tolerance_names(options, _output_names(model, options))
@@ -479,7 +483,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
                 from .check.tflite import check_tflite
 
                 res.check = check_tflite(path, written, model, provider=options.provider, dims=dims,
-                                         inputs=given, rtol=options.rtol, atol=options.atol)
+                                         inputs=given, rtol=options.rtol, atol=options.atol,
+                                         samples=golden.samples,
+                                         record=options.save_inputs is not None or options.save_outputs is not None)
                 if len(model.graphs) == 1:  # its bindings are named as the user names them
                     for b in res.check.bindings:
                         b.source = "user" if b.dims and set(b.dims) <= set(dims) else b.source

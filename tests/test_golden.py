@@ -368,3 +368,28 @@ def test_library_check_over_stored_samples(tmp_path):
     assert result.reference == "o.json (device)"
     assert result.samples["outputs"][0]["worst_sample"] == 1
     assert result.samples["outputs"][0]["max_abs_err"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path):
+    """A TFLite model's check (LiteRT, and onnxruntime on its ONNX form) fed by a data
+    loader script, its runs saved; stored reference outputs are refused for TFLite."""
+    pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
+    model = ROOT / "models" / "tflite" / "broadcast_add.tflite"  # x: 2x3x4x5, y: 5
+    script = tmp_path / "loader.py"
+    script.write_text("import numpy as np\n"
+                      "def load_data():\n"
+                      "    for k in range(3):\n"
+                      "        yield {'x': np.full((2, 3, 4, 5), k, np.float32), 'y': np.arange(5, dtype=np.float32)}\n")
+    rep, si, so = tmp_path / "r.json", tmp_path / "si.npz", tmp_path / "so.json"
+    code, out, err = cli_in_process(model, tmp_path / "b.legal.tflite", "--data-loader-script", script,
+                                    "--report", rep, "--save-inputs", si, "--save-outputs", so)
+    assert code == 0, err
+    check = _report(rep)["check"]
+    assert [b["sample"] for b in check["bindings"]] == [0, 1, 2] and check["samples"]["count"] == 3
+    with np.load(si) as z:
+        np.testing.assert_array_equal(z["2/x"], np.full((2, 3, 4, 5), 2, np.float32))
+    name, ref, others = read_outputs(so)
+    assert (name, others) == ("original-litert", ["legalized-litert"]) and len(ref) == 3
+    np.testing.assert_array_equal(ref[1]["out0"], np.full((2, 3, 4, 5), 1, np.float32) + np.arange(5, dtype=np.float32))
+    code, out, err = cli_in_process(model, tmp_path / "c.legal.tflite", "--load-inputs", si, "--load-outputs", so)
+    assert code == 2 and "does not take stored reference outputs yet (--load-inputs does)" in err

@@ -309,7 +309,7 @@ def load_inputs_of(path: Optional[Path], script: Optional[str]) -> Optional[Samp
 
 
 def save_runs(runs: Sequence[tuple], reference: str, save_inputs: Optional[Path], save_outputs: Optional[Path],
-              *, force: bool, protect: Optional[Path] = None) -> Dict[str, str]:
+              *, force: bool, protect: Optional[Path] = None, candidate: str = CANDIDATE_RUN) -> Dict[str, str]:
     """Write what a check fed (``save_inputs``) and got (``save_outputs``: the
     reference's run, then the legalized model's when it ran on every sample); ``runs``
     is ``CheckResult.runs``. The paths written, by what they hold."""
@@ -322,7 +322,7 @@ def save_runs(runs: Sequence[tuple], reference: str, save_inputs: Optional[Path]
     if save_outputs is not None:
         out: Runs = [(reference or REFERENCE_RUN, [dict(expected) for _, expected, _ in runs])]
         if all(got is not None for _, _, got in runs):
-            out.append((CANDIDATE_RUN, [dict(got) for _, _, got in runs]))
+            out.append((candidate, [dict(got) for _, _, got in runs]))
         write_outputs(Path(save_outputs), out, force=force, protect=protect)
         written["outputs"] = str(save_outputs)
     return written
