@@ -423,9 +423,6 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     if _golden_flags(options) and model.format not in ("onnx", "tflite"):
         raise UsageError(f"{_golden_flags(options)[0]}: golden data feeds the check of an ONNX, TFLite or .pt2"
                          f" model, not of a {model.format} model")
-    if options.load_outputs is not None and model.format == "tflite":
-        raise UsageError("--load-outputs: a TFLite model's check compares on LiteRT and onnxruntime, and does not"
-                         " take stored reference outputs yet (--load-inputs does)")
     if options.reduce is not None and model.format not in ("onnx", "mlir"):
         raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {model.format} model is not reduced")
     check_tolerance_names(options, _output_names(model, options))
@@ -484,7 +481,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
 
                 res.check = check_tflite(path, written, model, provider=options.provider, dims=dims,
                                          inputs=given, rtol=options.rtol, atol=options.atol,
-                                         samples=golden.samples,
+                                         samples=golden.samples, expected=golden.expected,
+                                         reference=golden.reference,
                                          record=options.save_inputs is not None or options.save_outputs is not None)
                 if len(model.graphs) == 1:  # its bindings are named as the user names them
                     for b in res.check.bindings:

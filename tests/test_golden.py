@@ -372,7 +372,7 @@ def test_library_check_over_stored_samples(tmp_path):
 
 def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path):
     """A TFLite model's check (LiteRT, and onnxruntime on its ONNX form) fed by a data
-    loader script, its runs saved; stored reference outputs are refused for TFLite."""
+    loader script, its runs saved and replayed as the reference."""
     pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
     model = ROOT / "models" / "tflite" / "broadcast_add.tflite"  # x: 2x3x4x5, y: 5
     script = tmp_path / "loader.py"
@@ -391,5 +391,18 @@ def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path):
     name, ref, others = read_outputs(so)
     assert (name, others) == ("original-litert", ["legalized-litert"]) and len(ref) == 3
     np.testing.assert_array_equal(ref[1]["out0"], np.full((2, 3, 4, 5), 1, np.float32) + np.arange(5, dtype=np.float32))
-    code, out, err = cli_in_process(model, tmp_path / "c.legal.tflite", "--load-inputs", si, "--load-outputs", so)
-    assert code == 2 and "does not take stored reference outputs yet (--load-inputs does)" in err
+    # replayed: the saved reference passes; one sample's output moved by 1e-3 fails that sample
+    code, out, err = cli_in_process(model, tmp_path / "c.legal.tflite", "--load-inputs", si, "--load-outputs", so,
+                                    "--report", rep)
+    assert code == 0, err
+    assert _report(rep)["check"]["reference"] == "so.json (original-litert)"
+    ref[2]["out1"] = ref[2]["out1"] + np.float32(1e-3)
+    bad = tmp_path / "bad.json"
+    bad.write_text(polygraphy_json.dump_runs([("device", ref)]))
+    code, out, err = cli_in_process(model, tmp_path / "d.legal.tflite", "--load-inputs", si, "--load-outputs", bad,
+                                    "--report", rep, "--no-localize")
+    assert code == 1 and not (tmp_path / "d.legal.tflite").exists()
+    check = _report(rep)["check"]
+    assert [b["ok"] for b in check["bindings"]] == [True, True, False]
+    failed = {o["name"] for o in check["bindings"][2]["outputs"] if not o["ok"]}
+    assert failed and all(n.startswith("out1") for n in failed)

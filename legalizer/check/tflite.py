@@ -170,7 +170,8 @@ def _litert_pair(original: Path, legalized: Path, model: Model):
 def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                  rtol: float = RTOL, atol: float = ATOL, seed: int = 0, litert_only: bool = False,
-                 samples: Optional[List[Mapping[str, np.ndarray]]] = None, record: bool = False) -> CheckResult:
+                 samples: Optional[List[Mapping[str, np.ndarray]]] = None, record: bool = False,
+                 expected: Optional[List[Mapping[str, np.ndarray]]] = None, reference: str = "") -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
     Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``.
     Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
@@ -178,7 +179,9 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
     (``--against``: two TFLite models compared on LiteRT). ``samples``: the main
     subgraph is fed these input dicts, one binding each (an input a sample leaves out
     is synthesized), instead of synthesized bindings; ``record``: the main subgraph's
-    runs are kept (``CheckResult.runs``, for --save-inputs / --save-outputs)."""
+    runs are kept (``CheckResult.runs``, for --save-inputs / --save-outputs);
+    ``expected`` (with ``samples``: per sample the outputs by name, from ``reference``)
+    stands for the original's LiteRT run of the main subgraph."""
     from .litert import LiteRTError, LiteRTRunner, litert_available
 
     if not litert_available():
@@ -200,7 +203,15 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                                                         (legalized, new.kernels) if k == 0 else None)
         pairing = Pairing(label=lambda i, n, prefix=prefix: f"{prefix}{n} ({LITERT})",
                           quantized=lambda n, quantized=quantized: quantized.get(n, False))
-        comparator = Comparator(LiteRTRunner(ref, k).activate(), LiteRTRunner(new, k).activate(), result, rtol,
+        ref_runner = LiteRTRunner(ref, k).activate()
+        if expected is not None and k == 0:
+            from .samples import StoredRunner, _stored_names
+
+            keep, more = _stored_names(expected, samples, [n.inputs[0].name for n in graph.outputs],
+                                       [n.output.name for n in graph.inputs])
+            ref_runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
+            result.reference, result.notes = reference, result.notes + more
+        comparator = Comparator(ref_runner, LiteRTRunner(new, k).activate(), result, rtol,
                                 atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
                                 also=onnx_side.compare if onnx_side is not None else None)
         specs = graph_input_specs(graph)
@@ -211,6 +222,8 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
         else:
             plan = [(binding, inputs or {}, None) for binding in bindings(graph, dims or {})]
         for binding, given, j in plan:
+            if j is not None and hasattr(ref_runner, "index"):
+                ref_runner.index = j
             try:
                 feeds = make_feeds(specs, binding, given, seed)
             except CheckUnavailable as e:
