@@ -6,7 +6,8 @@ broadcasting ops under a profile, ``legalize`` it for a target (the same kind of
 comes back), ``save`` it (or ``to_onnx``), and ``check`` original against result on
 onnxruntime (and against PyTorch for a model that came from it); the IR itself is
 ``Graph``. ``snapshot`` before ``legalize`` records the regions it rewrites, which
-``report_html`` draws in a self-contained HTML page. ``legalizer.onnx_ir.LegalizePass``
+``report_html`` draws in a self-contained HTML page; ``overlays`` gives a run's findings
+as Model Explorer node data. ``legalizer.onnx_ir.LegalizePass``
 is the pass for ``onnx_ir`` pass managers (import it explicitly: it needs the
 ``onnx_ir`` package).
 
@@ -29,12 +30,13 @@ _API = {
     "Graph": (".ir", "Graph"), "Node": (".ir", "Node"), "Value": (".ir", "Value"), "TensorType": (".ir", "TensorType"),
     "Model": (".model", "Model"), "VerifyResult": (".verify", "VerifyResult"),
     "snapshot": (".regions", "snapshot"), "report_html": (".html_report", "render"),
+    "overlays": (".overlay", "node_data"),
     "LegalizeError": (".errors", "LegalizeError"), "BadInput": (".errors", "BadInput"),
     "UsageError": (".errors", "UsageError"),
 }
 
 __all__ = ["load", "save", "to_onnx", "verify", "legalize", "check", "Graph", "Node", "Value", "TensorType",
-           "Model", "VerifyResult", "snapshot", "report_html", "LegalizeError", "BadInput", "UsageError",
+           "Model", "VerifyResult", "snapshot", "report_html", "overlays", "LegalizeError", "BadInput", "UsageError",
            "NotLegal", "__version__"]
 
 

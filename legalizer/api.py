@@ -274,7 +274,7 @@ def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, 
 
 def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs=None, rtol: float = RTOL,
           atol: float = ATOL, input_shapes=None, require_check: bool = False, trust_pt2: bool = False,
-          **kwargs):
+          samples=None, expected=None, **kwargs):
     """Run ``original`` and ``legalized`` on onnxruntime on the same inputs, for each
     binding of the dynamic input dims (a small size and 1, or ``dims``; when the original
     rejects all of those, bindings it accepts are searched for: ``result.search``), and
@@ -290,7 +290,11 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     input names to arrays (instead of synthesized data), or is the path of an ``.npz``
     of them; ``input_shapes`` maps input names to shapes (``{"x": (1, 512)}``) that bind
     their dynamic dims. ``require_check`` raises ``NotLegal`` when the check did not
-    run, or ran in part; ``trust_pt2`` as ``load``."""
+    run, or ran in part; ``trust_pt2`` as ``load``. ``samples`` (a list of input dicts,
+    or the path of Polygraphy's input data or an ``.npz``) are fed one by one instead of
+    synthesized bindings, and ``expected`` (per sample the outputs by name, or the path
+    of Polygraphy's run results or an ``.npz``) is then the reference instead of running
+    ``original`` (``check.samples``: statistics across the samples in ``result.samples``)."""
     from .check.given import as_arrays
     from .check.ort import check as check_ort
     from .importers.reader import check_external_data, sniff
@@ -312,6 +316,8 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
         reference = source.onnx if source is not None else _as_proto(original)
     new = _as_proto(legalized)
     inputs = as_arrays(inputs)
+    if samples is not None or expected is not None:
+        return _check_samples(reference, new, samples, expected, provider, dims, rtol, atol, require_check)
     kwargs.setdefault("hints", range_hints(source))
     result = check_ort(reference, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol,
                        input_shapes=input_shapes, **kwargs)
@@ -326,6 +332,28 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
         bound = user_dims(declared_shapes(source.onnx), dims, input_shapes, inputs)
         result.torch = check_torch(source, new, provider=provider, dims=bound, inputs=inputs, rtol=rtol, atol=atol,
                                    **keep)
+    if require_check and unchecked(result):
+        raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
+    return result
+
+
+def _check_samples(reference, new, samples, expected, provider, dims, rtol, atol, require_check: bool):
+    """``check`` over stored samples (``check.samples``), read from files when paths."""
+    from .check.golden import read_inputs, read_outputs
+    from .check.samples import check_samples
+    from .errors import UsageError
+    from .pipeline import unchecked
+
+    if samples is None:
+        raise UsageError("expected outputs are compared on the inputs they were computed from: give samples")
+    samples = read_inputs(Path(samples), "samples") if _is_path(samples) else [dict(s) for s in samples]
+    where = ""
+    if _is_path(expected):
+        path = Path(expected)
+        name, expected, _ = read_outputs(path, "expected")
+        where = f"{path.name} ({name})" if name else path.name
+    result = check_samples(reference, new, samples, expected=expected, reference=where, provider=provider,
+                           dims=dims, rtol=rtol, atol=atol)
     if require_check and unchecked(result):
         raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
     return result

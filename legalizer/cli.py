@@ -55,6 +55,12 @@ Examples:
   legalize new.onnx --verify-only --against old.onnx --localize --reduce bug.onnx
                                                     # where they start to differ, and the
                                                     # smallest subgraph that still does
+  legalize model.onnx --load-inputs i.json --load-outputs o.json
+                                                    # polygraphy run's golden data, replayed
+  legalize model.onnx --overlay ov/                 # Model Explorer overlays (node data)
+  legalize view model.onnx                          # Model Explorer: original and legalized
+                                                    # side by side (viewer extra; a model
+                                                    # file named 'view' is ./view)
 
 \b
 Several models: give three or more, or a folder (its *.onnx and *.tflite files,
@@ -320,6 +326,27 @@ def legalize(
                                            " with this reference: ONNX with ONNX (onnxruntime), TFLite with TFLite"
                                            " (LiteRT), TOSA MLIR (on IREE) with .tflite or .onnx.",
                                            show_default=False),
+    load_inputs: Optional[Path] = typer.Option(None, "--load-inputs", metavar="PATH", help="Feed the check these stored"
+                                               " samples: Polygraphy's JSON (polygraphy run --save-inputs) or .npz.",
+                                               show_default=False),
+    load_outputs: Optional[Path] = typer.Option(None, "--load-outputs", metavar="PATH", help="Compare the legalized model"
+                                                " with these stored reference outputs (Polygraphy's JSON or .npz; another"
+                                                " runtime's, the device's) instead of running the original; with"
+                                                " --load-inputs.", show_default=False),
+    data_loader_script: Optional[str] = typer.Option(None, "--data-loader-script", metavar="FILE.py[:FUNC]",
+                                                     help="Feed the check the dicts FUNC (default load_data) yields, as"
+                                                          " Polygraphy does. This RUNS the script's code: only for a"
+                                                          " script you trust.", show_default=False),
+    save_inputs: Optional[Path] = typer.Option(None, "--save-inputs", metavar="PATH", help="Save what the check fed,"
+                                               " per binding (Polygraphy's JSON, or .npz by the suffix).",
+                                               show_default=False),
+    save_outputs: Optional[Path] = typer.Option(None, "--save-outputs", metavar="PATH", help="Save what the check got,"
+                                                " per binding: the reference's and the legalized model's outputs"
+                                                " (Polygraphy's RunResults JSON, or .npz: the reference's).",
+                                                show_default=False),
+    overlay: Optional[Path] = typer.Option(None, "--overlay", metavar="DIR", help="Write Model Explorer overlays (node"
+                                           " data: verdicts, rewrites, constraints, errors) for the input and the"
+                                           " legalized model into DIR (made if missing).", show_default=False),
     report: Optional[Path] = typer.Option(None, "--report", metavar="PATH", help="Write the JSON report here.", show_default=False),
     html: Optional[Path] = typer.Option(None, "--html", metavar="PATH", help="Write a self-contained HTML report here, with pictures "
                                         "of the rewritten regions (several models: a folder, one "
@@ -339,7 +366,7 @@ def legalize(
         bounded.start(("legalizer.importers.onnx_infer",))
     from .importers.reader import files_read
     from .outputs import check_distinct, check_output_path
-    from .pipeline import RunOptions, default_output, planned_outputs, run, stages
+    from .pipeline import RunOptions, default_output, golden_paths, planned_outputs, run, stages
     from .targets import TARGETS
     from .verify import PROFILES
 
@@ -356,9 +383,14 @@ def legalize(
                    "--input": bool(input_), "--rtol": bool(rtol), "--atol": bool(atol), "--localize": bool(localize)},
                   verify_only=verify_only, check=do_check, against=against is not None)
     rtol, atol = parse_tolerance("--rtol", rtol, RTOL), parse_tolerance("--atol", atol, ATOL)
+    golden = dict(load_inputs=load_inputs, load_outputs=load_outputs, data_loader_script=data_loader_script,
+                  save_inputs=save_inputs, save_outputs=save_outputs)
     if _is_batch(paths, out_opt, jobs, executor):
         if reduce is not None:
             raise UsageError("--reduce writes one model's subgraph: give one MODEL")
+        if any(v is not None for v in golden.values()) or overlay is not None:
+            raise UsageError("golden data (--load-*, --save-*, --data-loader-script) and --overlay are one model's:"
+                             " give one MODEL")
         raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
                                 RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
@@ -383,7 +415,7 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
                          require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                         localize_budget=localize_budget, reduce=reduce)
+                         localize_budget=localize_budget, reduce=reduce, **golden)
     # Fail on a bad output, report or page path before the work, not after it: each can
     # be written, and each is a file of its own, never an input.
     if not verify_only:
@@ -401,6 +433,10 @@ def legalize(
         for what, path in reduce_files(reduce):
             check_output_path(path, force=force, protect=model)
             outputs.append((what, path))
+    golden_writes, golden_reads = golden_paths(options)
+    for _, path in golden_writes:
+        check_output_path(path, force=force, protect=model)
+    outputs += golden_writes
     if html is not None:
         from . import html_report
 
@@ -408,7 +444,12 @@ def legalize(
         outputs.append(("the HTML report (--html)", html))
         options.regions = True
     read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs])
-    check_distinct(outputs, read + [("an input array (--input)", f) for f in _input_files(input_)])
+    check_distinct(outputs, read + [("an input array (--input)", f) for f in _input_files(input_)]
+                   + [("an input of the check (golden data)", f) for f in golden_reads])
+    if overlay is not None:
+        from . import overlay as overlays
+
+        overlays.check_folder(overlay, model, options.output, force)
     from .console import Printer, Progress
 
     printer = Printer(quiet, verbose, json_out, legalizing=not verify_only)
@@ -427,6 +468,8 @@ def legalize(
     if html is not None:
         html_report.write(html, res.report, res.regions, protect=[model, options.output, *res.report.outputs.values()],
                           culprit=res.culprit_picture)
+    if overlay is not None:
+        overlays.for_run(overlay, res, model, force=force)
     if json_out:
         sys.stdout.write(res.report.dumps() + "\n")
     raise typer.Exit(res.exit_code)
@@ -519,9 +562,14 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def _main(argv: Optional[List[str]]) -> None:
+    args, command, prog = list(sys.argv[1:] if argv is None else argv), app, "legalize"
+    if args[:1] == ["view"]:  # the one subcommand (a model file named 'view' is ./view)
+        from .view import app as command
+
+        args, prog = args[1:], "legalize view"
     try:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
-        code = app(args=argv, standalone_mode=False, prog_name="legalize")
+        code = command(args=args, standalone_mode=False, prog_name=prog)
     except LegalizeError as e:
         print(one_line(f"legalize: error: {e}"), file=sys.stderr)
         sys.exit(e.exit_code)
@@ -538,7 +586,7 @@ def _main(argv: Optional[List[str]]) -> None:
         sys.exit(EXIT_BAD_INPUT)
     except Exception as e:  # noqa: BLE001 - the contract: one line, never a traceback
         if type(e).__name__ == "NoArgsIsHelpError":
-            app(args=["--help"], standalone_mode=False, prog_name="legalize")
+            command(args=["--help"], standalone_mode=False, prog_name=prog)
             sys.exit(EXIT_BAD_INPUT)
         if _is_usage_error(e):
             print(one_line(f"legalize: error: {e.format_message()} (see legalize --help)"), file=sys.stderr)

@@ -209,14 +209,18 @@ class Printer:
             if chk is None or not chk.ran:
                 continue
             skipped = [b for b in chk.bindings if b.skipped]
+            across = getattr(chk, "samples", None)
             for b in chk.bindings:
                 dims = ", ".join(f"{k}={v}" for k, v in b.dims.items()) or "static shapes"
+                if getattr(b, "sample", None) is not None:
+                    dims = f"sample {b.sample} ({dims})"
                 if b.skipped:
                     if self.verbose:
                         self.say(one_line(f"SKIPPED | {ref}{dims} | {b.skipped}"))
                     continue
                 for o in b.outputs:
-                    if self.quiet and o.ok:
+                    # with several samples, their summary below stands for the passing ones
+                    if (self.quiet or (across and not self.verbose)) and o.ok:
                         continue
                     status = "PASSED" if o.ok else "FAILED"
                     detail = o.detail or f"max abs err {o.max_abs_err:.3g}, max rel err {o.max_rel_err:.3g}"
@@ -226,6 +230,38 @@ class Printer:
             if skipped and not self.verbose and not self.quiet:
                 self.say(f"{len(skipped)} of {len(chk.bindings)} dim bindings skipped: {who}"
                                " rejects them (-v shows why)")
+            for entry in (across or {}).get("outputs", []):
+                if self.quiet and not entry["failed"]:
+                    continue
+                self.say(one_line(across_line(entry, across["count"])))
+                if self.verbose and "histogram" in entry:
+                    self.say(printable(f"  {histogram_line(entry['histogram'])}"))
+
+
+def across_line(entry: dict, count: int) -> str:
+    """One output's errors across several samples (``check.samples.across``)."""
+    status = "FAILED" if entry["failed"] else "PASSED"
+    spread = entry["max_abs_err_per_sample"]
+    line = (f"{status} | Output: '{entry['name']}' | {count} samples, {len(entry['failed'])} failed | max abs err"
+            f" {entry['max_abs_err']:.3g} (sample {entry['worst_sample']}), max rel err {entry['max_rel_err']:.3g};"
+            f" per-sample max abs err p50 {spread['p50']:.3g}, p90 {spread['p90']:.3g}")
+    if "total" in entry:
+        line += (f"; mean abs err {entry['mean_abs_err']:.3g}, {entry['mismatched']} of {entry['total']} elements"
+                 " outside the tolerances")
+    return line
+
+
+def histogram_line(histogram: dict) -> str:
+    """The nonempty decades of an error histogram: ``<=1e-09: 20, (1e-06, 1e-05]: 4``."""
+    edges, counts = histogram["edges"], histogram["counts"]
+    parts = []
+    for k, c in enumerate(counts):
+        if not c:
+            continue
+        where = f"<={edges[0]:.0e}" if k == 0 else f">{edges[-1]:.0e}" if k == len(edges) else \
+            f"({edges[k - 1]:.0e}, {edges[k]:.0e}]"
+        parts.append(f"{where}: {c}")
+    return "abs err histogram: " + ", ".join(parts)
 
 
 def stats_line(stats: dict) -> str:

@@ -30,6 +30,7 @@ from .verify import VerifyResult, verify
 # Imported where a run needs them (docs/architecture.md, "Start-up"): the TFLite check for a TFLite
 # model, the diagnosis for a localization or --reduce, the regions for --html.
 if TYPE_CHECKING:
+    from .check.golden import Golden
     from .check.localize import Localization
     from .check.reduce import Reduced
     from .regions import Picture, Regions
@@ -68,6 +69,15 @@ class RunOptions:
     # A batch's --dim: binds the dims a model has and leaves out the others (with a
     # warning); alone, a --dim that binds no dim of the model is a UsageError.
     dims_where_present: bool = False
+    # Golden data (check.golden): stored inputs to feed (Polygraphy's JSON or .npz), a
+    # script whose FILE.py[:FUNC] yields them (it runs the user's code: only when named),
+    # stored reference outputs to compare with instead of running the original, and
+    # where to save what the check fed and got.
+    load_inputs: Optional[Path] = None
+    data_loader_script: Optional[str] = None
+    load_outputs: Optional[Path] = None
+    save_inputs: Optional[Path] = None
+    save_outputs: Optional[Path] = None
 
 
 @dataclass
@@ -399,6 +409,63 @@ def _output_names(model: Model, options: RunOptions) -> List[str]:
     return names
 
 
+GOLDEN_FLAGS = (("load_inputs", "--load-inputs"), ("data_loader_script", "--data-loader-script"),
+                ("load_outputs", "--load-outputs"), ("save_inputs", "--save-inputs"),
+                ("save_outputs", "--save-outputs"))
+
+
+def _golden_flags(options: RunOptions) -> List[str]:
+    return [flag for key, flag in GOLDEN_FLAGS if getattr(options, key) is not None]
+
+
+def read_golden(options: RunOptions, given) -> "Golden":
+    """The stored inputs and reference outputs the options name (UsageError for a
+    combination that has no check to feed)."""
+    from .check.golden import Golden
+
+    flags = _golden_flags(options)
+    if not flags:
+        return Golden()
+    if not options.check or (options.verify_only and options.against is None):
+        raise UsageError(f"{flags[0]} feeds or saves the numeric check: it cannot go with --no-check, nor with"
+                         " --verify-only")
+    if options.against is not None:
+        raise UsageError(f"{flags[0]} works with the check of a legalized model, not with --against")
+    if given and (options.load_inputs is not None or options.data_loader_script is not None):
+        raise UsageError("--input and --load-inputs (or --data-loader-script) both give the inputs: give one")
+    return Golden.read(options.load_inputs, options.load_outputs, options.data_loader_script)
+
+
+def golden_paths(options: RunOptions) -> Tuple[List[Tuple[str, Path]], List[Path]]:
+    """The golden files a run writes, as (what, path) pairs, and those it reads: for the
+    CLI's checks before the work (each written file its own, never an input)."""
+    writes = [(f"the {what} ({flag})", Path(p)) for what, flag, p in
+              (("saved inputs", "--save-inputs", options.save_inputs),
+               ("saved outputs", "--save-outputs", options.save_outputs)) if p is not None]
+    reads = [Path(p) for p in (options.load_inputs, options.load_outputs) if p is not None]
+    if options.data_loader_script is not None:
+        from .check.golden import parse_script
+
+        reads.append(parse_script(options.data_loader_script)[0])
+    return writes, reads
+
+
+def _save_golden(res: RunResult, options: RunOptions, golden, protect: Path) -> None:
+    """--save-inputs / --save-outputs: what the check fed and got (even when it failed:
+    that is what is replayed elsewhere)."""
+    if options.save_inputs is None and options.save_outputs is None:
+        return
+    from .check.golden import REFERENCE_RUN, save_runs
+
+    if not res.check.runs:
+        res.report.warnings.append("--save-inputs/--save-outputs: nothing written: the check compared nothing")
+        return
+    on = "litert" if res.report.format == "tflite" else "onnxrt"  # the runtime the runs came from
+    written = save_runs(res.check.runs, golden.runner or REFERENCE_RUN.replace("onnxrt", on), options.save_inputs,
+                        options.save_outputs, force=options.force, protect=protect, candidate=f"legalized-{on}")
+    res.report.check["saved"] = written
+
+
 def stages(options: RunOptions) -> List[str]:
     """The stages ``run`` announces to ``on_stage``, in order, when nothing stops it early
     (a violation, a failed check)."""
@@ -424,6 +491,7 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
         raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"
                          " --verify-only (except with --against)")
     given = as_arrays(options.inputs)
+    golden = read_golden(options, given)
     timings: Dict[str, float] = {}
     with _timed(timings, "load", on_stage, bytes=_file_size(path)):
         model = read_model(path, trust_pt2=options.trust_pt2)
@@ -434,6 +502,9 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
         if not options.verify_only:
             raise UsageError("--against compares MODEL with another model: add --verify-only")
         _against_kind(model, Path(options.against))
+    if _golden_flags(options) and model.format not in ("onnx", "tflite"):
+        raise UsageError(f"{_golden_flags(options)[0]}: golden data feeds the check of an ONNX, TFLite or .pt2"
+                         f" model, not of a {model.format} model")
     if options.reduce is not None and model.format not in ("onnx", "mlir"):
         raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {model.format} model is not reduced")
     check_tolerance_names(options, _output_names(model, options))
@@ -496,7 +567,10 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
                 from .check.tflite import check_tflite
 
                 res.check = check_tflite(path, written, model, provider=options.provider, dims=dims,
-                                         inputs=given, rtol=options.rtol, atol=options.atol)
+                                         inputs=given, rtol=options.rtol, atol=options.atol,
+                                         samples=golden.samples, expected=golden.expected,
+                                         reference=golden.reference,
+                                         record=options.save_inputs is not None or options.save_outputs is not None)
                 if len(model.graphs) == 1:  # its bindings are named as the user names them
                     for b in res.check.bindings:
                         b.source = "user" if b.dims and set(b.dims) <= set(dims) else b.source
@@ -504,10 +578,18 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
                 # A PyTorch input: against its original ONNX export, and against PyTorch
                 choices = choices_from_constraints([c["text"] for c in report.constraints])
                 original = path if model.torch is None else model.torch.onnx
-                res.check = check(original, written, provider=options.provider, dims=dims, inputs=given,
-                                  rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
-                                  choices=choices, hints=range_hints(model.torch),
-                                  profile=TARGETS[options.target].profile)
+                record = options.save_inputs is not None or options.save_outputs is not None
+                if golden.samples is not None:
+                    from .check.samples import check_samples
+
+                    res.check = check_samples(original, written, golden.samples, expected=golden.expected,
+                                              reference=golden.reference, provider=options.provider, dims=dims,
+                                              rtol=options.rtol, atol=options.atol, record=record)
+                else:
+                    res.check = check(original, written, provider=options.provider, dims=dims, inputs=given,
+                                      rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
+                                      choices=choices, hints=range_hints(model.torch),
+                                      profile=TARGETS[options.target].profile, record=record)
                 if model.torch is not None:
                     from .check.torch_ref import check_torch
 
@@ -518,12 +600,15 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
                                                   choices=res.check.search.choices if found else choices,
                                                   searched=found)
         report.check = res.check.to_json()
+        report.warnings.extend(res.check.notes + golden.notes)
+        _save_golden(res, options, golden, protect=path)
         failed = res.check.ran and not res.check.ok
         if model.format == "tflite":
             sides = ("tflite", written, path, model.graph)
         else:
             sides = ("onnx", written, path if model.torch is None else model.torch.onnx)
-        _diagnose(sides, res, options, given, failed, auto=True, on_stage=on_stage, protect=[path, output])
+        _diagnose(sides, res, options, golden.failing_feeds(res.check) or given, failed, auto=True,
+                  on_stage=on_stage, protect=[path, output])
         if failed:
             raise _CheckFailed
         if options.require_check and unchecked(res.check):

@@ -202,17 +202,22 @@ class Comparator:
         self.refused = refused or (lambda e: f"original fails: {first_line(e)}")
         self.reference_errors, self.candidate_errors = reference_errors, candidate_errors
         self.also = also
+        # When a list: each compared binding's (feeds, expected, got or None), for
+        # --save-inputs / --save-outputs (``golden``).
+        self.runs: Optional[List[tuple]] = None
 
     def binding(self, dims: Dict[str, int], feeds: Mapping[str, np.ndarray], source: str = "synthesized",
-                label: Optional[Dict[str, int]] = None) -> Optional[str]:
-        """Compare one binding (reported as ``label``, default ``dims``); the
-        reference's error when it rejects it."""
+                label: Optional[Dict[str, int]] = None, sample: Optional[int] = None) -> Optional[str]:
+        """Compare one binding (reported as ``label``, default ``dims``; ``sample``: the
+        index of the stored sample it fed); the reference's error when it rejects it."""
         label = dims if label is None else label
         try:
             expected = self.reference.infer(feeds)
         except self.reference_errors as e:
-            self.result.bindings.append(BindingResult(label, True, skipped=self.refused(e), source=source))
+            self.result.bindings.append(BindingResult(label, True, skipped=self.refused(e), source=source,
+                                                      sample=sample))
             return str(e)
+        got = None
         try:
             got = self.candidate.infer(feeds)
         except self.candidate_errors as e:
@@ -221,12 +226,15 @@ class Comparator:
             outs = self.pairing.compare(expected, got, self.rtol, self.atol)
         if self.also is not None:
             outs += self.also(feeds, expected)
+        if self.runs is not None:
+            self.runs.append((dict(feeds), expected, got))
         ok = all(o.ok for o in outs)
         if ok and expected and all(np.size(v) == 0 for v in expected.values()):
             # agreeing on empty outputs compares nothing: not a pass
-            self.result.bindings.append(BindingResult(label, True, skipped=NOTHING_COMPARED, source=source))
+            self.result.bindings.append(BindingResult(label, True, skipped=NOTHING_COMPARED, source=source,
+                                                      sample=sample))
             return None
-        self.result.bindings.append(BindingResult(label, ok, outs, source=source))
+        self.result.bindings.append(BindingResult(label, ok, outs, source=source, sample=sample))
         return None
 
     def bindings(self, plan: Iterable[Dict[str, int]], feeds_of: Callable[[Dict[str, int]], Mapping[str, np.ndarray]],

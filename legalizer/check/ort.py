@@ -181,7 +181,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
           choices: Optional[Mapping[str, List[int]]] = None,
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
           hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
-          profile: Optional[str] = None) -> CheckResult:
+          profile: Optional[str] = None, record: bool = False) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
@@ -189,7 +189,9 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     as ``dims`` does (UsageError when they do not fit the model). When the original
     rejects every synthesized binding, the bindings are searched for (``search.py``;
     ``hints``: per dim, sizes to try first, e.g. its range's bounds). With ``profile``
-    the legalized model's run-time shapes are verified under it (``runtime_shapes``)."""
+    the legalized model's run-time shapes are verified under it (``runtime_shapes``).
+    With ``record`` the result keeps what each compared binding fed and got
+    (``CheckResult.runs``, for --save-inputs / --save-outputs)."""
     provider_list = providers(provider)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
@@ -230,6 +232,8 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
 
     # outputs by position: the legalized model keeps the original's order
     comparator = Comparator(ref, new, result, rtol, atol, pairing=Pairing(by_position=True))
+    if record:
+        comparator.runs = result.runs = []
     free = _free_keys(declared, fixed)
     plan = bindings_for(declared, fixed, max_bindings, seed, not_one, choices)
     try:

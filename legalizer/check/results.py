@@ -41,10 +41,13 @@ class BindingResult:
     # "search" (found by the search, when the original rejects every synthesized one),
     # "user" (every dynamic dim bound by --dim, --input-shape or a given array).
     source: str = "synthesized"
+    sample: Optional[int] = None  # the stored sample it fed (--load-inputs, --data-loader-script)
 
     def to_json(self) -> dict:
         out = {"dims": self.dims, "ok": self.ok, "source": self.source,
                "outputs": [o.to_json() for o in self.outputs]}
+        if self.sample is not None:
+            out["sample"] = self.sample
         if self.skipped:
             out["skipped"] = self.skipped
         return out
@@ -63,6 +66,14 @@ class CheckResult:
     search: Optional["SearchResult"] = None
     # The legal form verified on the run-time shapes of the first compared binding.
     runtime: Optional["RuntimeShapes"] = None
+    # With stored samples: per output, the statistics across them (``samples.across``).
+    samples: Optional[dict] = None
+    # What the reference was: "" (the original, run), else where its outputs came from.
+    reference: str = ""
+    # The compared runs, when asked for (--save-inputs / --save-outputs): per binding
+    # (feeds, expected, got), and the names of the two runs.
+    runs: Optional[List[tuple]] = field(default=None, repr=False)
+    notes: List[str] = field(default_factory=list)  # what the run should warn of (stored outputs left out)
 
     @property
     def ok(self) -> bool:
@@ -83,6 +94,10 @@ class CheckResult:
                "bindings": [b.to_json() for b in self.bindings]}
         if self.error:
             out["error"] = self.error
+        if self.reference:
+            out["reference"] = self.reference
+        if self.samples is not None:
+            out["samples"] = self.samples
         if self.search is not None:
             out["search"] = self.search.to_json()
         if self.runtime is not None:

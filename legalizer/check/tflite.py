@@ -59,6 +59,17 @@ def bindings(graph: Graph, fixed: Mapping[str, int]) -> List[Dict[str, int]]:
     return small_then_one([d for _, shape in declared_shapes(graph) for d in shape or () if isinstance(d, str)], fixed)
 
 
+def _sample_dims(graph: Graph, dims: Optional[Mapping[str, int]], sample, j: int) -> Dict[str, int]:
+    """The dims sample ``j`` binds (its arrays' shapes); UsageError naming the sample."""
+    from ..errors import UsageError
+    from .given import user_dims
+
+    try:
+        return user_dims(declared_shapes(graph), dims, None, sample)
+    except UsageError as e:
+        raise UsageError(f"sample {j}: {e}") from None
+
+
 def _outputs(names) -> str:
     names = list(names)
     return ("output " if len(names) == 1 else "outputs ") + ", ".join(f"'{n}'" for n in names)
@@ -158,12 +169,19 @@ def _litert_pair(original: Path, legalized: Path, model: Model):
 
 def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
-                 rtol: float = RTOL, atol: float = ATOL, seed: int = 0, litert_only: bool = False) -> CheckResult:
+                 rtol: float = RTOL, atol: float = ATOL, seed: int = 0, litert_only: bool = False,
+                 samples: Optional[List[Mapping[str, np.ndarray]]] = None, record: bool = False,
+                 expected: Optional[List[Mapping[str, np.ndarray]]] = None, reference: str = "") -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
     Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``.
     Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
     ``error`` says which and why (the check ran in part). ``litert_only``: no ONNX form
-    (``--against``: two TFLite models compared on LiteRT)."""
+    (``--against``: two TFLite models compared on LiteRT). ``samples``: the main
+    subgraph is fed these input dicts, one binding each (an input a sample leaves out
+    is synthesized), instead of synthesized bindings; ``record``: the main subgraph's
+    runs are kept (``CheckResult.runs``, for --save-inputs / --save-outputs);
+    ``expected`` (with ``samples``: per sample the outputs by name, from ``reference``)
+    stands for the original's LiteRT run of the main subgraph."""
     from .litert import LiteRTError, LiteRTRunner, litert_available
 
     if not litert_available():
@@ -185,18 +203,39 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                                                         (legalized, new.kernels) if k == 0 else None)
         pairing = Pairing(label=lambda i, n, prefix=prefix: f"{prefix}{n} ({LITERT})",
                           quantized=lambda n, quantized=quantized: quantized.get(n, False))
-        comparator = Comparator(LiteRTRunner(ref, k).activate(), LiteRTRunner(new, k).activate(), result, rtol,
+        ref_runner = LiteRTRunner(ref, k).activate()
+        if expected is not None and k == 0:
+            from .samples import StoredRunner, _stored_names
+
+            keep, more = _stored_names(expected, samples, [n.inputs[0].name for n in graph.outputs],
+                                       [n.output.name for n in graph.inputs])
+            ref_runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
+            result.reference, result.notes = reference, result.notes + more
+        comparator = Comparator(ref_runner, LiteRTRunner(new, k).activate(), result, rtol,
                                 atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
                                 also=onnx_side.compare if onnx_side is not None else None)
         specs = graph_input_specs(graph)
-        for binding in bindings(graph, dims or {}):
+        if record and k == 0:
+            comparator.runs = result.runs = []
+        if samples is not None and k == 0:
+            plan = [(_sample_dims(graph, dims, sample, j), sample, j) for j, sample in enumerate(samples)]
+        else:
+            plan = [(binding, inputs or {}, None) for binding in bindings(graph, dims or {})]
+        for binding, given, j in plan:
+            if j is not None and hasattr(ref_runner, "index"):
+                ref_runner.index = j
             try:
-                feeds = make_feeds(specs, binding, inputs or {}, seed)
+                feeds = make_feeds(specs, binding, given, seed)
             except CheckUnavailable as e:
                 return CheckResult(False, result.provider, error=str(e))
-            comparator.binding(binding, feeds, label={f"{prefix}{key}": v for key, v in binding.items()})
+            comparator.binding(binding, feeds, label={f"{prefix}{key}": v for key, v in binding.items()}, sample=j,
+                               source="user" if j is not None else "synthesized")
         notes += onnx_side.notes if onnx_side is not None else []
     unless_compared(result, "the original model fails on LiteRT for every input binding tried: ")
+    if samples is not None and len(samples) > 1:
+        from .samples import across
+
+        result.samples = across(result)
     if notes:
         result.error = "; ".join(notes) if result.ran else result.error
         if not any(o.name.endswith(f"({ORT})") for b in result.bindings for o in b.outputs):

@@ -1,0 +1,190 @@
+"""The check over stored samples (``--load-inputs``, ``--data-loader-script``): each
+sample is one run of the original and the legalized model on onnxruntime, or, with
+stored reference outputs (``--load-outputs``: another runtime's, the device's), one
+run of the legalized model compared with them. With several samples, each output's
+errors are summed up across them (``across``), not only the worst one reported.
+
+Outputs are paired by the original's output names: the legalized model keeps the
+original's outputs in order, and stored outputs are named as the original's are (as
+``polygraphy run --save-outputs`` names them).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+
+from ..errors import CheckUnavailable, UsageError, first_line
+from .compare import ATOL, RTOL, HISTOGRAM_EDGES, Comparator, unless_compared
+from .given import user_dims
+from .inputs import make_feeds
+from .ort import OrtRunner, declared_shapes, input_specs
+from .ort_session import providers
+from .results import CheckResult
+from .runner import Runner
+
+Feed = Dict[str, np.ndarray]
+
+
+class StoredRunner(Runner):
+    """Reference outputs read from a file: sample ``index``'s, the outputs ``names``."""
+
+    def __init__(self, outputs: Sequence[Feed], names: Sequence[str], name: str = "stored outputs"):
+        super().__init__()
+        self.outputs, self.names, self.name = list(outputs), list(names), name
+        self.index = 0
+
+    def infer_impl(self, feed):
+        return {n: self.outputs[self.index][n] for n in self.names}
+
+
+class Renamed(Runner):
+    """A runner whose outputs are given the names ``names`` by position (the
+    legalized model's outputs, named as the original's), then only ``keep`` of them."""
+
+    def __init__(self, inner: Runner, names: Sequence[str], keep: Optional[Sequence[str]] = None):
+        super().__init__()
+        self.inner, self.names = inner, list(names)
+        self.keep = set(keep) if keep is not None else None
+        self.name = inner.name
+
+    def activate_impl(self):
+        self.inner.activate()
+
+    def deactivate_impl(self):
+        self.inner.deactivate()
+
+    def infer_impl(self, feed):
+        got = dict(zip(self.names, self.inner.infer(feed).values()))
+        return {n: a for n, a in got.items() if self.keep is None or n in self.keep}
+
+
+def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray]], *,
+                  expected: Optional[Sequence[Mapping[str, np.ndarray]]] = None, reference: str = "",
+                  provider: str = "auto", dims: Optional[Mapping[str, int]] = None, rtol=RTOL, atol=ATOL,
+                  declared: Optional[onnx.ModelProto] = None, record: bool = False, seed: int = 0) -> CheckResult:
+    """Compare the legalized model with its reference on each of ``samples`` (feed
+    dicts; an input a sample leaves out is synthesized, as for ``--input``). The
+    reference is the original run on onnxruntime, or with ``expected`` (per sample the
+    outputs by name; ``reference`` says where they came from) those outputs.
+    UsageError when a sample does not fit the model's inputs, or stored outputs do not
+    fit its outputs."""
+    provider_list = providers(provider)
+    if declared is None:
+        declared = original if isinstance(original, onnx.ModelProto) else \
+            onnx.load_model(str(original), load_external_data=False)
+    decl = declared_shapes(declared)
+    names = [o.name for o in declared.graph.output]
+    specs = input_specs(declared)
+    plan = []
+    for k, sample in enumerate(samples):
+        try:
+            plan.append(user_dims(decl, dims, None, sample))
+        except UsageError as e:
+            raise UsageError(f"sample {k}: {e}") from None
+    notes: List[str] = []
+    keep = None
+    if expected is not None:
+        keep, notes = _stored_names(expected, samples, names, [s.name for s in specs])
+        ref: Runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
+        used = ""
+    else:
+        ref = OrtRunner(original, provider_list)
+        try:
+            ref.activate()
+        except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
+            return CheckResult(False, provider_list[0],
+                               error=f"the original does not load on onnxruntime: {first_line(e)}")
+        used = ref.provider
+    new = OrtRunner(legalized, provider_list)
+    try:
+        new.activate()
+    except Exception as e:  # noqa: BLE001
+        return CheckResult(expected is None, used or provider_list[0],
+                           error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
+    result = CheckResult(True, used or new.provider, reference=reference, notes=notes)
+    comparator = Comparator(ref, Renamed(new, names, keep).activate(), result, rtol, atol)
+    if record:
+        comparator.runs = result.runs = []
+    for k, (binding, sample) in enumerate(zip(plan, samples)):
+        try:
+            feeds = make_feeds(specs, binding, sample, seed)
+        except CheckUnavailable as e:
+            return CheckResult(False, result.provider, error=f"sample {k}: {e}")
+        if isinstance(ref, StoredRunner):
+            ref.index = k
+        comparator.binding(binding, feeds, "user", sample=k)
+    if len(samples) > 1:
+        result.samples = across(result)
+    return unless_compared(result, "the original model fails on onnxruntime for every sample: ")
+
+
+def _stored_names(expected, samples, names: List[str], inputs: List[str]):
+    """The outputs to compare (the model's outputs that the stored ones name, in the
+    model's order) and notes on the rest; UsageError when they cannot be compared."""
+    if len(expected) != len(samples):
+        raise UsageError(f"--load-outputs holds {len(expected)} samples, but the inputs {len(samples)}:"
+                         " give the inputs the outputs were computed from")
+    for k, sample in enumerate(samples):
+        missing = [n for n in inputs if n not in sample]
+        if missing:
+            raise UsageError(f"sample {k} lacks input {', '.join(repr(n) for n in missing)}: stored outputs"
+                             " are compared only on the inputs they were computed from")
+    stored = list(expected[0])
+    keep = [n for n in names if n in stored]
+    if not keep:
+        raise UsageError(f"--load-outputs: none of its outputs ({', '.join(stored[:8]) or 'none'}) is an output of"
+                         f" the model (its outputs: {', '.join(names)})")
+    for k, outs in enumerate(expected):
+        lost = [n for n in keep if n not in outs]
+        if lost:
+            raise UsageError(f"--load-outputs: sample {k} lacks output {', '.join(repr(n) for n in lost)}")
+    notes = []
+    other = [n for n in stored if n not in names]
+    if other:
+        notes.append(f"--load-outputs: {len(other)} stored value(s) are not outputs of the model and are not"
+                     f" compared ({', '.join(other[:5])}{', ...' if len(other) > 5 else ''})")
+    unstored = [n for n in names if n not in stored]
+    if unstored:
+        notes.append(f"--load-outputs: output(s) {', '.join(unstored)} have no stored reference and are not compared")
+    return keep, notes
+
+
+# -- statistics across samples ------------------------------------------------------
+
+def _spread(values: List[float]) -> dict:
+    v = np.asarray(values, dtype=np.float64)
+    p50, p90 = (float(x) for x in np.percentile(v, [50, 90]))
+    return {"min": float(v.min()), "p50": p50, "p90": p90, "max": float(v.max())}
+
+
+def across(result: CheckResult) -> dict:
+    """Per output, its errors over every compared sample: how many samples fail and
+    which, the worst sample, the elements out of tolerance, the mean error over all
+    elements, the spread of the per-sample max and p99 errors, and the sum of the
+    per-sample histograms (the check's decades, ``HISTOGRAM_EDGES``)."""
+    compared = [(b.sample if b.sample is not None else i, b) for i, b in enumerate(result.bindings)
+                if not b.skipped]
+    by_name: Dict[str, List] = {}
+    for k, b in compared:
+        for o in b.outputs:
+            by_name.setdefault(o.name, []).append((k, o))
+    outputs = []
+    for name, runs in by_name.items():
+        worst_k, worst = max(runs, key=lambda r: (np.nan_to_num(r[1].max_abs_err, nan=np.inf), -r[0]))
+        entry = {"name": name, "samples": len(runs), "failed": [k for k, o in runs if not o.ok],
+                 "worst_sample": worst_k, "max_abs_err": worst.max_abs_err,
+                 "max_rel_err": max(o.max_rel_err for _, o in runs),
+                 "max_abs_err_per_sample": _spread([o.max_abs_err for _, o in runs])}
+        stats = [o.stats for _, o in runs if o.stats and "histogram" in o.stats]
+        if stats:
+            total = sum(s["total"] for s in stats)
+            counts = np.sum([s["histogram"]["counts"] for s in stats], axis=0)
+            entry.update({"mismatched": sum(s["mismatched"] for s in stats), "total": total,
+                          "mean_abs_err": sum(s["mean_abs_err"] * s["total"] for s in stats) / max(total, 1),
+                          "p99_abs_err_per_sample": _spread([s["p99_abs_err"] for s in stats]),
+                          "histogram": {"edges": list(HISTOGRAM_EDGES), "counts": [int(c) for c in counts]}})
+        outputs.append(entry)
+    return {"count": len(compared), "outputs": outputs}
