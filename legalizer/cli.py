@@ -445,7 +445,7 @@ def legalize(
         options.regions = True
     read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs])
     check_distinct(outputs, read + [("an input array (--input)", f) for f in _input_files(input_)]
-                   + [("an input of the check (golden data)", f) for f in golden_reads])
+                   + golden_reads)
     if overlay is not None:
         from . import overlay as overlays
 

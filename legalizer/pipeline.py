@@ -436,17 +436,19 @@ def read_golden(options: RunOptions, given) -> "Golden":
     return Golden.read(options.load_inputs, options.load_outputs, options.data_loader_script)
 
 
-def golden_paths(options: RunOptions) -> Tuple[List[Tuple[str, Path]], List[Path]]:
-    """The golden files a run writes, as (what, path) pairs, and those it reads: for the
+def golden_paths(options: RunOptions) -> Tuple[List[Tuple[str, Path]], List[Tuple[str, Path]]]:
+    """The golden files a run writes and those it reads, as (what, path) pairs: for the
     CLI's checks before the work (each written file its own, never an input)."""
     writes = [(f"the {what} ({flag})", Path(p)) for what, flag, p in
               (("saved inputs", "--save-inputs", options.save_inputs),
                ("saved outputs", "--save-outputs", options.save_outputs)) if p is not None]
-    reads = [Path(p) for p in (options.load_inputs, options.load_outputs) if p is not None]
+    reads = [(f"the {what} ({flag})", Path(p)) for what, flag, p in
+             (("loaded inputs", "--load-inputs", options.load_inputs),
+              ("loaded outputs", "--load-outputs", options.load_outputs)) if p is not None]
     if options.data_loader_script is not None:
         from .check.golden import parse_script
 
-        reads.append(parse_script(options.data_loader_script)[0])
+        reads.append(("the data loader script (--data-loader-script)", parse_script(options.data_loader_script)[0]))
     return writes, reads
 
 

@@ -275,7 +275,7 @@ def test_npz_bomb_is_refused_by_its_declared_size(tmp_path):
                                                         " (is this --save-inputs data?)"),
     (["--save-inputs", "{model}"], "m.onnx: refusing to overwrite the input model"),
     (["--save-inputs", "{i}"], "already exists (use --force to replace it)"),
-    (["--save-inputs", "{i}", "--load-inputs", "{i}", "--force"], "is an input model and the saved inputs"),
+    (["--save-inputs", "{i}", "--load-inputs", "{i}", "--force"], "is the loaded inputs (--load-inputs) and the saved inputs"),
     (["--input", "x={x}", "--load-inputs", "{i}"], "--input and --load-inputs (or --data-loader-script) both"),
 ])
 def test_golden_usage_errors(tmp_path, args, words):
