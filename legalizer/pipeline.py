@@ -43,6 +43,7 @@ StageCallback = Callable[[str, Dict[str, int]], None]
 @dataclass
 class RunOptions:
     target: str = "tosa"
+    level: Optional[str] = None  # the target's level (TOSA: 8k, the default, or none)
     profile: Optional[str] = None  # default: mlir; tosa for a TOSA MLIR input
     verify_only: bool = False
     output: Optional[Path] = None  # default: <stem>.legal.<ext> beside the input
@@ -378,6 +379,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
+    spec = TARGETS[options.target]
+    refused_before = spec.refused(model.graphs, options.level)
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
         before = None
@@ -385,7 +388,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             from .regions import snapshot
 
             before = snapshot(model)
-        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
+        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one,
+                        level=options.level)
         if before is not None:
             from .regions import PICTURE_LIMIT
 
@@ -395,6 +399,8 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         if key in done.stats:
             report.stats[key] = int(done.stats[key])
     res.ops_after = _op_counts(model)
+    report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
+                           "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
     res.output_verification = out_result
@@ -450,7 +456,14 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
 
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
-        made = emit.render(model, formats, dims)  # before anything is written
+        made = emit.render(model, formats, dims, level=options.level)  # before anything is written
+        over = emit.level_diagnostics(model, made, options.target, options.level)
+    if over.violations:  # an out-of-level module is never written
+        res.output_verification = over
+        report.add_verification(over, "output")
+        report.stats["nodes_out"] = out_result.nodes
+        res.exit_code = EXIT_VIOLATIONS
+        return res
     t0 = time.perf_counter()
     if on_stage is not None:
         on_stage("save", {"nodes": _nodes(model)})
