@@ -198,7 +198,10 @@ def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_o
     done = legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)
     bad = verify_model(model, target_named(target).profile, stage="output").violations
     if bad:
-        raise NotLegal(f"the legalized model violates the '{target}' profile (a legalize bug: please report it):"
+        from .report import output_cause
+
+        raise NotLegal(f"the legalized model violates the '{target}' profile"
+                       f" ({output_cause([d.to_json() for d in bad])}):"
                        f" {bad[0]}", bad)
     return done
 

@@ -380,9 +380,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
     spec = TARGETS[options.target]
-    refused_before = spec.refused(model.graphs, options.level)
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
+        refused_before = spec.refused(model.graphs, options.level)
         before = None
         if options.regions:
             from .regions import snapshot
@@ -390,6 +390,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             before = snapshot(model)
         done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one,
                         level=options.level)
+        report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
+                               "refused_before": refused_before,
+                               "refused_after": spec.refused(model.graphs, options.level)}
         if before is not None:
             from .regions import PICTURE_LIMIT
 
@@ -399,8 +402,6 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         if key in done.stats:
             report.stats[key] = int(done.stats[key])
     res.ops_after = _op_counts(model)
-    report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
-                           "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
     res.output_verification = out_result

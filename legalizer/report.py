@@ -95,6 +95,18 @@ class Report:
         write_json(path, self.to_json(), protect)
 
 
+def output_cause(violations) -> str:
+    """Why a legalized model is not proved legal: operands whose rank is unknown (it
+    depends on values at run time, which no rank rule evaluates), or a legalize bug."""
+    out = [v for v in violations if v.get("stage", "output") == "output"]
+    if out and all(v.get("code") == "unranked-operand" for v in out):
+        nodes = sorted({v.get("node") for v in out})
+        named = ", ".join(f"'{x}'" for x in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+        return (f"unprovable: an operand of {named} has a rank that depends on values at run time,"
+                " which no rank rule evaluates")
+    return "a legalize bug: please report it"
+
+
 def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
             arrow: str = "->", failed_where: str = "") -> Tuple[str, str]:
     """A run's verdict from its report (``Report.to_json``): ``ok``, ``bad`` or ``warn``,
@@ -124,7 +136,7 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
                        " (named above); nothing written")
     if stages["output"]:
         return "bad", (f"the legalized model has {n(stages['output'])} under '{rep.get('target')}'"
-                       " (a legalize bug: please report it); nothing written")
+                       f" ({output_cause(rep.get('violations', []))}); nothing written")
     if chk.get("ran") and not chk.get("ok"):
         return "bad", f"the legalized model computes different outputs{failed_where}; nothing written"
     written = list((rep.get("outputs") or {}).values()) or ([rep["output"]] if rep.get("output") else [])

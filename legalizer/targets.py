@@ -8,6 +8,7 @@ adding a record."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
@@ -63,33 +64,48 @@ class Target:
     def refusals(self, node: Node, level: Optional[str] = None) -> List[str]:
         """Why the backend refuses ``node`` (empty: it takes it): its op, a tensor over
         the rank limit, a dynamic shape where static ones are needed."""
+        return self._refusals(node, self.rank_limit(level), self.level(level))
+
+    def _refusals(self, node: Node, limit: Optional[int], lv: Optional[Level]) -> List[str]:
         why = []
         if node.op in self.refuses:
             why.append(self.refuses[node.op])
-        limit = self.rank_limit(level)
-        lv = self.level(level)
-        for v in list(node.inputs) + list(node.outputs):
-            if v is None or v.type.shape is None:
-                continue
-            s = v.type.shape
-            if limit is not None and len(s) > limit:
-                where = f"MAX_RANK of TOSA level {lv.title}" if lv is not None else f"'{self.name}' takes rank <= {limit}"
-                why.append(f"'{v.name}' has rank {len(s)} > {limit} ({where})")
-                break
+        if limit is not None:
+            for v in itertools.chain(node.inputs, node.outputs):
+                s = None if v is None else v.type.shape
+                if s is not None and len(s) > limit:
+                    where = f"MAX_RANK of TOSA level {lv.title}" if lv is not None else f"'{self.name}' takes rank <= {limit}"
+                    why.append(f"'{v.name}' has rank {len(s)} > {limit} ({where})")
+                    break
         if self.static_shapes:
             dyn = [v for v in node.outputs if v.type.shape is not None and not all_static(v.type.shape)]
             if dyn:
-                why.append(f"'{dyn[0].name}' has a dynamic shape {shape_str(dyn[0].type.shape)}; '{self.name}' takes static shapes only")
+                why.append(f"'{dyn[0].name}' has a dynamic shape {shape_str(dyn[0].type.shape)}; '{self.name}' takes"
+                           " static shapes only")
         return why
 
     def refused(self, graphs, level: Optional[str] = None) -> List[dict]:
         """Every op of ``graphs`` (and their subgraphs) the backend refuses: node, op and
-        reasons, for the report."""
+        reasons, for the report. Every value is some node's result: one look at each
+        result's rank finds those over the limit, and only then are ops looked at."""
+        limit, lv = self.rank_limit(level), self.level(level)
+        refuses, static = self.refuses, self.static_shapes
+        if limit is None and not refuses and not static:
+            return []
+        nodes = [n for g in graphs for n in g.walk()]
+        over = set() if limit is None else \
+            {id(v) for n in nodes for v in n.outputs if (s := v.type.shape) is not None and len(s) > limit}
+        if not over and not refuses and not static:
+            return []  # most models: nothing over the limit, nothing refused
         out = []
-        for node in _ops(graphs):
-            why = self.refusals(node, level)
-            if why:
-                out.append({"node": node.label, "op": node.op, "reasons": why})
+        for node in nodes:
+            if node.kind != OP:
+                continue
+            if static or node.op in refuses or any(id(v) in over for v in itertools.chain(node.inputs, node.outputs)
+                                                   if v is not None):
+                why = self._refusals(node, limit, lv)
+                if why:
+                    out.append({"node": node.label, "op": node.op, "reasons": why})
         return out
 
     def to_json(self, level: Optional[str] = None) -> dict:
