@@ -97,13 +97,14 @@ class Report:
 
 def output_cause(violations) -> str:
     """Why a legalized model is not proved legal: operands whose rank is unknown (it
-    depends on values at run time, which no rank rule evaluates), or a legalize bug."""
+    depends on values at run time, or no inference knows their producer), or a legalize
+    bug."""
     out = [v for v in violations if v.get("stage", "output") == "output"]
     if out and all(v.get("code") == "unranked-operand" for v in out):
         nodes = sorted({v.get("node") for v in out})
         named = ", ".join(f"'{x}'" for x in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
-        return (f"unprovable: an operand of {named} has a rank that depends on values at run time,"
-                " which no rank rule evaluates")
+        return (f"unprovable: an operand of {named} has a rank no shape inference fixes (it depends on values"
+                " at run time, or comes from an op no inference knows)")
     return "a legalize bug: please report it"
 
 
