@@ -229,3 +229,15 @@ def test_a_tflite_rank5_chain_folds_and_litert_agrees(tmp_path):
     legal.write_bytes(to_tflite(m))
     res = check_tflite(original, legal, m, provider="cpu")
     assert res.ran and res.ok, res.to_json()
+
+
+def test_the_api_folds_within_the_tosa_level_and_none_keeps_the_ranks():
+    shape7 = [2, 3, 1, 4, 5, 1, 6]
+    nodes, inits = reshape_chain(shape7, [helper.make_node("Add", ["h0", "c"], ["h1"], name="add")], [720])
+    inits += [const("c", RNG.standard_normal(shape7).astype(np.float32))]
+    proto = model(nodes, [vi("x", [720])], [vi("y", [720])], inits)
+    ranks = lambda p: {len(v.type.tensor_type.shape.dim) for v in onnx.shape_inference.infer_shapes(p).graph.value_info}  # noqa: E731
+    assert max(ranks(legalizer.legalize(proto, "tosa"))) <= 6
+    assert max(ranks(legalizer.legalize(proto, "tosa", level="none"))) == 7
+    with pytest.raises(legalizer.LegalizeError, match="unknown level '4k' of target 'tosa'"):
+        legalizer.legalize(proto, "tosa", level="4k")
