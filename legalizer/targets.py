@@ -92,13 +92,14 @@ class Target:
         refuses, static = self.refuses, self.static_shapes
         if limit is None and not refuses and not static:
             return []
-        nodes = [n for g in graphs for n in g.walk()]
+        every = [g for top in graphs for g in top.graphs()]
         over = set() if limit is None else \
-            {id(v) for n in nodes for v in n.outputs if (s := v.type.shape) is not None and len(s) > limit}
+            {id(v) for g in every for n in g.unordered_nodes() for v in n.outputs
+             if (s := v.type.shape) is not None and len(s) > limit}
         if not over and not refuses and not static:
             return []  # most models: nothing over the limit, nothing refused
         out = []
-        for node in nodes:
+        for node in (n for g in every for n in g.nodes()):
             if node.kind != OP:
                 continue
             if static or node.op in refuses or any(id(v) in over for v in itertools.chain(node.inputs, node.outputs)

@@ -28,10 +28,28 @@ def value_ranked(tmp_path):
     return path
 
 
+def test_the_rank_agnostic_rewrite_makes_it_legal_under_tosa(tmp_path):
+    # Add(u: rank len(s), c: [3]): every operand becomes Reshape(v, Concat(ones(R - rank v),
+    # Shape(v))) with R = Max(Size(Shape(u)), 1): one rank symbol, which the verifier proves.
+    path = value_ranked(tmp_path)
+    m = legalizer.load(path)
+    legalizer.legalize(m, "tosa")
+    (add,) = [n for n in m.graph.ops() if n.op == "Add"]
+    types = [v.type for v in add.inputs] + [add.outputs[0].type]
+    assert {(t.shape, t.rank_of) for t in types} == {(None, "rank(y)")}
+    assert [v.producer.op for v in add.inputs] == ["Reshape", "Reshape"]
+    assert legalizer.verify(m.graph, "tosa").violations == []
+    # u of rank 0 to 4 (s's length): each run gives the original's outputs
+    for k in (0, 1, 2, 4):
+        np.save(tmp_path / "s.npy", np.full(k, 2, np.int64))
+        code, out, err = cli_in_process(path, "-q", "--force", "--input", f"s={tmp_path / 's.npy'}")
+        assert code == 0, out + err
+
+
 def test_the_cli_says_the_rank_depends_on_values(tmp_path):
-    code, out, err = cli_in_process(value_ranked(tmp_path), "-q")
+    code, out, err = cli_in_process(value_ranked(tmp_path), "-q", "--target", "xla")
     assert code == 1
-    assert ("the legalized model has 1 violation under 'tosa' (unprovable: an operand of 'add' has a rank no shape"
+    assert ("the legalized model has 1 violation under 'xla' (unprovable: an operand of 'add' has a rank no shape"
             " inference fixes (it depends on values at run time, or comes from an op no inference knows));"
             " nothing written") in out
     assert "legalize bug" not in out + err
@@ -39,7 +57,7 @@ def test_the_cli_says_the_rank_depends_on_values(tmp_path):
 
 def test_the_api_says_so_too(tmp_path):
     with pytest.raises(NotLegal, match="unprovable: an operand of 'add' has a rank no shape inference fixes"):
-        legalizer.legalize(onnx.load(str(value_ranked(tmp_path))), "tosa")
+        legalizer.legalize(onnx.load(str(value_ranked(tmp_path))), "xla")
 
 
 def _contrib_model(tmp_path, nodes, inputs, inits, name):
@@ -86,3 +104,21 @@ def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypa
     assert rep["check"]["ok"] and rep["stats"]["reshapes_inserted"] + rep["stats"]["constants_folded"] == 1
     # onnxruntime's own entry point would have left sym_shape_infer_temp.onnx here
     assert not (tmp_path / "sym_shape_infer_temp.onnx").exists()
+
+
+@pytest.mark.parametrize("form", ["2d", "2d_align_corners", "3d", "3d_align_corners"])
+def test_affine_grid_expanded_is_legal_under_tosa_and_computes_the_same(form, tmp_path):
+    import onnx_suite as suite
+
+    case = suite.case_by_name(f"test_affine_grid_{form}_expanded")
+    path = tmp_path / "m.onnx"
+    onnx.save(case.model, str(path))
+    np.savez(tmp_path / "in.npz", **case.feeds()[0])
+    code, out, err = cli_in_process(path, "-q", "--input", tmp_path / "in.npz", "--require-check",
+                                    "--report", tmp_path / "r.json")
+    assert code == 0, out + err
+    rep = __import__("json").loads((tmp_path / "r.json").read_text())
+    assert rep["check"]["ok"] and rep["violations"] == []
+    got = __import__("onnxruntime").InferenceSession(str(tmp_path / "m.legal.onnx")).run(None, case.feeds()[0])
+    for g, want in zip(got, case.refs[0]):  # and the node test's own reference outputs
+        np.testing.assert_allclose(g, want, rtol=case.rtol, atol=case.atol)

@@ -281,8 +281,8 @@ def fold_ranks(graph: Graph, ctx: PassContext) -> bool:
     seen: Set[int] = set()
     changed = False
     # Most graphs have no region over the limit: one look at each op's result rank.
-    starts = [n for n in graph.ops() if len(n.outputs) == 1 and (s := n.outputs[0].type.shape) is not None
-              and len(s) > limit]
+    starts = sorted((n for n in graph.unordered_nodes() if n.kind == OP and len(n.outputs) == 1
+                     and (s := n.outputs[0].type.shape) is not None and len(s) > limit), key=lambda n: n.id)
     for node in starts:
         if node.id in seen or folder.rank(node) is None:
             continue

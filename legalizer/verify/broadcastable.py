@@ -127,10 +127,19 @@ class _NodeCheck:
                            f"dim {k} is static {a} in the result but dynamic {dim_str(i)} in the broadcast",
                            dim=k, **fmt())
 
+    def _one_rank_symbol(self) -> bool:
+        """Whether the operands and the result are all unranked and share one rank
+        symbol (``TensorType.rank_of``): equal ranks, proved without knowing them."""
+        types = [v.type for v in self.operands] + [self.node.outputs[0].type]
+        first = types[0].rank_of
+        return first is not None and all(t.shape is None and t.rank_of == first for t in types)
+
     def check_ranks(self) -> None:
         """The target profiles' extra rules (``profiles.Profile``): equal ranks (``tosa``),
         no implicit broadcast at all (``xla``: each broadcasting operand has exactly its
         target's shape), an operand of unknown rank that cannot be proved legal."""
+        if self.profile.implicit_broadcast and self._one_rank_symbol():
+            return  # every operand and the result: unranked, of one rank (the rank-agnostic rewrite)
         if self.profile.ranked:
             for i, s in enumerate(self.shapes):
                 if s is None:
