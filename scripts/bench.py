@@ -35,6 +35,8 @@ defaults, onnx.save, in a venv of their own: scripts/setup_peers.sh), beside leg
 seconds over the floor's and peak RSS over onnx.load's, a run over --peer-timeout (240
 s) reported as "> cap". --baseline DIR runs another checkout's legalize beside (an older
 commit, e.g. `git worktree add /tmp/base COMMIT`): before and after in one run.
+--baseline DIR alone: legalize --no-check of this tree and of DIR side by side on the
+synthetic chains of --sizes (total and per-stage seconds, best of --repeat, interleaved).
 
 With --targets, instead: the legal forms side by side (tosa; xla; xla in strict
 symbolic mode, --assume-dynamic-not-one) for the sample models of models/ (all but
@@ -52,6 +54,7 @@ Usage: python scripts/bench.py [--nodes 1000000] [--repeat 1] [--only SUBSTR] [-
        python scripts/bench.py --big [--json out.json]
        python scripts/bench.py --peers [--sizes 10000,100000,1000000] [--peer-timeout 240] [--baseline DIR]
                                [--peers-python PY] [--repeat 1] [--no-transformer] [--only SUBSTR] [--json out.json]
+       python scripts/bench.py --baseline DIR [--sizes 100000] [--repeat 5] [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
                                [--opt all|extended|basic|none] [--dim NAME=SIZE ...] [--json out.json]
 """
