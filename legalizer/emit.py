@@ -136,7 +136,8 @@ def level_diagnostics(model: Model, made: Dict[str, object], target: str, level:
             else:
                 what, node = f"'{v.op}' value", v.tensor.lstrip("%")
             bound = f"2**{v.bound}" if v.limit == "MAX_LOG2_SIZE" else str(v.bound)
-            msg = (f"failed level check: {what} '{node}' ({v.type}) has {v.detail}, over {v.limit} = {bound}"
+            typed = f" ({v.type})" if v.type else ""
+            msg = (f"failed level check: {what} '{node}'{typed} has {v.detail}, over {v.limit} = {bound}"
                    f" of TOSA level {lv.title}")
             out.violations.append(Diagnostic("tosa-level", node, v.op, msg, [], None, stage="output"))
     return out

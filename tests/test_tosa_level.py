@@ -152,3 +152,37 @@ def test_tosa_opt_agrees_on_the_size_limit():
     assert not ok and "tensor size (in bytes) <= (1 << MAX_LOG2_SIZE - 1)" in error
     ok, error = validate(SIZE_MODULE.replace("65536x32768", "16384x32767"))
     assert ok, error
+
+
+def _concat_module(n: int) -> str:
+    args = ", ".join(f"%arg{i}: tensor<1x2xf32>" for i in range(n))
+    ops = ", ".join(f"%arg{i}" for i in range(n))
+    types = ", ".join("tensor<1x2xf32>" for _ in range(n))
+    return (f"module {{\n  func.func @main({args}) -> tensor<{n}x2xf32> {{\n"
+            f"    %cat = \"tosa.concat\"({ops}) <{{axis = 0 : i32}}> : ({types}) -> tensor<{n}x2xf32>\n"
+            f"    return %cat : tensor<{n}x2xf32>\n  }}\n}}\n")
+
+
+def test_a_concat_of_more_than_64_tensors_is_named():
+    found = [(v.op, v.tensor, v.limit, v.detail) for v in level_violations(_concat_module(65), LEVELS["8k"])]
+    assert found == [("tosa.concat", "%cat", "MAX_TENSOR_LIST_SIZE", "a list of 65 tensors")]
+    assert level_violations(_concat_module(64), LEVELS["8k"]) == []
+
+
+@needs_tosa_opt
+def test_tosa_opt_agrees_on_the_tensor_list_limit():
+    ok, error = validate(_concat_module(65))
+    assert not ok and "MAX_TENSOR_LIST_SIZE (64), got 65" in error
+    ok, error = validate(_concat_module(64))
+    assert ok, error
+
+
+def test_an_onnx_concat_of_65_tensors_is_not_written_as_tosa(tmp_path):
+    path = _save(tmp_path / "cat.onnx", [helper.make_node("Concat", ["x"] * 65, ["y"], axis=0, name="cat")],
+                 [helper.make_tensor_value_info("x", F, [1, 2])], [helper.make_tensor_value_info("y", F, [65, 2])])
+    code, out, err = cli_in_process(path, "--emit", "onnx", "--emit", "tosa", "-q")
+    assert code == 1
+    assert ("'tosa.concat' op failed level check: 'tosa.concat' value 'y' has a list of 65 tensors, over"
+            " MAX_TENSOR_LIST_SIZE = 64 of TOSA level 8K") in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cat.onnx"]
+    assert cli_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")[0] == 0

@@ -9,7 +9,10 @@ bounds nothing. The limits are those of MLIR's ``TosaLevel`` (``TargetEnv.h``), 
 
 What an elementwise legalizer can meet it meets (rank folding keeps ranks within
 MAX_RANK); what it cannot, ``level_violations`` names - op, tensor, limit and level -
-so that no out-of-level module is written.
+so that no out-of-level module is written: ranks, tensor sizes and tensor lists (a
+``tosa.concat`` of more than MAX_TENSOR_LIST_SIZE tensors). Kernels, strides, scales
+and nesting concern convolutions, pools, resizes and control flow, which ``tosa-opt
+--tosa-validate`` checks.
 """
 
 from __future__ import annotations
@@ -84,11 +87,27 @@ def _check_type(body: str, level: Level, op: str, tensor: str, line: int, out: L
             out.append(LevelViolation(op, tensor, "MAX_LOG2_SIZE", f"{size} bytes", level.max_log2_size, body, line))
 
 
+# Ops whose operand is a list of tensors (MAX_TENSOR_LIST_SIZE bounds its length).
+_LIST_OPS = ("tosa.concat", "tosa.custom")
+
+
+def _check_list(line: str, level: Level, op: str, tensor: str, k: int, out: List[LevelViolation]) -> None:
+    if level.max_tensor_list_size is None or op not in _LIST_OPS:
+        return
+    start = line.rfind(" : (")
+    operands = line[start:line.rfind(") ->")] if start >= 0 else ""
+    n = operands.count("tensor<")
+    if n > level.max_tensor_list_size:
+        out.append(LevelViolation(op, tensor, "MAX_TENSOR_LIST_SIZE", f"a list of {n} tensors",
+                                  level.max_tensor_list_size, "", k))
+
+
 def level_violations(text: str, level: Level) -> List[LevelViolation]:
     """Every tensor type of the emitted module ``text`` over ``level``'s rank or size
-    limits, once per (op line, tensor); an argument or result as its SSA name."""
+    limits, once per (op line, tensor), and every tensor list (a concat's operands) over
+    its length limit; an argument or result as its SSA name."""
     out: List[LevelViolation] = []
-    if level.max_rank is None and level.max_log2_size is None:
+    if level.max_rank is None and level.max_log2_size is None and level.max_tensor_list_size is None:
         return out
     for k, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -102,6 +121,7 @@ def level_violations(text: str, level: Level) -> List[LevelViolation]:
                 for body in _TENSOR.findall(line):
                     _check_type(body, level, "return", line.split()[1].rstrip(","), k, out)
             continue
+        _check_list(line, level, m.group(2), m.group(1), k, out)
         seen = set()
         for body in _TENSOR.findall(line):
             if body in seen:
