@@ -44,6 +44,7 @@ StageCallback = Callable[[str, Dict[str, int]], None]
 @dataclass
 class RunOptions:
     target: str = "tosa"
+    level: Optional[str] = None  # the target's level (TOSA: 8k, the default, or none)
     profile: Optional[str] = None  # default: mlir; tosa for a TOSA MLIR input
     verify_only: bool = False
     output: Optional[Path] = None  # default: <stem>.legal.<ext> beside the input
@@ -538,14 +539,20 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
+    spec = TARGETS[options.target]
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
+        refused_before = spec.refused(model.graphs, options.level)
         before = None
         if options.regions:
             from .regions import snapshot
 
             before = snapshot(model)
-        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
+        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one,
+                        level=options.level)
+        report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
+                               "refused_before": refused_before,
+                               "refused_after": spec.refused(model.graphs, options.level)}
         if before is not None:
             from .regions import PICTURE_LIMIT
 
@@ -624,7 +631,14 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
             report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
 
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
-        made = emit.render(model, formats, dims)  # before anything is written
+        made = emit.render(model, formats, dims, level=options.level)  # before anything is written
+        over = emit.level_diagnostics(model, made, options.target, options.level)
+    if over.violations:  # an out-of-level module is never written
+        res.output_verification = over
+        report.add_verification(over, "output")
+        report.stats["nodes_out"] = out_result.nodes
+        res.exit_code = EXIT_VIOLATIONS
+        return res
     t0 = time.perf_counter()
     if on_stage is not None:
         on_stage("save", {"nodes": _nodes(model)})

@@ -35,6 +35,8 @@ defaults, onnx.save, in a venv of their own: scripts/setup_peers.sh), beside leg
 seconds over the floor's and peak RSS over onnx.load's, a run over --peer-timeout (240
 s) reported as "> cap". --baseline DIR runs another checkout's legalize beside (an older
 commit, e.g. `git worktree add /tmp/base COMMIT`): before and after in one run.
+--baseline DIR alone: legalize --no-check of this tree and of DIR side by side on the
+synthetic chains of --sizes (total and per-stage seconds, best of --repeat, interleaved).
 
 With --targets, instead: the legal forms side by side (tosa; xla; xla in strict
 symbolic mode, --assume-dynamic-not-one) for the sample models of models/ (all but
@@ -52,6 +54,7 @@ Usage: python scripts/bench.py [--nodes 1000000] [--repeat 1] [--only SUBSTR] [-
        python scripts/bench.py --big [--json out.json]
        python scripts/bench.py --peers [--sizes 10000,100000,1000000] [--peer-timeout 240] [--baseline DIR]
                                [--peers-python PY] [--repeat 1] [--no-transformer] [--only SUBSTR] [--json out.json]
+       python scripts/bench.py --baseline DIR [--sizes 100000] [--repeat 5] [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
                                [--opt all|extended|basic|none] [--dim NAME=SIZE ...] [--json out.json]
 """
@@ -617,7 +620,8 @@ def main() -> None:
                     " (default .venv-peers/bin/python)")
     ap.add_argument("--peer-timeout", type=float, default=240.0, help="with --peers: seconds a peer run may take")
     ap.add_argument("--baseline", type=Path, help="with --peers: another checkout of legalize (an older commit)"
-                    " to run beside this one")
+                    " to run beside this one; alone: this tree and that one side by side on the synthetic graphs"
+                    " of --sizes (stage times, best of --repeat, interleaved)")
     ap.add_argument("--json", type=Path, help="where the JSON goes (default .cache/bench/<mode>.json)")
     ap.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                     help="onnxruntime execution provider of the latency runs")
@@ -633,7 +637,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.json is None:
         mode = "targets" if args.targets else "scaling" if args.scaling else "big" if args.big else \
-            "peers" if args.peers else "models"
+            "peers" if args.peers else "baseline" if args.baseline else "models"
         CACHE.mkdir(parents=True, exist_ok=True)
         args.json = CACHE / f"{mode}.json"
         print(f"JSON: {args.json}", file=sys.stderr)
@@ -667,6 +671,13 @@ def main() -> None:
                                              "repeat": args.repeat},
                                             indent=2) + "\n")
         return
+    if args.baseline is not None:
+        rows = against_baseline([int(x) for x in args.sizes.split(",")], args.baseline, args.repeat)
+        print_against_baseline(rows, args.repeat)
+        if args.json:
+            args.json.write_text(json.dumps({"baseline": str(args.baseline), "repeat": args.repeat, "rows": rows},
+                                            indent=2) + "\n")
+        return
     if args.scaling:
         rows = scaling([int(x) for x in args.sizes.split(",")])
         print_scaling(rows)
@@ -694,6 +705,41 @@ def main() -> None:
     print_models(rows, args.repeat)
     if args.json:
         args.json.write_text(json.dumps({"models": rows, "repeat": args.repeat}, indent=2) + "\n")
+
+
+def against_baseline(sizes: list, baseline: Path, repeat: int) -> list:
+    """legalize --no-check of this tree and of ``baseline`` on the synthetic graphs, in
+    fresh processes, interleaved (drift hits both alike); per tree the best of ``repeat``
+    total and per-stage times."""
+    rows = []
+    for n in sizes:
+        path = synthetic_model(n)
+        runs = {"this": [], "baseline": []}
+        for _ in range(repeat):
+            for name, root in (("baseline", baseline), ("this", ROOT)):
+                runs[name].append(measure("legalize", path, root=root))
+        row = {"model": path.name, "nodes": n}
+        for name, got in runs.items():
+            row[name] = {"total_s": min(r["legalize"] for r in got),
+                         "stages_s": {k: min(r["timings"].get(k, 0.0) for r in got) for k in got[0]["timings"]},
+                         "all_total_s": [r["legalize"] for r in got]}
+        row["total this/baseline"] = row["this"]["total_s"] / row["baseline"]["total_s"]
+        row["passes this/baseline"] = row["this"]["stages_s"]["passes"] / row["baseline"]["stages_s"]["passes"]
+        rows.append(row)
+        print(f"{path.name}: total {row['total this/baseline']:.3f}x, passes {row['passes this/baseline']:.3f}x",
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def print_against_baseline(rows: list, repeat: int) -> None:
+    print(f"legalize --no-check, this tree vs --baseline (best of {repeat}, interleaved)")
+    print(f"{'model':<24} {'tree':<9} {'total s':>9} " + " ".join(f"{k + ' s':>10}" for k, _ in STAGES[:4]))
+    for row in rows:
+        for name in ("baseline", "this"):
+            r = row[name]
+            print(f"{row['model']:<24} {name:<9} {r['total_s']:>9.3f} "
+                  + " ".join(f"{r['stages_s'].get(key, 0.0):>10.3f}" for _, key in STAGES[:4]))
+        print(f"{'':<24} {'ratio':<9} {row['total this/baseline']:>9.3f}   (passes {row['passes this/baseline']:.3f})")
 
 
 def _fmt_rate(x) -> str:
