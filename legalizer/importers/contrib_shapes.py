@@ -41,8 +41,10 @@ def wanted(model: ModelProto, graph: Graph) -> bool:
 def _infer_here(serialized: bytes) -> bytes:
     """In the helper: a GraphProto whose value_info holds every type the symbolic
     inference knew when it finished or stopped."""
-    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
+    try:  # (sympy, which it needs, comes with onnxruntime's wheels; a build without it: no ranks)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return b""
     model = ModelProto.FromString(serialized)
     sym = SymbolicShapeInference(2**31 - 1, False, False, 0)
     try:
