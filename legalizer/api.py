@@ -304,10 +304,13 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     synthesized bindings, and ``expected`` (per sample the outputs by name, or the path
     of Polygraphy's run results or an ``.npz``) is then the reference instead of running
     ``original`` (``check.samples``: statistics across the samples in ``result.samples``)."""
-    from .check.given import as_arrays
+    from .check.given import as_arrays, refuse_zero_dim
     from .check.ort import check as check_ort
     from .importers.reader import check_external_data, sniff
     from .pipeline import range_hints, unchecked
+
+    for name, size in (dims or {}).items():  # as the command line's --dim
+        refuse_zero_dim(name, size)
 
     if _is_path(original) and sniff(Path(original)) == "pt2":
         original = load(original, trust_pt2=trust_pt2)  # its ONNX export, and the program as PyTorch runs it

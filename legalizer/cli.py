@@ -220,7 +220,6 @@ def _parse_inputs(items: List[str]) -> Dict[str, object]:
         for key, array in given.items():
             if key in arrays:
                 raise UsageError(f"--input: input '{key}' is given twice")
-            refuse_empty(f"--input {item}" if sep else f"--input {item}: array '{key}'", array.shape)
             arrays[key] = array
     return arrays
 

@@ -73,12 +73,13 @@ def no_such_dim(name: str, size: int, keys: Sequence[str], whose: str = "the mod
 
 def check_dim_names(dims: Optional[Mapping[str, int]], keys: Sequence[str], whose: str = "the model") -> None:
     """UsageError for the first ``--dim`` that binds none of the dynamic dims ``keys``,
-    naming them all; and for a size of 0 (empty tensors: nothing compared)."""
+    naming them all. (A ``--dim`` of size 0 is refused where it is parsed; a dim that an
+    empty ``--input`` array binds to 0 is data: the check then says when its outputs are
+    all empty, as it compared nothing.)"""
     known = set(keys)
     for name, size in (dims or {}).items():
         if name not in known:
             raise no_such_dim(name, size, keys, whose)
-        refuse_zero_dim(name, size)
 
 
 _NPY, _ZIP = b"\x93NUMPY", b"PK\x03\x04"
@@ -210,7 +211,8 @@ def user_dims(declared: Declared, dims: Optional[Mapping[str, int]] = None,
             [("input array", name, tuple(np.shape(a))) for name, a in (inputs or {}).items()]
     for what, name, shape in given:
         where = f"{what} '{name}' ({_text(shape)})"
-        refuse_empty(where, shape)
+        if what == "input shape":  # an empty array is data (a shape of length 0, say): its outputs tell
+            refuse_empty(where, shape)
         if name not in by_name:
             raise UsageError(f"{where}: the model has no input '{name}' (its inputs: "
                              f"{', '.join(repr(n) for n in by_name) or 'none'})")
