@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 from . import emit
 from .check import ATOL, BUDGET, RTOL
-from .check.given import as_arrays, dynamic_keys, user_dims
+from .check.given import as_arrays, check_dtypes, dynamic_keys, user_dims
 from .check.ort import CheckResult, check, choices_from_constraints, declared_shapes
 from .check.search import sizes_in_range
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, UsageError  # noqa: F401 - the exit statuses, re-exported
@@ -200,6 +200,16 @@ def _declared(model: Model):
     return declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
 
 
+def _input_types(model: Model) -> Dict[str, int]:
+    """The ONNX element type of each input ``_declared`` names (0 where unknown)."""
+    if model.format == "tflite":
+        from .ir.dtypes import elem_type
+
+        return {n.output.name: elem_type(n.output.type.dtype) for n in model.graph.inputs}
+    proto = model.torch.onnx if model.torch is not None else model.proto
+    return {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.input if vi.type.HasField("tensor_type")}
+
+
 def dim_keys(model: Model) -> Optional[List[str]]:
     """The dynamic dims a ``--dim`` may bind in ``model``: a symbol, or ``input[axis]``
     for an anonymous dim (a TFLite model's, of every subgraph); None for a TOSA MLIR
@@ -269,6 +279,7 @@ def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict
         bound = dict(options.dims)
     else:
         bound = user_dims(_declared(model), options.dims, options.input_shapes, given, dim_keys(model))
+        check_dtypes(_input_types(model), given)
     ones = [k for k, v in bound.items() if v == 1]
     if options.assume_dynamic_not_one and ones:
         raise UsageError(f"--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind"

@@ -51,6 +51,8 @@ def work(tmp_path, monkeypatch):
     np.save(tmp_path / "x.npy", np.ones((2, 16), np.float32))
     np.savez(tmp_path / "empty.npz", x=np.zeros((2, 0), np.float32))
     os.mkfifo(tmp_path / "fifo")  # a read of it would block: never opened
+    np.save(tmp_path / "i64.npy", np.ones((2, 16), np.int64))
+    np.save(tmp_path / "f64.npy", np.ones((2, 3, 4, 5), np.float64))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -101,6 +103,9 @@ BAD = [
                                                    " No such file or directory: 'nofile.npy'"),
     (["mlp_bias.onnx", "--input", "x=mlp_bias.onnx"], "--input x: cannot read 'mlp_bias.onnx': not a .npy array (nor"
                                                       " an .npz archive)"),
+    (["mlp_bias.onnx", "--input", "x=i64.npy"], "input array 'x' (2x16): dtype int64, but input 'x' is declared float32"),
+    (["add.tflite", "--input", "x=f64.npy"], "input array 'x' (2x3x4x5): dtype float64, but input 'x' is declared"
+                                             " float32"),
     (["fifo"], "fifo: is not a regular file"),
     (["/dev/zero"], "/dev/zero: is not a regular file"),
     (["mlp_bias.onnx", "--input-shape", "x:-1x16"],
@@ -261,7 +266,8 @@ def test_a_pt2_dim_is_a_symbol_of_its_export(work):
     assert line.startswith("legalize: error: --dim nope=3: the model has no dynamic dim 'nope'; its dims are: ")
     symbol = line.rsplit(": ", 1)[1]
     assert "," not in symbol and symbol != "nope"  # the batch symbol torch.export named
-    assert sorted(os.listdir(work)) == sorted([*SOURCES, "dir", "file.txt", "empty.npy", "empty.npz", "x.npy", "fifo"])
+    assert sorted(os.listdir(work)) == sorted([*SOURCES, "dir", "file.txt", "empty.npy", "empty.npz", "x.npy", "fifo",
+                                                  "i64.npy", "f64.npy"])
 
 
 def test_a_dim_that_binds_is_the_one_the_check_uses(work):

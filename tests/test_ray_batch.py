@@ -201,6 +201,24 @@ def test_relative_paths_name_the_same_files_on_the_workers(cluster, tmp_path):
     assert sorted(written) == ["d/a.legal.onnx", "d/b.legal.tflite"]
 
 
+def test_an_output_folder_is_made_and_dims_bind_where_present_on_ray(cluster, tmp_path):
+    """-o legal/new/ is made (as mkdir -p would) before the tasks write into it, and a
+    --dim binds the model that has it, on Ray as locally."""
+    (tmp_path / "d").mkdir()
+    shutil.copy(MODELS / "mlp_bias.onnx", tmp_path / "d" / "a.onnx")
+    shutil.copy(MODELS / "dynamic_broadcast.onnx", tmp_path / "d" / "b.onnx")
+    seen = {}
+    for executor in ("local", "ray"):
+        p = legalize("d", "-o", f"legal-{executor}/new/", "--dim", "M=1", "--executor", executor, cwd=tmp_path,
+                     address=cluster["address"] if executor == "ray" else None)
+        clean(p)
+        assert p.returncode == 0, p.stderr
+        seen[executor] = (p.stderr, sorted(outputs(tmp_path / f"legal-{executor}")))
+    assert seen["ray"] == seen["local"] == (
+        "legalize: warning: --dim M=1: the model has no dynamic dim 'M' (its dims are: N): not used here\n",
+        ["new/a.legal.onnx", "new/b.legal.onnx"])
+
+
 def test_a_dying_ray_worker_stops_only_its_model(cluster, tmp_path, monkeypatch, capfd):
     """A task whose worker process dies (a segfault, the OOM killer) is one error line
     and exit 2, and so is a task that fails; the other models still run and are written."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
+from onnx import helper
 
 from ..errors import UsageError, first_line
 
@@ -235,3 +236,20 @@ def user_dims(declared: Declared, dims: Optional[Mapping[str, int]] = None,
                                  f" to {bound[want]}")
             bound[want], origin[want] = int(got), f"{what} '{name}'"
     return bound
+
+
+def check_dtypes(types: Mapping[str, int], inputs: Optional[Mapping[str, np.ndarray]]) -> None:
+    """UsageError for a given array whose dtype is not its input's (``types``: ONNX
+    element type codes by input name, 0 where unknown): a runtime would refuse every
+    binding, and the check would not run. A string input takes any numpy string array."""
+    for name, array in (inputs or {}).items():
+        code = types.get(name, 0)
+        try:
+            want = np.dtype(helper.tensor_dtype_to_np_dtype(code)) if code else None
+        except (KeyError, TypeError, ValueError):  # a type numpy has no dtype for: the runtime judges
+            want = None
+        have = np.asarray(array).dtype
+        if want is None or have == want or (want.kind == "O" and have.kind in "OUS"):
+            continue
+        raise UsageError(f"input array '{name}' ({_text(np.shape(array))}): dtype {have}, but input '{name}' is"
+                         f" declared {want}")
