@@ -25,6 +25,9 @@ class PassContext:
     rules: Mapping[str, OpRule] = field(default_factory=lambda: builtin_rules())
     stats: Counter = field(default_factory=Counter)
     assume_dynamic_not_one: bool = False
+    # The highest rank the target takes: ``fold_ranks`` folds elementwise regions above
+    # it (None: no limit, nothing folded; 0: every region to its lowest rank).
+    max_rank: Optional[int] = None
 
 
 PassFn = Callable[[Graph, PassContext], bool]

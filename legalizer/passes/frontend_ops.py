@@ -56,6 +56,13 @@ class OnnxOps:
         return graph.add_op("Unsqueeze", [value], out_type, attrs={"axes": helper.make_attribute("axes", list(axes))},
                             name=name, output_names=[base]).output
 
+    @classmethod
+    def reshape(cls, graph: Graph, value: Value, dims: Sequence[int], out_type: TensorType, base: str) -> Value:
+        """``value``'s elements in the shape ``dims`` (constant; -1 for one unknown dim)."""
+        shape = cls.const(graph, base + "_shape", np.asarray(list(dims), np.int64))
+        return graph.add_op("Reshape", [value, shape], [out_type], name=graph.fresh_name(base),
+                            output_names=[base]).output
+
     @staticmethod
     def shape(graph: Graph, v: Value, base: str) -> Value:
         return graph.add_op("Shape", [v], [TensorType("int64", (len(v.type.shape),))], name=graph.fresh_name(base),
@@ -120,6 +127,11 @@ class TFLiteOps:
         shape = cls.concat(graph, [ones, cls.shape(graph, value, base + "_inshape")],
                            TensorType("int32", (len(new_shape),)), base + "_shape")
         return cls._op(graph, "RESHAPE", [value, shape], out_type, base, {}, quant)
+
+    @classmethod
+    def reshape(cls, graph: Graph, value: Value, dims: Sequence[int], out_type: TensorType, base: str) -> Value:
+        shape = cls.const(graph, base + "_shape", np.asarray(list(dims), np.int32))
+        return cls._op(graph, "RESHAPE", [value, shape], out_type, base, {"new_shape": list(dims)}, value.quant)
 
     @classmethod
     def shape(cls, graph: Graph, v: Value, base: str) -> Value:

@@ -1,0 +1,290 @@
+"""Rank folding: an elementwise region runs at the lowest rank its broadcasting needs.
+
+A region is a connected set of elementwise ops (``rules/``: the broadcasting ops of
+numpy rules, and the unary ones) whose results have one rank R. Over the region, each
+dim k has one size S[k] (every value has S[k] or 1 there). Adjacent dims that every
+value of the region has alike - all S or all 1 - merge into one dim of their product,
+and dims where S is 1 go: each value becomes a row-major reshape of itself, the same
+elements in the same order, and each op computes the same elements. A dim whose size
+is not provably one (two different symbols, a ``?`` that may be 1 at run time) stays a
+dim of its own, merged with nothing.
+
+At the region's edges: a constant operand is reshaped at compile time; another operand
+goes through a reshape to its folded shape, taken from before the reshape that made it
+(``Reshape``/``Unsqueeze``/``Squeeze``/``Flatten``, TFLite's ``RESHAPE``/``EXPAND_DIMS``/
+``SQUEEZE``: that one is absorbed); a result used outside the region is reshaped back,
+except by a ``Reshape`` to a constant shape, which then reads the folded value itself.
+Reshape targets are constants (one unknown dim is ``-1``): a region that would need
+more than one unknown dim in a target is left as it is.
+
+``fold_ranks(graph, ctx)`` folds the regions of rank above ``ctx.max_rank`` (None: no
+region; 0: every region that can lose a dim). The verifier proves the result as any
+other: the folded ops are ordinary broadcasts.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from ..ir.graph import CONST, OP, Graph, Node, Value
+from ..ir.types import Dim, Shape
+from ..oprules import RuleLookup, frontend_rules
+from .base import PassContext
+from .frontend_ops import ops_for
+from .rewrite import add_const, constant_array
+
+# Ops that only reinterpret their operand's elements in another shape (row-major): a
+# region may read their operand instead of their result.
+RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten",
+                      "tflite.RESHAPE", "tflite.EXPAND_DIMS", "tflite.SQUEEZE"})
+_CONFLICT = object()  # a dim whose size differs among the region's values (kept alone)
+
+
+@functools.lru_cache(maxsize=None)
+def unary_ops(frontend: str) -> frozenset:
+    """The elementwise ops of one frontend that do not broadcast (``Node.op`` names)."""
+    return frozenset(op for op, r in frontend_rules(frontend).items() if r.category == "unary")
+
+
+def _product(dims: Sequence[Dim]) -> Dim:
+    """The size of merged dims: a number, a symbol naming the product of symbols (equal
+    products of equal symbols are equal sizes), or None when a dim is ``?``."""
+    if any(d is None for d in dims):
+        return None
+    ints = [d for d in dims if isinstance(d, int)]
+    syms = [d for d in dims if isinstance(d, str)]
+    n = int(np.prod(ints)) if ints else 1
+    if not syms:
+        return n
+    return "*".join(syms + ([str(n)] if n != 1 else []))
+
+
+def _target_dims(shape: Tuple) -> Optional[List[int]]:
+    """A reshape's constant target for ``shape``: -1 for its one unknown dim; None when
+    more than one dim is unknown."""
+    unknown = [d for d in shape if not isinstance(d, int)]
+    if len(unknown) > 1:
+        return None
+    return [d if isinstance(d, int) else -1 for d in shape]
+
+
+@dataclass
+class _Region:
+    rank: int
+    nodes: List[Node] = field(default_factory=list)
+    ids: Set[int] = field(default_factory=set)
+
+
+class _Folder:
+    def __init__(self, graph: Graph, ctx: PassContext):
+        self.graph, self.ctx = graph, ctx
+        self.lookup = RuleLookup(graph, ctx.rules)
+        self.unary = unary_ops(graph.frontend)
+        self.ops = ops_for(graph)
+        self._member: Dict[int, Optional[int]] = {}
+        self.cache: Dict[Tuple[int, Tuple], Value] = {}
+
+    # -- which nodes take part ---------------------------------------------------------
+    def rank(self, node: Node) -> Optional[int]:
+        """The result rank of an elementwise op that may join a region, else None."""
+        hit = self._member.get(node.id, False)
+        if hit is not False:
+            return hit
+        self._member[node.id] = r = self._rank(node)
+        return r
+
+    def _rank(self, node: Node) -> Optional[int]:
+        if node.kind != OP or len(node.outputs) != 1 or node.attrs and any(True for _ in node.subgraphs()):
+            return None
+        if node.op not in self.unary:
+            found = self.lookup(node)
+            if found is None:
+                return None
+            rule, mode, _ = found
+            if mode != "numpy" or rule.operands is not None or rule.onto != "operand0":
+                return None
+        shape = node.outputs[0].type.shape
+        if shape is None:
+            return None
+        values = [v for v in node.inputs if v is not None] + [node.outputs[0]]
+        for v in values:
+            s = v.type.shape
+            if s is None or len(s) > len(shape) or 0 in s or (v.quant is not None and v.quant.per_axis):
+                return None
+        if node.op in self.unary and len(node.inputs) == 1 and len(node.inputs[0].type.shape) != len(shape):
+            return None
+        return len(shape)
+
+    def region(self, start: Node, seen: Set[int]) -> _Region:
+        r = _Region(self.rank(start))
+        stack = [start]
+        seen.add(start.id)
+        while stack:
+            node = stack.pop()
+            r.nodes.append(node)
+            r.ids.add(node.id)
+            near = [v.producer for v in node.inputs if v is not None and v.producer is not None
+                    and v.producer.graph is self.graph]
+            near += [u for u, _ in self.graph.users(node.outputs[0]) if u.graph is self.graph]
+            for n in near:
+                if n.id not in seen and self.rank(n) == r.rank:
+                    seen.add(n.id)
+                    stack.append(n)
+        return r
+
+    # -- the folding ---------------------------------------------------------------------
+    def fold(self, region: _Region) -> bool:
+        R = region.rank
+        outs = [n.outputs[0] for n in region.nodes]
+        edge: Dict[int, Value] = {}  # operands made outside the region, by id
+        for n in region.nodes:
+            for v in n.inputs:
+                if v is not None and (v.producer is None or v.producer.graph is not self.graph
+                                      or v.producer.id not in region.ids):
+                    edge[id(v)] = v
+        values = outs + list(edge.values())
+        shapes = [(1,) * (R - len(v.type.shape)) + tuple(v.type.shape) for v in values]
+        size: List = []
+        for k in range(R):
+            big = {s[k] for s in shapes if s[k] != 1}
+            size.append(1 if not big else next(iter(big)) if len(big) == 1 and None not in big else _CONFLICT)
+        # Groups of dims: a conflicting dim alone; otherwise adjacent dims where every
+        # value is alike (all S or all 1) merge; dims of size 1 everywhere go.
+        groups: List[List[int]] = []
+        last = None
+        for k in range(R):
+            if size[k] == 1:
+                continue
+            if size[k] is _CONFLICT:
+                groups.append([k])
+                last = None
+                continue
+            pattern = tuple(s[k] == 1 for s in shapes)
+            if last is not None and pattern == last:
+                groups[-1].append(k)
+            else:
+                groups.append([k])
+            last = pattern
+        if not groups:
+            groups = [[R - 1]]  # all ones: rank 1 (rank 0 reads ambiguously in TFLite's RESHAPE)
+        if len(groups) >= R:
+            return False
+
+        def folded(s: Tuple) -> Tuple:
+            out = []
+            for g in groups:
+                if size[g[0]] is _CONFLICT:
+                    out.append(s[g[0]])
+                elif s[g[0]] == 1:
+                    out.append(1)
+                else:
+                    out.append(_product([size[k] for k in g]))
+            return tuple(out)
+
+        new_out = [folded(s) for s in shapes[:len(outs)]]
+        new_edge = {id(v): folded(s) for v, s in zip(edge.values(), shapes[len(outs):])}
+        # Every reshape the fold needs must have a constant target, before anything changes.
+        for v in edge.values():
+            if constant_array(v) is None and _target_dims(new_edge[id(v)]) is None:
+                return False
+        back: List[Tuple[Value, List]] = []  # results used outside, with their reshape-back target
+        for v in outs:
+            outside = [(u, i) for u, i in self.graph.users(v) if u.id not in region.ids or u.graph is not self.graph]
+            if outside and not all(self._absorbs(u, i) for u, i in outside):
+                dims = _target_dims(tuple(v.type.shape))
+                if dims is None:
+                    return False
+                back.append((v, dims))
+        # Operands at the edge, folded.
+        for n in region.nodes:
+            for i, v in enumerate(n.inputs):
+                if v is not None and id(v) in edge:
+                    self.graph.set_input(n, i, self._operand(v, new_edge[id(v)]))
+        old_types = {id(v): v.type for v in outs}
+        for v, s in zip(outs, new_out):
+            v.type = v.type.with_shape(s)
+            v.info = None  # its declared ValueInfoProto has the old shape
+        absorbed: Set[int] = set()
+        for v in outs:
+            for u, i in self.graph.users(v):
+                if (u.id not in region.ids or u.graph is not self.graph) and self._absorbs(u, i):
+                    absorbed.add(id(u))
+        for v, dims in back:
+            restored = self._reshape(v, dims, old_types[id(v)], f"{v.name}_unfolded")
+            self.graph.replace_all_uses_with(v, restored, keep=lambda u: (u.id in region.ids and u.graph is self.graph)
+                                             or id(u) in absorbed)
+        self.ctx.stats["regions_folded"] += 1
+        self.ctx.stats["ranks_folded"] += R - len(groups)
+        return True
+
+    def _absorbs(self, user: Node, index: int) -> bool:
+        """Whether ``user`` reads its operand ``index`` as elements only (a reshape to a
+        constant shape), so it may read the folded value itself."""
+        if index != 0 or user.kind != OP:
+            return False
+        if user.op == "Reshape":
+            if len(user.inputs) < 2 or user.inputs[1] is None:
+                return False
+            target = constant_array(user.inputs[1])
+            allowzero = user.attrs.get("allowzero")
+            zero_copies = allowzero is None or getattr(allowzero, "i", 0) == 0
+            return target is not None and not (zero_copies and 0 in target.tolist())
+        if user.op == "tflite.RESHAPE":
+            return len(user.inputs) < 2 or user.inputs[1] is None or constant_array(user.inputs[1]) is not None
+        return False
+
+    def _operand(self, v: Value, shape: Tuple) -> Value:
+        """``v`` reshaped to ``shape``: folded at compile time for a constant, else a
+        reshape of what ``v`` was reshaped from."""
+        key = (id(v), shape)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        if tuple(v.type.shape) == shape:
+            out = v
+        else:
+            array = constant_array(v)
+            if array is not None:
+                prod = v.producer
+                data = prod.data.reshaped(shape) if prod.kind == CONST else None
+                out = add_const(self.graph, f"{v.name}_f{len(shape)}", array.reshape(shape), v.quant, data)
+                self.ctx.stats["constants_folded"] += 1
+            else:
+                src = v
+                prod = v.producer
+                if prod is not None and prod.kind == OP and prod.op in RESHAPES and prod.inputs \
+                        and prod.inputs[0] is not None and prod.inputs[0].quant == v.quant:
+                    src = prod.inputs[0]
+                out = src if src.type.shape is not None and tuple(src.type.shape) == shape else \
+                    self._reshape(src, _target_dims(shape), v.type.with_shape(shape), f"{v.name}_f{len(shape)}", v)
+        self.cache[key] = out
+        return out
+
+    def _reshape(self, src: Value, dims: List[int], out_type, base: str, like: Optional[Value] = None) -> Value:
+        out = self.ops.reshape(self.graph, src, dims, out_type, base)
+        out.quant = (like or src).quant
+        self.ctx.stats["reshapes_inserted"] += 1
+        return out
+
+
+def fold_ranks(graph: Graph, ctx: PassContext) -> bool:
+    """Fold every elementwise region of ``graph`` whose rank is above ``ctx.max_rank``
+    to the lowest rank its broadcasting needs (module docstring). None: nothing."""
+    limit = ctx.max_rank
+    if limit is None:
+        return False
+    folder = _Folder(graph, ctx)
+    seen: Set[int] = set()
+    changed = False
+    for node in graph.ops():
+        if node.id in seen or node.graph is not graph:
+            continue
+        shape = node.outputs[0].type.shape if len(node.outputs) == 1 else None
+        if shape is None or len(shape) <= limit or folder.rank(node) is None:
+            continue
+        changed |= folder.fold(folder.region(node, seen))
+    return changed
