@@ -215,8 +215,9 @@ def legalize(
     executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Where several models run: local"
                                  " processes, or Ray tasks on the cluster that RAY_ADDRESS names (else a local Ray"
                                  " instance; the ray extra). Makes even one MODEL a batch."),
-    target: str = typer.Option("tosa", "--target", metavar="tosa|xla", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
-                                                        "(every broadcast explicit: Unsqueeze + Expand)."),
+    target: str = typer.Option("tosa", "--target", metavar="tosa|xla|litert-gpu|ethos-u", help="Legal form: tosa (equal ranks,"
+                               " size-1 broadcasts), xla (every broadcast explicit: Unsqueeze + Expand), or a TFLite"
+                               " backend's: litert-gpu (LiteRT's GPU delegate), ethos-u (Arm Vela)."),
     profile: Optional[str] = typer.Option(None, "--profile", metavar="mlir|strict|tosa|xla", help="Verifier profile for the input: mlir (default), "
                                           "strict, tosa (default for TOSA MLIR) or xla.", show_default=False),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),

@@ -26,7 +26,7 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     ``assume_dynamic_not_one`` is the strict symbolic mode: no dynamic dim is 1 at run
     time, so no runtime broadcast computation is emitted for one."""
     spec = target_named(target)
-    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one)
+    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.max_rank)
     check = _verify_after_pass if debug else None
     if model.constraints is None and model.format == "onnx":  # the pipeline records its own
         from .verify import verify

@@ -165,7 +165,8 @@ def _read_csv(path: str) -> List[Dict[str, str]]:
     if not os.path.isfile(path):
         return []
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        # One table per NPU subgraph, each under its own header row.
+        return [row for row in csv.DictReader(f) if any(k != v for k, v in row.items())]
 
 
 def _last_error(log: str, rc: int) -> str:
