@@ -129,6 +129,20 @@ def _nodes(model: Model) -> int:
     return sum(len(g) for g in model.graphs)
 
 
+def _backend_refusals(model: Model, target: str):
+    """(the target's backend, the ops its rules refuse in ``model`` now), or None for a
+    target without a backend (``verify.backend_rules``)."""
+    name = TARGETS[target].backend
+    if name is None:
+        return None
+    from .verify.backend_rules import backend, refusals
+
+    be = backend(name)
+    if model.format != "tflite":
+        return be, []  # (an ONNX model gets the target's passes; the backend reads its TFLite conversion)
+    return be, [r for i, g in enumerate(model.graphs) for r in refusals(g, be, "" if i == 0 else g.name)]
+
+
 def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = False,
                  stage: str = "input") -> VerifyResult:
     """Verify every top-level graph (a TFLite model's subgraphs after the first are
@@ -378,6 +392,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
+    rules_before = _backend_refusals(model, options.target)
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
         before = None
@@ -395,6 +410,12 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         if key in done.stats:
             report.stats[key] = int(done.stats[key])
     res.ops_after = _op_counts(model)
+    if rules_before is not None:
+        be, before = rules_before
+        after = _backend_refusals(model, options.target)[1]
+        report.target_rules = {"backend": be.name, "tool": be.tool, "before": [r.to_json() for r in before],
+                               "after": [r.to_json() for r in after]}
+        report.warnings.extend(r.line(be.tool) for r in after)
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
     res.output_verification = out_result

@@ -54,6 +54,8 @@ class Report:
     timings_s: Dict[str, float] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     reduced: Optional[dict] = None  # --reduce: what the smallest failing subgraph is, and where (an addition)
+    # A deployment target: the ops its backend's rules refuse before and after (an addition).
+    target_rules: Optional[dict] = None
 
     def add_verification(self, result: VerifyResult, stage: str) -> None:
         for d in result.violations:
@@ -81,6 +83,8 @@ class Report:
         }
         if self.reduced is not None:
             out["reduced"] = self.reduced
+        if self.target_rules is not None:
+            out["target_rules"] = self.target_rules
         return out
 
     def dumps(self) -> str:

@@ -1,0 +1,112 @@
+"""The ops a deployment backend refuses, by its rules (``rules/backends.toml``): what
+``--target litert-gpu``/``ethos-u``/``ethos-u55`` cannot make legal is named, with the
+backend's own words, before the passes and after.
+
+    backend(name)              -> Backend (the table's record)
+    refusals(graph, backend)   -> [Refusal(node, op, rule, reason, graph)]
+
+The rules are the backends' documented ones; the backends themselves
+(``legalizer.check.litert_gpu``, ``legalizer.check.vela``) are the judges in the tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Mapping, Optional
+
+from ..ir.graph import OP, Graph, Node
+from ..ir.types import all_static
+from ..oprules import OpRule, RuleLookup, builtin_rules, table_text
+
+RESHAPE_LIKE = frozenset({"RESHAPE", "EXPAND_DIMS", "SQUEEZE"})
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    tool: str
+    max_rank: Optional[int] = None
+    rank_reason: str = ""
+    static: bool = False
+    static_reason: str = ""
+    batch_one: bool = False
+    batch_reason: str = ""
+    one_sided: bool = False
+    one_sided_reason: str = ""
+    shape_operands: bool = False
+    shape_reason: str = ""
+    refused: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    node: str
+    op: str  # the TFLite op (``ADD``)
+    rule: str  # op | rank | static | batch | one_sided | shape_operand
+    reason: str  # the backend's words
+    graph: str = ""  # the subgraph's name, "" for the main graph
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "op": self.op, "rule": self.rule, "reason": self.reason, "graph": self.graph}
+
+    def line(self, tool: str) -> str:
+        return f"node '{self.node}' ({self.op}): {tool} refuses it: {self.reason}"
+
+
+@functools.lru_cache(maxsize=None)
+def backends() -> Dict[str, Backend]:
+    data = tomllib.loads(table_text("backends.toml"))
+    return {name: Backend(name=name, **{k: (dict(v) if k == "refused" else v) for k, v in table.items()})
+            for name, table in data.items()}
+
+
+def backend(name: str) -> Backend:
+    return backends()[name]
+
+
+def refusals(graph: Graph, be: Backend, where: str = "", rules: Optional[Mapping[str, OpRule]] = None) -> List[Refusal]:
+    """Each TFLite op of ``graph`` (one TFLite subgraph, named ``where`` in the result)
+    that ``be``'s rules refuse: the first rule it breaks, in the table's order (an op
+    the backend never takes, then rank, static shapes, batch, one-sided broadcasting,
+    shape operands)."""
+    lookup = RuleLookup(graph, rules if rules is not None else builtin_rules())
+    out: List[Refusal] = []
+    for node in graph.ops():
+        if node.graph is not graph or node.domain != "tflite":
+            continue
+        found = next(_broken(node, be, lookup), None)
+        if found is not None:
+            out.append(Refusal(node.label, node.op_type, found[0], found[1], where))
+    return out
+
+
+def _broken(node: Node, be: Backend, lookup: RuleLookup) -> Iterator[tuple]:
+    op = node.op_type
+    if op in be.refused:
+        yield "op", be.refused[op]
+    values = [v for v in node.inputs if v is not None] + list(node.outputs)
+    shapes = [v.type.shape for v in values]
+    if be.max_rank is not None and any(s is not None and len(s) > be.max_rank for s in shapes):
+        yield "rank", be.rank_reason
+    if be.static and any(s is None or not all_static(s) for s in shapes):
+        yield "static", be.static_reason
+    if be.batch_one and op not in RESHAPE_LIKE and any(s is not None and len(s) == 4 and s[0] != 1 for s in shapes):
+        yield "batch", be.batch_reason
+    if be.one_sided and len(node.inputs) == 2 and _two_sided(node, lookup):
+        yield "one_sided", be.one_sided_reason
+    if be.shape_operands and op == "RESHAPE" and len(node.inputs) > 1 and node.inputs[1] is not None \
+            and node.inputs[1].producer is not None and node.inputs[1].producer.kind == OP:
+        yield "shape_operand", be.shape_reason
+
+
+def _two_sided(node: Node, lookup: RuleLookup) -> bool:
+    found = lookup(node)
+    if found is None or found[1] != "numpy" or found[0].broadcast != "multidirectional":
+        return False
+    result = node.outputs[0].type.shape
+    if result is None or any(v is None or v.type.shape is None for v in node.inputs):
+        return False
+    result = tuple(result)
+    return all((1,) * (len(result) - len(v.type.shape)) + tuple(v.type.shape) != result for v in node.inputs)
