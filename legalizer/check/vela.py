@@ -228,7 +228,9 @@ def _placements(layers: List[Dict[str, str]], log: str, ops: Dict[str, str]) -> 
         target = row.get("Target", "NPU")  # the legacy core's CSV lists only the NPU's ops
         cycles = float(row.get("Op Cycles") or 0.0)
         why = reasons.get(name, ("", ()))[1] if target == "CPU" else ()
-        out.append(Placement(ops.get(name, op).upper(), name, target, cycles, why))
+        if op in ("", "None"):  # the default core names some refused ops None (BROADCAST_TO)
+            op = ops.get(name, op)
+        out.append(Placement(op.upper(), name, target, cycles, why))
         seen.add(name)
     for name, (op, why) in reasons.items():
         if name not in seen:

@@ -1,0 +1,150 @@
+"""``--target litert-gpu`` on cases built from the GPU delegate's rules (tests/deploy_cases.py):
+each is legalized and checked on LiteRT's CPU kernels (the pipeline's own check); the
+delegate's rules (rules/backends.toml) refuse nothing afterwards; and, where LiteRT's GPU
+accelerator runs here (WebGPU on Mesa's lavapipe), the original is refused with exactly
+the delegate's reasons and the result compiles whole on the GPU and computes what LiteRT's
+CPU kernels compute for the original."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from deploy_cases import CASES, feeds
+from tflite_build import build_tflite, op, tensor
+
+from legalizer.importers.tflite import load_tflite
+from legalizer.passes.deploy_forms import _folded_broadcast
+from legalizer.pipeline import RunOptions, run
+
+pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
+
+from legalizer.check import litert_gpu  # noqa: E402
+from legalizer.check.litert import run_tflite  # noqa: E402
+
+# What the GPU delegate says of each original (ai-edge-litert 2.3.0, WebGPU): {op type: reason}.
+REFUSED_BEFORE = {
+    "gqa_repeat_kv": {"BROADCAST_TO": "Operation is not supported.",
+                      "RESHAPE": "Tensor dimensions must be less than 5. k5"},
+    "mask_5d": {"ADD": "Tensor dimensions must be less than 5. s5",
+                "RESHAPE": "Tensor dimensions must be less than 5. m5"},
+    "mask_5d_broadcast_to": {"ADD": "Tensor dimensions must be less than 5. s5",
+                             "BROADCAST_TO": "Operation is not supported.",
+                             "RESHAPE": "Tensor dimensions must be less than 5. m5"},
+    "expand_dims_mul": {"EXPAND_DIMS": "Operation is not supported."},
+    "squeeze_add": {"SQUEEZE": "Operation is not supported."},
+    "broadcast_to_add": {"BROADCAST_TO": "Operation is not supported."},
+    "broadcast_to_output": {"BROADCAST_TO": "Operation is not supported."},
+    "rank5_chain": {"ADD": "Tensor dimensions must be less than 5. x5",
+                    "MUL": "Tensor dimensions must be less than 5. a5",
+                    "RESHAPE": "Tensor dimensions must be less than 5. p5"},
+    "rank5_broadcast_mul": {"MUL": "Tensor dimensions must be less than 5. x5",
+                            "RESHAPE": "Tensor dimensions must be less than 5. g5"},
+}
+
+# The ops the rules table refuses in each original: (node, op, rule).
+RULES_BEFORE = {
+    "gqa_repeat_kv": [("k5", "RESHAPE", "rank"), ("kb", "BROADCAST_TO", "op"), ("kr", "RESHAPE", "rank")],
+    "mask_5d": [("s5", "RESHAPE", "rank"), ("m5", "RESHAPE", "rank"), ("y5", "ADD", "rank"), ("y", "RESHAPE", "rank")],
+    "expand_dims_mul": [("x3", "EXPAND_DIMS", "op")],
+    "squeeze_add": [("x2", "SQUEEZE", "op")],
+    "broadcast_to_output": [("y", "BROADCAST_TO", "op")],
+    "mixed_rank_3_4": [],
+}
+
+
+def _legalize(tmp_path, name, target="litert-gpu"):
+    data, shapes = CASES[name]("float32")
+    src = tmp_path / f"{name}.tflite"
+    src.write_bytes(data)
+    out = tmp_path / f"{name}.legal.tflite"
+    report = tmp_path / "report.json"
+    res = run(src, RunOptions(target=target, output=out))
+    assert res.exit_code == 0, res.report.to_json()
+    res.report.write(report)
+    return src, out, shapes, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_legalized_for_the_gpu_checks_equal_and_leaves_nothing_refused(tmp_path, name):
+    src, out, shapes, rep = _legalize(tmp_path, name)
+    assert rep["check"]["ran"] and rep["check"]["ok"]
+    assert rep["target_rules"]["backend"] == "litert-gpu"
+    assert rep["target_rules"]["after"] == []
+    assert not [w for w in rep["warnings"] if "refuses it" in w]
+    if name in RULES_BEFORE:
+        assert [(r["node"], r["op"], r["rule"]) for r in rep["target_rules"]["before"]] == RULES_BEFORE[name]
+    # Every tensor of the result is at rank <= 4, and no op the delegate lacks is left.
+    model = load_tflite(out)
+    for node in model.graph.ops():
+        assert node.op_type not in ("BROADCAST_TO", "EXPAND_DIMS", "SQUEEZE"), node
+        for v in list(node.inputs) + list(node.outputs):
+            assert v is None or len(v.type.shape) <= 4, (node, v)
+
+
+def test_mixed_rank_operands_get_an_explicit_reshape(tmp_path):
+    """LiteRT #8980: the classic delegate aligns [4,8,8] from the left onto BHWC; the
+    legal form reshapes it to [1,4,8,8] itself."""
+    _, out, _, _ = _legalize(tmp_path, "mixed_rank_3_4")
+    add, = [n for n in load_tflite(out).graph.ops() if n.op_type == "ADD"]
+    assert [tuple(v.type.shape) for v in add.inputs] == [(1, 4, 8, 8), (1, 1, 8, 8)]
+    assert add.inputs[0].producer.op_type == "RESHAPE"
+
+
+def test_gqa_repeat_kv_needs_no_copy(tmp_path):
+    """The repeat folds into the MUL's own broadcast: no TILE, no BROADCAST_TO."""
+    _, out, _, _ = _legalize(tmp_path, "gqa_repeat_kv")
+    ops = sorted(n.op_type for n in load_tflite(out).graph.ops())
+    assert ops == ["MUL", "RESHAPE", "RESHAPE", "RESHAPE"]
+
+
+def test_folded_broadcast_merges_dims_that_broadcast_alike():
+    # repeat_kv: [1,2,1,8,16] -> [1,2,4,8,16] is a 3-D tile [2,1,128] x [1,4,1].
+    assert _folded_broadcast([1, 2, 1, 8, 16], [1, 2, 4, 8, 16]) == ([2, 1, 128], [1, 4, 1], [2, 4, 128])
+    assert _folded_broadcast([4, 1, 8], [2, 4, 8, 8]) == ([1, 4, 1, 8], [2, 1, 8, 1], [2, 4, 8, 8])
+    assert _folded_broadcast([1], [3, 5]) == ([1], [15], [15])
+
+
+def test_an_op_still_refused_is_named_in_the_output_and_the_report(tmp_path):
+    """A dynamic batch read through SHAPE: the delegate has no SHAPE, and nothing binds
+    the batch, so SHAPE stays; the run says so with the delegate's words."""
+    data = build_tflite(
+        tensors=[tensor("x", "float32", [1, 4, 8], shape_signature=[-1, 4, 8]), tensor("s", "int32", [3]),
+                 tensor("r", "float32", [1, 4, 8], shape_signature=[-1, 4, 8]),
+                 tensor("y", "float32", [1, 4, 8], shape_signature=[-1, 4, 8])],
+        operators=[op("SHAPE", [0], [1], "ShapeOptions", out_type=2), op("RESHAPE", [0, 1], [2], "ReshapeOptions"),
+                   op("ADD", [2, 0], [3], "AddOptions", fused_activation_function=0)],
+        inputs=[0], outputs=[3])
+    src = tmp_path / "dyn.tflite"
+    src.write_bytes(data)
+    res = run(src, RunOptions(target="litert-gpu", output=tmp_path / "dyn.legal.tflite"))
+    assert res.exit_code == 0
+    rules = res.report.to_json()["target_rules"]
+    assert [(r["node"], r["op"], r["rule"], r["reason"]) for r in rules["after"]] == [
+        ("s", "SHAPE", "op", "Operation is not supported."),
+        ("r", "RESHAPE", "static", "only supports static-sized tensors"),
+        ("y", "ADD", "static", "only supports static-sized tensors")]
+    assert "node 's' (SHAPE): LiteRT GPU delegate refuses it: Operation is not supported." in res.report.warnings
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    ok, why = litert_gpu.gpu_available()
+    if not ok:
+        pytest.skip(why)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_gpu_takes_the_whole_legal_graph_and_matches_the_cpu(gpu, tmp_path, name):
+    src, out, shapes, _ = _legalize(tmp_path, name)
+    before = litert_gpu.gpu_compile(str(src))
+    assert before.refused == REFUSED_BEFORE.get(name, {})
+    assert before.ok == (name not in REFUSED_BEFORE)
+    inputs = feeds(shapes, "float32")
+    after = litert_gpu.gpu_compile(str(out), inputs)
+    assert after.ok, after.message
+    reference = run_tflite(str(src), inputs)  # LiteRT's CPU kernels, on the original
+    assert set(after.outputs) == set(reference)
+    for key, want in reference.items():
+        np.testing.assert_allclose(after.outputs[key], want, rtol=1e-5, atol=1e-5)
