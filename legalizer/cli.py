@@ -230,6 +230,9 @@ def legalize(
     input_shape: List[str] = typer.Option([], "--input-shape", metavar="NAME:DIMxDIM", help="Bind input NAME's dynamic"
                                           " dims for the check, as Polygraphy does: x:1x512 (repeatable).",
                                           show_default=False),
+    static: bool = typer.Option(False, "--static", help="Make every dynamic dim of a TFLite model static: the size"
+                                " --dim/--input-shape bind, else 1; the shape arithmetic that becomes constant is"
+                                " folded (a static-shape --target does this for the dims you bind)."),
     require_check: bool = typer.Option(False, "--require-check", help="Exit 1 (nothing written) when the numeric"
                                        " check did not run, or ran in part."),
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
@@ -293,7 +296,7 @@ def legalize(
                                            inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
                                            rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
                                            require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                                           localize_budget=localize_budget)))
+                                           localize_budget=localize_budget, static=static)))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -308,7 +311,7 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
                          require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                         localize_budget=localize_budget, reduce=reduce)
+                         localize_budget=localize_budget, reduce=reduce, static=static)
     # Fail on a bad output, report or page path before the work, not after it: each can
     # be written, and each is a file of its own, never an input.
     if not verify_only:

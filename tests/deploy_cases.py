@@ -223,3 +223,30 @@ def feeds(shapes: Dict[str, Tuple[int, ...]], dtype: str, seed: int = 0) -> Dict
     if dtype == "INT8":
         return {n: rng.integers(-40, 40, size=s).astype(np.int8) for n, s in shapes.items()}
     return {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+
+
+def dynamic_batch_reshape(dtype):
+    """A Keras export's dynamic batch: SHAPE -> STRIDED_SLICE -> PACK gives a RESHAPE its
+    runtime shape ([b, 4, 8] -> [b, 32]), then a bias ADD."""
+    m = _Model(dtype)
+    q = m._q()
+    m.tensors.append(tensor("x", dtype, [1, 4, 8], shape_signature=[-1, 4, 8], **q))
+    m.inputs.append(0)
+    shape = m.ints("shape", [0, 0, 0])
+    m.tensors[shape] = tensor("shape", "int32", [3])
+    batch = len(m.tensors)
+    m.tensors.append(tensor("batch", "int32", []))
+    new_shape = len(m.tensors)
+    m.tensors.append(tensor("new_shape", "int32", [2]))
+    r = len(m.tensors)
+    m.tensors.append(tensor("r", dtype, [1, 32], shape_signature=[-1, 32], **q))
+    y = len(m.tensors)
+    m.tensors.append(tensor("y", dtype, [1, 32], shape_signature=[-1, 32], **q))
+    m.ops += [op("SHAPE", [0], [shape], "ShapeOptions", out_type=2),
+              op("STRIDED_SLICE", [shape, m.ints("begin", [0]), m.ints("end", [1]), m.ints("stride", [1])], [batch],
+                 "StridedSliceOptions", shrink_axis_mask=1),
+              op("PACK", [batch, m.ints("c32", 32)], [new_shape], "PackOptions", values_count=2, axis=0),
+              op("RESHAPE", [0, new_shape], [r], "ReshapeOptions"),
+              op("ADD", [r, m.const("bias", [32])], [y], "AddOptions", fused_activation_function=0)]
+    data = build_tflite(m.tensors, m.ops, m.inputs, [y])
+    return data, {"x": (-1, 4, 8)}

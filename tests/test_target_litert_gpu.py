@@ -148,3 +148,54 @@ def test_the_gpu_takes_the_whole_legal_graph_and_matches_the_cpu(gpu, tmp_path, 
     assert set(after.outputs) == set(reference)
     for key, want in reference.items():
         np.testing.assert_allclose(after.outputs[key], want, rtol=1e-5, atol=1e-5)
+
+
+def _dynamic(tmp_path, **options):
+    from deploy_cases import dynamic_batch_reshape  # noqa: PLC0415
+    data, _ = dynamic_batch_reshape("float32")
+    src = tmp_path / "dyn_batch.tflite"
+    src.write_bytes(data)
+    out = tmp_path / "dyn_batch.legal.tflite"
+    res = run(src, RunOptions(target="litert-gpu", output=out, **options))
+    assert res.exit_code == 0, res.report.to_json()
+    return src, out, res.report.to_json()
+
+
+@pytest.mark.parametrize("options, batch", [({"static": True}, 1), ({"dims": {"x[0]": 3}}, 3)])
+def test_static_shapes_fold_the_shape_arithmetic(tmp_path, options, batch):
+    """--static (batch 1), or a bound dim: every shape static, SHAPE -> STRIDED_SLICE ->
+    PACK folded into the RESHAPE's constant shape, nothing left that the delegate refuses."""
+    _, out, rep = _dynamic(tmp_path, **options)
+    assert rep["check"]["ok"]
+    assert [r["op"] for r in rep["target_rules"]["before"]] == ["SHAPE", "RESHAPE", "ADD"]
+    assert rep["target_rules"]["after"] == []
+    assert f"shapes made static at x[0]={batch}: 3 tensor shapes, 1 shape values folded" in rep["warnings"]
+    graph = load_tflite(out).graph
+    assert sorted(n.op_type for n in graph.ops()) == ["ADD", "RESHAPE"]
+    assert [tuple(n.output.type.shape) for n in graph.inputs] == [(batch, 4, 8)]
+    assert [tuple(n.inputs[0].type.shape) for n in graph.outputs] == [(batch, 32)]
+
+
+def test_static_is_for_tflite(tmp_path):
+    from legalizer.errors import UsageError  # noqa: PLC0415
+    import onnx  # noqa: PLC0415
+    from onnx import TensorProto, helper  # noqa: PLC0415
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    with pytest.raises(UsageError, match=r"--static makes a TFLite model's shapes static; .*m\.onnx is onnx"):
+        run(path, RunOptions(target="litert-gpu", output=tmp_path / "m.legal.onnx", static=True))
+
+
+def test_the_gpu_takes_the_statically_shaped_model(gpu, tmp_path):
+    src, out, _ = _dynamic(tmp_path, static=True)
+    before = litert_gpu.gpu_compile(str(src))
+    assert before.refused == {litert_gpu.DYNAMIC_KEY: "Attempting to use a delegate that only supports static-sized"
+                                                      " tensors with a graph that has dynamic-sized tensors"}
+    x = np.random.default_rng(1).standard_normal((1, 4, 8)).astype(np.float32)
+    after = litert_gpu.gpu_compile(str(out), {"x": x})
+    assert after.ok, after.message
+    np.testing.assert_allclose(after.outputs["y"], run_tflite(str(src), {"x": x})["y"], rtol=1e-5, atol=1e-5)

@@ -125,15 +125,22 @@ def _probe() -> GpuResult:
 
 
 _REFUSED_HEADER = "Following operations are not supported by GPU delegate:"
+# LiteRT refuses a graph with dynamic shapes as a whole, with this warning (no op named).
+_DYNAMIC = re.compile(r"(Attempting to use a delegate that only supports static-sized tensors[^(]*)")
+DYNAMIC_KEY = "(dynamic shapes)"
 _REFUSED_LINE = re.compile(r"^([A-Z][A-Z0-9_]*): (.+)$")
 
 
 def refused_ops(log: str) -> Dict[str, str]:
     """{op type: reason} from the delegate's "Following operations are not supported"
-    block (the op types are LiteRT's names: ``BROADCAST_TO``, ``ADD``)."""
+    block (the op types are LiteRT's names: ``BROADCAST_TO``, ``ADD``), and
+    ``DYNAMIC_KEY`` when LiteRT refuses the graph for its dynamic shapes."""
     out: Dict[str, str] = {}
     inside = False
     for line in log.splitlines():
+        m = _DYNAMIC.search(line)
+        if m:
+            out.setdefault(DYNAMIC_KEY, m.group(1).strip())
         if _REFUSED_HEADER in line:
             inside = True
             continue
