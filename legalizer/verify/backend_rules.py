@@ -29,8 +29,8 @@ class Backend:
     tool: str
     max_rank: Optional[int] = None
     rank_reason: str = ""
-    static: bool = False
-    static_reason: str = ""
+    dynamic_dims: str = "any"  # "first": only dim 0 may be dynamic
+    dynamic_reason: str = ""
     batch_one: bool = False
     batch_reason: str = ""
     one_sided: bool = False
@@ -44,7 +44,7 @@ class Backend:
 class Refusal:
     node: str
     op: str  # the TFLite op (``ADD``)
-    rule: str  # op | rank | static | batch | one_sided | shape_operand
+    rule: str  # op | rank | dynamic | batch | one_sided | shape_operand
     reason: str  # the backend's words
     graph: str = ""  # the subgraph's name, "" for the main graph
 
@@ -69,7 +69,7 @@ def backend(name: str) -> Backend:
 def refusals(graph: Graph, be: Backend, where: str = "", rules: Optional[Mapping[str, OpRule]] = None) -> List[Refusal]:
     """Each TFLite op of ``graph`` (one TFLite subgraph, named ``where`` in the result)
     that ``be``'s rules refuse: the first rule it breaks, in the table's order (an op
-    the backend never takes, then rank, static shapes, batch, one-sided broadcasting,
+    the backend never takes, then rank, dynamic dims, batch, one-sided broadcasting,
     shape operands)."""
     lookup = RuleLookup(graph, rules if rules is not None else builtin_rules())
     out: List[Refusal] = []
@@ -90,8 +90,8 @@ def _broken(node: Node, be: Backend, lookup: RuleLookup) -> Iterator[tuple]:
     shapes = [v.type.shape for v in values]
     if be.max_rank is not None and any(s is not None and len(s) > be.max_rank for s in shapes):
         yield "rank", be.rank_reason
-    if be.static and any(s is None or not all_static(s) for s in shapes):
-        yield "static", be.static_reason
+    if be.dynamic_dims == "first" and any(s is None or not all_static(s[1:]) for s in shapes):
+        yield "dynamic", be.dynamic_reason
     if be.batch_one and op not in RESHAPE_LIKE and any(s is not None and len(s) == 4 and s[0] != 1 for s in shapes):
         yield "batch", be.batch_reason
     if be.one_sided and len(node.inputs) == 2 and _two_sided(node, lookup):
