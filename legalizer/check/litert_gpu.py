@@ -128,7 +128,9 @@ _REFUSED_HEADER = "Following operations are not supported by GPU delegate:"
 # LiteRT refuses a graph with dynamic shapes as a whole, with this warning (no op named).
 _DYNAMIC = re.compile(r"(Attempting to use a delegate that only supports static-sized tensors[^(]*)")
 DYNAMIC_KEY = "(dynamic shapes)"
-_REFUSED_LINE = re.compile(r"^([A-Z][A-Z0-9_]*): (.+)$")
+# A custom op without a kernel fails the whole compile before any delegate sees it.
+_CUSTOM = re.compile(r"Encountered unresolved custom op: ([^.\s]+)")
+_REFUSED_LINE = re.compile(r"^([A-Z][A-Z0-9_]*):(.*)$")  # (DEQUANTIZE's reason may be empty)
 
 
 def refused_ops(log: str) -> Dict[str, str]:
@@ -141,6 +143,9 @@ def refused_ops(log: str) -> Dict[str, str]:
         m = _DYNAMIC.search(line)
         if m:
             out.setdefault(DYNAMIC_KEY, m.group(1).strip())
+        m = _CUSTOM.search(line)
+        if m:
+            out.setdefault(m.group(1), "Encountered unresolved custom op")
         if _REFUSED_HEADER in line:
             inside = True
             continue

@@ -18,6 +18,8 @@ the same order.
   at the result's shape that way.
 - ``reshape_forms``: ``EXPAND_DIMS``/``SQUEEZE`` become ``RESHAPE`` to a constant shape, and a
   ``RESHAPE`` of a ``RESHAPE`` reads the inner one's operand.
+- ``reshape_constants_before_dequantize``: a ``RESHAPE`` of a dequantized constant becomes
+  the dequantization of a reshaped constant.
 
 TFLite graphs only (the backends read TFLite); other graphs are left as they are.
 """
@@ -290,6 +292,35 @@ def reshape_forms(graph: Graph, ctx: PassContext) -> bool:
                     and inner.output.quant == out.quant and _constant_target(node)):
                 graph.set_input(node, 0, inner.inputs[0])
                 changed = True
+    return changed
+
+
+def reshape_constants_before_dequantize(graph: Graph, ctx: PassContext) -> bool:
+    """``RESHAPE(DEQUANTIZE(c))`` of a constant ``c`` (float16 or per-tensor int8
+    weights) becomes ``DEQUANTIZE(c reshaped at compile time)``: the GPU delegate takes a
+    dequantized constant as a constant (a PRELU's alpha, a MUL's scale), never a RESHAPE of
+    one ("Expected 1 runtime input tensor(s), but node has 0")."""
+    if not _tflite(graph):
+        return False
+    changed = False
+    for node in graph.ops():
+        if node.op != "tflite.RESHAPE" or not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
+            continue
+        deq = node.inputs[0].producer
+        if deq is None or deq.kind != OP or deq.op != "tflite.DEQUANTIZE" or not deq.inputs or deq.inputs[0] is None:
+            continue
+        c = deq.inputs[0]
+        array = constant_array(c)
+        if array is None or (c.quant is not None and c.quant.per_axis):
+            continue
+        out = node.outputs[0]
+        shaped = add_const(graph, f"{c.name}_r{len(out.type.shape)}", array.reshape(out.type.shape), c.quant)
+        new = graph.add_op("DEQUANTIZE", [shaped], [out.type], domain="tflite", attrs=dict(deq.attrs),
+                           output_names=[f"{out.name}_dq"]).output
+        new.quant = out.quant
+        graph.replace_all_uses_with(out, new)
+        ctx.stats["constants_folded"] += 1
+        changed = True
     return changed
 
 
