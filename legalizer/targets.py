@@ -34,8 +34,8 @@ TARGETS: Dict[str, Target] = {
     # Backends that take TFLite: operands of equal rank (the GPU delegate aligns a
     # lower-rank operand from the left, LiteRT #8980), every tensor at rank <= 4.
     "litert-gpu": Target("litert-gpu", "tosa", LITERT_GPU_PIPELINE, NUMPY_OPSET, (), 4, "litert-gpu"),
-    "ethos-u": Target("ethos-u", "tosa", ETHOS_U_PIPELINE, NUMPY_OPSET, (), 0, "ethos-u"),
-    "ethos-u55": Target("ethos-u55", "tosa", ETHOS_U55_PIPELINE, NUMPY_OPSET, (), 0, "ethos-u55"),
+    "ethos-u": Target("ethos-u", "tosa", ETHOS_U_PIPELINE, NUMPY_OPSET, (), 4, "ethos-u"),
+    "ethos-u55": Target("ethos-u55", "tosa", ETHOS_U55_PIPELINE, NUMPY_OPSET, (), 4, "ethos-u55"),
 }
 # ``--emit`` format -> the target whose legal form it is written in.
 TARGET_OF_DIALECT = {d: t.name for t in TARGETS.values() for d in t.dialects}
