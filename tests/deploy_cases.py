@@ -212,10 +212,24 @@ def batch2_add(dtype):
     return m.build(m.binary("ADD", a, b, [2, 4, 8, 8], "y"))
 
 
+def const_matrix_mul(dtype):
+    """A rank-2 constant with more than one row: LiteRT 2.3.0's GPU accelerator computes
+    it wrongly below rank 4, without a word."""
+    m = _Model(dtype)
+    x = m.input("x", [2, 8])
+    return m.build(m.binary("MUL", x, m.const("w", [2, 8], seed=3), [2, 8], "y"))
+
+
+def const_rows_add(dtype):
+    m = _Model(dtype)
+    x = m.input("x", [3, 4, 8])
+    return m.build(m.binary("ADD", x, m.const("c", [3, 1, 8], seed=4), [3, 4, 8], "y"))
+
+
 CASES: Dict[str, Callable] = {f.__name__: f for f in (
     gqa_repeat_kv, mask_5d, mask_5d_broadcast_to, expand_dims_mul, squeeze_add, mixed_rank_3_4, mixed_rank_1_4,
     mixed_rank_2_4, mixed_rank_2_3, mixed_rank_3_4_two_sided, broadcast_to_add, broadcast_to_output, rank5_chain,
-    rank5_broadcast_mul, two_sided_broadcast, two_sided_broadcast_const, batch2_add)}
+    rank5_broadcast_mul, two_sided_broadcast, two_sided_broadcast_const, batch2_add, const_matrix_mul, const_rows_add)}
 
 
 def feeds(shapes: Dict[str, Tuple[int, ...]], dtype: str, seed: int = 0) -> Dict[str, np.ndarray]:

@@ -139,6 +139,23 @@ def gpu():
         pytest.skip(why)
 
 
+# Compiled whole by the GPU before, and computed wrongly there (constants below rank 4).
+WRONG_BEFORE = ("const_matrix_mul", "const_rows_add")
+
+
+@pytest.mark.parametrize("name", WRONG_BEFORE)
+def test_constants_below_rank_4_are_wrong_on_the_gpu_until_made_rank_4(gpu, tmp_path, name):
+    src, out, shapes, _ = _legalize(tmp_path, name)
+    inputs = feeds(shapes, "float32")
+    reference = run_tflite(str(src), inputs)
+    before = litert_gpu.gpu_compile(str(src), inputs)
+    assert before.ok
+    assert float(np.abs(before.outputs["y"] - reference["y"]).max()) > 0.1
+    const, = [v for n in load_tflite(out).graph.ops() if n.op_type in ("ADD", "MUL")
+              for v in n.inputs if v.producer.kind == "const"]
+    assert len(const.type.shape) == 4  # (the legal form's GPU result is compared in the test below)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_gpu_takes_the_whole_legal_graph_and_matches_the_cpu(gpu, tmp_path, name):
     src, out, shapes, _ = _legalize(tmp_path, name)
@@ -204,3 +221,29 @@ def test_the_gpu_takes_the_statically_shaped_model(gpu, tmp_path):
     after = litert_gpu.gpu_compile(str(out), {"x": x})
     assert after.ok, after.message
     np.testing.assert_allclose(after.outputs["y"], run_tflite(str(src), {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+def test_pruned_weights_are_densified_at_compile_time(tmp_path):
+    """DENSIFY of a sparse constant (MediaPipe's pose and full-range face detectors): the
+    dense constant, as LiteRT's kernel makes it; the check compares on LiteRT."""
+    import tflite_build as tb  # noqa: PLC0415
+    src = tmp_path / "sparse.tflite"
+    src.write_bytes(tb.sparse_model())
+    out = tmp_path / "sparse.legal.tflite"
+    res = run(src, RunOptions(target="litert-gpu", output=out))
+    rep = res.report.to_json()
+    assert res.exit_code == 0 and rep["check"]["ok"], rep
+    assert [r["op"] for r in rep["target_rules"]["before"]] == ["DENSIFY"]  # (w is read sparse by FULLY_CONNECTED)
+    assert rep["target_rules"]["after"] == []
+    graph = load_tflite(out).graph
+    assert "DENSIFY" not in {n.op_type for n in graph.ops()}
+    np.testing.assert_array_equal(
+        [n for n in graph.ops() if n.op_type == "FULLY_CONNECTED"][0].inputs[1].producer.data.array, tb.SPARSE_W)
+    ok, _ = litert_gpu.gpu_available()
+    if ok:
+        assert litert_gpu.gpu_compile(str(src)).refused == {"DENSIFY": "Operation is not supported."}
+        feeds = {"x": np.ones((2, 4), np.float32), "x2": np.arange(8, dtype=np.float32)}
+        after = litert_gpu.gpu_compile(str(out), feeds)
+        assert after.ok, after.message
+        for key, want in run_tflite(str(src), feeds).items():
+            np.testing.assert_allclose(after.outputs[key], want, rtol=1e-5, atol=1e-5)

@@ -19,7 +19,8 @@ the same order.
 - ``reshape_forms``: ``EXPAND_DIMS``/``SQUEEZE`` become ``RESHAPE`` to a constant shape, and a
   ``RESHAPE`` of a ``RESHAPE`` reads the inner one's operand.
 - ``reshape_constants_before_dequantize``: a ``RESHAPE`` of a dequantized constant becomes
-  the dequantization of a reshaped constant.
+  the dequantization of a reshaped constant; ``densify_constants``: a ``DENSIFY`` of a
+  sparse constant, the dense constant.
 
 TFLite graphs only (the backends read TFLite); other graphs are left as they are.
 """
@@ -30,8 +31,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..ir.graph import OP, Graph, Node, Value
+from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import all_static
+from ..tflite_schema import FbTable
 from ..oprules import RuleLookup
 from .base import PassContext
 from .frontend_ops import ops_for
@@ -167,6 +169,49 @@ def fold_for_npu(graph: Graph, ctx: PassContext) -> bool:
                          for v in node.inputs)
         if batched or broadcasts:
             changed |= folder.fold(folder.region(node, seen))
+    return changed
+
+
+def elementwise_at_rank4(graph: Graph, ctx: PassContext) -> bool:
+    """A broadcasting op below rank 4 with a constant operand that has more than one row
+    runs at rank 4 (1s in front; the constant reshaped at compile time, a runtime operand
+    and the result by RESHAPE): LiteRT 2.3.0's GPU accelerator reads a constant of rank
+    < 4 with a leading dim over 1 wrongly ([2,8] + const [2,8] is off by whole elements;
+    at [1,1,2,8] it is exact), as the classic delegate aligns runtime operands from the
+    left (LiteRT #8980)."""
+    if not _tflite(graph):
+        return False
+    ops = ops_for(graph)
+    lookup = RuleLookup(graph, ctx.rules)
+    changed = False
+    for node in graph.ops():
+        if node.graph is not graph or len(node.outputs) != 1 or not _numpy_binary(lookup, node):
+            continue
+        out = node.outputs[0]
+        if not _static(out) or len(out.type.shape) >= 4 or not all(_static(v) for v in node.inputs):
+            continue
+        if not any(constant_array(v) is not None and len(v.type.shape) < 4 and any(d > 1 for d in v.type.shape[:-1])
+                   for v in node.inputs):
+            continue
+        for i, v in enumerate(node.inputs):
+            shape4 = (1,) * (4 - len(v.type.shape)) + tuple(v.type.shape)
+            array = constant_array(v)
+            if array is not None:
+                new = add_const(graph, f"{v.name}_r4", array.reshape(shape4), v.quant)
+                ctx.stats["constants_folded"] += 1
+            else:
+                new = _reshaped(graph, ops, v, shape4, f"{v.name}_r4")
+            graph.set_input(node, i, new)
+        result = out.type
+        out.type = result.with_shape((1,) * (4 - len(result.shape)) + tuple(result.shape))
+        out.info = None
+        back = ops.reshape(graph, out, list(result.shape), result, f"{out.name}_r{len(result.shape)}")
+        back.quant = out.quant
+        graph.replace_all_uses_with(out, back)
+        ctx.stats["reshapes_inserted"] += 1
+        changed = True
+    if changed:
+        reshape_forms(graph, ctx)
     return changed
 
 
@@ -312,7 +357,13 @@ def reshape_forms(graph: Graph, ctx: PassContext) -> bool:
             ctx.stats["reshapes_made_explicit"] += 1
             changed = True
         elif node.op == "tflite.RESHAPE" and node.inputs and node.inputs[0] is not None:
-            inner = node.inputs[0].producer
+            src = node.inputs[0]
+            if (_static(src) and _static(out) and tuple(src.type.shape) == tuple(out.type.shape)
+                    and src.quant == out.quant and not any(u.kind != OP for u, _ in graph.users(out))):
+                graph.replace_all_uses_with(out, src)  # a reshape to its operand's own shape
+                changed = True
+                continue
+            inner = src.producer
             if (inner is not None and inner.kind == OP and inner.op in ("tflite.RESHAPE",) + RESHAPE_LIKE
                     and inner.inputs and inner.inputs[0] is not None and inner.inputs[0].quant == out.quant
                     and inner.output.quant == out.quant and _constant_target(node)):
@@ -345,6 +396,38 @@ def reshape_constants_before_dequantize(graph: Graph, ctx: PassContext) -> bool:
                            output_names=[f"{out.name}_dq"]).output
         new.quant = out.quant
         graph.replace_all_uses_with(out, new)
+        ctx.stats["constants_folded"] += 1
+        changed = True
+    return changed
+
+
+def densify_constants(graph: Graph, ctx: PassContext) -> bool:
+    """Sparse constants (pruned weights) made dense at compile time, as LiteRT's DENSIFY
+    makes them at run time: a ``DENSIFY`` of one becomes the dense constant (the GPU
+    delegate has no DENSIFY, and takes the ``DEQUANTIZE`` of a constant after it as a
+    weight), and one an op reads itself is read dense (LiteRT 2.3.0's GPU accelerator takes
+    a FULLY_CONNECTED's sparse weights as they are stored, and computes wrong results)."""
+    if not _tflite(graph):
+        return False
+    changed = False
+    for node in graph.ops():
+        if node.op != "tflite.DENSIFY" or not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
+            continue
+        prod = node.inputs[0].producer
+        if prod is None or prod.kind != CONST or prod.data is None:
+            continue
+        out = node.outputs[0]
+        dense = np.asarray(prod.data.array).reshape(out.type.shape)
+        graph.replace_all_uses_with(out, add_const(graph, f"{out.name}_dense", dense, out.quant))
+        ctx.stats["constants_folded"] += 1
+        changed = True
+    for node in graph.constants():
+        v = node.outputs[0]
+        sparse = isinstance(v.info, FbTable) and v.info.get("sparsity") is not None
+        if not sparse or not graph.has_uses(node) or not _static(v):
+            continue
+        dense = np.asarray(node.data.array).reshape(v.type.shape)
+        graph.replace_all_uses_with(v, add_const(graph, f"{v.name}_dense", dense, v.quant))
         ctx.stats["constants_folded"] += 1
         changed = True
     return changed
