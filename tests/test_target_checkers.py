@@ -112,3 +112,20 @@ def test_refused_ops_parses_the_delegate_block():
            "1 operations will run on the GPU, and the remaining 2 operations will run on the CPU.\n")
     assert litert_gpu.refused_ops(log) == {"BROADCAST_TO": "Operation is not supported.",
                                            "EXPAND_DIMS": "Operation is not supported."}
+
+
+def test_gpu_feeds_and_returns_by_tensor_name_under_a_signature(gpu):
+    """A converter's model: its signature names its tensors otherwise (``keras_tensor`` for
+    ``serving_default_keras_tensor:0``); inputs and outputs go by tensor name, as
+    LiteRT's interpreter names them."""
+    data = build_tflite(tensors=[tensor("a", "float32", [1, 8]), tensor("b", "float32", [1, 8]),
+                                 tensor("y", "float32", [1, 8])],
+                        operators=[op("MUL", [0, 1], [2], "MulOptions", fused_activation_function=0)],
+                        inputs=[0, 1], outputs=[2],
+                        signatures=[{"key": "serving_default", "subgraph": 0, "inputs": {"in_a": 0, "in_b": 1},
+                                     "outputs": {"out": 2}}])
+    a, b = np.arange(8, dtype=np.float32).reshape(1, 8), np.full((1, 8), 2, np.float32)
+    r = litert_gpu.gpu_compile(data, {"a": a, "b": b})
+    assert r.ok, r.message
+    assert list(r.outputs) == ["y"]
+    np.testing.assert_array_equal(r.outputs["y"], a * b)

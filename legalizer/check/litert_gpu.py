@@ -59,18 +59,20 @@ if feeds is not None:
     sig = list(m.get_signature_list())[0]
     ins = m.get_signature_list()[sig]["inputs"]
     outs = m.get_signature_list()[sig]["outputs"]
+    in_details = m.get_input_tensor_details(sig)
+    details = m.get_output_tensor_details(sig)
     in_bufs = {n: m.create_input_buffer_by_name(sig, n) for n in ins}
     out_bufs = {n: m.create_output_buffer_by_name(sig, n) for n in outs}
-    for n in ins:
-        in_bufs[n].write(np.ascontiguousarray(feeds[n]))
+    for n in ins:  # fed by tensor name (as LiteRT's interpreter names them), else by signature name
+        value = feeds.get(in_details[n]["name"], feeds.get(n))
+        in_bufs[n].write(np.ascontiguousarray(value))
     m.run_by_name(sig, in_bufs, out_bufs)
-    details = m.get_output_tensor_details(sig)
     arrays = {}
     for n in outs:
         d = details[n]
         shape = [int(s) for s in d["shape"]]
         dtype = np.dtype(d["dtype"])
-        arrays[n] = out_bufs[n].read(int(np.prod(shape)), dtype).reshape(shape)
+        arrays[d["name"]] = out_bufs[n].read(int(np.prod(shape)), dtype).reshape(shape)
     np.savez(os.path.join(work, "outputs.npz"), **arrays)
     result["outputs"] = sorted(arrays)
 with open(os.path.join(work, "result.json"), "w") as f:
@@ -161,7 +163,8 @@ def refused_ops(log: str) -> Dict[str, str]:
 def gpu_compile(model, inputs: Optional[Mapping[str, np.ndarray]] = None, *,
                 timeout: float = TIMEOUT_S) -> GpuResult:
     """Compile ``model`` (a path or bytes) for the GPU alone; with ``inputs`` ({input
-    tensor name: array}), run it and return its outputs by name."""
+    tensor name (or signature input name): array}), run it and return its outputs by
+    tensor name, as ``check.litert.run_tflite`` names them."""
     with tempfile.TemporaryDirectory(prefix="legalize-gpu-") as work:
         if isinstance(model, (bytes, bytearray)):
             path = os.path.join(work, "model.tflite")
@@ -195,7 +198,7 @@ def gpu_compile(model, inputs: Optional[Mapping[str, np.ndarray]] = None, *,
 
 def _last_error(log: str) -> str:
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith(("ERROR", "LEGALIZE-COMPILE-FAILED", "RuntimeError"))]
+    errors = [ln for ln in lines if ln.startswith(("ERROR", "LEGALIZE-COMPILE-FAILED")) or re.match(r"^\w+Error: ", ln)]
     text = (errors or lines or ["no output"])[-1]
     return text if len(text) <= 400 else text[:397] + "..."
 
