@@ -184,7 +184,8 @@ def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False
     return verify_model(load(model), profile, assume_dynamic_not_one, **kwargs)
 
 
-def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_one: bool):
+def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_one: bool,
+                    level: Optional[str] = None):
     """Verify, legalize, verify: the pipeline's stages, in memory; NotLegal when the
     input or the output is not legal."""
     from .pipeline import verify_model
@@ -195,27 +196,30 @@ def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_o
     if bad:
         raise NotLegal(f"the input violates the Broadcastable trait ({len(bad)} violation"
                        f"{'s' if len(bad) != 1 else ''}; first: {bad[0]})", bad)
-    done = legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)
+    done = legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one, level=level)
     bad = verify_model(model, target_named(target).profile, stage="output").violations
     if bad:
-        raise NotLegal(f"the legalized model violates the '{target}' profile (a legalize bug: please report it):"
+        from .report import output_cause
+
+        raise NotLegal(f"the legalized model violates the '{target}' profile"
+                       f" ({output_cause([d.to_json() for d in bad])}):"
                        f" {bad[0]}", bad)
     return done
 
 
 def legalize_proto(proto: onnx.ModelProto, target: str = "tosa", *, debug: bool = False,
-                   assume_dynamic_not_one: bool = False) -> Tuple[onnx.ModelProto, Any]:
+                   assume_dynamic_not_one: bool = False, level: Optional[str] = None) -> Tuple[onnx.ModelProto, Any]:
     """``proto`` legalized: a new ModelProto and the ``LegalizeResult`` (stats,
     warnings). ``proto`` itself is not modified."""
     from .importers.onnx import import_model
 
     model = import_model(proto, None)
-    done = _legalize_model(model, target, debug, assume_dynamic_not_one)
+    done = _legalize_model(model, target, debug, assume_dynamic_not_one, level)
     return to_onnx(model), done
 
 
 def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic_not_one: bool = False,
-             output=None, force: bool = False, check: bool = True, **options):
+             output=None, force: bool = False, check: bool = True, level: Optional[str] = None, **options):
     """Rewrite ``model`` into ``target``'s legal form (``tosa``: equal ranks,
     broadcasting only through size-1 dims; ``xla``: every broadcast explicit) and give
     back the same kind of model:
@@ -237,19 +241,24 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
     The ModelProto, ``onnx_ir.Model`` and path forms raise ``NotLegal`` (exit code 1)
     when the input violates the Broadcastable trait or the check finds different
     outputs (nothing is written then); every form raises ``LegalizeError`` for bad
-    input or usage. ``assume_dynamic_not_one`` is the strict symbolic mode."""
+    input or usage. ``assume_dynamic_not_one`` is the strict symbolic mode; ``level``
+    the target's level (``tosa``: ``8k``, the default, whose MAX_RANK 6 rank folding
+    keeps elementwise regions within, or ``none``)."""
     kind = _kind(model)
     if kind == "model":
         from .transform import legalize as legalize_ir
 
-        return legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)
+        return legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one, level=level)
     if kind == "proto":
-        return legalize_proto(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one)[0]
+        return legalize_proto(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one,
+                              level=level)[0]
     if kind == "ir":
         new, _ = legalize_proto(_ir_to_proto(model), target, debug=debug,
-                                assume_dynamic_not_one=assume_dynamic_not_one)
+                                assume_dynamic_not_one=assume_dynamic_not_one, level=level)
         return _proto_to_ir(new)
     if kind == "path":
+        if level is not None:
+            options["level"] = level
         return _legalize_file(Path(model), target, assume_dynamic_not_one, output, force, check, options)
     raise TypeError(f"legalize takes a model or a path, not a {kind}; load it first (legalizer.load)")
 

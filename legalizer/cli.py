@@ -215,9 +215,13 @@ def legalize(
     executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Where several models run: local"
                                  " processes, or Ray tasks on the cluster that RAY_ADDRESS names (else a local Ray"
                                  " instance; the ray extra). Makes even one MODEL a batch."),
-    target: str = typer.Option("tosa", "--target", metavar="tosa|xla|litert-gpu|ethos-u", help="Legal form: tosa (equal ranks,"
-                               " size-1 broadcasts), xla (every broadcast explicit: Unsqueeze + Expand), or a TFLite"
-                               " backend's: litert-gpu (LiteRT's GPU delegate), ethos-u (Arm Vela)."),
+    target: str = typer.Option("tosa", "--target", metavar="tosa|xla|litert-gpu|ethos-u|ethos-u55", help="Legal form:"
+                               " tosa (equal ranks, size-1 broadcasts), xla (every broadcast explicit: Unsqueeze +"
+                               " Expand), or a TFLite backend's: litert-gpu (LiteRT's GPU delegate), ethos-u (Arm Vela,"
+                               " Ethos-U85), ethos-u55 (Vela's legacy core, U55/U65)."),
+    tosa_level: Optional[str] = typer.Option(None, "--tosa-level", metavar="8k|none", help="TOSA level the tosa form"
+                                             " and its TOSA MLIR keep within (default 8k, as the spec: rank <= 6;"
+                                             " none: no limit).", show_default=False),
     profile: Optional[str] = typer.Option(None, "--profile", metavar="mlir|strict|tosa|xla", help="Verifier profile for the input: mlir (default), "
                                           "strict, tosa (default for TOSA MLIR) or xla.", show_default=False),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
@@ -282,6 +286,10 @@ def legalize(
         raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{profile}'")
     if target not in TARGETS:
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{target}'")
+    if tosa_level is not None:
+        TARGETS["tosa"].level(tosa_level)  # UsageError naming the levels
+        if target != "tosa":
+            raise UsageError(f"--tosa-level applies to --target tosa, not --target {target}")
     if provider not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--provider must be auto, cpu or cuda, not '{provider}'")
     if executor not in EXECUTORS:
@@ -291,7 +299,8 @@ def legalize(
         if reduce is not None:
             raise UsageError("--reduce writes one model's subgraph: give one MODEL")
         raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
-                                RunOptions(target=target, profile=profile, verify_only=verify_only, force=force,
+                                RunOptions(target=target, level=tosa_level, profile=profile, verify_only=verify_only,
+                                           force=force,
                                            check=do_check, provider=provider, dims=_parse_dims(dim),
                                            inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
                                            rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
@@ -306,7 +315,8 @@ def legalize(
         raise UsageError("--verify-only writes no model: leave out OUTPUT and -o")
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
-    options = RunOptions(target=target, profile=profile, verify_only=verify_only, force=force, check=do_check,
+    options = RunOptions(target=target, level=tosa_level, profile=profile, verify_only=verify_only, force=force,
+                         check=do_check,
                          provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,

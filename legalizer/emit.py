@@ -54,7 +54,7 @@ def onnx_form(model: Model, purpose: str = "write it as ONNX"):
         raise BadInput(f"{where}cannot {purpose}: {e}") from None
 
 
-def _as_onnx_ir(model: Model, target: str) -> Model:
+def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None) -> Model:
     """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form,
     legalized again (the translation has broadcasts of its own: a fused bias, a mod's
     sign test)."""
@@ -65,11 +65,11 @@ def _as_onnx_ir(model: Model, target: str) -> Model:
 
     dialect = {"xla": "StableHLO", "tosa": "TOSA"}[target]
     onnx_ir = import_model(onnx_form(model, f"emit {dialect} (made from its ONNX form)"))
-    legalize(onnx_ir, target)
+    legalize(onnx_ir, target, level=level)
     return onnx_ir
 
 
-def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
+def _emitters(level: Optional[str] = None) -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
     def stablehlo(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.stablehlo import emit_stablehlo
 
@@ -80,7 +80,7 @@ def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]
     def tosa(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.tosa import emit_tosa
 
-        return emit_tosa(_as_onnx_ir(m, TARGET_OF_DIALECT["tosa"]), dims=dims or None)
+        return emit_tosa(_as_onnx_ir(m, TARGET_OF_DIALECT["tosa"], level), dims=dims or None)
 
     def stablehlo_bytecode(m: Model, dims: Dict[str, int]) -> bytes:
         from .exporters.stablehlo import portable_artifact
@@ -90,21 +90,56 @@ def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]
     return {"stablehlo": stablehlo, "stablehlo-bytecode": stablehlo_bytecode, "tosa": tosa}
 
 
-def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None) -> Dict[str, Union[str, bytes]]:
+def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None,
+                level: Optional[str] = None) -> Dict[str, Union[str, bytes]]:
     """The MLIR text (bytes for bytecode) of each MLIR format asked for (BadInput if an op
     cannot be emitted). ``dims`` binds symbolic dims where the dialect needs static shapes
-    (TOSA convs)."""
-    emitters = _emitters()
+    (TOSA convs); ``level``, the TOSA level a TFLite model's ONNX form is folded within."""
+    emitters = _emitters(level)
     return {f: emitters[f](model, dict(dims or {})) for f in formats if f in emitters}
 
 
-def render(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None) -> Dict[str, object]:
+def render(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None,
+           level: Optional[str] = None) -> Dict[str, object]:
     """Every format asked for but the model's own: the MLIR texts, and a TFLite model's
     ONNX form (a ModelProto), all made before anything is written."""
-    made: Dict[str, object] = dict(render_mlir(model, formats, dims))
+    made: Dict[str, object] = dict(render_mlir(model, formats, dims, level))
     if "onnx" in formats and model.format != "onnx":
         made["onnx"] = onnx_form(model)
     return made
+
+
+def level_diagnostics(model: Model, made: Dict[str, object], target: str, level: Optional[str] = None):
+    """The ``VerifyResult`` of the level check: each tensor of an MLIR text of ``made``
+    over the limits of ``target``'s level (TOSA's ``8k`` by default) - a graph input or
+    output by its name, another by its op and SSA name - worded as tosa-opt's
+    ``failed level check``. Empty when the target has no levels or no text was made."""
+    from .exporters.tosa_level import level_violations
+    from .targets import target as target_named
+    from .verify import Diagnostic, VerifyResult
+
+    out = VerifyResult()
+    spec = target_named(target)
+    lv = spec.level(level)
+    if lv is None:
+        return out
+    # emit_tosa names the arguments %arg0.. in the order of the inputs that are not initializers
+    names = {f"%arg{i}": n.outputs[0].name for i, n in enumerate(n for n in model.graph.inputs if n.data is None)}
+    for fmt, text in made.items():
+        if fmt not in spec.dialects or not isinstance(text, str):
+            continue
+        for v in level_violations(text, lv):
+            if v.op == "func.func":
+                what, node = "graph input", names.get(v.tensor, v.tensor)
+            elif v.op == "return":
+                what, node = "graph output", v.tensor.lstrip("%")
+            else:
+                what, node = f"'{v.op}' value", v.tensor.lstrip("%")
+            bound = f"2**{v.bound}" if v.limit == "MAX_LOG2_SIZE" else str(v.bound)
+            msg = (f"failed level check: {what} '{node}' ({v.type}) has {v.detail}, over {v.limit} = {bound}"
+                   f" of TOSA level {lv.title}")
+            out.violations.append(Diagnostic("tosa-level", node, v.op, msg, [], None, stage="output"))
+    return out
 
 
 def check_paths(paths: Dict[str, Path], *, force: bool, protect: Optional[Path]) -> None:

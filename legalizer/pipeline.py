@@ -43,6 +43,7 @@ StageCallback = Callable[[str, Dict[str, int]], None]
 @dataclass
 class RunOptions:
     target: str = "tosa"
+    level: Optional[str] = None  # the target's level (TOSA: 8k, the default, or none)
     profile: Optional[str] = None  # default: mlir; tosa for a TOSA MLIR input
     verify_only: bool = False
     output: Optional[Path] = None  # default: <stem>.legal.<ext> beside the input
@@ -149,20 +150,6 @@ def _specialize(path: Path, model: Model, options: RunOptions, dims: Dict[str, i
     if done.bound:
         report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
                                + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")
-
-
-def _backend_refusals(model: Model, target: str):
-    """(the target's backend, the ops its rules refuse in ``model`` now), or None for a
-    target without a backend (``verify.backend_rules``)."""
-    name = TARGETS[target].backend
-    if name is None:
-        return None
-    from .verify.backend_rules import backend, refusals
-
-    be = backend(name)
-    if model.format != "tflite":
-        return be, []  # (an ONNX model gets the target's passes; the backend reads its TFLite conversion)
-    return be, [r for i, g in enumerate(model.graphs) for r in refusals(g, be, "" if i == 0 else g.name)]
 
 
 def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = False,
@@ -414,16 +401,21 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     paths = emit.emit_paths(output, formats, model.format)
     emit.check_paths(paths, force=options.force, protect=path)
     res.ops_before = _op_counts(model)
-    rules_before = _backend_refusals(model, options.target)
-    _specialize(path, model, options, dims, report)
+    spec = TARGETS[options.target]
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
+        refused_before = spec.refused(model.graphs, options.level)
+        _specialize(path, model, options, dims, report)
         before = None
         if options.regions:
             from .regions import snapshot
 
             before = snapshot(model)
-        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one)
+        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one,
+                        level=options.level)
+        report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
+                               "refused_before": refused_before,
+                               "refused_after": spec.refused(model.graphs, options.level)}
         if before is not None:
             from .regions import PICTURE_LIMIT
 
@@ -433,12 +425,10 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
         if key in done.stats:
             report.stats[key] = int(done.stats[key])
     res.ops_after = _op_counts(model)
-    if rules_before is not None:
-        be, before = rules_before
-        after = _backend_refusals(model, options.target)[1]
-        report.target_rules = {"backend": be.name, "tool": be.tool, "before": [r.to_json() for r in before],
-                               "after": [r.to_json() for r in after]}
-        report.warnings.extend(r.line(be.tool) for r in after)
+    if spec.backend is not None:  # each op the backend still refuses, in its words
+        tool = report.target_rules["profile"]["backend"]
+        report.warnings.extend(f"node '{r['node']}' ({r['op']}): {tool} refuses it: {'; '.join(r['reasons'])}"
+                               for r in report.target_rules["refused_after"])
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
     res.output_verification = out_result
@@ -494,7 +484,14 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
             report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
 
     with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
-        made = emit.render(model, formats, dims)  # before anything is written
+        made = emit.render(model, formats, dims, level=options.level)  # before anything is written
+        over = emit.level_diagnostics(model, made, options.target, options.level)
+    if over.violations:  # an out-of-level module is never written
+        res.output_verification = over
+        report.add_verification(over, "output")
+        report.stats["nodes_out"] = out_result.nodes
+        res.exit_code = EXIT_VIOLATIONS
+        return res
     t0 = time.perf_counter()
     if on_stage is not None:
         on_stage("save", {"nodes": _nodes(model)})

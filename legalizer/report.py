@@ -54,7 +54,8 @@ class Report:
     timings_s: Dict[str, float] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     reduced: Optional[dict] = None  # --reduce: what the smallest failing subgraph is, and where (an addition)
-    # A deployment target: the ops its backend's rules refuse before and after (an addition).
+    # The target's profile and the ops its rules refuse before and after, with reasons
+    # (an addition: legalizing runs only).
     target_rules: Optional[dict] = None
 
     def add_verification(self, result: VerifyResult, stage: str) -> None:
@@ -81,10 +82,10 @@ class Report:
             "check": self.check, "timings_s": {k: round(float(v), 6) for k, v in self.timings_s.items()},
             "warnings": list(self.warnings),
         }
-        if self.reduced is not None:
-            out["reduced"] = self.reduced
         if self.target_rules is not None:
             out["target_rules"] = self.target_rules
+        if self.reduced is not None:
+            out["reduced"] = self.reduced
         return out
 
     def dumps(self) -> str:
@@ -92,6 +93,19 @@ class Report:
 
     def write(self, path: Path, protect: Optional[Path] = None) -> None:
         write_json(path, self.to_json(), protect)
+
+
+def output_cause(violations) -> str:
+    """Why a legalized model is not proved legal: operands whose rank is unknown (it
+    depends on values at run time, or no inference knows their producer), or a legalize
+    bug."""
+    out = [v for v in violations if v.get("stage", "output") == "output"]
+    if out and all(v.get("code") == "unranked-operand" for v in out):
+        nodes = sorted({v.get("node") for v in out})
+        named = ", ".join(f"'{x}'" for x in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+        return (f"unprovable: an operand of {named} has a rank no shape inference fixes (it depends on values"
+                " at run time, or comes from an op no inference knows)")
+    return "a legalize bug: please report it"
 
 
 def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
@@ -116,9 +130,14 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
             return "warn", f"legal under '{rep.get('profile')}' (not compared: {chk.get('error')})"
         return ("ok" if chk.get("ok") else "bad"), \
             f"legal under '{rep.get('profile')}', results {'match' if chk.get('ok') else 'DIFFER'} ({chk.get('provider')})"
+    levels = [v for v in rep.get("violations", []) if v.get("code") == "tosa-level"]
+    if levels:
+        n_t = len(levels)
+        return "bad", (f"the TOSA module is over its level: {n_t} tensor{'s' if n_t != 1 else ''} over the limits"
+                       " (named above); nothing written")
     if stages["output"]:
         return "bad", (f"the legalized model has {n(stages['output'])} under '{rep.get('target')}'"
-                       " (a legalize bug: please report it); nothing written")
+                       f" ({output_cause(rep.get('violations', []))}); nothing written")
     if chk.get("ran") and not chk.get("ok"):
         return "bad", f"the legalized model computes different outputs{failed_where}; nothing written"
     written = list((rep.get("outputs") or {}).values()) or ([rep["output"]] if rep.get("output") else [])

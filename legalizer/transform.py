@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Optional
 
 import onnx
 
@@ -21,12 +22,14 @@ class LegalizeResult:
 
 
 def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
-             assume_dynamic_not_one: bool = False) -> LegalizeResult:
+             assume_dynamic_not_one: bool = False, level: Optional[str] = None) -> LegalizeResult:
     """Rewrite ``model`` in place into ``target``'s legal form; return what changed.
     ``assume_dynamic_not_one`` is the strict symbolic mode: no dynamic dim is 1 at run
-    time, so no runtime broadcast computation is emitted for one."""
+    time, so no runtime broadcast computation is emitted for one. ``level`` names the
+    target's level (TOSA's ``8k``, its default, or ``none``), whose rank limit rank
+    folding keeps elementwise regions within."""
     spec = target_named(target)
-    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.max_rank)
+    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level))
     check = _verify_after_pass if debug else None
     if model.constraints is None and model.format == "onnx":  # the pipeline records its own
         from .verify import verify

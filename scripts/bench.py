@@ -617,7 +617,8 @@ def main() -> None:
                     " (default .venv-peers/bin/python)")
     ap.add_argument("--peer-timeout", type=float, default=240.0, help="with --peers: seconds a peer run may take")
     ap.add_argument("--baseline", type=Path, help="with --peers: another checkout of legalize (an older commit)"
-                    " to run beside this one")
+                    " to run beside this one; alone: this tree and that one side by side on the synthetic graphs"
+                    " of --sizes (stage times, best of --repeat, interleaved)")
     ap.add_argument("--json", type=Path, help="where the JSON goes (default .cache/bench/<mode>.json)")
     ap.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                     help="onnxruntime execution provider of the latency runs")
@@ -633,7 +634,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.json is None:
         mode = "targets" if args.targets else "scaling" if args.scaling else "big" if args.big else \
-            "peers" if args.peers else "models"
+            "peers" if args.peers else "baseline" if args.baseline else "models"
         CACHE.mkdir(parents=True, exist_ok=True)
         args.json = CACHE / f"{mode}.json"
         print(f"JSON: {args.json}", file=sys.stderr)
@@ -667,6 +668,13 @@ def main() -> None:
                                              "repeat": args.repeat},
                                             indent=2) + "\n")
         return
+    if args.baseline is not None:
+        rows = against_baseline([int(x) for x in args.sizes.split(",")], args.baseline, args.repeat)
+        print_against_baseline(rows, args.repeat)
+        if args.json:
+            args.json.write_text(json.dumps({"baseline": str(args.baseline), "repeat": args.repeat, "rows": rows},
+                                            indent=2) + "\n")
+        return
     if args.scaling:
         rows = scaling([int(x) for x in args.sizes.split(",")])
         print_scaling(rows)
@@ -694,6 +702,41 @@ def main() -> None:
     print_models(rows, args.repeat)
     if args.json:
         args.json.write_text(json.dumps({"models": rows, "repeat": args.repeat}, indent=2) + "\n")
+
+
+def against_baseline(sizes: list, baseline: Path, repeat: int) -> list:
+    """legalize --no-check of this tree and of ``baseline`` on the synthetic graphs, in
+    fresh processes, interleaved (drift hits both alike); per tree the best of ``repeat``
+    total and per-stage times."""
+    rows = []
+    for n in sizes:
+        path = synthetic_model(n)
+        runs = {"this": [], "baseline": []}
+        for _ in range(repeat):
+            for name, root in (("baseline", baseline), ("this", ROOT)):
+                runs[name].append(measure("legalize", path, root=root))
+        row = {"model": path.name, "nodes": n}
+        for name, got in runs.items():
+            row[name] = {"total_s": min(r["legalize"] for r in got),
+                         "stages_s": {k: min(r["timings"].get(k, 0.0) for r in got) for k in got[0]["timings"]},
+                         "all_total_s": [r["legalize"] for r in got]}
+        row["total this/baseline"] = row["this"]["total_s"] / row["baseline"]["total_s"]
+        row["passes this/baseline"] = row["this"]["stages_s"]["passes"] / row["baseline"]["stages_s"]["passes"]
+        rows.append(row)
+        print(f"{path.name}: total {row['total this/baseline']:.3f}x, passes {row['passes this/baseline']:.3f}x",
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def print_against_baseline(rows: list, repeat: int) -> None:
+    print(f"legalize --no-check, this tree vs --baseline (best of {repeat}, interleaved)")
+    print(f"{'model':<24} {'tree':<9} {'total s':>9} " + " ".join(f"{k + ' s':>10}" for k, _ in STAGES[:4]))
+    for row in rows:
+        for name in ("baseline", "this"):
+            r = row[name]
+            print(f"{row['model']:<24} {name:<9} {r['total_s']:>9.3f} "
+                  + " ".join(f"{r['stages_s'].get(key, 0.0):>10.3f}" for _, key in STAGES[:4]))
+        print(f"{'':<24} {'ratio':<9} {row['total this/baseline']:>9.3f}   (passes {row['passes this/baseline']:.3f})")
 
 
 def _fmt_rate(x) -> str:

@@ -193,3 +193,51 @@ def test_a_result_used_outside_the_region_is_reshaped_back():
     (red,) = ops(m, "ReduceSum")
     assert red.inputs[0].type.shape == (2, 3, 4, 5, 6) and red.inputs[0].producer.op == "Reshape"
     assert ops(m, "Neg")[0].outputs[0].type.shape == (720,)
+
+
+def test_a_tflite_rank5_chain_folds_and_litert_agrees(tmp_path):
+    pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tflite_build as tb
+    from legalizer.check.tflite import check_tflite
+    from legalizer.exporters.tflite import to_tflite
+
+    c = RNG.standard_normal([4, 5, 6]).astype(np.float32)
+    g = RNG.standard_normal([2, 3, 1, 1, 1]).astype(np.float32)
+    data = tb.build_tflite(
+        tensors=[tb.tensor("x", "float32", [2, 3, 4, 5, 6]), tb.tensor("c", "float32", [4, 5, 6], data=c),
+                 tb.tensor("h1", "float32", [2, 3, 4, 5, 6]), tb.tensor("h2", "float32", [2, 3, 4, 5, 6]),
+                 tb.tensor("g", "float32", [2, 3, 1, 1, 1], data=g), tb.tensor("y", "float32", [2, 3, 4, 5, 6])],
+        operators=[tb.op("ADD", [0, 1], [2], "AddOptions", fused_activation_function=0),
+                   tb.op("RELU", [2], [3]),
+                   tb.op("MUL", [3, 4], [5], "MulOptions", fused_activation_function=0)],
+        inputs=[0], outputs=[5])
+    original = tmp_path / "r5.tflite"
+    original.write_bytes(data)
+    m = legalizer.load(original)
+    PassManager([fold_ranks, dead_code_elimination]).run(m.graph, PassContext(max_rank=4))
+    assert legalizer.verify(m.graph, "tosa").violations == []
+    add, mul = [n for n in m.graph.ops() if n.op == "tflite.ADD"][0], [n for n in m.graph.ops() if n.op == "tflite.MUL"][0]
+    assert add.outputs[0].type.shape == (6, 120) and add.inputs[1].type.shape == (1, 120)
+    assert mul.inputs[1].type.shape == (6, 1)
+    assert max_rank(m) == 5  # the graph output keeps its shape, through a RESHAPE back
+    (back,) = [n for n in m.graph.ops() if n.op == "tflite.RESHAPE" and n.outputs[0].type.shape == (2, 3, 4, 5, 6)]
+    legal = tmp_path / "r5.legal.tflite"
+    legal.write_bytes(to_tflite(m))
+    res = check_tflite(original, legal, m, provider="cpu")
+    assert res.ran and res.ok, res.to_json()
+
+
+def test_the_api_folds_within_the_tosa_level_and_none_keeps_the_ranks():
+    shape7 = [2, 3, 1, 4, 5, 1, 6]
+    nodes, inits = reshape_chain(shape7, [helper.make_node("Add", ["h0", "c"], ["h1"], name="add")], [720])
+    inits += [const("c", RNG.standard_normal(shape7).astype(np.float32))]
+    proto = model(nodes, [vi("x", [720])], [vi("y", [720])], inits)
+    ranks = lambda p: {len(v.type.tensor_type.shape.dim) for v in onnx.shape_inference.infer_shapes(p).graph.value_info}  # noqa: E731
+    assert max(ranks(legalizer.legalize(proto, "tosa"))) <= 6
+    assert max(ranks(legalizer.legalize(proto, "tosa", level="none"))) == 7
+    with pytest.raises(legalizer.LegalizeError, match="unknown level '4k' of target 'tosa'"):
+        legalizer.legalize(proto, "tosa", level="4k")

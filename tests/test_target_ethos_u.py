@@ -38,7 +38,7 @@ def _legalize(tmp_path, name, target):
     rep = res.report.to_json()
     assert res.exit_code == 0, rep
     assert rep["check"]["ran"] and rep["check"]["ok"]
-    assert rep["target_rules"]["after"] == [], rep["target_rules"]
+    assert rep["target_rules"]["refused_after"] == [], rep["target_rules"]
     return src, out, rep
 
 
@@ -53,11 +53,11 @@ def test_rules_name_what_the_legacy_core_refuses(tmp_path):
     rules = {}
     for name in ("rank5_chain", "two_sided_broadcast", "batch2_add", "broadcast_to_add"):
         _, _, rep = _legalize(tmp_path, name, "ethos-u55")
-        rules[name] = [(r["node"], r["op"], r["reason"]) for r in rep["target_rules"]["before"]]
-    assert rules["rank5_chain"][2] == ("a5", "ADD", "Input(s) and Output tensors must not be greater than 4D")
-    assert rules["two_sided_broadcast"] == [("y", "ADD", "At least one Input's shape must match the OFM's shape")]
-    assert rules["batch2_add"] == [("y", "ADD", "IFM Tensor batch size must be 1")]
-    assert rules["broadcast_to_add"] == [("ab", "BROADCAST_TO", "CPU only op")]
+        rules[name] = [(r["node"], r["op"], r["reasons"]) for r in rep["target_rules"]["refused_before"]]
+    assert rules["rank5_chain"][2] == ("a5", "tflite.ADD", ["Input(s) and Output tensors must not be greater than 4D"])
+    assert rules["two_sided_broadcast"] == [("y", "tflite.ADD", ["At least one Input's shape must match the OFM's shape"])]
+    assert rules["batch2_add"] == [("y", "tflite.ADD", ["IFM Tensor batch size must be 1"])]
+    assert rules["broadcast_to_add"] == [("ab", "tflite.BROADCAST_TO", ["CPU only op"])]
 
 
 def test_a_region_that_neither_broadcasts_nor_batches_keeps_its_shape(tmp_path):

@@ -43,13 +43,16 @@ REFUSED_BEFORE = {
                             "RESHAPE": "Tensor dimensions must be less than 5. g5"},
 }
 
-# The ops the rules table refuses in each original: (node, op, rule).
+# The ops the rules table refuses in each original: (node, op, the first reason).
+RANK = "Tensor dimensions must be less than 5."
+NO_OP = "Operation is not supported."
 RULES_BEFORE = {
-    "gqa_repeat_kv": [("k5", "RESHAPE", "rank"), ("kb", "BROADCAST_TO", "op"), ("kr", "RESHAPE", "rank")],
-    "mask_5d": [("s5", "RESHAPE", "rank"), ("m5", "RESHAPE", "rank"), ("y5", "ADD", "rank"), ("y", "RESHAPE", "rank")],
-    "expand_dims_mul": [("x3", "EXPAND_DIMS", "op")],
-    "squeeze_add": [("x2", "SQUEEZE", "op")],
-    "broadcast_to_output": [("y", "BROADCAST_TO", "op")],
+    "gqa_repeat_kv": [("k5", "tflite.RESHAPE", RANK), ("kb", "tflite.BROADCAST_TO", NO_OP), ("kr", "tflite.RESHAPE", RANK)],
+    "mask_5d": [("s5", "tflite.RESHAPE", RANK), ("m5", "tflite.RESHAPE", RANK), ("y5", "tflite.ADD", RANK),
+                ("y", "tflite.RESHAPE", RANK)],
+    "expand_dims_mul": [("x3", "tflite.EXPAND_DIMS", NO_OP)],
+    "squeeze_add": [("x2", "tflite.SQUEEZE", NO_OP)],
+    "broadcast_to_output": [("y", "tflite.BROADCAST_TO", NO_OP)],
     "mixed_rank_3_4": [],
 }
 
@@ -70,11 +73,13 @@ def _legalize(tmp_path, name, target="litert-gpu"):
 def test_legalized_for_the_gpu_checks_equal_and_leaves_nothing_refused(tmp_path, name):
     src, out, shapes, rep = _legalize(tmp_path, name)
     assert rep["check"]["ran"] and rep["check"]["ok"]
-    assert rep["target_rules"]["backend"] == "litert-gpu"
-    assert rep["target_rules"]["after"] == []
+    assert rep["target_rules"]["target"] == "litert-gpu"
+    assert rep["target_rules"]["profile"]["backend"] == "LiteRT GPU delegate"
+    assert rep["target_rules"]["refused_after"] == []
     assert not [w for w in rep["warnings"] if "refuses it" in w]
     if name in RULES_BEFORE:
-        assert [(r["node"], r["op"], r["rule"]) for r in rep["target_rules"]["before"]] == RULES_BEFORE[name]
+        assert [(r["node"], r["op"], r["reasons"][0]) for r in rep["target_rules"]["refused_before"]] == \
+            RULES_BEFORE[name]
     # Every tensor of the result is at rank <= 4, and no op the delegate lacks is left.
     model = load_tflite(out)
     for node in model.graph.ops():
@@ -121,10 +126,10 @@ def test_an_op_still_refused_is_named_in_the_output_and_the_report(tmp_path):
     res = run(src, RunOptions(target="litert-gpu", output=tmp_path / "dyn.legal.tflite"))
     assert res.exit_code == 0
     rules = res.report.to_json()["target_rules"]
-    assert [(r["node"], r["op"], r["rule"], r["reason"]) for r in rules["after"]] == [
-        ("s", "SHAPE", "op", "Operation is not supported."),
-        ("r", "RESHAPE", "shape_operand", "Expected 1 runtime input tensor(s), but node has 2 runtime input(s).")]
-    assert "node 's' (SHAPE): LiteRT GPU delegate refuses it: Operation is not supported." in res.report.warnings
+    assert [(r["node"], r["op"], r["reasons"]) for r in rules["refused_after"]] == [
+        ("s", "tflite.SHAPE", ["Operation is not supported."]),
+        ("r", "tflite.RESHAPE", ["Expected 1 runtime input tensor(s), but node has 2 runtime input(s)."])]
+    assert "node 's' (tflite.SHAPE): LiteRT GPU delegate refuses it: Operation is not supported." in res.report.warnings
     ok, _ = litert_gpu.gpu_available()
     if ok:  # the delegate itself says the same of the written model
         assert litert_gpu.gpu_compile(str(tmp_path / "dyn.legal.tflite")).refused == {
@@ -188,9 +193,8 @@ def test_static_shapes_fold_the_shape_arithmetic(tmp_path, options, batch):
     PACK folded into the RESHAPE's constant shape, nothing left that the delegate refuses."""
     _, out, rep = _dynamic(tmp_path, **options)
     assert rep["check"]["ok"]
-    assert [(r["op"], r["rule"]) for r in rep["target_rules"]["before"]] == [("SHAPE", "op"),
-                                                                               ("RESHAPE", "shape_operand")]
-    assert rep["target_rules"]["after"] == []
+    assert [r["op"] for r in rep["target_rules"]["refused_before"]] == ["tflite.SHAPE", "tflite.RESHAPE"]
+    assert rep["target_rules"]["refused_after"] == []
     assert f"shapes made static at x[0]={batch}: 3 tensor shapes, 1 shape values folded" in rep["warnings"]
     graph = load_tflite(out).graph
     assert sorted(n.op_type for n in graph.ops()) == ["ADD", "RESHAPE"]
@@ -233,8 +237,8 @@ def test_pruned_weights_are_densified_at_compile_time(tmp_path):
     res = run(src, RunOptions(target="litert-gpu", output=out))
     rep = res.report.to_json()
     assert res.exit_code == 0 and rep["check"]["ok"], rep
-    assert [r["op"] for r in rep["target_rules"]["before"]] == ["DENSIFY"]  # (w is read sparse by FULLY_CONNECTED)
-    assert rep["target_rules"]["after"] == []
+    assert [r["op"] for r in rep["target_rules"]["refused_before"]] == ["tflite.DENSIFY"]  # (w: FC reads it sparse)
+    assert rep["target_rules"]["refused_after"] == []
     graph = load_tflite(out).graph
     assert "DENSIFY" not in {n.op_type for n in graph.ops()}
     np.testing.assert_array_equal(

@@ -26,6 +26,7 @@ from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Format, Model
 from ..shapes.ranks import infer_ranks
+from . import contrib_shapes
 from ..protoutil import copy_fields, parse_types, strings_are_utf8
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
@@ -504,4 +505,8 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
     for g in graph.graphs():
         g.nodes()  # a cycle is bad input: fail now, not in a pass
     infer_ranks(graph)  # where ONNX's inference gave up
+    if infer and contrib_shapes.wanted(model, graph):  # contrib ops: onnxruntime's inference knows some
+        stub = _without_weights(model) if _has_large_initializers(model) else model
+        if contrib_shapes.contrib_ranks(graph, stub.SerializeToString(), tensor_type):
+            infer_ranks(graph)
     return Model(graph, Format.ONNX, model, base_dir, warnings=imp.warnings)

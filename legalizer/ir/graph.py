@@ -187,6 +187,12 @@ class Graph:
     def ops(self) -> List[Node]:
         return [n for n in self.nodes() if n.kind == OP]
 
+    def unordered_nodes(self) -> Iterator[Node]:
+        """Every node, in creation order rather than topological order: what a scan that
+        looks for a few nodes needs, without the sort (order what it finds with
+        ``nodes()``, or by id)."""
+        return (d["n"] for d in self._nx._node.values())
+
     def constants(self) -> List[Node]:
         return [d["n"] for d in self._nx._node.values() if d["n"].kind == CONST]
 

@@ -46,6 +46,10 @@ class TensorType:
 
     dtype: Optional[str]
     shape: Shape = None
+    # For an unranked tensor: a symbol naming its rank, which values that share it have
+    # alike (the rank-agnostic rewrite gives a node's operands and result one); None:
+    # nothing known.
+    rank_of: Optional[str] = None
 
     @property
     def rank(self) -> Optional[int]:

@@ -9,10 +9,11 @@ from .equalize_ranks import equalize_ranks
 from .fold_ranks import fold_ranks
 from .explicit_broadcast import explicit_broadcast, lower_broadcast_in_dim, needs_explicit_broadcast
 from .legacy_broadcast import legacy_broadcast
+from .rank_agnostic import rank_agnostic
 from .split_variadic import split_variadic
 
 # legacy_broadcast runs before these, in legalizer.transform (it may raise the opset).
-TOSA_PIPELINE = (split_variadic, fold_ranks, equalize_ranks, dead_code_elimination)
+TOSA_PIPELINE = (split_variadic, fold_ranks, equalize_ranks, rank_agnostic, dead_code_elimination)
 XLA_PIPELINE = (split_variadic, fold_ranks, explicit_broadcast, lower_broadcast_in_dim, dead_code_elimination)
 # Deployment targets (TFLite): BROADCAST_TO folded into its consumers before the ranks fold
 # (the consumer's region then folds with it), the rest copied at the folded rank after.
@@ -34,4 +35,4 @@ __all__ = ["PassContext", "PassManager", "PassResult", "TOSA_PIPELINE", "XLA_PIP
            "broadcast_to_into_consumers", "broadcast_to_through_reshape", "densify_constants", "elementwise_at_rank4", "fold_for_npu",
            "one_sided_broadcast", "reshape_constants_before_dequantize", "reshape_forms",
            "explicit_broadcast", "lower_broadcast_in_dim", "needs_explicit_broadcast", "dead_code_elimination",
-           "equalize_ranks", "fold_ranks", "legacy_broadcast", "split_variadic"]
+           "equalize_ranks", "fold_ranks", "legacy_broadcast", "rank_agnostic", "split_variadic"]

@@ -280,11 +280,11 @@ def fold_ranks(graph: Graph, ctx: PassContext) -> bool:
     folder = _Folder(graph, ctx)
     seen: Set[int] = set()
     changed = False
-    for node in graph.ops():
-        if node.id in seen or node.graph is not graph:
-            continue
-        shape = node.outputs[0].type.shape if len(node.outputs) == 1 else None
-        if shape is None or len(shape) <= limit or folder.rank(node) is None:
+    # Most graphs have no region over the limit: one look at each op's result rank.
+    starts = sorted((n for n in graph.unordered_nodes() if n.kind == OP and len(n.outputs) == 1
+                     and (s := n.outputs[0].type.shape) is not None and len(s) > limit), key=lambda n: n.id)
+    for node in starts:
+        if node.id in seen or folder.rank(node) is None:
             continue
         changed |= folder.fold(folder.region(node, seen))
     return changed

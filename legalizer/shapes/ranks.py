@@ -200,6 +200,28 @@ def _body_dtypes(node: Node) -> List[Optional[str]]:
     return outs[1:] if node.op == "Loop" else outs
 
 
+# Ops whose every result's shape a rule fixes: the rule returns them all.
+_RESULTS_RULES: Dict[str, Callable[[Node, Sequence[Shape]], List[Shape]]] = {}
+
+
+def _recurrent(node: Node, shapes: Sequence[Shape]) -> List[Shape]:
+    """LSTM-like ops (layout 0): Y (seq, directions, batch, hidden), Y_h and Y_c
+    (directions, batch, hidden). onnxruntime's contrib DynamicQuantizeLSTM has LSTM's
+    results; neither inference knows it."""
+    x = shapes[0]
+    if x is None or len(x) != 3 or _attr(node, "layout", 0) != 0:
+        return []
+    hidden = _attr(node, "hidden_size")
+    direction = _attr(node, "direction", b"forward")
+    dirs = 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
+    seq, batch = x[0], x[1]
+    state = (dirs, batch, hidden)
+    return [(seq, dirs, batch, hidden), state, state]
+
+
+_RESULTS_RULES["com.microsoft.DynamicQuantizeLSTM"] = _recurrent
+
+
 def _branches(node: Node) -> List[Shape]:
     """An If's results: a rank both branches agree on, the dims they agree on."""
     then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
@@ -241,6 +263,9 @@ def infer_ranks(graph: Graph) -> int:
                 fn = _RULES.get(node.op)
                 shape = fn(node, shapes) if fn is not None and node.inputs and node.inputs[0] is not None else None
             results = [shape] * (len(node.outputs) if node.op in _ALL_RESULTS else 1)
+            many = _RESULTS_RULES.get(node.op)
+            if many is not None and node.inputs and node.inputs[0] is not None:
+                results = many(node, shapes)
         made += _given_values(node.outputs, results, _body_dtypes(node))
     return made
 

@@ -1,6 +1,7 @@
 """The Broadcastable verifier and its diagnostics."""
 
 from .broadcastable import PROFILES, VerifyResult, verify
+from .profiles import PROFILE_RECORDS, Profile
 from .diagnostics import ConstraintSet, Diagnostic
 
-__all__ = ["PROFILES", "VerifyResult", "verify", "Diagnostic", "ConstraintSet"]
+__all__ = ["PROFILES", "PROFILE_RECORDS", "Profile", "VerifyResult", "verify", "Diagnostic", "ConstraintSet"]

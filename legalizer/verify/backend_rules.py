@@ -1,9 +1,11 @@
 """The ops a deployment backend refuses, by its rules (``rules/backends.toml``): what
 ``--target litert-gpu``/``ethos-u``/``ethos-u55`` cannot make legal is named, with the
-backend's own words, before the passes and after.
+backend's own words, before the passes and after (the report's ``target_rules``). Each
+rule an op breaks gives one reason, in the table's order: an op the backend never takes,
+then rank, dynamic dims, batch, one-sided broadcasting, shape operands.
 
     backend(name)              -> Backend (the table's record)
-    refusals(graph, backend)   -> [Refusal(node, op, rule, reason, graph)]
+    backend_reasons(node, name) -> [the backend's reasons for refusing node]   (targets.Target.refused)
 
 The rules are the backends' documented ones; the backends themselves
 (``legalizer.check.litert_gpu``, ``legalizer.check.vela``) are the judges in the tests.
@@ -16,9 +18,9 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional
 
-from ..ir.graph import OP, Graph, Node
+from ..ir.graph import OP, Node
 from ..ir.types import all_static
-from ..oprules import OpRule, RuleLookup, builtin_rules, table_text
+from ..oprules import RuleLookup, builtin_rules, table_text
 
 RESHAPE_LIKE = frozenset({"RESHAPE", "EXPAND_DIMS", "SQUEEZE"})
 
@@ -40,21 +42,6 @@ class Backend:
     refused: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Refusal:
-    node: str
-    op: str  # the TFLite op (``ADD``)
-    rule: str  # op | rank | dynamic | batch | one_sided | shape_operand
-    reason: str  # the backend's words
-    graph: str = ""  # the subgraph's name, "" for the main graph
-
-    def to_json(self) -> dict:
-        return {"node": self.node, "op": self.op, "rule": self.rule, "reason": self.reason, "graph": self.graph}
-
-    def line(self, tool: str) -> str:
-        return f"node '{self.node}' ({self.op}): {tool} refuses it: {self.reason}"
-
-
 @functools.lru_cache(maxsize=None)
 def backends() -> Dict[str, Backend]:
     data = tomllib.loads(table_text("backends.toml"))
@@ -66,20 +53,13 @@ def backend(name: str) -> Backend:
     return backends()[name]
 
 
-def refusals(graph: Graph, be: Backend, where: str = "", rules: Optional[Mapping[str, OpRule]] = None) -> List[Refusal]:
-    """Each TFLite op of ``graph`` (one TFLite subgraph, named ``where`` in the result)
-    that ``be``'s rules refuse: the first rule it breaks, in the table's order (an op
-    the backend never takes, then rank, dynamic dims, batch, one-sided broadcasting,
-    shape operands)."""
-    lookup = RuleLookup(graph, rules if rules is not None else builtin_rules())
-    out: List[Refusal] = []
-    for node in graph.ops():
-        if node.graph is not graph or node.domain != "tflite":
-            continue
-        found = next(_broken(node, be, lookup), None)
-        if found is not None:
-            out.append(Refusal(node.label, node.op_type, found[0], found[1], where))
-    return out
+def backend_reasons(node: Node, name: str) -> List[str]:
+    """The reasons, in backend ``name``'s words, for which it refuses ``node`` (a TFLite
+    op); empty: it takes it."""
+    if node.domain != "tflite" or node.graph is None:
+        return []
+    lookup = RuleLookup(node.graph, builtin_rules())
+    return [reason for _, reason in _broken(node, backend(name), lookup)]
 
 
 def _broken(node: Node, be: Backend, lookup: RuleLookup) -> Iterator[tuple]:

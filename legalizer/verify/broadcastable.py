@@ -18,7 +18,7 @@ Each op's broadcasting rule comes from ``rules/`` and the model's opset: numpy-s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from onnx import helper
 
@@ -28,8 +28,7 @@ from ..oprules import OpRule, RuleLookup, builtin_rules
 from ..shapes import (IncompatibleDims, dim_labels, equality_constraint, expand_rank,
                       infer_result_shape, same_shape)
 from .diagnostics import MESSAGES, ConstraintSet, Diagnostic, quoted
-
-PROFILES = ("mlir", "strict", "tosa", "xla")
+from .profiles import PROFILES, Profile, profile_record
 
 
 @dataclass
@@ -68,7 +67,7 @@ class _Labels:
 class _NodeCheck:
     """Verification of one node: collects its diagnostics and constraints."""
 
-    def __init__(self, node: Node, rule: OpRule, profile: str, result: VerifyResult,
+    def __init__(self, node: Node, rule: OpRule, profile: Profile, result: VerifyResult,
                  graph_path: str, stage: str, not_one: bool = False):
         self.not_one = not_one
         self.node, self.rule, self.profile = node, rule, profile
@@ -123,27 +122,36 @@ class _NodeCheck:
                 if i != a:
                     self.error("result-incompatible", f"dim {k} is {a} in the result but {i} in the broadcast",
                                dim=k, **fmt())
-            elif self.profile == "strict":
+            elif not self.profile.dynamic_to_static:
                 self.error("result-dynamic-to-static",
                            f"dim {k} is static {a} in the result but dynamic {dim_str(i)} in the broadcast",
                            dim=k, **fmt())
 
+    def _one_rank_symbol(self) -> bool:
+        """Whether the operands and the result are all unranked and share one rank
+        symbol (``TensorType.rank_of``): equal ranks, proved without knowing them."""
+        types = [v.type for v in self.operands] + [self.node.outputs[0].type]
+        first = types[0].rank_of
+        return first is not None and all(t.shape is None and t.rank_of == first for t in types)
+
     def check_ranks(self) -> None:
-        """The target profiles' extra rule: ``tosa``, equal ranks; ``xla``, no implicit
-        broadcast at all (each broadcasting operand has exactly its target's shape).
-        Under both, an operand of unknown rank cannot be proved legal."""
-        if self.profile in ("tosa", "xla"):
+        """The target profiles' extra rules (``profiles.Profile``): equal ranks (``tosa``),
+        no implicit broadcast at all (``xla``: each broadcasting operand has exactly its
+        target's shape), an operand of unknown rank that cannot be proved legal."""
+        if self.profile.implicit_broadcast and self._one_rank_symbol():
+            return  # every operand and the result: unranked, of one rank (the rank-agnostic rewrite)
+        if self.profile.ranked:
             for i, s in enumerate(self.shapes):
                 if s is None:
                     self.error("unranked-operand",
                                "(" + ", ".join(quoted(s) for s in self.shapes) + f") -> {quoted(self.result_shape)}",
                                operand=i)
-        if self.profile == "tosa":
+        if self.profile.equal_ranks:
             ranks = {len(s) for s in self.shapes + [self.result_shape] if s is not None}
             if len(ranks) > 1:
                 self.error("operand-rank-mismatch",
                            "(" + ", ".join(quoted(s) for s in self.shapes) + f") -> {quoted(self.result_shape)}")
-        elif self.profile == "xla":
+        if not self.profile.implicit_broadcast:
             if self.rule.broadcast == "unidirectional":
                 target = self.result_shape if self.rule.onto == "result" else (self.shapes[0] if self.shapes else None)
                 pairs = [(i, target) for i in self.rule.broadcasts if i < len(self.shapes)]
@@ -292,14 +300,13 @@ _MODES: Dict[str, Callable[[_NodeCheck], None]] = {
 }
 
 
-def verify(graph: Graph, profile: str = "mlir", rules: Optional[Mapping[str, OpRule]] = None,
+def verify(graph: Graph, profile: Union[str, Profile] = "mlir", rules: Optional[Mapping[str, OpRule]] = None,
            stage: str = "input", result: Optional[VerifyResult] = None, _path: str = "",
            assume_dynamic_not_one: bool = False, _clean: Optional[set] = None) -> VerifyResult:
     """Verify every broadcasting node of ``graph`` and its subgraphs. With
     ``assume_dynamic_not_one`` (strict symbolic mode) no dynamic dim is 1, so runtime
     constraints become equalities."""
-    if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}")
+    profile = profile_record(profile)
     rules = builtin_rules() if rules is None else rules
     result = VerifyResult() if result is None else result
     # Signatures (op, rule mode, operand shapes, result shape) of nodes found legal with
