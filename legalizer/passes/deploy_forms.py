@@ -46,6 +46,12 @@ def _tflite(graph: Graph) -> bool:
     return graph.frontend == "tflite"
 
 
+def _of_type(graph: Graph, *op_types: str) -> List[Node]:
+    """The TFLite ops of ``graph`` of these types, in creation order: one look at each
+    node, no topological sort (most graphs have none of them)."""
+    return [n for n in graph.unordered_nodes() if n.kind == OP and n.op_type in op_types and n.domain == "tflite"]
+
+
 def _static(v: Optional[Value]) -> bool:
     return v is not None and v.type.shape is not None and all_static(v.type.shape)
 
@@ -74,7 +80,7 @@ def broadcast_to_into_consumers(graph: Graph, ctx: PassContext) -> bool:
         return False
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
-    for node in graph.ops():
+    for node in _of_type(graph, "BROADCAST_TO"):
         if _broadcast_target(node) is None:
             continue
         src, out = node.inputs[0], node.outputs[0]
@@ -109,7 +115,7 @@ def broadcast_to_through_reshape(graph: Graph, ctx: PassContext) -> bool:
     ops = ops_for(graph)
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
-    for node in graph.ops():
+    for node in _of_type(graph, "BROADCAST_TO"):
         if _broadcast_target(node) is None:
             continue
         dst = node.outputs[0].type
@@ -184,11 +190,14 @@ def elementwise_at_rank4(graph: Graph, ctx: PassContext) -> bool:
     ops = ops_for(graph)
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
-    for node in graph.ops():
-        if node.graph is not graph or len(node.outputs) != 1 or not _numpy_binary(lookup, node):
+    for node in list(graph.unordered_nodes()):  # (the loop adds nodes)
+        if node.kind != OP or node.domain != "tflite" or len(node.outputs) != 1:
             continue
         out = node.outputs[0]
-        if not _static(out) or len(out.type.shape) >= 4 or not all(_static(v) for v in node.inputs):
+        if out.type.shape is None or len(out.type.shape) >= 4 or not any(
+                v is not None and v.producer is not None and v.producer.kind == CONST for v in node.inputs):
+            continue
+        if not _numpy_binary(lookup, node) or not _static(out) or not all(_static(v) for v in node.inputs):
             continue
         if not any(constant_array(v) is not None and len(v.type.shape) < 4 and any(d > 1 for d in v.type.shape[:-1])
                    for v in node.inputs):
@@ -254,7 +263,7 @@ def _lower_broadcast_to(graph: Graph, ctx: PassContext, concat: bool) -> bool:
         return False
     ops = ops_for(graph)
     changed = False
-    for node in graph.ops():
+    for node in _of_type(graph, "BROADCAST_TO"):
         dst = _broadcast_target(node)
         if dst is None or not graph.has_uses(node):
             continue
@@ -343,7 +352,7 @@ def reshape_forms(graph: Graph, ctx: PassContext) -> bool:
         return False
     ops = ops_for(graph)
     changed = False
-    for node in graph.ops():
+    for node in _of_type(graph, "RESHAPE", "EXPAND_DIMS", "SQUEEZE"):
         if node.graph is not graph:
             continue
         out = node.outputs[0] if node.outputs else None
@@ -380,8 +389,8 @@ def reshape_constants_before_dequantize(graph: Graph, ctx: PassContext) -> bool:
     if not _tflite(graph):
         return False
     changed = False
-    for node in graph.ops():
-        if node.op != "tflite.RESHAPE" or not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
+    for node in _of_type(graph, "RESHAPE"):
+        if not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
             continue
         deq = node.inputs[0].producer
         if deq is None or deq.kind != OP or deq.op != "tflite.DEQUANTIZE" or not deq.inputs or deq.inputs[0] is None:
@@ -410,7 +419,7 @@ def densify_constants(graph: Graph, ctx: PassContext) -> bool:
     if not _tflite(graph):
         return False
     changed = False
-    for node in graph.ops():
+    for node in _of_type(graph, "DENSIFY"):
         if node.op != "tflite.DENSIFY" or not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
             continue
         prod = node.inputs[0].producer
