@@ -95,8 +95,12 @@ class Target:
         """Every op of ``graphs`` (and their subgraphs) the backend refuses: node, op and
         reasons, for the report. Every value is some node's result: one look at each
         result's rank finds those over the limit, and only then are ops looked at."""
+        if self.backend is not None:
+            from .verify.backend_rules import refused_ops
+
+            return refused_ops(graphs, self.backend)
         limit, lv = self.rank_limit(level), self.level(level)
-        refuses, static = self.refuses, self.static_shapes or self.backend is not None
+        refuses, static = self.refuses, self.static_shapes
         if limit is None and not refuses and not static:
             return []
         every = [g for top in graphs for g in top.graphs()]

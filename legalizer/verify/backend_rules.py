@@ -53,6 +53,23 @@ def backend(name: str) -> Backend:
     return backends()[name]
 
 
+def refused_ops(graphs, name: str) -> List[dict]:
+    """Every TFLite op of ``graphs`` (and their subgraphs) that backend ``name`` refuses:
+    ``{"node", "op", "reasons"}``, the reasons in its words (``Target.refused``)."""
+    be = backend(name)
+    rules = builtin_rules()
+    out = []
+    for top in graphs:
+        for g in top.graphs():
+            lookup = RuleLookup(g, rules)
+            for node in g.nodes():
+                if node.kind == OP and node.domain == "tflite":
+                    why = [reason for _, reason in _broken(node, be, lookup)]
+                    if why:
+                        out.append({"node": node.label, "op": node.op, "reasons": why})
+    return out
+
+
 def backend_reasons(node: Node, name: str) -> List[str]:
     """The reasons, in backend ``name``'s words, for which it refuses ``node`` (a TFLite
     op); empty: it takes it."""
