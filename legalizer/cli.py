@@ -283,8 +283,10 @@ def legalize(
     executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Where several models run: local"
                                  " processes, or Ray tasks on the cluster that RAY_ADDRESS names (else a local Ray"
                                  " instance; the ray extra). Makes even one MODEL a batch."),
-    target: str = typer.Option("tosa", "--target", metavar="tosa|xla", help="Legal form: tosa (equal ranks, size-1 broadcasts) or xla "
-                                                        "(every broadcast explicit: Unsqueeze + Expand)."),
+    target: str = typer.Option("tosa", "--target", metavar="tosa|xla|litert-gpu|ethos-u|ethos-u55", help="Legal form:"
+                               " tosa (equal ranks, size-1 broadcasts), xla (every broadcast explicit: Unsqueeze +"
+                               " Expand), or a TFLite backend's: litert-gpu (LiteRT's GPU delegate), ethos-u (Arm Vela,"
+                               " Ethos-U85), ethos-u55 (Vela's legacy core, U55/U65)."),
     tosa_level: Optional[str] = typer.Option(None, "--tosa-level", metavar="8k|none", help="TOSA level the tosa form"
                                              " and its TOSA MLIR keep within (default 8k, as the spec: rank <= 6;"
                                              " none: no limit).", show_default=False),
@@ -300,6 +302,9 @@ def legalize(
     input_shape: List[str] = typer.Option([], "--input-shape", metavar="NAME:DIMxDIM", help="Bind input NAME's dynamic"
                                           " dims for the check, as Polygraphy does: x:1x512 (repeatable).",
                                           show_default=False),
+    static: bool = typer.Option(False, "--static", help="Make every dynamic dim of a TFLite model static: the size"
+                                " --dim/--input-shape bind, else 1; the shape arithmetic that becomes constant is"
+                                " folded (a static-shape --target does this for the dims you bind)."),
     require_check: bool = typer.Option(False, "--require-check", help="Exit 1 (nothing written) when the numeric"
                                        " check did not run, or ran in part."),
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
@@ -404,7 +409,7 @@ def legalize(
                                            inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
                                            rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
                                            require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                                           localize_budget=localize_budget)))
+                                           localize_budget=localize_budget, static=static)))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -423,7 +428,7 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
                          require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                         localize_budget=localize_budget, reduce=reduce, **golden)
+                         localize_budget=localize_budget, reduce=reduce, static=static, **golden)
     # Fail on a bad output, report or page path before the work, not after it: each can
     # be written, and each is a file of its own, never an input.
     if not verify_only:

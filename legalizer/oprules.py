@@ -127,6 +127,11 @@ def _builtin_text(name: str) -> str:
         return (Path(__file__).resolve().parent.parent / "rules" / name).read_text()
 
 
+def table_text(name: str) -> str:
+    """The text of the shipped table ``rules/NAME`` (``backends.toml`` too)."""
+    return _builtin_text(name)
+
+
 @functools.lru_cache(maxsize=None)
 def frontend_rules(frontend: str) -> Mapping[str, OpRule]:
     """Every table of one frontend's file, broadcasting or not."""

@@ -53,6 +53,10 @@ class RunOptions:
     provider: str = "auto"
     dims: Dict[str, int] = field(default_factory=dict)
     input_shapes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # binds the inputs' dynamic dims
+    # Make every dynamic dim static (bound ones at their size, the rest at 1) and fold the
+    # shape arithmetic that becomes constant (TFLite); a static-shape target does this
+    # for the dims the user binds.
+    static: bool = False
     inputs: Any = field(default_factory=dict)  # arrays by input name, or an .npz path
     rtol: float = RTOL
     atol: float = ATOL
@@ -144,6 +148,24 @@ def _op_counts(model: Model) -> Counter:
 
 def _nodes(model: Model) -> int:
     return sum(len(g) for g in model.graphs)
+
+
+def _specialize(path: Path, model: Model, options: RunOptions, dims: Dict[str, int], report: Report) -> None:
+    """``--static``, or dims bound for a target whose backend takes static shapes only:
+    the model's shapes made static (``check.static_shapes``)."""
+    wanted = options.static or (TARGETS[options.target].backend is not None and bool(dims))
+    if not wanted:
+        return
+    if model.format != "tflite":
+        if options.static:
+            raise UsageError(f"--static makes a TFLite model's shapes static; {path} is {model.format}")
+        return
+    from .check.static_shapes import specialize_tflite
+
+    done = specialize_tflite(model, path, dims)
+    if done.bound:
+        report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
+                               + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")
 
 
 def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = False,
@@ -554,6 +576,7 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
         refused_before = spec.refused(model.graphs, options.level)
+        _specialize(path, model, options, dims, report)
         before = None
         if options.regions:
             from .regions import snapshot
@@ -573,6 +596,10 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
         if key in done.stats:
             report.stats[key] = int(done.stats[key])
     res.ops_after = _op_counts(model)
+    if spec.backend is not None:  # each op the backend still refuses, in its words
+        tool = report.target_rules["profile"]["backend"]
+        report.warnings.extend(f"node '{r['node']}' ({r['op']}): {tool} refuses it: {'; '.join(r['reasons'])}"
+                               for r in report.target_rules["refused_after"])
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
     res.output_verification = out_result

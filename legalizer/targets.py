@@ -17,7 +17,7 @@ from .errors import UsageError
 from .exporters.tosa_level import DEFAULT_LEVEL, LEVELS, Level
 from .ir.graph import OP, Node
 from .ir.types import all_static, shape_str
-from .passes import TOSA_PIPELINE, XLA_PIPELINE
+from .passes import ETHOS_U55_PIPELINE, ETHOS_U_PIPELINE, LITERT_GPU_PIPELINE, TOSA_PIPELINE, XLA_PIPELINE
 from .passes.base import PassFn
 
 # ONNX opset 7 brought numpy-style broadcasting; before it, broadcasting was the
@@ -42,6 +42,9 @@ class Target:
     static_shapes: bool = False  # the backend takes static shapes only
     levels: Mapping[str, Level] = field(default_factory=dict)  # named limits (TOSA's); empty: none
     default_level: Optional[str] = None
+    # A deployment backend whose own rules (``rules/backends.toml``, read by
+    # ``verify.backend_rules``) say which ops it refuses, in its words; then they alone do.
+    backend: Optional[str] = None
 
     def level(self, name: Optional[str] = None) -> Optional[Level]:
         """The level called ``name`` (default: the target's default), None for a target
@@ -67,6 +70,10 @@ class Target:
         return self._refusals(node, self.rank_limit(level), self.level(level))
 
     def _refusals(self, node: Node, limit: Optional[int], lv: Optional[Level]) -> List[str]:
+        if self.backend is not None:
+            from .verify.backend_rules import backend_reasons
+
+            return backend_reasons(node, self.backend)
         why = []
         if node.op in self.refuses:
             why.append(self.refuses[node.op])
@@ -88,6 +95,10 @@ class Target:
         """Every op of ``graphs`` (and their subgraphs) the backend refuses: node, op and
         reasons, for the report. Every value is some node's result: one look at each
         result's rank finds those over the limit, and only then are ops looked at."""
+        if self.backend is not None:
+            from .verify.backend_rules import refused_ops
+
+            return refused_ops(graphs, self.backend)
         limit, lv = self.rank_limit(level), self.level(level)
         refuses, static = self.refuses, self.static_shapes
         if limit is None and not refuses and not static:
@@ -112,9 +123,14 @@ class Target:
     def to_json(self, level: Optional[str] = None) -> dict:
         """The profile as the report writes it."""
         lv = self.level(level)
-        return {"max_rank": self.rank_limit(level), "broadcasting": self.broadcasting,
-                "refuses": dict(self.refuses), "static_shapes": self.static_shapes,
-                "level": lv.name if lv is not None else None}
+        out = {"max_rank": self.rank_limit(level), "broadcasting": self.broadcasting,
+               "refuses": dict(self.refuses), "static_shapes": self.static_shapes,
+               "level": lv.name if lv is not None else None}
+        if self.backend is not None:
+            from .verify.backend_rules import backend
+
+            out["backend"] = backend(self.backend).tool
+        return out
 
 
 def _ops(graphs) -> Iterator[Node]:
@@ -128,6 +144,11 @@ TARGETS: Dict[str, Target] = {
     "tosa": Target("tosa", "tosa", TOSA_PIPELINE, NUMPY_OPSET, ("tosa",), broadcasting="size-1",
                    levels=MappingProxyType(LEVELS), default_level=DEFAULT_LEVEL),
     "xla": Target("xla", "xla", XLA_PIPELINE, 9, ("stablehlo", "stablehlo-bytecode"), broadcasting="none"),
+    # Backends that take TFLite (rules/backends.toml): every tensor at rank <= 4, operands
+    # of equal rank (the GPU delegate aligns a lower-rank operand from the left, LiteRT #8980).
+    "litert-gpu": Target("litert-gpu", "tosa", LITERT_GPU_PIPELINE, NUMPY_OPSET, (), max_rank=4, backend="litert-gpu"),
+    "ethos-u": Target("ethos-u", "tosa", ETHOS_U_PIPELINE, NUMPY_OPSET, (), max_rank=4, backend="ethos-u"),
+    "ethos-u55": Target("ethos-u55", "tosa", ETHOS_U55_PIPELINE, NUMPY_OPSET, (), max_rank=4, backend="ethos-u55"),
 }
 # ``--emit`` format -> the target whose legal form it is written in.
 TARGET_OF_DIALECT = {d: t.name for t in TARGETS.values() for d in t.dialects}

@@ -1,0 +1,109 @@
+"""The ops a deployment backend refuses, by its rules (``rules/backends.toml``): what
+``--target litert-gpu``/``ethos-u``/``ethos-u55`` cannot make legal is named, with the
+backend's own words, before the passes and after (the report's ``target_rules``). Each
+rule an op breaks gives one reason, in the table's order: an op the backend never takes,
+then rank, dynamic dims, batch, one-sided broadcasting, shape operands.
+
+    backend(name)              -> Backend (the table's record)
+    backend_reasons(node, name) -> [the backend's reasons for refusing node]   (targets.Target.refused)
+
+The rules are the backends' documented ones; the backends themselves
+(``legalizer.check.litert_gpu``, ``legalizer.check.vela``) are the judges in the tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Mapping, Optional
+
+from ..ir.graph import OP, Node
+from ..ir.types import all_static
+from ..oprules import RuleLookup, builtin_rules, table_text
+
+RESHAPE_LIKE = frozenset({"RESHAPE", "EXPAND_DIMS", "SQUEEZE"})
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    tool: str
+    max_rank: Optional[int] = None
+    rank_reason: str = ""
+    dynamic_dims: str = "any"  # "first": only dim 0 may be dynamic
+    dynamic_reason: str = ""
+    batch_one: bool = False
+    batch_reason: str = ""
+    one_sided: bool = False
+    one_sided_reason: str = ""
+    shape_operands: bool = False
+    shape_reason: str = ""
+    refused: Mapping[str, str] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=None)
+def backends() -> Dict[str, Backend]:
+    data = tomllib.loads(table_text("backends.toml"))
+    return {name: Backend(name=name, **{k: (dict(v) if k == "refused" else v) for k, v in table.items()})
+            for name, table in data.items()}
+
+
+def backend(name: str) -> Backend:
+    return backends()[name]
+
+
+def refused_ops(graphs, name: str) -> List[dict]:
+    """Every TFLite op of ``graphs`` (and their subgraphs) that backend ``name`` refuses:
+    ``{"node", "op", "reasons"}``, the reasons in its words (``Target.refused``)."""
+    be = backend(name)
+    rules = builtin_rules()
+    out = []
+    for top in graphs:
+        for g in top.graphs():
+            lookup = RuleLookup(g, rules)
+            for node in g.nodes():
+                if node.kind == OP and node.domain == "tflite":
+                    why = [reason for _, reason in _broken(node, be, lookup)]
+                    if why:
+                        out.append({"node": node.label, "op": node.op, "reasons": why})
+    return out
+
+
+def backend_reasons(node: Node, name: str) -> List[str]:
+    """The reasons, in backend ``name``'s words, for which it refuses ``node`` (a TFLite
+    op); empty: it takes it."""
+    if node.domain != "tflite" or node.graph is None:
+        return []
+    lookup = RuleLookup(node.graph, builtin_rules())
+    return [reason for _, reason in _broken(node, backend(name), lookup)]
+
+
+def _broken(node: Node, be: Backend, lookup: RuleLookup) -> Iterator[tuple]:
+    op = node.op_type
+    if op in be.refused:
+        yield "op", be.refused[op]
+    values = [v for v in node.inputs if v is not None] + list(node.outputs)
+    shapes = [v.type.shape for v in values]
+    if be.max_rank is not None and any(s is not None and len(s) > be.max_rank for s in shapes):
+        yield "rank", be.rank_reason
+    if be.dynamic_dims == "first" and any(s is None or not all_static(s[1:]) for s in shapes):
+        yield "dynamic", be.dynamic_reason
+    if be.batch_one and op not in RESHAPE_LIKE and any(s is not None and len(s) == 4 and s[0] != 1 for s in shapes):
+        yield "batch", be.batch_reason
+    if be.one_sided and len(node.inputs) == 2 and _two_sided(node, lookup):
+        yield "one_sided", be.one_sided_reason
+    if be.shape_operands and op == "RESHAPE" and len(node.inputs) > 1 and node.inputs[1] is not None \
+            and node.inputs[1].producer is not None and node.inputs[1].producer.kind == OP:
+        yield "shape_operand", be.shape_reason
+
+
+def _two_sided(node: Node, lookup: RuleLookup) -> bool:
+    found = lookup(node)
+    if found is None or found[1] != "numpy" or found[0].broadcast != "multidirectional":
+        return False
+    result = node.outputs[0].type.shape
+    if result is None or any(v is None or v.type.shape is None for v in node.inputs):
+        return False
+    result = tuple(result)
+    return all((1,) * (len(result) - len(v.type.shape)) + tuple(v.type.shape) != result for v in node.inputs)
