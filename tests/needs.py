@@ -22,6 +22,7 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     "litert": ("ai_edge_litert.interpreter",),
     "jax": ("jax", "jaxlib"),
     "iree": ("iree.compiler", "iree.runtime"),
+    "mlir": ("iree.compiler",),  # MLIR's parser (tosa-opt for the older TOSA syntax: the tool below)
     "ray": ("ray",),
 }
 

@@ -100,3 +100,40 @@ def test_against_pairs_onnx_with_onnx_and_tflite_with_tflite_only(tmp_path):
     p = legalize(ROOT / "models/mlp_bias.onnx", "--against", ROOT / "models/mlp_bias.onnx", "--no-check")
     assert p.returncode == 2
     assert lines(p.stderr) == ["legalize: error: --against compares MODEL with another model: add --verify-only"]
+
+
+def test_the_converters_text_compares_as_its_bytecode_does():
+    """models/tosa_converter/mobilenet_like.mlir, in the TOSA syntax IREE's parser does not
+    take: given to IREE in tosa-opt's generic form, it compares and matches (it printed
+    'the comparison did not run: TOSA text does not parse' and exited 0)."""
+    pytest.importorskip("ai_edge_litert")
+    from legalizer.importers.mlir_tool import SETUP_HINT, find_tosa_opt
+
+    if find_tosa_opt() is None:
+        pytest.skip(f"no tosa-opt: {SETUP_HINT}")
+    for module in ("mobilenet_like.mlir", "mobilenet_like.mlirbc"):
+        path = ROOT / "models/tosa_converter" / module
+        p = legalize(path, "--verify-only", "--against", ROOT / "models/tflite/mobilenet_like.tflite", "-q")
+        assert_clean(p)
+        assert (p.returncode, lines(p.stdout)) == (0, [
+            f"{path}: legal under 'tosa', results match (IREE llvm-cpu vs LiteRT)"]), p.stderr
+
+
+def test_a_comparison_that_cannot_run_is_exit_2_with_mlirs_whole_diagnostic(tmp_path):
+    """IREE's verifier refuses what legalize reads (an f32 -> i32 tosa.abs): exit 2, every
+    line of MLIR's diagnostic on the one error line, its newlines and the module's
+    control characters escaped, the markup of a string printed as text."""
+    module = tmp_path / "m.mlir"
+    module.write_text('func.func @main(%a: tensor<1x10xf32>) -> tensor<1x10xi32> {\n'
+                      '  %0 = "tosa.abs"(%a) {x.note = "[red]\\1B[31m"} : (tensor<1x10xf32>) -> tensor<1x10xi32>\n'
+                      '  return %0 : tensor<1x10xi32>\n}\n')
+    ref = ROOT / "models/mlp_bias.onnx"
+    p = legalize(module, "--verify-only", "--against", ref, "-q")
+    assert_clean(p)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert lines(p.stderr) == [
+        f"legalize: error: {module}: the comparison with {ref} did not run: TOSA text does not parse: Unable to parse"
+        " module assembly:\\nerror: \"-\":2:8: 'tosa.abs' op requires the same element type for all operands and"
+        " results\\n note: \"-\":2:8: see current operation: %0 = \"tosa.abs\"(%arg0) {x.note = \"[red]\\1B[31m\"} :"
+        " (tensor<1x10xf32>) -> tensor<1x10xi32>"]
+    assert "\x1b" not in p.stderr

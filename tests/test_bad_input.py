@@ -146,6 +146,25 @@ TFLITE = b"\x1c\x00\x00\x00TFL3" + bytes(200)
 MLIR_TEXT = (b"module {\n  func.func @main(%a: tensor<3x4xf32>) -> tensor<3x4xf32> {\n"
              b"    return %a : tensor<3x4xf32>\n  }\n}\n")
 MLIR_BYTECODE = b"ML\xefR\x00\x05" + bytes(100)
+MLIR_NEEDS = ("mlir",)  # MLIR's parser
+
+
+def mlir_const(ty: str, literal: str) -> bytes:
+    """A module whose @main returns one tosa.const of type ``tensor<ty>``."""
+    t = f"tensor<{ty}>"
+    return (f'func.func @main() -> {t} {{\n  %0 = "tosa.const"() <{{values = dense<{literal}> : {t}}}> : () -> {t}\n'
+            f"  return %0 : {t}\n}}\n").encode()
+
+
+def mlir_abs(attrs: str = "", name: str = "tosa.abs", module_attrs: str = "") -> bytes:
+    """A module of one op (generic form) with ``attrs``."""
+    head = f"module attributes {{{module_attrs}}} {{\n" if module_attrs else "module {\n"
+    return (head + "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+            f'  %0 = "{name}"(%a) {attrs} : (tensor<2xf32>) -> tensor<2xf32>\n'
+            "  return %0 : tensor<2xf32>\n}\n}\n").encode()
+
+
+HUGE = 1 << 62
 NPY = b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }" + b" " * 50 + b"\n"
 
 
@@ -187,7 +206,28 @@ CASES: Dict[str, Case] = {
                                                   " expected 'TFL3')"),
     "flatbuffer with a wrong identifier": Case(file="model", content=TFLITE.replace(b"TFL3", b"TFL2"),
                                                expect="file identifier 'TFL2' at bytes 4..8, expected 'TFL3'"),
-    "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:", needs=("iree",)),
+    "mlir text cut short": Case(file="m.mlir", content=MLIR_TEXT[:60], expect="m.mlir:2:", needs=MLIR_NEEDS),
+    # issue 24: MLIR inputs that once ended in "internal error"
+    "mlir dense constant of 2^62x2^62": Case(
+        file="m.mlir", content=mlir_const(f"{HUGE}x{HUGE}xf32", '"0x0000803F"'), needs=MLIR_NEEDS,
+        expect=f"m.mlir:2:8: a constant of type 'tensor<{HUGE}x{HUGE}xf32>' would be"
+               " 85,070,591,730,234,615,865,843,651,857,942,052,864 bytes, more than an array can address;"
+               " legalize reads no such constant"),
+    "mlir splat of 2^62 elements": Case(
+        file="m.mlir", content=mlir_const(f"{HUGE}xf32", "1.0"), needs=MLIR_NEEDS,
+        expect=f"m.mlir:2:8: a constant of type 'tensor<{HUGE}xf32>' would be 18,446,744,073,709,551,616 bytes,"
+               " more than an array can address; legalize reads no such constant"),
+    "mlir undotted attribute name": Case(
+        file="m.mlir", content=mlir_abs(module_attrs="foo = 1 : i32"), needs=MLIR_NEEDS,
+        expect="m.mlir:1:1: 'builtin.module' op can only contain attributes with dialect-prefixed names,"
+               " found: 'foo'"),
+    # names MLIR takes as any bytes, which its bindings cannot give as text
+    "mlir op name not UTF-8": Case(file="m.mlir", content=mlir_abs(name="x.\\FF"), needs=MLIR_NEEDS,
+                                   expect='m.mlir:3:8: a name that is not UTF-8 text ("x.\\FF"); legalize reads'
+                                          " no such name"),
+    "mlir attribute name not UTF-8": Case(file="m.mlir", content=mlir_abs('{"x.\\FF" = 1 : i32}'), needs=MLIR_NEEDS,
+                                          expect="m.mlir:3:8: an attribute name that is not UTF-8 text; legalize"
+                                                 " reads no such name"),
     "mlir bytecode": Case(file="m.mlirbc", content=MLIR_BYTECODE, expect="MLIR bytecode"),
     "torch.export archive": Case(file="m.pt2", content=pt2_archive, expect="torch.export"),
     "torch.save checkpoint": Case(file="m.pt", content=torch_checkpoint, expect="checkpoint"),

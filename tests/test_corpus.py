@@ -11,6 +11,12 @@ part") and matching, except:
 - PENDING: failures that issue 14's other items fix on their own branches; strict
   xfails, so that each fails here once its fix is merged and must then be removed.
 
+The converter's outputs (``tosa_*``: tosa-converter-for-tflite's TOSA bytecode of each
+TFLite model of the corpus) are read with ``--verify-only --against`` their .tflite:
+each must exit 0 with the comparison run and matching (at the tolerances
+corpus.AGAINST_NEEDS gives, and says why), except AGAINST_REFUSED, exit 2 with the
+exact reason.
+
 Without a built corpus the tests skip, saying how to build it. The default run takes
 ``SAMPLE``; ``-m slow`` runs the rest.
 """
@@ -27,7 +33,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import corpus  # noqa: E402
 from needs import require  # noqa: E402
 
-MODELS = corpus.cached()
+MODELS = [p for p in corpus.cached() if not corpus.source_of(p.stem)]
+CONVERTED = [p for p in corpus.cached() if corpus.source_of(p.stem)]
 
 ORIGINAL_CANNOT_RUN = {
     "wheel_mediapipe_face_landmark_with_attention": "unresolved custom op: Landmarks2TransformMatrix",
@@ -42,7 +49,31 @@ PENDING = {
 }
 # The default run's sample (the whole corpus is ``-m slow``): a transformer, an int8
 # TFLite network, and the model the spec rejects.
-SAMPLE = {"hf_bert", "keras_mobilenetv2_int8", "wheel_silero_vad_16k_op15"}
+SAMPLE = {"hf_bert", "keras_mobilenetv2_int8", "wheel_silero_vad_16k_op15",
+          "tosa_wheel_mediapipe_hand_landmark_lite"}  # and one converter output, --against its .tflite
+
+# Converter outputs that --against cannot compare: exit 2, the line starting so (after
+# "legalize: error: PATH: "; REF is the .tflite) and holding the second part.
+REFUSED_DIALECTS = ("--against compiles and runs only functions of the tosa, func, arith, tensor, quant and"
+                    " ml_program dialects; the module has op ")
+AGAINST_REFUSED = {
+    # sparse weights: the converter leaves TFLite's DENSIFY as it was
+    "tosa_wheel_mediapipe_face_detection_full_range_sparse": (REFUSED_DIALECTS + "'tfl.densify'", ""),
+    "tosa_wheel_mediapipe_pose_detection": (REFUSED_DIALECTS + "'tfl.densify'", ""),
+    # the reference itself: MediaPipe's custom op, which LiteRT lacks
+    "tosa_wheel_mediapipe_face_landmark_with_attention": (
+        "the comparison with REF did not run: REF fails on LiteRT: LiteRT allocate failed: Encountered unresolved"
+        " custom op: Landmarks2TransformMatrix.", "(Landmarks2TransformMatrix) failed to prepare."),
+    # MediaPipe's Convolution2DTransposeBias, kept as tosa.custom, which IREE cannot compile
+    "tosa_wheel_mediapipe_selfie_segmentation": (
+        "the comparison with REF did not run: IREE cannot compile the module: Error invoking IREE compiler tool"
+        " iree-compile\\nError code: 1\\nDiagnostics:\\n<stdin>:",
+        "error: failed to legalize operation 'tosa.custom': "),
+    "tosa_wheel_mediapipe_selfie_segmentation_landscape": (
+        "the comparison with REF did not run: IREE cannot compile the module: Error invoking IREE compiler tool"
+        " iree-compile\\nError code: 1\\nDiagnostics:\\n<stdin>:",
+        "error: failed to legalize operation 'tosa.custom': "),
+}
 
 
 def _cases():
@@ -78,13 +109,43 @@ def test_main_job_on_corpus_model(path, target, tmp_path):
     assert row["bindings"], row
 
 
+def _converted_cases():
+    if not CONVERTED:
+        return [pytest.param(None, marks=pytest.mark.skip(
+            reason=f"no converter output in {corpus.CACHE}: bash scripts/setup_tosa_converter.sh, then python"
+                   " scripts/corpus.py builds them"))]
+    return [pytest.param(p, id=p.stem, marks=[] if p.stem in SAMPLE else [pytest.mark.slow]) for p in CONVERTED]
+
+
+@pytest.mark.parametrize("path", _converted_cases())
+def test_converter_output_against_its_tflite(path, tmp_path):
+    """What tosa-converter-for-tflite wrote from a real model is read (--verify-only,
+    under the tosa profile) and compared with the model on IREE vs LiteRT."""
+    row = corpus.against_row(path, tmp_path)
+    if path.stem in AGAINST_REFUSED:
+        ref = path.with_name(row["reference"])
+        start, part = (t.replace("REF", str(ref)) for t in AGAINST_REFUSED[path.stem])
+        assert row["exit"] == 2 and len(row["error"]) == 1, row
+        assert row["error"][0].startswith(f"legalize: error: {path}: {start}") and part in row["error"][0], row
+        if not part:
+            assert row["error"][0] == f"legalize: error: {path}: {start}"
+        return
+    assert (row["exit"], row["error"]) == (0, []), row
+    assert row["ran"] and row["matched"] and row["provider"] == "IREE llvm-cpu vs LiteRT", row
+    assert row["stdout"] == f"{path}: legal under 'tosa', results match (IREE llvm-cpu vs LiteRT)"
+
+
 def test_the_corpus_is_what_the_issue_asks():
-    """30+ models from the three sources; every exception above names a corpus model."""
+    """30+ models from the three sources, and the converter's output of each TFLite
+    model; every exception above names a corpus model."""
     names = corpus.corpus()
     kinds = {n.split("_", 1)[0] for n in names}
-    assert len(names) >= 30 and kinds == {"hf", "keras", "wheel"}
+    assert len(names) >= 30 and kinds == {"hf", "keras", "wheel", "tosa"}
     keras = [n for n in names if n.startswith("keras_")]
     assert len(keras) == 16 and sum(n.endswith("_int8") for n in keras) == 8
-    for table in (ORIGINAL_CANNOT_RUN, SPEC_REJECTS, PENDING, corpus.CHECK_NEEDS, SAMPLE):
+    tflite = sorted(n for n, suffix in names.items() if suffix == ".tflite")
+    assert sorted(corpus.source_of(n) for n in names if names[n] == ".mlirbc") == tflite
+    for table in (ORIGINAL_CANNOT_RUN, SPEC_REJECTS, PENDING, corpus.CHECK_NEEDS, AGAINST_REFUSED,
+                  corpus.AGAINST_NEEDS, SAMPLE):
         assert set(table) <= set(names)
     assert corpus.select(["keras_resnet50*"]) == ["keras_resnet50", "keras_resnet50_int8"]

@@ -4,12 +4,13 @@ extra: iree-base-compiler and iree-base-runtime)."""
 from __future__ import annotations
 
 import re
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import BadInput, CheckUnavailable
 from ..extras import install_hint
+from ..importers.mlir_bounds import non_utf8_literal
 from .inputs import InputSpec, graph_input_specs
 from .runner import Runner, positional
 
@@ -34,6 +35,20 @@ def _compiler():
     return compiler, runtime
 
 
+# A line of MLIR's diagnostic may print a whole op, its dense data with it: each line is
+# kept up to this many characters.
+MAX_DIAGNOSTIC_LINE = 2000
+
+
+def diagnostic(e: BaseException) -> str:
+    """MLIR's diagnostic in ``e``, every line of it (``\\n`` between them; the command line
+    prints them escaped, on one line), each line cut at ``MAX_DIAGNOSTIC_LINE``."""
+    lines = [ln.rstrip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return "\n".join(ln if len(ln) <= MAX_DIAGNOSTIC_LINE else
+                     f"{ln[:MAX_DIAGNOSTIC_LINE]}... ({len(ln) - MAX_DIAGNOSTIC_LINE:,} more characters)"
+                     for ln in lines)
+
+
 def parse(text: str):
     """The parsed and verified module; TosaError with MLIR's words if it is not."""
     compiler, _ = _compiler()
@@ -42,7 +57,7 @@ def parse(text: str):
     try:
         module = ir.Module.parse(text, ir.Context())
     except Exception as e:  # noqa: BLE001 - MLIR's diagnostics are the message
-        raise TosaError(f"TOSA text does not parse: {str(e).strip().splitlines()[0]}") from None
+        raise TosaError(f"TOSA text does not parse: {diagnostic(e)}") from None
     if not module.operation.verify():
         raise TosaError("TOSA module does not verify")
     return module
@@ -117,7 +132,7 @@ def compilable(text: str) -> str:
     try:
         module = ir.Module.parse(text, ctx)
     except Exception as e:  # noqa: BLE001 - MLIR's diagnostics are the message
-        raise TosaError(f"TOSA text does not parse: {str(e).strip().splitlines()[0]}") from None
+        raise TosaError(f"TOSA text does not parse: {diagnostic(e)}") from None
     with ctx:
         for op in module.body.operations:
             _check_top_level(op.operation)
@@ -171,7 +186,11 @@ def _strip_attributes(op) -> None:
     from iree.compiler import ir
 
     attrs = op.attributes
-    for name in [attrs[i].name for i in range(len(attrs))]:
+    try:
+        names = list(attrs)
+    except RuntimeError:  # the bindings' word for a name that is not UTF-8 text
+        raise _refuse(f"an attribute name of '{op.name}' that is not UTF-8 text") from None
+    for name in names:
         value = attrs[name]
         where = f"attribute '{name}' of '{op.name}'"
         if name in ("arg_attrs", "res_attrs") and isinstance(value, ir.ArrayAttr):
@@ -192,6 +211,8 @@ def _stripped_dict(attr, where: str):
     from iree.compiler import ir
 
     d = ir.DictAttr(attr)
+    if non_utf8_literal(str(d)) is not None:  # the bindings abort on a key that is not UTF-8: none is asked for
+        raise _refuse(f"a string that is not UTF-8 text in the {where}")
     kept = {}
     for i in range(len(d)):
         entry = d[i]
@@ -210,13 +231,18 @@ def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
         vmfb = compiler.compile_str(text, input_type="tosa", target_backends=["llvm-cpu"],
                                     extra_args=["--iree-llvmcpu-target-cpu=host"])
     except Exception as e:  # noqa: BLE001
-        lines = [ln for ln in str(e).splitlines() if "error:" in ln] or str(e).splitlines() or ["compile failed"]
-        raise TosaError(f"IREE cannot compile the module: {lines[0].strip()}") from None
+        raise TosaError(f"IREE cannot compile the module: {diagnostic(e) or 'compile failed'}") from None
     try:
         module = runtime.load_vm_flatbuffer(vmfb, driver="local-task")
-        out = module.main(*inputs)
     except Exception as e:  # noqa: BLE001
-        raise TosaError(f"IREE failed to run the module: {str(e).strip().splitlines()[0]}") from None
+        raise TosaError(f"IREE failed to load the module: {diagnostic(e)}") from None
+    main = getattr(module, "main", None)
+    if main is None:
+        raise TosaError("the module has no function @main, which the comparison runs")
+    try:
+        out = main(*inputs)
+    except Exception as e:  # noqa: BLE001
+        raise TosaError(f"IREE failed to run the module: {diagnostic(e)}") from None
     outs = out if isinstance(out, (list, tuple)) else [out]
     return [np.asarray(o.to_host() if hasattr(o, "to_host") else o) for o in outs]
 
@@ -231,6 +257,7 @@ class IreeRunner(Runner):
     def __init__(self, text: str):
         super().__init__()
         self.text = text
+        self._checked: Optional[str] = None  # ``compilable(text)``, once
 
     def input_specs(self) -> List[InputSpec]:
         """``@main``'s arguments as the MLIR importer reads them."""
@@ -240,4 +267,6 @@ class IreeRunner(Runner):
 
     def infer_impl(self, feed):
         args = list(feed.values())
-        return positional(run(bind_dims(self.text, [a.shape for a in args]), args))
+        if self._checked is None:  # refused before anything parses it with IREE's dialects
+            self._checked = compilable(self.text)
+        return positional(run(bind_dims(self._checked, [a.shape for a in args]), args))

@@ -1,8 +1,9 @@
 """Validate TOSA MLIR text against the TOSA specification with ``tosa-opt --tosa-validate``.
 
-The tool comes from PyPI's ``tosa-tools`` (2026.8.0), which installs generic top-level
-package names and so lives in its own virtual environment: ``bash
-scripts/setup_tosa_tools.sh`` creates ``<repo>/.venv-tosa-tools`` (``find_tosa_opt``).
+The tool comes from PyPI's ``tosa-tools`` (2026.8.0): the ``mlir`` extra installs it
+beside legalize; a checkout keeps it in a virtual environment of its own (it installs
+generic top-level package names): ``bash scripts/setup_tosa_tools.sh`` creates
+``<repo>/.venv-tosa-tools``. ``find_tosa_opt`` looks in both.
 
 The module is checked as one target environment: ``--tosa-attach-target`` (specification
 1.0, level 8k, profiles ``pro_int,pro_fp`` - float models need PRO-FP, int8 ones PRO-INT -,

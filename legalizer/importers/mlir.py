@@ -49,9 +49,9 @@ from ..ir.constdata import ConstData
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import TensorType
 from ..model import Format, Model
-from .mlir_bounds import blank_locations, bytecode_to_text, check_nesting
-from .mlir_tool import to_bytecode
-from .mlir_types import MlirAttr, MType, attr_value, mtype, opaque_quant, text_of
+from .mlir_bounds import blank_locations, bytecode_to_text, check_names, check_nesting
+from .mlir_tool import bindings, to_bytecode
+from .mlir_types import MlirAttr, MType, attr_value, attributes, mtype, opaque_quant, text_of
 
 __all__ = ["BYTECODE_MAGIC", "MlirAttr", "MlirSource", "OpSource", "bytecode_to_text", "check_nesting",
            "load_mlir", "parse_mlir"]
@@ -101,7 +101,7 @@ class MlirSource:
 
 def _read(text: str, source: str):
     """An ``ir.Module`` of ``text``, in a context with no dialects."""
-    from iree.compiler import ir
+    ir = bindings(source)
     from iree.compiler._mlir_libs._mlir import ir as bare  # the Context without IREE's dialects
 
     try:
@@ -110,7 +110,15 @@ def _read(text: str, source: str):
         raise BadInput(text_of(e)) from None
     ctx = bare._Context()
     ctx.allow_unregistered_dialects = True
-    return ir.Module.parse(written, ctx)
+    try:
+        return ir.Module.parse(written, ctx)
+    except ir.MLIRError as e:  # the bindings verify the module op itself (its attributes' names)
+        first = e.error_diagnostics[0] if e.error_diagnostics else None
+        if first is None:
+            raise BadInput(f"{source}: {text_of(e).strip().splitlines()[0]}") from None
+        line, col = _position(first.location)
+        where = f"{source}:{line}:{col}" if line else source
+        raise BadInput(f"{where}: {text_of(first.message)}") from None
 
 
 def _preorder(top) -> Iterator[Any]:
@@ -192,7 +200,7 @@ class _Builder:
         self._warned: set = set()
 
     def function_graph(self, fn) -> Graph:
-        name = fn.attributes["sym_name"].value
+        name = sym_name(fn)
         blocks = list(fn.regions[0].blocks)
         if len(blocks) != 1:
             raise self.src.error(f"function @{name} has {len(blocks)} blocks; only single-block"
@@ -219,7 +227,10 @@ class _Builder:
             outputs = [self.define(r, n, pos) for r, n in zip(op.results, names)]
             source = OpSource(pos[0], pos[1], self.explicit.get(pos))
             label = f"%{names[0].split('#')[0]}" if names else f"{op.name}@{pos[0]}:{pos[1]}"
-            attrs = {a: attr_value(op.attributes[a]) for a in op.attributes}
+            try:
+                attrs = attributes(op.attributes)
+            except ValueError as e:  # a name or a constant legalize cannot hold
+                raise self.src.error(str(e), pos) from None
             const = self.constant(attrs, outputs, label, source) if op.name in CONSTANT_OPS else None
             if const is not None:
                 nodes.append(const)
@@ -284,10 +295,19 @@ class _Builder:
             self.warnings.append(f"op '{name}' is {what}; kept as an opaque node")
 
 
-def _functions(op, module_attrs: Dict[str, Any]) -> List[Any]:
+def sym_name(op) -> str:
+    """An op's ``sym_name``; one that is not UTF-8 text as MLIR writes it, escaped."""
+    return str(attr_value(op.attributes["sym_name"]))
+
+
+def _functions(op, module_attrs: Dict[str, Any], src: _Text) -> List[Any]:
     """The func.func ops in the module ``op`` and the modules in it; their attributes
     gathered in ``module_attrs``."""
-    module_attrs.update({k: attr_value(op.attributes[k]) for k in op.attributes if k != "sym_name"})
+    try:
+        attrs = attributes(op.attributes)
+    except ValueError as e:  # a name or a constant legalize cannot hold
+        raise src.error(str(e), _position(op.location)) from None
+    module_attrs.update({k: v for k, v in attrs.items() if k != "sym_name"})
     funcs: List[Any] = []
     for block in op.regions[0].blocks:
         for inner in block.operations:
@@ -295,13 +315,14 @@ def _functions(op, module_attrs: Dict[str, Any]) -> List[Any]:
             if inner.name == "func.func":
                 funcs.append(inner)
             elif inner.name == "builtin.module":
-                funcs.extend(_functions(inner, module_attrs))
+                funcs.extend(_functions(inner, module_attrs, src))
     return funcs
 
 
 def parse_mlir(text: str, source: str = "<string>", form: str = "text") -> Model:
     """MLIR text -> Model (format ``mlir``)."""
     check_nesting(text, source)
+    check_names(text, source)
     blanked, has_locations = blank_locations(text)
     module = _read(blanked, source)
     explicit: Dict[Tuple[int, int], str] = {}
@@ -311,14 +332,15 @@ def parse_mlir(text: str, source: str = "<string>", form: str = "text") -> Model
             if str(a.location) != str(b.location):
                 explicit[_position(a.location)] = str(b.location)
     module_attrs: Dict[str, Any] = {}
-    funcs = _functions(module.operation, module_attrs)
+    src = _Text(text, source)
+    funcs = _functions(module.operation, module_attrs, src)
     bodies = [f for f in funcs if len(f.regions[0].blocks)]
     if not bodies:
         raise BadInput(f"{source}: no function with a body (expected func.func @main(...) {{ ... }})")
-    bodies.sort(key=lambda f: f.attributes["sym_name"].value != "main")  # @main first, then file order
-    builder = _Builder(_Text(text, source), explicit)
+    bodies.sort(key=lambda f: sym_name(f) != "main")  # @main first, then file order
+    builder = _Builder(src, explicit)
     graphs = [builder.function_graph(f) for f in bodies]
-    proto = MlirSource(form, module_attrs, [f.attributes["sym_name"].value for f in bodies])
+    proto = MlirSource(form, module_attrs, [sym_name(f) for f in bodies])
     return Model(graphs[0], Format.MLIR, proto=proto, warnings=builder.warnings,
                  subgraphs=graphs if len(graphs) > 1 else [])
 

@@ -8,7 +8,7 @@ import re
 from typing import List, Optional, Tuple
 
 from ..errors import BadInput
-from ..extras import install_hint
+from .mlir_tool import bindings
 
 # Bounds on MLIR input, checked before anything parses or prints it recursively: MLIR's
 # parser, printer and bytecode writer (a 366 KB bytecode file of 20,000 nested regions
@@ -47,6 +47,55 @@ def check_nesting(text: str, source: str) -> None:
             elif tok != ">" and want in open_:  # recover: close what it matches
                 while open_.pop() != want:
                     pass
+
+
+# A generic op's name is a string literal before its operands' "(": MLIR takes any bytes
+# in it (escaped \XX), and its bindings abort the process on a name that is not UTF-8
+# (they cannot make it a str). Such a literal is refused before MLIR reads the text.
+# (An attribute's name is read where the bindings raise instead; a dictionary with such
+# a literal is kept as text: ``mlir_types``.)
+_LITERAL_OR_COMMENT = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//[^\n]*')
+_CALL = re.compile(r"\s*\(")
+_ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2}|.)", re.S)
+_ESCAPED = {"n": b"\n", "t": b"\t", '"': b'"', "\\": b"\\"}
+
+
+def non_utf8_literal(text: str, call: bool = False) -> Optional["re.Match"]:
+    """The first string literal of ``text`` whose bytes are not UTF-8 text (only those
+    before a ``(`` with ``call``), or None."""
+    for m in _LITERAL_OR_COMMENT.finditer(text):
+        tok = m.group()
+        if not tok.startswith('"') or "\\" not in tok or (call and not _CALL.match(text, m.end())):
+            continue
+        try:
+            _literal_bytes(tok[1:-1]).decode("utf-8")
+        except UnicodeDecodeError:
+            return m
+    return None
+
+
+def check_names(text: str, source: str) -> None:
+    """BadInput if a string literal before a ``(`` (a generic op's name) holds bytes
+    that are not UTF-8 text."""
+    m = non_utf8_literal(text, call=True)
+    if m is not None:
+        line = text.count("\n", 0, m.start()) + 1
+        col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+        raise BadInput(f"{source}:{line}:{col}: a name that is not UTF-8 text ({m.group()[:40]}); legalize"
+                       " reads no such name")
+
+
+def _literal_bytes(body: str) -> bytes:
+    """The bytes of a string literal's body, its escapes (``\\XX``, ``\\n``, ...) undone."""
+    out = bytearray()
+    pos = 0
+    for e in _ESCAPE.finditer(body):
+        esc = e.group(1)
+        out += body[pos:e.start()].encode("utf-8")
+        out += bytes.fromhex(esc) if len(esc) == 2 else _ESCAPED.get(esc, esc.encode("utf-8"))
+        pos = e.end()
+    out += body[pos:].encode("utf-8")
+    return bytes(out)
 
 
 # Explicit locations (``loc(...)`` after an op or an argument) replace the position
@@ -101,11 +150,7 @@ def bytecode_to_text(data: bytes, source: str) -> str:
     the bounded helper (``bounded``): its size and nesting checked first
     (``MAX_OPERATIONS``, ``MAX_REGION_DEPTH``), and a printer that crashes or runs out
     of memory on it costs the helper, not the run."""
-    try:
-        from iree.compiler import ir  # noqa: F401 - only to say what is missing
-    except ImportError:
-        raise BadInput(f"{source}: is MLIR bytecode; reading it needs the MLIR bindings of iree-base-compiler"
-                       f" ({install_hint('iree')})") from None
+    bindings(source, "reading MLIR bytecode")  # only to say what is missing, before the helper starts
     from .. import bounded
 
     try:

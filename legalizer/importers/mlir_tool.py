@@ -1,6 +1,8 @@
 """MLIR's own parser, run on untrusted text out of our process, in a subprocess under a
 memory and a time limit: ``iree-opt`` (iree-base-compiler's), and ``tosa-opt`` (PyPI's
-``tosa-tools``) for the TOSA op syntax that IREE's build does not take. Each reads
+``tosa-tools``) for the TOSA op syntax that IREE's build does not take (the one
+``tosa-converter-for-tflite``, tf-opt and LLVM's tests write). The ``mlir`` extra
+installs both; ``tosa-opt`` is found in the environment legalize runs in. Each reads
 without verifying (legalize reads invalid TOSA to report it), ops of any dialect.
 iree-opt writes bytecode of version 4, which stores properties as attributes (the
 bindings list them for an op of a dialect they have not loaded) and the quant dialect's
@@ -14,18 +16,26 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
 from ..errors import BadInput
 from ..extras import install_hint
 
-# Where tosa-opt is looked for: ``scripts/setup_tosa_tools.sh`` installs it in a virtual
-# environment of its own (tosa-tools installs generic top-level package names).
+# Where tosa-opt is looked for: the tosa-tools distribution installed beside legalize
+# (the ``mlir`` extra; its wheel keeps the binary in its own ``bin/`` under
+# site-packages), then a checkout's ``.venv-tosa-tools``, which
+# ``scripts/setup_tosa_tools.sh`` makes for developers (tosa-tools installs generic
+# top-level package names, kept out of the development venv).
 ENV_VAR = "LEGALIZE_TOSA_OPT"
+DISTRIBUTION = "tosa-tools"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_TOOL = REPO_ROOT / ".venv-tosa-tools" / "bin" / "tosa-opt"
-SETUP_HINT = "run: bash scripts/setup_tosa_tools.sh (or set LEGALIZE_TOSA_OPT to a tosa-opt)"
+MLIR_EXTRA = "mlir"
+SETUP_HINT = (f"install the {MLIR_EXTRA} extra: {install_hint(MLIR_EXTRA)} (in a checkout: bash"
+              f" scripts/setup_tosa_tools.sh), or set {ENV_VAR} to a tosa-opt")
 
 # What MLIR's parser may take, beyond the tool's own footprint, per byte of input.
 OPT_MEMORY = 4 << 30
@@ -47,38 +57,96 @@ def _executable(path) -> bool:
 
 
 def find_tosa_opt() -> Optional[str]:
-    """``$LEGALIZE_TOSA_OPT``, then ``<repo>/.venv-tosa-tools/bin/tosa-opt``, then PATH."""
+    """``$LEGALIZE_TOSA_OPT``, then the tosa-opt of the tosa-tools installed in this
+    environment, then ``<repo>/.venv-tosa-tools/bin/tosa-opt``, then PATH."""
     env = os.environ.get(ENV_VAR)
     if env and _executable(env):
         return env
-    if _executable(str(VENV_TOOL)):
-        return str(VENV_TOOL)
+    for tool in (_installed_tool(), str(VENV_TOOL)):
+        if tool and _executable(tool):
+            return tool
     return shutil.which("tosa-opt")
+
+
+def _installed_tool() -> Optional[str]:
+    """The tosa-opt binary of the tosa-tools distribution beside legalize, else its
+    console script beside this interpreter; found from the distribution's record, its
+    Python packages never imported."""
+    try:
+        dist = metadata.distribution(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+    binary = Path(dist.locate_file(Path("bin") / "tosa-opt"))
+    if _executable(str(binary)):
+        return str(binary)
+    script = Path(sys.executable).parent / "tosa-opt"
+    return str(script) if _executable(str(script)) else None
+
+
+def parser_missing(source: str, what: str = "reading MLIR") -> BadInput:
+    """The one line for MLIR input without MLIR's parser and bindings (iree-base-compiler)."""
+    return BadInput(f"{source}: {what} needs MLIR's parser (the {MLIR_EXTRA} extra: {install_hint(MLIR_EXTRA)})")
+
+
+def bindings(source: str, what: str = "reading MLIR"):
+    """iree-base-compiler's MLIR Python bindings (``iree.compiler.ir``), else BadInput
+    naming the extra."""
+    try:
+        from iree.compiler import ir
+    except ImportError:
+        raise parser_missing(source, what) from None
+    return ir
 
 
 def _iree_opt(source: str) -> str:
     try:
         from iree.compiler.tools.binaries import find_tool
     except ImportError:
-        raise BadInput(f"{source}: reading MLIR needs MLIR's parser from iree-base-compiler"
-                       f" ({install_hint('iree')})") from None
+        raise parser_missing(source) from None
     return find_tool("iree-opt")
 
 
 def to_bytecode(text: bytes, source: str) -> bytes:
     """MLIR text as bytecode (version 4) by MLIR's parser: iree-opt's, else, where it
     refuses a TOSA op's syntax, tosa-opt's; else BadInput with iree-opt's first error
-    (``source:line:col: message``)."""
+    (``source:line:col: message``), which names the extra when the syntax is TOSA's
+    and no tosa-opt is there."""
     iree_opt = _iree_opt(source)
     out, message = _run(iree_opt, text, source, BYTECODE)
-    tosa_opt = find_tosa_opt() if message.startswith(_TOSA_SYNTAX) else None
-    generic = _run(tosa_opt, text, source, GENERIC)[0] if tosa_opt else None
-    second = _run(iree_opt, generic, source, BYTECODE)[0] if isinstance(generic, bytes) else None
-    if isinstance(second, bytes):  # else iree-opt's error on the text: the first parser's word
-        out = second
+    if not isinstance(out, bytes):
+        generic = _tosa_generic(text, source, message, out)
+        second = _run(iree_opt, generic, source, BYTECODE)[0] if generic is not None else None
+        out = second if isinstance(second, bytes) else out  # else iree-opt's word on the text
     if isinstance(out, BadInput):
         raise out
     return out
+
+
+def iree_text(text: bytes, source: str) -> str:
+    """``text`` as IREE's own parser reads it: the text itself if iree-opt reads it, else
+    (a TOSA syntax IREE's build does not take) tosa-opt's generic form of it; else
+    BadInput with iree-opt's first error, as ``to_bytecode``."""
+    out, message = _run(_iree_opt(source), text, source, ("-o", os.devnull))
+    if isinstance(out, bytes):
+        return text.decode("utf-8")
+    generic = _tosa_generic(text, source, message, out)
+    if generic is None:
+        raise out
+    return generic.decode("utf-8")
+
+
+def _tosa_generic(text: bytes, source: str, message: str, error: BadInput) -> Optional[bytes]:
+    """tosa-opt's generic form of ``text``, where iree-opt refused it (``message``) for a
+    TOSA op's syntax; None where iree-opt's ``error`` is the word (another error, or
+    tosa-opt cannot read it either); BadInput naming the extra where no tosa-opt is there."""
+    if not message.startswith(_TOSA_SYNTAX):
+        return None
+    tosa_opt = find_tosa_opt()
+    if tosa_opt is None:
+        raise BadInput(f"{error} (a TOSA syntax IREE's parser does not take; tosa-opt reads it: install the"
+                       f" {MLIR_EXTRA} extra: {install_hint(MLIR_EXTRA)})")
+    generic = _run(tosa_opt, text, source, GENERIC)[0]
+    return generic if isinstance(generic, bytes) else None
 
 
 def _run(tool: str, data: bytes, source: str, write: Sequence[str]) -> Tuple[Union[bytes, BadInput], str]:

@@ -4,14 +4,16 @@ arrays, attributes as Python values, and ``MlirAttr`` for what the IR keeps as t
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from ..ir.dtypes import DTYPE_OF_MLIR, numpy_dtype
 from ..ir.types import UNKNOWN, Quantization, TensorType
+from .mlir_bounds import non_utf8_literal
 
 
 # The quant dialect's types are read from their text (``element_dtype``); MLIR's tools
@@ -113,6 +115,40 @@ def _strip_range(head: str) -> str:
 
 # ---- attributes ------------------------------------------------------------------------
 
+class NotUtf8Name(ValueError):
+    """An attribute name that is not UTF-8 text: MLIR takes any bytes in one, and its
+    bindings cannot give it as a str."""
+
+
+def attributes(attrs) -> Dict[str, Any]:
+    """An op's attributes (``op.attributes``) by name, as Python values (``attr_value``);
+    NotUtf8Name for a name that is not UTF-8 text."""
+    try:
+        names = list(attrs)  # the bindings raise here on such a name (where they can)
+    except RuntimeError:  # nanobind's "conversion error": the name's bytes are not UTF-8
+        raise NotUtf8Name("an attribute name that is not UTF-8 text; legalize reads no such name") from None
+    return {name: attr_value(attrs[name]) for name in names}
+
+
+def _dict(a) -> Any:
+    """A ``DictAttr`` as a dict; kept as MLIR writes it (escaped) where a literal in it
+    is not UTF-8 text: the bindings abort the process on such a key, so none is asked for."""
+    text = text_of(a)
+    if non_utf8_literal(text) is not None:
+        return MlirAttr(text)
+    return {x.name: attr_value(x.attr) for x in a}
+
+
+def _string(a) -> Any:
+    """A ``StringAttr``: its text, or, for bytes that are not UTF-8 (a TFLite model's
+    metadata buffers, which tosa-converter-for-tflite keeps), the literal as MLIR writes
+    it, escaped."""
+    try:
+        return a.value_bytes.decode("utf-8")
+    except UnicodeDecodeError:
+        return MlirAttr(text_of(a))
+
+
 def attr_value(a) -> Any:
     """An ``ir.Attribute`` as a Python value: ``int``, ``float``, ``bool``, ``str``,
     lists (``[...]``, ``array<i64: ...>``), dicts, numpy arrays (``dense<...>``), or
@@ -131,12 +167,16 @@ _CONVERT = [
     ("BoolAttr", lambda a: a.value),
     ("IntegerAttr", lambda a: a.value),
     ("FloatAttr", lambda a: a.value),
-    ("StringAttr", lambda a: a.value),
+    ("StringAttr", _string),
     ("UnitAttr", lambda a: True),
     ("ArrayAttr", lambda a: [attr_value(x) for x in a]),
-    ("DictAttr", lambda a: {x.name: attr_value(x.attr) for x in a}),
+    ("DictAttr", _dict),
     *((f"Dense{k}ArrayAttr", list) for k in ("Bool", "I8", "I16", "I32", "I64", "F32", "F64")),
 ]
+
+
+# The largest array numpy addresses (its sizes are intp).
+MAX_ARRAY_BYTES = int(np.iinfo(np.intp).max)
 
 
 def dense_array(a) -> Any:
@@ -150,6 +190,10 @@ def dense_array(a) -> Any:
         dtype = np.dtype(numpy_dtype(t.tensor.dtype))
     except (ValueError, KeyError, TypeError):
         return MlirAttr(text_of(a))
+    size = math.prod(shape) * dtype.itemsize
+    if size > MAX_ARRAY_BYTES:  # a splat's type may claim any size; numpy cannot even view it
+        raise ValueError(f"a constant of type '{t.text}' would be {size:,} bytes, more than an array can"
+                         " address; legalize reads no such constant")
     if a.is_splat:
         value = attr_value(a.get_splat_value())
         return MlirAttr(text_of(a)) if isinstance(value, MlirAttr) else np.broadcast_to(np.asarray(value, dtype), shape)
