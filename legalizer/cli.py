@@ -161,6 +161,30 @@ def parse_tolerance(flag: str, items: List[str], default: float):
     return Tolerance(default, tuple(per.items())) if per else default
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(flag: str, text: Optional[str]) -> Optional[int]:
+    """``4G``, ``512M``, ``1.5G``, ``1000000`` (bytes) as bytes; UsageError if not a size."""
+    if text is None:
+        return None
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS and t[-1:] else ""
+    try:
+        value = float(t[:-1] if unit else t)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value * _SIZE_UNITS[unit] > 1 << 50:
+        raise UsageError(f"{flag} must be a size such as 4G or 512M, not '{text}'")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def _run_timeout(value: Optional[float]) -> Optional[float]:
+    if value is not None and not 0 < value < 1e7:
+        raise UsageError(f"--run-timeout must be a number of seconds above 0, not '{value:g}'")
+    return value
+
+
 def _parse_dims(items: List[str]) -> Dict[str, int]:
     dims = {}
     for item in items:
@@ -250,6 +274,12 @@ def legalize(
                                             " with --against, only when asked).", show_default=False),
     localize_budget: int = typer.Option(BUDGET, "--localize-budget", min=1, metavar="N", help="Runs of a TOSA module"
                                         " on IREE one localization may take (each a compile)."),
+    run_timeout: Optional[float] = typer.Option(None, "--run-timeout", metavar="SECONDS", help="Time one run of a"
+                                                " model on a runtime may take (each runs in a child process;"
+                                                " default 600).", show_default=False),
+    run_memory: Optional[str] = typer.Option(None, "--run-memory", metavar="SIZE", help="Memory a model's run may"
+                                             " allocate in its child process, e.g. 4G or 512M (default: half the"
+                                             " machine's).", show_default=False),
     reduce: Optional[Path] = typer.Option(None, "--reduce", metavar="PATH", help="Write the smallest subgraph that"
                                           " still differs (or still violates the trait) here, with its inputs.",
                                           show_default=False),
@@ -298,7 +328,8 @@ def legalize(
                                            inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
                                            rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
                                            require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                                           localize_budget=localize_budget)))
+                                           localize_budget=localize_budget, run_timeout=_run_timeout(run_timeout),
+                                           run_memory=parse_size("--run-memory", run_memory))))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -313,7 +344,8 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
                          require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                         localize_budget=localize_budget, reduce=reduce)
+                         localize_budget=localize_budget, reduce=reduce, run_timeout=_run_timeout(run_timeout),
+                         run_memory=parse_size("--run-memory", run_memory))
     # Fail on a bad output, report or page path before the work, not after it: each can
     # be written, and each is a file of its own, never an input.
     if not verify_only:

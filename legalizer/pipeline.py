@@ -65,6 +65,10 @@ class RunOptions:
     localize: Optional[bool] = None
     localize_budget: int = BUDGET  # IREE runs one localization may take
     reduce: Optional[Path] = None  # write the smallest subgraph that still fails here
+    # Limits of the child process every model runs in (check.child): seconds per run of a
+    # runtime, bytes it may allocate; None: the defaults.
+    run_timeout: Optional[float] = None
+    run_memory: Optional[int] = None
 
 
 @dataclass
@@ -217,6 +221,7 @@ def _against_kind(model: Model, against: Path) -> str:
 def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult, timings, on_stage, given,
                    dims) -> None:
     from .check.against import check_against
+    from .check.child import RunFault
     from .check.iree_run import Refused
 
     against = Path(options.against)
@@ -228,9 +233,15 @@ def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult
                                           atol=options.atol, given=given, dims=options.dims)
             except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
                 raise BadInput(f"{path}: {e}") from None
+            except RunFault as e:  # a crash, or a run past its memory or time: the comparison did not run
+                raise BadInput(str(e)) from None
         elif kind == "onnx":
-            res.check = check(against, path, provider=options.provider, dims=dims, inputs=given, rtol=options.rtol,
-                              atol=options.atol, not_one=options.assume_dynamic_not_one)
+            try:
+                res.check = check(against, path, provider=options.provider, dims=dims, inputs=given,
+                                  rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
+                                  raise_faults=True)
+            except RunFault as e:
+                raise BadInput(str(e)) from None
         else:
             from .check.tflite import check_tflite
 
@@ -337,7 +348,17 @@ def stages(options: RunOptions) -> List[str]:
 def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
     onnxruntime and write it. Raises LegalizeError for bad input; violations and
-    mismatches are in the result, with exit code 1, and then nothing is written."""
+    mismatches are in the result, with exit code 1, and then nothing is written. Every
+    model runs in a child process under ``options.run_timeout`` and ``run_memory``."""
+    from .check import child
+
+    with child.limited(options.run_timeout, options.run_memory):
+        if options.check and (not options.verify_only or options.against is not None) and child.available():
+            child.prewarm()  # it starts while the model loads and is legalized
+        return _run(path, options, on_stage)
+
+
+def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> RunResult:
     if options.require_check and (not options.check or (options.verify_only and options.against is None)):
         raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"
                          " --verify-only (except with --against)")

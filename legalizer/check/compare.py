@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import first_line
 from . import ATOL, RTOL  # noqa: F401 - the check's defaults (defined in the light package init)
+from .child import RunFault
 from .results import BindingResult, CheckResult, OutputResult
 from .runner import Runner
 
@@ -206,11 +207,15 @@ class Comparator:
         label = dims if label is None else label
         try:
             expected = self.reference.infer(feeds)
+        except RunFault:  # the child running it faulted: no binding of this check runs
+            raise
         except self.reference_errors as e:
             self.result.bindings.append(BindingResult(label, True, skipped=self.refused(e), source=source))
             return str(e)
         try:
             got = self.candidate.infer(feeds)
+        except RunFault:
+            raise
         except self.candidate_errors as e:
             outs = self.pairing.failed(expected, first_line(e))
         else:

@@ -24,9 +24,10 @@ from .given import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds, static_or_key
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import providers, session
+from .child import ChildRunner, RunFault, label
 from .runner import Runner
 from .runtime_shapes import verify_run_time
-from .search import TooBig, graph_sizes, search, sizes_in_name
+from .search import PROBE_MEMORY, TooBig, graph_sizes, search, sizes_in_name
 
 
 # -- inputs ---------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
           choices: Optional[Mapping[str, List[int]]] = None,
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
           hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
-          profile: Optional[str] = None) -> CheckResult:
+          profile: Optional[str] = None, raise_faults: bool = False) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
@@ -189,16 +190,44 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     as ``dims`` does (UsageError when they do not fit the model). When the original
     rejects every synthesized binding, the bindings are searched for (``search.py``;
     ``hints``: per dim, sizes to try first, e.g. its range's bounds). With ``profile``
-    the legalized model's run-time shapes are verified under it (``runtime_shapes``)."""
+    the legalized model's run-time shapes are verified under it (``runtime_shapes``).
+    A model whose child process faults (``child.RunFault``) leaves the check not run
+    (``raise_faults``: raised, for ``--against``)."""
     provider_list = providers(provider)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
             onnx.load_model(str(original), load_external_data=False)
     given = as_arrays(inputs)
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
-    ref = OrtRunner(original, provider_list)
+    opened: List[Runner] = []
+    try:
+        return _check(original, legalized, declared, given, fixed, provider, provider_list, opened, rtol=rtol,
+                      atol=atol, max_bindings=max_bindings, seed=seed, not_one=not_one, choices=choices, hints=hints,
+                      max_search_tries=max_search_tries, profile=profile)
+    except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
+        if raise_faults:
+            raise
+        return CheckResult(False, provider_list[0], error=str(e))
+    finally:
+        for r in opened:  # (the child stays, warm, for the next check of the run)
+            r.deactivate()
+
+
+def runner(model, provider_list: Sequence[str], what: str, basic: bool = False) -> ChildRunner:
+    """An ONNX model (a ModelProto or a path) on onnxruntime, in the child process;
+    ``what`` names it when it is not a path ("the original")."""
+    return ChildRunner(OrtRunner, model, list(provider_list), basic, model=label(model) or what,
+                       fetch=("provider", "outputs"))
+
+
+def _check(original, legalized, declared, given, fixed, provider, provider_list, opened, *, rtol, atol, max_bindings, seed,
+           not_one, choices, hints, max_search_tries, profile) -> CheckResult:
+    ref = runner(original, provider_list, "the original")
+    opened.append(ref)
     try:
         ref.activate()
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
         return CheckResult(False, provider_list[0], error=f"the original does not load on onnxruntime: {first_line(e)}")
     used = ref.provider
@@ -206,9 +235,12 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
         from ..errors import UsageError
         raise UsageError("--provider cuda: onnxruntime could not start its CUDA provider (missing CUDA or"
                          " cuDNN libraries?); see the docs, Getting started: Checking on a GPU")
-    new = OrtRunner(legalized, provider_list)
+    new = runner(legalized, provider_list, "the legalized model")
+    opened.append(new)
     try:
         new.activate()
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001
         return CheckResult(True, used, error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
     result = CheckResult(True, used)
@@ -222,11 +254,8 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
             feeds = feeds_of(binding)
         except CheckUnavailable:
             raise TooBig from None
-        try:
-            ref.infer(feeds)
-        except Exception as e:  # noqa: BLE001 - the original rejects this binding
-            return str(e)
-        return None
+        # (its outputs stay in the child; the search's ceiling bounds the child's memory)
+        return ref.attempt(feeds, memory=PROBE_MEMORY)
 
     # outputs by position: the legalized model keeps the original's order
     comparator = Comparator(ref, new, result, rtol, atol, pairing=Pairing(by_position=True))
@@ -244,6 +273,8 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
                 again = bindings_for(declared, fixed, max_bindings, seed, not_one, found.choices)
                 # no binding the original rejected again
                 comparator.bindings([b for b in again if not found.knows_rejected(b)], feeds_of, "search")
+    except RunFault:
+        raise
     except CheckUnavailable as e:
         return CheckResult(False, used, error=str(e))
     first = next((b for b in result.bindings if not b.skipped), None)

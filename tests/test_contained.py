@@ -1,0 +1,202 @@
+"""Every run of a model happens in a bounded child process (``legalizer/check/child.py``):
+a model that runs forever ends at its time limit, one that crashes its runtime ends in
+one line, and a signal stops the run at once with nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T, helper
+
+from test_cli import _env, assert_clean, legalize, lines
+
+
+def _loop_forever(path: Path) -> Path:
+    """A 300-byte ONNX model whose Loop counts to 1e15 (onnxruntime runs it for days)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
+         helper.make_tensor_value_info("v_in", T.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("v_out", T.FLOAT, [1])],
+        [helper.make_tensor("one", T.FLOAT, [1], [1.0])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)], "loop",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1])], [helper.make_tensor_value_info("y", T.FLOAT, [1])],
+        [helper.make_tensor("M", T.INT64, [], [10**15]), helper.make_tensor("c", T.BOOL, [], [True])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_a_loop_of_1e15_trips_ends_at_the_time_limit(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    t0 = time.monotonic()
+    p = legalize(model, tmp_path / "out.onnx", "--run-timeout", "2", timeout=120)
+    took = time.monotonic() - t0
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr  # legal; the check did not run, and says why
+    why = f"{model} on onnxruntime: it did not finish within its time limit of 2 s (--run-timeout)"
+    assert lines(p.stderr) == [f"legalize: warning: the numeric check did not run: {why}"]
+    assert lines(p.stdout)[-1] == f"{model}: legalized for 'tosa' -> {tmp_path / 'out.onnx'} (not checked: {why})"
+    assert took < 60
+    # --require-check makes a check that did not run a failure: nothing written
+    p = legalize(model, tmp_path / "req.onnx", "--run-timeout", "2", "--require-check", "-q", timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert not (tmp_path / "req.onnx").exists()
+
+
+def test_a_loop_of_1e15_trips_under_against_is_exit_2(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    legal = tmp_path / "loop.legal.onnx"
+    legal.write_bytes(model.read_bytes())
+    p = legalize(legal, "--verify-only", "--against", model, "--run-timeout", "2", "-q", timeout=120)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {model} on onnxruntime: it did not finish within its time limit"
+                               " of 2 s (--run-timeout)"]
+    assert "match" not in p.stdout
+
+
+def test_sigterm_stops_a_run_within_a_second_and_leaves_nothing(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(model), str(tmp_path / "out.onnx")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        # the run reaches the check: its child exists and runs the model
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _children(proc.pid):
+            time.sleep(0.2)
+        children = _children(proc.pid)
+        assert children, "the check's child never started"
+        time.sleep(2.0)  # well inside onnxruntime's Loop
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 1.5, took
+    assert proc.returncode == 130
+    assert lines(err) == ["legalize: interrupted"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.onnx"]
+    for pid in children:  # the parent killed the child that ran the model
+        assert _state(pid) in ("gone", "Z")
+
+
+def _children(pid: int):
+    try:
+        out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True).stdout
+    except OSError:
+        pytest.skip("needs ps")
+    return [int(x) for x in out.split() if "legalizer.check.serve" in _cmdline(int(x))]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _gather_ref(path: Path) -> Path:
+    g = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 1, 4])],
+                          [helper.make_tensor("i", T.INT64, [1], [0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path):
+    """IREE does not check a gather's index: at 2e9 it reads far outside the buffer and
+    the process dies of SIGSEGV (legalize did, exit 139, no message). The child dies;
+    legalize says so in one line and exits 2; no "results match"."""
+    pytest.importorskip("iree.compiler", reason="needs the iree extra: pip install 'legalizer[iree]'")
+    pytest.importorskip("iree.runtime", reason="needs the iree extra: pip install 'legalizer[iree]'")
+    module = tmp_path / "g.mlir"
+    module.write_text(
+        'func.func @main(%arg0: tensor<1x4x4xf32>) -> tensor<1x1x4xf32> {\n'
+        '  %idx = "tosa.const"() <{values = dense<2000000000> : tensor<1x1xi32>}> : () -> tensor<1x1xi32>\n'
+        '  %0 = tosa.gather %arg0, %idx : (tensor<1x4x4xf32>, tensor<1x1xi32>) -> tensor<1x1x4xf32>\n'
+        '  return %0 : tensor<1x1x4xf32>\n}\n')
+    p = legalize(module, "--verify-only", "--against", _gather_ref(tmp_path / "ref.onnx"), timeout=300)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module} on IREE llvm-cpu: it crashed (signal SIGSEGV)"]
+    assert "match" not in p.stdout
+
+
+def test_the_child_answers_in_plain_values_only():
+    """A reply is JSON and array bytes, never a pickle: what a compromised child could
+    send is read back as data or refused."""
+    from legalizer.check import wire
+    from legalizer.check.inputs import InputSpec
+
+    value = {"ok": {"y": np.arange(6, dtype=np.float32).reshape(2, 3), "n": [1, 2.5, "s", None, True],
+                    "spec": InputSpec("x", 1, (2, "N"), False, "")}}
+    back = wire.decode(bytearray(wire.encode(value)))
+    np.testing.assert_array_equal(back["ok"]["y"], value["ok"]["y"])
+    assert back["ok"]["y"].dtype == np.float32
+    assert back["ok"]["n"] == [1, 2.5, "s", None, True]
+    assert back["ok"]["spec"] == InputSpec("x", 1, (2, "N"), False, "")
+    with pytest.raises(TypeError):
+        wire.encode({"ok": np.array([object()])})
+    forged = bytearray(wire.encode({"ok": np.zeros(2)}))
+    forged = forged.replace(b'"<f8"', b'"|O8"')
+    with pytest.raises(wire.BadReply):
+        wire.decode(forged)
+    short = bytearray(wire.encode({"ok": np.zeros(4)}))[:-8]
+    with pytest.raises(wire.BadReply):
+        wire.decode(short)
+
+
+def test_run_limits_are_checked_before_the_work(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    for flag, value, want in [("--run-memory", "lots", "--run-memory must be a size such as 4G or 512M, not 'lots'"),
+                              ("--run-memory", "0", "--run-memory must be a size such as 4G or 512M, not '0'"),
+                              ("--run-timeout", "0", "--run-timeout must be a number of seconds above 0, not '0'")]:
+        p = legalize(model, tmp_path / "o.onnx", flag, value)
+        assert p.returncode == 2
+        assert lines(p.stderr) == [f"legalize: error: {want}"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["loop.onnx"]
+
+
+def test_a_run_past_its_memory_is_one_line(tmp_path):
+    """A model that asks for more than --run-memory: onnxruntime's allocation fails in
+    the child, and the check does not run, saying why."""
+    # Expand to 1e5 x 1e4 float32 (4 GB) from a 1-element input
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "big",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [100000, 10000])],
+                          [helper.make_tensor("s", T.INT64, [2], [100000, 10000])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = tmp_path / "big.onnx"
+    model.write_bytes(m.SerializeToString())
+    p = legalize(model, tmp_path / "o.onnx", "--run-memory", "1G", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    [line] = lines(p.stderr)
+    assert line.startswith("legalize: warning: the numeric check did not run: "), line
+    assert "match" not in p.stdout
+    assert os.path.exists(tmp_path / "o.onnx")
