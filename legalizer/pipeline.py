@@ -245,8 +245,11 @@ def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult
         else:
             from .check.tflite import check_tflite
 
-            res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
-                                     rtol=options.rtol, atol=options.atol, litert_only=True)
+            try:
+                res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
+                                         rtol=options.rtol, atol=options.atol, litert_only=True)
+            except RunFault as e:
+                raise BadInput(str(e)) from None
     res.report.check = res.check.to_json()
     failed = res.check.ran and not res.check.ok
     _diagnose((kind, path, against, model.graph), res, options, given, failed, auto=False, on_stage=on_stage,
@@ -268,6 +271,7 @@ def _diagnose(sides: tuple, res: RunResult, options: RunOptions, given, failed: 
     want = options.localize or (options.localize is None and failed and (auto or options.reduce is not None))
     if not want:
         return
+    from .check.child import RunFault
     from .check.reduce import NothingToReduce
     from .diagnose import Sides, localize as localize_sides, reduce_divergence
 
@@ -297,7 +301,7 @@ def _diagnose(sides: tuple, res: RunResult, options: RunOptions, given, failed: 
             res.reduced = reduce_divergence(sides, loc, Path(options.reduce), given=given, rtol=options.rtol,
                                             atol=options.atol, provider=options.provider, force=options.force,
                                             protect=protect)
-        except NothingToReduce as e:
+        except (NothingToReduce, RunFault) as e:  # (a fault: the child crashed or ran past its limits)
             res.report.warnings.append(f"--reduce: nothing written: {e}")
             return
     res.report.reduced = res.reduced.to_json()
@@ -450,7 +454,7 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
                                                   dims=dims, inputs=given, rtol=options.rtol,
                                                   atol=options.atol, not_one=options.assume_dynamic_not_one,
                                                   choices=res.check.search.choices if found else choices,
-                                                  searched=found)
+                                                  searched=found, path=model.source, trust=options.trust_pt2)
         report.check = res.check.to_json()
         failed = res.check.ran and not res.check.ok
         if model.format == "tflite":

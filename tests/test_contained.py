@@ -200,3 +200,38 @@ def test_a_run_past_its_memory_is_one_line(tmp_path):
     assert line.startswith("legalize: warning: the numeric check did not run: "), line
     assert "match" not in p.stdout
     assert os.path.exists(tmp_path / "o.onnx")
+
+
+def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path):
+    """SIGKILL gives a run no chance to clean up: its temporary output stays, named
+    with its host and process; its child dies with it. The next run that writes into
+    the folder removes it (and keeps a live process's temporary file)."""
+    from legalizer.outputs import temp_name
+
+    model = _loop_forever(tmp_path / "loop.onnx")
+    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(model), str(tmp_path / "out.onnx")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _children(proc.pid):
+            time.sleep(0.2)
+        children = _children(proc.pid)
+        assert children
+        time.sleep(1.0)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "loop.onnx")
+    assert left and all(n.startswith(".out.onnx.legalize-") and n.endswith(".tmp") for n in left), left
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_state(pid) not in ("gone", "Z") for pid in children):
+        time.sleep(0.1)
+    assert all(_state(pid) in ("gone", "Z") for pid in children)  # it died with its parent
+    live = tmp_path / temp_name("other.onnx")  # this test's own process: alive, so kept
+    live.write_bytes(b"")
+    p = legalize(_gather_ref(tmp_path / "small.onnx"), tmp_path / "small.legal.onnx", "-q")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(["loop.onnx", "small.onnx", "small.legal.onnx",
+                                                                 live.name])

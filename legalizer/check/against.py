@@ -38,7 +38,7 @@ def reference_runner(path: Path, provider: str) -> Runner:
     if kind == "tflite":
         from .litert import LiteRTRunner
 
-        runner = ChildRunner(LiteRTRunner, str(path), model=str(path), fetch=("model.unresolved_custom_op",))
+        runner = ChildRunner(LiteRTRunner, str(path), model=str(path))
         runner.activate()
         if runner.remote.call("model.unresolved_custom_op"):
             runner.deactivate()

@@ -352,11 +352,12 @@ def localize_onnx(candidate, reference, feeds, provider_list: Sequence[str], *, 
                   binding: Mapping[str, int] = {}) -> Localization:
     """ONNX against ONNX on onnxruntime, values matched by name (ModelProtos, their
     external data loaded)."""
-    from .probes import OrtProbe
+    from .probes import ChildProbe, OrtProbe
 
     steps = onnx_steps(candidate)
     producers = {o: n.op_type for n in reference.graph.node for o in n.output}
-    return localize(steps, OrtProbe(candidate, provider_list), OrtProbe(reference, provider_list), feeds,
+    return localize(steps, ChildProbe(OrtProbe, candidate, provider_list, model="the candidate"),
+                    ChildProbe(OrtProbe, reference, provider_list, model="the reference"), feeds,
                     match=lambda cand, ref: by_name(steps, ref), rtol=rtol, atol=atol, binding=binding,
                     outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
 
@@ -367,53 +368,47 @@ def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
     subgraph), tensors matched by name; a quantized tensor may differ by one step.
     Builtin kernels, or LiteRT's default resolver for a custom op only it runs (as
     the check)."""
-    from .probes import LiteRTProbe
+    from .probes import ChildProbe, LiteRTProbe
 
     steps = steps_of(graph)
     quantized = [v.name for n in graph.nodes() for v in n.outputs
                  if v.quant is not None and v.quant.scale and v.type.dtype in ("int8", "uint8", "int16")]
-    ref_probe, kernels, folded = LiteRTProbe(reference), "builtin", set()
-    if ref_probe.model.unresolved_custom_op():
-        ref_probe, kernels = LiteRTProbe(reference, "default"), "default"
+    ref_probe, kernels, folded = ChildProbe(LiteRTProbe, reference, model=str(reference)), "builtin", set()
+    if ref_probe.call("unresolved_custom_op"):
+        ref_probe.close()
+        ref_probe, kernels = ChildProbe(LiteRTProbe, reference, "default", model=str(reference)), "default"
         # XNNPACK computes what depends on constants only (a float16 weight's
         # DEQUANTIZE) once, when it takes the graph: LiteRT never writes those tensors
         folded = {n.output.name for n in graph.nodes() if n.kind == CONST}
         for s in steps:
             if s.inputs and all(x in folded for x in s.inputs):
                 folded.update(s.outputs)
-    return localize(steps, LiteRTProbe(candidate, kernels), ref_probe, feeds,
+    return localize(steps, ChildProbe(LiteRTProbe, candidate, kernels, model=str(candidate)), ref_probe, feeds,
                     match=lambda cand, ref: {v: r for v, r in by_name(steps, ref).items() if v not in folded},
                     rtol=rtol, atol=atol, binding=binding,
                     quantized=quantized, outputs={n.inputs[0].name: n.inputs[0].name for n in graph.outputs},
-                    producers=_litert_producers(ref_probe))
-
-
-def _litert_producers(probe) -> Dict[str, str]:
-    it = probe.model.interpreter
-    names = {d["index"]: d["name"] for d in it.get_tensor_details()}
-    return {names[int(t)]: op["op_name"] for op in it._get_ops_details() for t in op["outputs"]  # noqa: SLF001
-            if int(t) in names}
+                    producers=ref_probe.call("producers"))
 
 
 def reference_probe(reference, provider_list: Sequence[str]):
     """The probe of a ``.tflite`` or ``.onnx`` reference (a path), its input and output
     names in order, and its op per value."""
     from ..importers.reader import check_external_data, sniff
-    from .probes import LiteRTProbe, OrtProbe
+    from .probes import ChildProbe, LiteRTProbe, OrtProbe
 
     if sniff(reference) == "tflite":
-        probe = LiteRTProbe(reference)
-        if probe.model.unresolved_custom_op():  # as the check: LiteRT's default resolver
-            probe = LiteRTProbe(reference, "default")
-        specs = probe.model.input_specs()
-        return probe, [s.name for s in specs], probe.model.output_names(), _litert_producers(probe)
+        probe = ChildProbe(LiteRTProbe, reference, model=str(reference))
+        if probe.call("unresolved_custom_op"):  # as the check: LiteRT's default resolver
+            probe.close()
+            probe = ChildProbe(LiteRTProbe, reference, "default", model=str(reference))
+        return probe, probe.call("input_names"), probe.call("output_names"), probe.call("producers")
     import onnx
 
     check_external_data(Path(reference))
     proto = onnx.load(str(reference))
     inits = {t.name for t in proto.graph.initializer}
     producers = {o: n.op_type for n in proto.graph.node for o in n.output}
-    return (OrtProbe(proto, provider_list), [i.name for i in proto.graph.input if i.name not in inits],
+    return (ChildProbe(OrtProbe, proto, provider_list, model=str(reference)), [i.name for i in proto.graph.input if i.name not in inits],
             [o.name for o in proto.graph.output], producers)
 
 
@@ -425,7 +420,7 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
     results that differed when the whole module ran."""
     from ..importers.mlir import parse_mlir
     from .iree_run import TosaError, bind_dims
-    from .probes import IreeProbe, printed
+    from .probes import ChildProbe, IreeProbe, printed
 
     t0 = time.perf_counter()
     ref_probe, ref_inputs, ref_outputs, producers = reference_probe(reference, provider_list)
@@ -445,7 +440,7 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
         pairs.update(by_content({v: a for v, a in cand.items() if v not in pairs}, ref))
         return pairs
 
-    probe = IreeProbe(text)
+    probe = ChildProbe(IreeProbe, text, model="the module")
     outputs = dict(zip(results, ref_outputs))
     try:
         loc = localize(steps, probe, ref_probe, feeds, match=match, rtol=rtol, atol=atol, binding=binding,

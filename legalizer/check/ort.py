@@ -15,15 +15,14 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from ..errors import CheckUnavailable, first_line
 # (compare, BindingResult, OutputResult: the check's public names, kept importable from here)
 from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  # noqa: F401
 from .given import Declared, as_arrays, user_dims
-from .inputs import SMALL, InputSpec, make_feeds, static_or_key
+from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
-from .ort_session import providers, session
+from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
 from .child import ChildRunner, RunFault, label
 from .runner import Runner
 from .runtime_shapes import verify_run_time
@@ -136,44 +135,6 @@ def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[s
                seed: int = 0) -> Dict[str, np.ndarray]:
     """The check's inputs for ``model`` at ``dims`` (``inputs.make_feeds``)."""
     return make_feeds(input_specs(model), dims, given, seed)
-
-
-def _ort_dtype(type_str: str) -> str:
-    name = type_str[len("tensor("):-1]
-    return {"float": "float32", "double": "float64"}.get(name, name)
-
-
-class OrtRunner(Runner):
-    """An ONNX model (a ModelProto, or a path: external data resolves beside it) on
-    onnxruntime; ``basic``: see ``session``."""
-
-    name = "onnxruntime"
-
-    def __init__(self, model, provider_list: Sequence[str], basic: bool = False):
-        super().__init__()
-        self.model, self.provider_list, self.basic = model, list(provider_list), basic
-        self.session = None
-        self.outputs: List[str] = []
-
-    def activate_impl(self) -> None:
-        self.session = session(self.model, self.provider_list, self.basic)
-        self.outputs = [o.name for o in self.session.get_outputs()]
-
-    def deactivate_impl(self) -> None:
-        self.session = None
-
-    @property
-    def provider(self) -> str:
-        """The execution provider onnxruntime put first."""
-        return self.session.get_providers()[0]
-
-    def input_specs(self) -> List[InputSpec]:
-        """The session's inputs; each dynamic dim keyed ``input[axis]``."""
-        return [InputSpec(i.name, helper.np_dtype_to_tensor_dtype(np.dtype(_ort_dtype(i.type))),
-                          static_or_key(i.name, i.shape)) for i in self.session.get_inputs()]
-
-    def infer_impl(self, feed):
-        return dict(zip(self.outputs, self.session.run(None, dict(feed))))
 
 
 def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,

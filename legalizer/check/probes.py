@@ -94,6 +94,22 @@ class LiteRTProbe(Probe):
         tensors = self.model.tensors()
         return tensors if names is None else {n: tensors[n] for n in names if n in tensors}
 
+    def unresolved_custom_op(self) -> str:
+        return self.model.unresolved_custom_op()
+
+    def input_names(self) -> List[str]:
+        return [s.name for s in self.model.input_specs()]
+
+    def output_names(self) -> List[str]:
+        return self.model.output_names()
+
+    def producers(self) -> Dict[str, str]:
+        """The op that computes each tensor, by tensor name."""
+        it = self.model.interpreter
+        names = {d["index"]: d["name"] for d in it.get_tensor_details()}
+        return {names[int(t)]: op["op_name"] for op in it._get_ops_details() for t in op["outputs"]  # noqa: SLF001
+                if int(t) in names}
+
 
 class IreeProbe(Probe):
     """A TOSA module's ``@main`` on IREE (llvm-cpu), cut at the values asked for;
@@ -125,6 +141,29 @@ class IreeProbe(Probe):
         self.runs += 1
         got = run(cut(self.text, names), list(feeds.values()))
         return dict(zip(names, got))
+
+
+class ChildProbe(Probe):
+    """A probe (``factory(*args, **kwargs)``: ``OrtProbe``, ``LiteRTProbe``,
+    ``IreeProbe``) built and run in the child process (``child.py``); ``model`` names
+    it when the child faults."""
+
+    def __init__(self, factory, *args, model: str = "the model", **kwargs):
+        from .child import Remote
+
+        super().__init__()
+        self.runtime = factory.runtime
+        self.remote = Remote(factory, *args, model=model, runtime=factory.runtime, **kwargs)
+
+    def values(self, feeds, names=None):
+        self.runs += 1
+        return dict(self.remote.call("values", dict(feeds), None if names is None else list(names)))
+
+    def call(self, method: str, *args):
+        return self.remote.call(method, *args)
+
+    def close(self) -> None:
+        self.remote.close()
 
 
 def printed(text: str) -> str:

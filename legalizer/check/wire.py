@@ -14,7 +14,7 @@ import os
 import select
 import struct
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import numpy as np
 
