@@ -26,7 +26,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -278,6 +279,94 @@ def localize(steps: Sequence[Step], cand_probe: Probe, ref_probe: Probe, feeds: 
     return loc
 
 
+# Localization by name compares the values a chunk at a time: at most this many bytes of
+# them (or one value, if bigger) are held at once, on each side, so that its memory stays
+# near a plain run's (a model whose every intermediate is large would hold them all).
+CHUNK_BYTES = 64 << 20
+
+
+def chunks(order: Sequence[str], sizes: Mapping[str, int], budget: int = CHUNK_BYTES) -> List[List[str]]:
+    """``order`` cut into runs of names whose ``sizes`` add up to ``budget`` at most (a
+    bigger value alone); a name without a size (not a tensor) is left out."""
+    out: List[List[str]] = []
+    chunk: List[str] = []
+    held = 0
+    for name in order:
+        if name not in sizes:
+            continue
+        size = sizes[name]
+        if chunk and held + size > budget:
+            out.append(chunk)
+            chunk, held = [], 0
+        chunk.append(name)
+        held += size
+    if chunk:
+        out.append(chunk)
+    return out
+
+
+class LazyValues(Mapping):
+    """The values a probe gives for ``feeds``, by name, fetched when asked for (one run
+    of the probe each) and a few kept (``CHUNK_BYTES``): what ``reduce.py`` reads of a
+    chunked localization, without holding every value."""
+
+    def __init__(self, probe: Probe, feeds: Mapping[str, np.ndarray], names: Iterable[str]):
+        self.probe, self.feeds, self.names = probe, feeds, list(dict.fromkeys(names))
+        self._known = set(self.names)
+        self._cache: Dict[str, np.ndarray] = {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._known
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._known:
+            raise KeyError(name)
+        if name not in self._cache:
+            got = self.probe.values(self.feeds, [name])
+            if name not in got:
+                raise KeyError(name)
+            while self._cache and sum(a.nbytes for a in self._cache.values()) + got[name].nbytes > CHUNK_BYTES:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[name] = got[name]
+        return self._cache[name]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mapping[str, np.ndarray], *, rtol, atol,
+                     binding: Mapping[str, int] = {}, outputs: Mapping[str, str] = {},
+                     producers: Mapping[str, str] = {}, budget: int = CHUNK_BYTES) -> Localization:
+    """As ``localize``, values matched by name, compared a chunk at a time
+    (``chunks``): the candidate's values' sizes first (one run that gives out their
+    shapes), then per chunk one run of each model that gives out those values. Its
+    ``values`` are ``LazyValues``."""
+    t0 = time.perf_counter()
+    loc = Localization(f"{cand_probe.runtime} vs {ref_probe.runtime}", dict(binding))
+    pairs = by_name(steps, ref_probe.call("all_names"))
+    order = [v for s in steps for v in s.outputs if v in pairs]
+    sizes = cand_probe.call("sizes", dict(feeds), order) if order else {}
+    cand_keys: List[str] = []
+    ref_keys: List[str] = []
+    for chunk in chunks(order, sizes, budget):
+        cand = cand_probe.values(feeds, chunk)
+        ref = ref_probe.values(feeds, [pairs[v] for v in chunk])
+        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, (), outputs)
+        loc.divergence += found
+        loc.compared += compared
+        cand_keys += list(cand)
+        ref_keys += list(ref)
+        del cand, ref
+    _finish(loc, steps, pairs, producers)
+    loc.values = (LazyValues(cand_probe, feeds, cand_keys), LazyValues(ref_probe, feeds, ref_keys), pairs)
+    loc.runs = cand_probe.runs + ref_probe.runs
+    loc.seconds = time.perf_counter() - t0
+    return loc
+
+
 def _finish(loc: Localization, steps: Sequence[Step], pairs: Mapping[str, str], producers: Mapping[str, str]) -> None:
     for d in loc.divergence:
         d.reference_op = producers.get(d.reference, "") if d.reference != d.value else ""
@@ -356,10 +445,10 @@ def localize_onnx(candidate, reference, feeds, provider_list: Sequence[str], *, 
 
     steps = onnx_steps(candidate)
     producers = {o: n.op_type for n in reference.graph.node for o in n.output}
-    return localize(steps, ChildProbe(OrtProbe, candidate, provider_list, model="the candidate"),
-                    ChildProbe(OrtProbe, reference, provider_list, model="the reference"), feeds,
-                    match=lambda cand, ref: by_name(steps, ref), rtol=rtol, atol=atol, binding=binding,
-                    outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
+    return localize_chunked(steps, ChildProbe(OrtProbe, candidate, provider_list, model="the candidate"),
+                            ChildProbe(OrtProbe, reference, provider_list, model="the reference"), feeds,
+                            rtol=rtol, atol=atol, binding=binding,
+                            outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
 
 
 def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
