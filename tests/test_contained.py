@@ -235,3 +235,37 @@ def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path):
     assert p.returncode == 0, p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == sorted(["loop.onnx", "small.onnx", "small.legal.onnx",
                                                                  live.name])
+
+
+def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
+    """The run child's syscall filter (legalizer/check/sandbox.py): what code that a
+    runtime's memory bug reached could try there fails with EPERM; reading and
+    computing work."""
+    pytest.importorskip("pyseccomp", reason="needs the sandbox extra: pip install 'legalizer[sandbox]'")
+    import pathlib
+
+    from legalizer.check import child
+
+    assert child.sandbox() == "seccomp"
+    readable = tmp_path / "in.txt"
+    readable.write_text("data")
+    f = child.Remote(pathlib.Path, str(readable), model="a test", runtime="python")
+    assert f.call("read_text") == "data"
+    target = child.Remote(pathlib.Path, str(tmp_path / "made.txt"), model="a test", runtime="python")
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        target.call("write_text", "x")
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        f.call("chmod", 0o777)
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        child.Remote(subprocess.Popen, ["/bin/true"], model="a test", runtime="python")
+    import socket
+
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        child.Remote(socket.socket, model="a test", runtime="python")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.txt"]
+    # threads still start (clone with CLONE_THREAD)
+    import threading
+
+    t = child.Remote(threading.Thread, model="a test", runtime="python")
+    t.call("start")
+    t.call("join")

@@ -102,7 +102,7 @@ def _check_against(module: Path, reference: Path, runners, *, provider, rtol, at
                       count_mismatch=lambda want, have: [OutputResult(
                           f"result #{i}", False, detail=f"the module has {have} results, the model {want} outputs")
                           for i in range(want)])
-    iree = ChildRunner(IreeRunner, module_text(module), model=str(module)).activate()
+    iree = IreeRunner(module_text(module), contained=True, model=str(module)).activate()
     runners.append(iree)
     comparator = Comparator(ref, iree, result, rtol, atol, pairing=pairing, candidate_errors=(),
                             refused=lambda e: f"{reference} fails on {ref.name}: {first_line(e)}")

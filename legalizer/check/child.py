@@ -137,22 +137,27 @@ def _how(status: int) -> str:
     return f"its process ended (exit status {status})"
 
 
+# The children: "run" runs models, under the syscall filter where the platform has one
+# (``sandbox.py``); "compile" compiles TOSA modules with IREE, whose compiler runs its own
+# tools (iree-compile, its linker) and writes temporary files, which the filter refuses.
+RUN, COMPILE = "run", "compile"
+
+
 class _Process:
     """One child process and its pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, pool: str = RUN) -> None:
         replies_r, replies_w = os.pipe()
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the folder that holds ``legalizer``
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        env.setdefault("OMP_NUM_THREADS", env.get("OMP_NUM_THREADS", ""))
-        if not env["OMP_NUM_THREADS"]:
-            del env["OMP_NUM_THREADS"]
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # it writes nothing, not even bytecode caches
         try:
-            self.popen = subprocess.Popen([sys.executable, "-m", "legalizer.check.serve", str(replies_w)],
+            self.popen = subprocess.Popen([sys.executable, "-m", "legalizer.check.serve", str(replies_w),
+                                           "filtered" if pool == RUN else "plain"],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, pass_fds=(replies_w,), env=env,
-                                          close_fds=True)
+                                          close_fds=True, start_new_session=True)
         finally:
             os.close(replies_w)
         self.requests = self.popen.stdin.fileno()
@@ -163,8 +168,11 @@ class _Process:
     def kill(self) -> int:
         """Kill and reap it; its status as ``Popen.returncode`` gives it (-N: signal N)."""
         try:
-            if self.popen.poll() is None:
-                self.popen.kill()
+            try:  # its group: the tools it runs (IREE's compiler and linker) go with it
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except OSError:
+                if self.popen.poll() is None:
+                    self.popen.kill()
             status = self.popen.wait()
         except OSError:
             status = -signal.SIGKILL
@@ -177,32 +185,37 @@ class _Process:
 
 
 _lock = threading.RLock()
-_process: Optional[_Process] = None
-_generation = 0  # counts the children started: a handle of an earlier one is gone with it
+_processes: Dict[str, _Process] = {}
+_generations: Dict[str, int] = {}  # children started per pool: a handle of an earlier one is gone with it
 _handles = itertools.count(1)
 
 
-def _current() -> _Process:
-    global _process, _generation
-    if _process is None or _process.owner != os.getpid():
-        _process = _Process()
-        _generation += 1
-    return _process
+def _live(pool: str) -> Optional[_Process]:
+    proc = _processes.get(pool)
+    return proc if proc is not None and proc.owner == os.getpid() else None
 
 
-def _stop(cause_status: Optional[int] = None) -> int:
-    """Kill the child (if any); its status."""
-    global _process
-    proc, _process = _process, None
+def _current(pool: str = RUN) -> _Process:
+    proc = _live(pool)
+    if proc is None:
+        proc = _processes[pool] = _Process(pool)
+        _generations[pool] = _generations.get(pool, 0) + 1
+    return proc
+
+
+def _stop(pool: str = RUN) -> int:
+    """Kill the pool's child (if any); its status."""
+    proc = _processes.pop(pool, None)
     if proc is None or proc.owner != os.getpid():
         return 0
     return proc.kill()
 
 
 def stop_all() -> None:
-    """Kill the child of this process (at exit, and when the run is stopped)."""
+    """Kill the children of this process (at exit, and when the run is stopped)."""
     with _lock:
-        _stop()
+        for pool in list(_processes):
+            _stop(pool)
 
 
 atexit.register(stop_all)
@@ -213,16 +226,23 @@ def available() -> bool:
     return os.name == "posix" and os.path.exists("/proc/self/statm")
 
 
-def prewarm(modules: Sequence[str] = ("onnxruntime",)) -> None:
+def prewarm(modules: Sequence[str] = ("onnxruntime",), pool: str = RUN) -> None:
     """Start the child now and have it import ``modules``, without waiting: it starts
     while this process loads and legalizes the model, so the check finds it warm."""
     with _lock:
-        proc = _current()
+        proc = _current(pool)
         try:
             wire.send(proc.requests, pickle.dumps(("import", 0, list(modules), 0), protocol=5))
             proc.pending += 1
         except OSError:
-            _stop()
+            _stop(pool)
+
+
+def sandbox() -> str:
+    """The run child's syscall filter: "seccomp", or why there is none."""
+    with _lock:
+        proc = _current(RUN)
+        return str(Remote.__new__(Remote)._status(proc).get("sandbox", ""))
 
 
 class Remote:
@@ -231,12 +251,13 @@ class Remote:
     it is built (and activated, with ``activate``), kept in ``fetched``."""
 
     def __init__(self, factory, *args, model: str = "the model", runtime: str = "", fetch: Sequence[str] = (),
-                 activate: bool = False, **kwargs):
+                 activate: bool = False, pool: str = RUN, **kwargs):
         self.model, self.runtime = model, runtime or getattr(factory, "runtime", "") or getattr(factory, "name", "")
+        self.pool = pool
         self.fetched: Dict[str, Any] = {}
         with _lock:
-            _current()
-            self.generation, self.handle = _generation, next(_handles)
+            _current(pool)
+            self.generation, self.handle = _generations[pool], next(_handles)
             self.fetched = self._ask(("new", self.handle, factory.__module__, factory.__qualname__, list(args),
                                       dict(kwargs), list(fetch), activate))
 
@@ -246,10 +267,14 @@ class Remote:
         sent back). ``memory``/``timeout``: tighter limits for this call."""
         return self._ask(("call", self.handle, method, list(args), dict(kwargs), keep), memory, timeout)
 
+    def _status(self, proc: _Process) -> dict:
+        self.model, self.runtime, self.pool = "the child", "", RUN
+        self.generation, self.handle = _generations[RUN], 0
+        return self._ask(("status", 0))
+
     def close(self) -> None:
         with _lock:
-            proc = _process
-            if proc is not None and self.generation == _generation and proc.owner == os.getpid():
+            if _live(self.pool) is not None and self.generation == _generations.get(self.pool):
                 try:
                     self._ask(("drop", self.handle), timeout=5.0)
                 except (RunFault, CheckUnavailable):
@@ -260,9 +285,9 @@ class Remote:
         memory = lim.memory if memory is None else min(memory, lim.memory)
         timeout = lim.timeout if timeout is None else min(timeout, lim.timeout)
         with _lock:
-            if self.generation != _generation or _process is None or _process.owner != os.getpid():
+            proc = _live(self.pool)
+            if proc is None or self.generation != _generations.get(self.pool):
                 raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
-            proc = _process
             try:
                 while proc.pending:  # a warm-up's reply (its start-up is not this call's time)
                     wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0))
@@ -272,21 +297,21 @@ class Remote:
                 reply = wire.decode(data)
                 del data
             except wire.Timeout:
-                _stop()
+                _stop(self.pool)
                 raise RunFault(self.model, self.runtime, f"it did not finish within its time limit of {timeout:g} s"
                                                          " (--run-timeout)") from None
             except (OSError, EOFError):
-                status = _stop()
+                status = _stop(self.pool)
                 raise RunFault(self.model, self.runtime, _how(status)) from None
             except wire.BadReply as e:
-                _stop()
+                _stop(self.pool)
                 raise RunFault(self.model, self.runtime, f"its process answered what the protocol does not allow"
                                                          f" ({e})") from None
             except BaseException:  # ^C, SIGTERM: the child is mid-call; it goes at once
-                _stop()
+                _stop(self.pool)
                 raise
         if not isinstance(reply, dict):
-            _stop()
+            _stop(self.pool)
             raise RunFault(self.model, self.runtime, "its process answered what the protocol does not allow")
         if "ok" in reply:
             return reply["ok"]

@@ -509,7 +509,7 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
     results that differed when the whole module ran."""
     from ..importers.mlir import parse_mlir
     from .iree_run import TosaError, bind_dims
-    from .probes import ChildProbe, IreeProbe, printed
+    from .probes import IreeProbe, printed
 
     t0 = time.perf_counter()
     ref_probe, ref_inputs, ref_outputs, producers = reference_probe(reference, provider_list)
@@ -529,7 +529,7 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
         pairs.update(by_content({v: a for v, a in cand.items() if v not in pairs}, ref))
         return pairs
 
-    probe = ChildProbe(IreeProbe, text, model="the module")
+    probe = IreeProbe(text, contained=True)  # (compiled and run in the children)
     outputs = dict(zip(results, ref_outputs))
     try:
         loc = localize(steps, probe, ref_probe, feeds, match=match, rtol=rtol, atol=atol, binding=binding,

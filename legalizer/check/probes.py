@@ -137,9 +137,9 @@ class IreeProbe(Probe):
 
     runtime = "IREE llvm-cpu"
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, contained: bool = False):
         super().__init__()
-        self.text = text
+        self.text, self.contained = text, contained
 
     def all_names(self) -> List[str]:
         """Every op result of ``@main`` that is a tensor, constants left out (the same in
@@ -153,13 +153,14 @@ class IreeProbe(Probe):
                     for v in op.results if str(v.type).startswith("tensor<")]
 
     def values(self, feeds, names=None):
-        from .iree_run import run
+        from .iree_run import run, run_contained
 
         names = self.all_names() if names is None else list(names)
         if not names:
             return {}
         self.runs += 1
-        got = run(cut(self.text, names), list(feeds.values()))
+        text = cut(self.text, names)
+        got = run_contained(text, list(feeds.values())) if self.contained else run(text, list(feeds.values()))
         return dict(zip(names, got))
 
 

@@ -366,7 +366,6 @@ def reduce_mlir(text: str, loc: Localization, feeds, path: Path, *, rtol, atol, 
     """The smallest part of a TOSA module (``text`` as MLIR prints it, the one
     localized) whose results still differ from the reference's values, run on IREE;
     written with its inputs and the reference's values of its results."""
-    from .child import ChildRunner
     from .iree_run import IreeRunner
 
     module = _Module(text)
@@ -379,7 +378,7 @@ def reduce_mlir(text: str, loc: Localization, feeds, path: Path, *, rtol, atol, 
         if arrays is None or not any(o in loc.values[2] for o in outs):
             return False
         try:
-            with ChildRunner(IreeRunner, sub_text, model="a part of the module") as runner:
+            with IreeRunner(sub_text, contained=True, model="a part of the module") as runner:
                 got = dict(zip(outs, runner.infer(arrays).values()))
         except RunFault:
             raise

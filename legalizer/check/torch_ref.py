@@ -114,7 +114,12 @@ def _check_torch(source, legalized, opened, *, provider, dims, inputs, rtol, ato
     else:
         torch = TorchRunner(source)
     opened.append(torch)
-    torch.activate()
+    try:
+        torch.activate()
+    except RunFault:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch's own words
+        return CheckResult(False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}")
     # PyTorch's outputs have no names: by position, named as the legalized model names them
     pairing = Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [OutputResult(
         "*", False, detail=f"torch returns {want} outputs, the model {have}")])

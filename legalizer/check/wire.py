@@ -82,6 +82,9 @@ def _plain(v, blobs):
 
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
+    if isinstance(v, (bytes, bytearray)):
+        blobs.append(np.frombuffer(bytes(v), dtype=np.uint8))
+        return {"b": len(v)}
     if isinstance(v, np.generic):
         v = np.asarray(v)
     if isinstance(v, np.ndarray):
@@ -140,6 +143,13 @@ def _value(doc, data: memoryview, cursor: List[int], depth: int):
             start = cursor[0]
             cursor[0] += nbytes
             return np.frombuffer(data[start:start + nbytes], dtype=dtype).reshape(shape)
+        if tag == "b":
+            nbytes = int(body)
+            if nbytes < 0 or cursor[0] + nbytes > len(data):
+                raise BadReply("bytes past the reply's end")
+            start = cursor[0]
+            cursor[0] += nbytes
+            return bytes(data[start:start + nbytes])
         if tag == "s":
             name, elem_type, shape, quantized, unavailable = body
             return InputSpec(str(name), int(elem_type), tuple(d if isinstance(d, (int, str)) else str(d)
