@@ -459,12 +459,41 @@ def _unraisable(info) -> None:
         sys.__unraisablehook__(info)
 
 
+def _will_check(argv: List[str]) -> bool:
+    """Whether a run of ``argv`` looks like one that runs models (a guess from the
+    words alone, before they are parsed: it only decides whether the child starts
+    early)."""
+    words = set(argv)
+    if not argv or words & {"--help", "-h", "--no-check", "--version"}:
+        return False
+    return "--verify-only" not in words or "--against" in words or any(w.startswith("--against=") for w in argv)
+
+
+# The runtimes' modules the child imports ahead, by what the command line names.
+_RUNTIME_MODULES = {".pt2": "torch", ".tflite": "ai_edge_litert.interpreter", ".mlir": "iree.runtime",
+                    ".mlirbc": "iree.runtime"}
+
+
+def _runtimes(argv: List[str]) -> tuple:
+    mods = ["onnxruntime"]
+    for w in argv:
+        mod = _RUNTIME_MODULES.get(os.path.splitext(w)[1])
+        if mod and mod not in mods:
+            mods.append(mod)
+    return tuple(mods)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors are one line on stderr, never a traceback.
     SIGTERM unwinds as ^C does, so that a killed run removes its temporary files."""
     from . import outputs
 
     outputs.stop_requested = False  # (a run in a process that ran one before)
+    if _will_check(sys.argv[1:] if argv is None else list(argv)):
+        from .check import child
+
+        if child.available():  # the child that runs models starts while this process loads them
+            child.prewarm(_runtimes(sys.argv[1:] if argv is None else list(argv)))
     signals = (signal.SIGINT, signal.SIGTERM)
     try:
         previous = {s: signal.signal(s, _interrupted) for s in signals}

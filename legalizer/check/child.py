@@ -230,6 +230,8 @@ def prewarm(modules: Sequence[str] = ("onnxruntime",), pool: str = RUN) -> None:
     """Start the child now and have it import ``modules``, without waiting: it starts
     while this process loads and legalizes the model, so the check finds it warm."""
     with _lock:
+        if _live(pool) is not None:  # started already: warm, or warming
+            return
         proc = _current(pool)
         try:
             wire.send(proc.requests, pickle.dumps(("import", 0, list(modules), 0), protocol=5))

@@ -73,8 +73,7 @@ def main() -> None:  # pragma: no cover - runs in the child
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
-    import numpy  # noqa: F401 - every reply needs it: loaded before the filter
-    from . import inputs  # noqa: F401
+    import numpy  # noqa: F401 - every reply needs it
 
     sandbox = "no syscall filter (asked for none)"
     if len(sys.argv) > 2 and sys.argv[2] == "filtered":
