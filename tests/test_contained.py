@@ -269,3 +269,65 @@ def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
     t = child.Remote(threading.Thread, model="a test", runtime="python")
     t.call("start")
     t.call("join")
+
+
+def _chain(n: int, values: int, wrong_at: int = -1) -> onnx.ModelProto:
+    """x[1] expanded to n floats, then ``values`` Add/Mul steps (step ``wrong_at`` adds
+    2 instead of 1: where a candidate built so differs from the reference)."""
+    nodes = [helper.make_node("Expand", ["x", "s"], ["v0"])]
+    for i in range(values):
+        nodes.append(helper.make_node("Add", [f"v{i}", "two" if i == wrong_at else "one"], [f"v{i + 1}"]))
+    nodes.append(helper.make_node("ReduceSum", [f"v{values}"], ["y"], keepdims=0))
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [])],
+                          [helper.make_tensor("s", T.INT64, [1], [n]), helper.make_tensor("one", T.FLOAT, [1], [1.0]),
+                           helper.make_tensor("two", T.FLOAT, [1], [2.0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_localize_holds_a_chunk_of_values_at_a_time(monkeypatch):
+    """Localization compares an ONNX model's values a chunk at a time: no call for
+    values asks for more than the budget (or one value), and it finds what comparing
+    them all at once finds: the first value that differs, and every later one."""
+    from legalizer.check import localize as lz
+    from legalizer.check.probes import ChildProbe, OrtProbe
+
+    n = 1 << 20  # 4 MiB a value (8 MiB as the size run counts them)
+    asked = []
+    values = ChildProbe.values
+
+    def recorded(self, feeds, names=None):
+        got = values(self, feeds, names)
+        asked.append(sum(a.nbytes for a in got.values()))
+        return got
+
+    monkeypatch.setattr(ChildProbe, "values", recorded)
+    cand, ref = _chain(n, 6, wrong_at=3), _chain(n, 6)
+    feeds = {"x": np.ones(1, np.float32)}
+    loc = lz.localize_onnx(cand, ref, feeds, ["CPUExecutionProvider"], rtol=1e-4, atol=1e-5)
+    assert loc.culprit.value == "v4"
+    assert [d.value for d in loc.divergence] == ["v4", "v5", "v6", "y"]
+    assert loc.compared == 8  # v0..v6 and y
+    assert asked and max(asked) <= lz.CHUNK_BYTES  # 4 MiB values: 8 a chunk at most
+    asked.clear()
+    cpu = ["CPUExecutionProvider"]
+    loc = lz.localize_chunked(lz.onnx_steps(cand), ChildProbe(OrtProbe, cand, cpu), ChildProbe(OrtProbe, ref, cpu),
+                              feeds, rtol=1e-4, atol=1e-5, budget=10 << 20)
+    assert [d.value for d in loc.divergence] == ["v4", "v5", "v6", "y"]
+    assert max(asked) <= 2 * (4 << 20) + 16  # a chunk: one 8 MiB-counted value
+    # what reduce reads: fetched when asked for
+    cand_values, ref_values, pairs = loc.values
+    assert "v3" in cand_values and pairs["v3"] == "v3"
+    np.testing.assert_array_equal(cand_values["v3"], np.full(n, 4.0, np.float32))
+    np.testing.assert_array_equal(ref_values["v4"], np.full(n, 5.0, np.float32))
+    np.testing.assert_array_equal(cand_values["v4"], np.full(n, 6.0, np.float32))
+
+
+def test_chunks_pack_values_up_to_the_budget():
+    from legalizer.check.localize import chunks
+
+    sizes = {"a": 4, "b": 4, "c": 10, "d": 1, "e": 1}
+    assert chunks(["a", "b", "c", "d", "e", "f"], sizes, budget=8) == [["a", "b"], ["c"], ["d", "e"]]
+    assert chunks([], sizes) == []
