@@ -269,6 +269,13 @@ class Remote:
         sent back). ``memory``/``timeout``: tighter limits for this call."""
         return self._ask(("call", self.handle, method, list(args), dict(kwargs), keep), memory, timeout)
 
+    def refuse(self, what: str) -> RunFault:
+        """Stop the child that answered ``what`` the protocol does not allow: the fault."""
+        with _lock:
+            if self.generation == _generations.get(self.pool):
+                _stop(self.pool)
+        return RunFault(self.model, self.runtime, f"its process answered what the protocol does not allow ({what})")
+
     def _status(self, proc: _Process) -> dict:
         self.model, self.runtime, self.pool = "the child", "", RUN
         self.generation, self.handle = _generations[RUN], 0
@@ -312,12 +319,12 @@ class Remote:
             except BaseException:  # ^C, SIGTERM: the child is mid-call; it goes at once
                 _stop(self.pool)
                 raise
-        if not isinstance(reply, dict):
-            _stop(self.pool)
-            raise RunFault(self.model, self.runtime, "its process answered what the protocol does not allow")
+        error = reply.get("error") if isinstance(reply, dict) else None
+        if not isinstance(reply, dict) or ("ok" not in reply and not (isinstance(error, list) and len(error) == 4)):
+            raise self.refuse("a reply of neither form")
         if "ok" in reply:
             return reply["ok"]
-        kind, message, out_of_memory, attrs = (reply.get("error") or ["", "", False, {}])[:4]
+        kind, message, out_of_memory, attrs = error
         if out_of_memory:
             raise RunFault(self.model, self.runtime, f"it ran out of its memory ({memory / 2**30:.3g} GiB,"
                                                      " --run-memory)", out_of_memory=True)
@@ -349,10 +356,16 @@ class ChildRunner(Runner):
         self.remote = None
 
     def input_specs(self) -> List[InputSpec]:
-        return list(self.remote.call("input_specs"))
+        specs = self.remote.call("input_specs")
+        if not isinstance(specs, list) or not all(isinstance(s, InputSpec) for s in specs):
+            raise self.remote.refuse("input specs that are not")
+        return specs
 
     def infer_impl(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        return dict(self.remote.call("infer", dict(feed)))
+        out = self.remote.call("infer", dict(feed))
+        if not isinstance(out, dict) or not all(isinstance(k, str) for k in out):
+            raise self.remote.refuse("outputs that are not arrays by name")
+        return out
 
     def call(self, method: str, *args, **kwargs):
         return self.remote.call(method, *args, **kwargs)
