@@ -276,7 +276,7 @@ def legalize(
                                         " on IREE one localization may take (each a compile)."),
     run_timeout: Optional[float] = typer.Option(None, "--run-timeout", metavar="SECONDS", help="Time one run of a"
                                                 " model on a runtime may take (each runs in a child process;"
-                                                " default 600).", show_default=False),
+                                                " default 300).", show_default=False),
     run_memory: Optional[str] = typer.Option(None, "--run-memory", metavar="SIZE", help="Memory a model's run may"
                                              " allocate in its child process, e.g. 4G or 512M (default: half the"
                                              " machine's).", show_default=False),

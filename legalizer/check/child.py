@@ -52,7 +52,7 @@ def _physical_memory() -> int:
 # Defaults that suit real models: an inference or an IREE compile of a large model takes
 # seconds to a few minutes; a model may use half the machine's memory beyond what the
 # child holds once its runtimes are loaded.
-DEFAULT_TIMEOUT = 600.0
+DEFAULT_TIMEOUT = 300.0
 DEFAULT_MEMORY = max(2 << 30, _physical_memory() // 2)
 
 
