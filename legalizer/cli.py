@@ -493,7 +493,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         from .check import child
 
         if child.available():  # the child that runs models starts while this process loads them
-            child.prewarm(_runtimes(sys.argv[1:] if argv is None else list(argv)))
+            words = sys.argv[1:] if argv is None else list(argv)
+            child.prewarm(_runtimes(words))
+            for w in words:  # a .pt2's program loads there while this process exports it
+                if w.endswith(".pt2") and os.path.isfile(w):
+                    from .check.torch_ref import preload
+
+                    preload(w, "--trust-pt2" in words)
     signals = (signal.SIGINT, signal.SIGTERM)
     try:
         previous = {s: signal.signal(s, _interrupted) for s in signals}

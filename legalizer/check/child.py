@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -163,7 +163,9 @@ class _Process:
         self.requests = self.popen.stdin.fileno()
         self.replies = replies_r
         self.owner = os.getpid()
-        self.pending = 0  # replies to requests nobody waits for (``prewarm``), read before the next
+        # Requests whose replies nobody waits for yet, read before the next: None for a
+        # warm-up (``prewarm``), or the Remote being built ahead (``preload``).
+        self.pending: List[Optional["Remote"]] = []
 
     def kill(self) -> int:
         """Kill and reap it; its status as ``Popen.returncode`` gives it (-N: signal N)."""
@@ -235,7 +237,7 @@ def prewarm(modules: Sequence[str] = ("onnxruntime",), pool: str = RUN) -> None:
         proc = _current(pool)
         try:
             wire.send(proc.requests, pickle.dumps(("import", 0, list(modules), 0), protocol=5))
-            proc.pending += 1
+            proc.pending.append(None)
         except OSError:
             _stop(pool)
 
@@ -253,15 +255,40 @@ class Remote:
     it is built (and activated, with ``activate``), kept in ``fetched``."""
 
     def __init__(self, factory, *args, model: str = "the model", runtime: str = "", fetch: Sequence[str] = (),
-                 activate: bool = False, pool: str = RUN, **kwargs):
+                 activate: bool = False, pool: str = RUN, wait: bool = True, **kwargs):
         self.model, self.runtime = model, runtime or getattr(factory, "runtime", "") or getattr(factory, "name", "")
         self.pool = pool
         self.fetched: Dict[str, Any] = {}
+        self.built: Any = None  # without ``wait``: the reply to its building, once read
         with _lock:
-            _current(pool)
+            proc = _current(pool)
             self.generation, self.handle = _generations[pool], next(_handles)
-            self.fetched = self._ask(("new", self.handle, factory.__module__, factory.__qualname__, list(args),
-                                      dict(kwargs), list(fetch), activate))
+            request = ("new", self.handle, factory.__module__, factory.__qualname__, list(args), dict(kwargs),
+                       list(fetch), activate)
+            if wait:
+                self.fetched = self._ask(request)
+                return
+            try:  # built while this process goes on; ``ready`` waits for it
+                wire.send(proc.requests, pickle.dumps(request + (_limits.memory,), protocol=5))
+                proc.pending.append(self)
+            except OSError:
+                _stop(pool)
+
+    def ready(self) -> "Remote":
+        """Wait until a Remote made without ``wait`` is built (the child's own error if
+        it could not be)."""
+        with _lock:
+            proc = _live(self.pool)
+            if self.built is None and proc is not None and self.generation == _generations.get(self.pool) \
+                    and self in proc.pending:
+                self._ask(("status", 0))  # reads the replies ahead of it
+            if self.built is None:
+                raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
+            built, self.built = self.built, {"ok": None}
+        if not isinstance(built, dict) or "ok" not in built:
+            self._raise(built)
+        self.fetched = built["ok"] if isinstance(built["ok"], dict) else {}
+        return self
 
     def call(self, method: str, *args, keep: bool = True, memory: Optional[int] = None,
              timeout: Optional[float] = None, **kwargs):
@@ -298,9 +325,11 @@ class Remote:
             if proc is None or self.generation != _generations.get(self.pool):
                 raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
             try:
-                while proc.pending:  # a warm-up's reply (its start-up is not this call's time)
-                    wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0))
-                    proc.pending -= 1
+                while proc.pending:  # a warm-up's or a preload's reply (not this call's time)
+                    ahead = wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0))
+                    waiting = proc.pending.pop(0)
+                    if waiting is not None:
+                        waiting.built = wire.decode(ahead)
                 wire.send(proc.requests, pickle.dumps(request + (memory,), protocol=5))
                 data = wire.receive(proc.replies, time.monotonic() + timeout)
                 reply = wire.decode(data)
@@ -319,11 +348,16 @@ class Remote:
             except BaseException:  # ^C, SIGTERM: the child is mid-call; it goes at once
                 _stop(self.pool)
                 raise
-        error = reply.get("error") if isinstance(reply, dict) else None
-        if not isinstance(reply, dict) or ("ok" not in reply and not (isinstance(error, list) and len(error) == 4)):
-            raise self.refuse("a reply of neither form")
-        if "ok" in reply:
+        if isinstance(reply, dict) and "ok" in reply:
             return reply["ok"]
+        self._raise(reply, memory)
+
+    def _raise(self, reply, memory: Optional[int] = None):
+        """The exception of an error reply (a fault for one of neither form)."""
+        memory = _limits.memory if memory is None else memory
+        error = reply.get("error") if isinstance(reply, dict) else None
+        if not (isinstance(error, list) and len(error) == 4):
+            raise self.refuse("a reply of neither form")
         kind, message, out_of_memory, attrs = error
         if out_of_memory:
             raise RunFault(self.model, self.runtime, f"it ran out of its memory ({memory / 2**30:.3g} GiB,"
@@ -331,22 +365,49 @@ class Remote:
         raise _rebuild(str(kind), str(message), attrs if isinstance(attrs, dict) else {})
 
 
+_preloaded: Dict[Tuple, Remote] = {}
+
+
+def preload(key: Tuple, factory, *args, model: str = "the model", **kwargs) -> None:
+    """Have the run child build and activate ``factory(*args, **kwargs)`` now, while this
+    process goes on (a ``.pt2`` program, which PyTorch takes seconds to load); ``take``
+    finds it by ``key``."""
+    if not available():
+        return
+    with _lock:
+        _preloaded[key] = Remote(factory, *args, model=model, runtime=getattr(factory, "name", ""), activate=True,
+                                 wait=False, **kwargs)
+
+
+def take(key: Tuple) -> Optional[Remote]:
+    """The Remote ``preload`` started for ``key`` in this process's live child, or None."""
+    with _lock:
+        remote = _preloaded.pop(key, None)
+        if remote is None or _live(remote.pool) is None or remote.generation != _generations.get(remote.pool):
+            return None
+        return remote
+
+
 class ChildRunner(Runner):
     """A runner (``factory(*args, **kwargs)``, a ``Runner`` class) whose model is loaded
     and run in the child. ``name`` is the runner's; attributes named in ``fetch`` (e.g.
     onnxruntime's ``provider``) are read once it is loaded."""
 
-    def __init__(self, factory, *args, model: str = "the model", fetch: Sequence[str] = (), **kwargs):
+    def __init__(self, factory, *args, model: str = "the model", fetch: Sequence[str] = (),
+                 preloaded: Optional[Remote] = None, **kwargs):
         super().__init__()
         self.factory, self.args, self.kwargs = factory, args, kwargs
         self.name = factory.name
         self.model_label = model
         self.fetch = tuple(fetch)
-        self.remote: Optional[Remote] = None
+        self.remote: Optional[Remote] = preloaded  # built ahead (``preload``): activated once it is ready
 
     def activate_impl(self) -> None:
-        self.remote = Remote(self.factory, *self.args, model=self.model_label, runtime=self.name,
-                             fetch=self.fetch, activate=True, **self.kwargs)
+        if self.remote is not None:
+            self.remote.ready()
+        else:
+            self.remote = Remote(self.factory, *self.args, model=self.model_label, runtime=self.name,
+                                 fetch=self.fetch, activate=True, **self.kwargs)
         for k, v in self.remote.fetched.items():
             setattr(self, k.replace(".", "_"), v)
 

@@ -5,7 +5,8 @@ onnxruntime check (whose reference is the original ONNX export)."""
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+import os
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -45,10 +46,17 @@ class TorchFileRunner(Runner):
 
     name = "torch"
 
-    def __init__(self, path: str, trust: bool, input_names: List[str]):
+    def __init__(self, path: str, trust: bool, input_names: Sequence[str] = ()):
         super().__init__()
         self.path, self.trust, self.input_names = path, trust, list(input_names)
         self.source = None
+
+    def use_inputs(self, input_names: Sequence[str]) -> None:
+        """The ONNX names of its user inputs (known once the parent has exported it:
+        ``child.preload`` loads the program before)."""
+        self.input_names = list(input_names)
+        if self.source is not None:
+            self.source.input_names = self.input_names
 
     def activate_impl(self) -> None:
         from pathlib import Path
@@ -70,6 +78,19 @@ class TorchFileRunner(Runner):
         from ..importers import pytorch
 
         return positional(pytorch.run_program(self.source, feed))
+
+
+def preload_key(path, trust: bool) -> tuple:
+    """What ``child.preload`` files a ``.pt2`` program's runner under."""
+    return ("torch", os.path.abspath(str(path)), bool(trust))
+
+
+def preload(path, trust: bool) -> None:
+    """Start loading the program of ``path`` in the child now (``child.preload``): it
+    loads while this process reads and exports it."""
+    from . import child
+
+    child.preload(preload_key(path, trust), TorchFileRunner, str(path), bool(trust), model=str(path))
 
 
 def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
@@ -110,12 +131,17 @@ def _check_torch(source, legalized, opened, *, provider, dims, inputs, rtol, ato
         return CheckResult(True, "torch", error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
     result = CheckResult(True, "torch")
     if path is not None:
-        torch = ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path))
+        from . import child
+
+        torch = ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
+                            preloaded=child.take(preload_key(path, trust)))
     else:
         torch = TorchRunner(source)
     opened.append(torch)
     try:
         torch.activate()
+        if path is not None:
+            torch.call("use_inputs", list(source.input_names))
     except RunFault:
         raise
     except Exception as e:  # noqa: BLE001 - torch's own words
