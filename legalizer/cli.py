@@ -179,9 +179,16 @@ def parse_size(flag: str, text: Optional[str]) -> Optional[int]:
     return int(value * _SIZE_UNITS[unit])
 
 
-def _run_timeout(value: Optional[float]) -> Optional[float]:
-    if value is not None and not 0 < value < 1e7:
-        raise UsageError(f"--run-timeout must be a number of seconds above 0, not '{value:g}'")
+def _run_timeout(text: Optional[str]) -> Optional[float]:
+    """``--run-timeout``'s seconds (a string: typer would convert a float through pydantic)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e7:
+        raise UsageError(f"--run-timeout must be a number of seconds above 0, not '{text}'")
     return value
 
 
@@ -274,7 +281,7 @@ def legalize(
                                             " with --against, only when asked).", show_default=False),
     localize_budget: int = typer.Option(BUDGET, "--localize-budget", min=1, metavar="N", help="Runs of a TOSA module"
                                         " on IREE one localization may take (each a compile)."),
-    run_timeout: Optional[float] = typer.Option(None, "--run-timeout", metavar="SECONDS", help="Time one run of a"
+    run_timeout: Optional[str] = typer.Option(None, "--run-timeout", metavar="SECONDS", help="Time one run of a"
                                                 " model on a runtime may take (each runs in a child process;"
                                                 " default 300).", show_default=False),
     run_memory: Optional[str] = typer.Option(None, "--run-memory", metavar="SIZE", help="Memory a model's run may"
