@@ -130,17 +130,19 @@ def _check_torch(source, legalized, opened, *, provider, dims, inputs, rtol, ato
     except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
         return CheckResult(True, "torch", error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
     result = CheckResult(True, "torch")
+    preloaded = None
     if path is not None:
         from . import child
 
+        preloaded = child.take(preload_key(path, trust))
         torch = ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
-                            preloaded=child.take(preload_key(path, trust)))
+                            preloaded=preloaded)
     else:
         torch = TorchRunner(source)
     opened.append(torch)
     try:
         torch.activate()
-        if path is not None:
+        if preloaded is not None:  # loaded before the export named its inputs
             torch.call("use_inputs", list(source.input_names))
     except RunFault:
         raise
