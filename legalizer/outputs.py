@@ -128,11 +128,22 @@ def temp_beside(path: Path, temps: List[Path]) -> Path:
 
 
 def remove_temps(temps: List[Path]) -> None:
+    """Remove each temporary file; a ^C or SIGTERM that lands meanwhile (the run is
+    unwinding from one already, or it comes now) does not stop the removal: it is
+    raised once every file is gone."""
+    stopped: Optional[BaseException] = None
     for tmp in temps:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        for _ in range(3):
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            except KeyboardInterrupt as e:
+                stopped = e
+                continue
+            break
+    if stopped is not None:
+        raise stopped
 
 
 # os.link fails with these where the file system has no hard links (FAT, some FUSE
