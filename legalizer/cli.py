@@ -189,6 +189,37 @@ def parse_tolerance(flag: str, items: List[str], default: float):
     return Tolerance(default, tuple(per.items())) if per else default
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(flag: str, text: Optional[str]) -> Optional[int]:
+    """``4G``, ``512M``, ``1.5G``, ``1000000`` (bytes) as bytes; UsageError if not a size."""
+    if text is None:
+        return None
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS and t[-1:] else ""
+    try:
+        value = float(t[:-1] if unit else t)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value != value or value * _SIZE_UNITS[unit] > 1 << 50:
+        raise UsageError(f"{flag} must be a size such as 4G or 512M, not '{text}'")
+    return int(value * _SIZE_UNITS[unit])
+
+
+def _run_timeout(text: Optional[str]) -> Optional[float]:
+    """``--run-timeout``'s seconds (a string: typer would convert a float through pydantic)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e7:
+        raise UsageError(f"--run-timeout must be a number of seconds above 0, not '{text}'")
+    return value
+
+
 def _parse_dims(items: List[str]) -> Dict[str, int]:
     """``--dim NAME=SIZE``, each NAME once; a size of 0 is refused (``given.refuse_zero_dim``).
     Whether NAME is a dim of the model is checked once the model is read."""
@@ -321,6 +352,12 @@ def legalize(
                                             " with --against, only when asked).", show_default=False),
     localize_budget: int = typer.Option(BUDGET, "--localize-budget", min=1, metavar="N", help="Runs of a TOSA module"
                                         " on IREE one localization may take (each a compile)."),
+    run_timeout: Optional[str] = typer.Option(None, "--run-timeout", metavar="SECONDS", help="Time one run of a"
+                                                " model on a runtime may take (each runs in a child process;"
+                                                " default 300).", show_default=False),
+    run_memory: Optional[str] = typer.Option(None, "--run-memory", metavar="SIZE", help="Memory a model's run may"
+                                             " allocate in its child process, e.g. 4G or 512M (default: half the"
+                                             " machine's).", show_default=False),
     reduce: Optional[Path] = typer.Option(None, "--reduce", metavar="PATH", help="Write the smallest subgraph that"
                                           " still differs (or still violates the trait) here, with its inputs.",
                                           show_default=False),
@@ -409,7 +446,9 @@ def legalize(
                                            inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
                                            rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
                                            require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                                           localize_budget=localize_budget, static=static)))
+                                           localize_budget=localize_budget, static=static,
+                                           run_timeout=_run_timeout(run_timeout),
+                                           run_memory=parse_size("--run-memory", run_memory))))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -428,7 +467,8 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
                          assume_dynamic_not_one=not_one, emit=list(emit), against=against,
                          require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                         localize_budget=localize_budget, reduce=reduce, static=static, **golden)
+                         localize_budget=localize_budget, reduce=reduce, static=static, **golden,
+                         run_timeout=_run_timeout(run_timeout), run_memory=parse_size("--run-memory", run_memory))
     # Fail on a bad output, report or page path before the work, not after it: each can
     # be written, and each is a file of its own, never an input.
     if not verify_only:
@@ -554,12 +594,47 @@ def _unraisable(info) -> None:
         sys.__unraisablehook__(info)
 
 
+def _will_check(argv: List[str]) -> bool:
+    """Whether a run of ``argv`` looks like one that runs models (a guess from the
+    words alone, before they are parsed: it only decides whether the child starts
+    early)."""
+    words = set(argv)
+    if not argv or words & {"--help", "-h", "--no-check", "--version"}:
+        return False
+    return "--verify-only" not in words or "--against" in words or any(w.startswith("--against=") for w in argv)
+
+
+# The runtimes' modules the child imports ahead, by what the command line names.
+_RUNTIME_MODULES = {".pt2": "torch", ".tflite": "ai_edge_litert.interpreter", ".mlir": "iree.runtime",
+                    ".mlirbc": "iree.runtime"}
+
+
+def _runtimes(argv: List[str]) -> tuple:
+    mods = ["onnxruntime"]
+    for w in argv:
+        mod = _RUNTIME_MODULES.get(os.path.splitext(w)[1])
+        if mod and mod not in mods:
+            mods.append(mod)
+    return tuple(mods)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors are one line on stderr, never a traceback.
     SIGTERM unwinds as ^C does, so that a killed run removes its temporary files."""
     from . import outputs
 
     outputs.stop_requested = False  # (a run in a process that ran one before)
+    if _will_check(sys.argv[1:] if argv is None else list(argv)):
+        from .check import child
+
+        if child.available():  # the child that runs models starts while this process loads them
+            words = sys.argv[1:] if argv is None else list(argv)
+            child.prewarm(_runtimes(words))
+            for w in words:  # a .pt2's program loads there while this process exports it
+                if w.endswith(".pt2") and os.path.isfile(w):
+                    from .check.torch_ref import preload
+
+                    preload(w, "--trust-pt2" in words)
     signals = (signal.SIGINT, signal.SIGTERM)
     try:
         previous = {s: signal.signal(s, _interrupted) for s in signals}

@@ -6,8 +6,11 @@ and the checks that outputs are distinct from inputs and each other and may be w
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+import re
 import secrets
+import socket
 import stat
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,15 +41,75 @@ def atomic_output(path: Path, *, force: bool = False, protect: Optional[Path] = 
         remove_temps(temps)
 
 
+def temp_name(name: str) -> str:
+    """A hidden temporary name for ``name``: ``.<name>.legalize-<host>-<pid>-<random>.tmp``.
+    The host (a hash of its name) and the process make a file that a SIGKILL left
+    behind known as such to the next run into its folder (``sweep_stale``)."""
+    return f".{name}.{TEMP_TAG}-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+TEMP_TAG = "legalize"
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+_STALE = re.compile(rf"^\..+\.{TEMP_TAG}-([0-9a-f]{{6}})-(\d+)-[0-9a-f]+\.tmp$")
+_swept: set = set()
+
+
+def sweep_stale(folder: Path) -> List[Path]:
+    """Remove the temporary files of runs that were killed (SIGKILL: nothing of them
+    ran to remove their own) from ``folder``, once per process and folder: a file named
+    by ``temp_name`` on this host whose process is gone, a regular file of this user.
+    A process of this host that is alive (another run, or one that took a killed run's
+    number) keeps its files. What was removed."""
+    try:
+        key = os.path.realpath(folder)
+    except OSError:
+        return []
+    if key in _swept:
+        return []
+    _swept.add(key)
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        m = _STALE.match(name)
+        if m is None or m.group(1) != _HOST or _alive(int(m.group(2))):
+            continue
+        p = Path(folder) / name
+        try:
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                os.unlink(p)
+                removed.append(p)
+        except OSError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
 def temp_beside(path: Path, temps: List[Path]) -> Path:
-    """A new, empty, hidden temporary file beside ``path`` (``.<name>.<random>.tmp``),
-    with the permissions ``path`` has or would get. Its name is added to ``temps``
-    before the file is made, so that a run interrupted at any point (SIGTERM, ^C) finds
-    it there to remove (``remove_temps``)."""
+    """A new, empty, hidden temporary file beside ``path`` (``temp_name``), with the
+    permissions ``path`` has or would get. Its name is added to ``temps`` before the
+    file is made, so that a run interrupted at any point (SIGTERM, ^C) finds it there
+    to remove (``remove_temps``); those a SIGKILL left there before are removed first
+    (``sweep_stale``)."""
     path = Path(path)
     mode = _file_mode(path)
+    sweep_stale(path.parent)
     for _ in range(100):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        tmp = path.with_name(temp_name(path.name))
         temps.append(tmp)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -65,11 +128,22 @@ def temp_beside(path: Path, temps: List[Path]) -> Path:
 
 
 def remove_temps(temps: List[Path]) -> None:
+    """Remove each temporary file; a ^C or SIGTERM that lands meanwhile (the run is
+    unwinding from one already, or it comes now) does not stop the removal: it is
+    raised once every file is gone."""
+    stopped: Optional[BaseException] = None
     for tmp in temps:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        for _ in range(3):
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            except KeyboardInterrupt as e:
+                stopped = e
+                continue
+            break
+    if stopped is not None:
+        raise stopped
 
 
 # os.link fails with these where the file system has no hard links (FAT, some FUSE

@@ -83,6 +83,10 @@ class RunOptions:
     load_outputs: Optional[Path] = None
     save_inputs: Optional[Path] = None
     save_outputs: Optional[Path] = None
+    # Limits of the child process every model runs in (check.child): seconds per run of a
+    # runtime, bytes it may allocate; None: the defaults.
+    run_timeout: Optional[float] = None
+    run_memory: Optional[int] = None
 
 
 @dataclass
@@ -334,6 +338,7 @@ def _against_kind(model: Model, against: Path) -> str:
 def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult, timings, on_stage, given,
                    dims) -> None:
     from .check.against import check_against
+    from .check.child import RunFault
     from .check.iree_run import Refused
 
     against = Path(options.against)
@@ -345,14 +350,23 @@ def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult
                                           atol=options.atol, given=given, dims=options.dims)
             except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
                 raise BadInput(f"{path}: {e}") from None
+            except RunFault as e:  # a crash, or a run past its memory or time: the comparison did not run
+                raise BadInput(str(e)) from None
         elif kind == "onnx":
-            res.check = check(against, path, provider=options.provider, dims=dims, inputs=given, rtol=options.rtol,
-                              atol=options.atol, not_one=options.assume_dynamic_not_one)
+            try:
+                res.check = check(against, path, provider=options.provider, dims=dims, inputs=given,
+                                  rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
+                                  raise_faults=True)
+            except RunFault as e:
+                raise BadInput(str(e)) from None
         else:
             from .check.tflite import check_tflite
 
-            res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
-                                     rtol=options.rtol, atol=options.atol, litert_only=True)
+            try:
+                res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
+                                         rtol=options.rtol, atol=options.atol, litert_only=True)
+            except RunFault as e:
+                raise BadInput(str(e)) from None
     if not res.check.ran:  # --against asks for a comparison: one that cannot run is never a pass
         raise BadInput(f"{path}: the comparison with {against} did not run: {res.check.error}")
     res.report.check = res.check.to_json()
@@ -374,6 +388,7 @@ def _diagnose(sides: tuple, res: RunResult, options: RunOptions, given, failed: 
     want = options.localize or (options.localize is None and failed and (auto or options.reduce is not None))
     if not want:
         return
+    from .check.child import RunFault
     from .check.reduce import NothingToReduce
     from .diagnose import Sides, localize as localize_sides, reduce_divergence
 
@@ -403,7 +418,7 @@ def _diagnose(sides: tuple, res: RunResult, options: RunOptions, given, failed: 
             res.reduced = reduce_divergence(sides, loc, Path(options.reduce), given=given, rtol=options.rtol,
                                             atol=options.atol, provider=options.provider, force=options.force,
                                             protect=protect)
-        except NothingToReduce as e:
+        except (NothingToReduce, RunFault) as e:  # (a fault: the child crashed or ran past its limits)
             res.report.warnings.append(f"--reduce: nothing written: {e}")
             return
     res.report.reduced = res.reduced.to_json()
@@ -514,8 +529,14 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
     onnxruntime and write it. Raises LegalizeError for bad input; violations and
     mismatches are in the result, with exit code 1, and then nothing is written. A
-    ``reduce`` that found nothing to reduce says so (a warning), rather than nothing."""
-    res = _run(path, options, on_stage)
+    ``reduce`` that found nothing to reduce says so (a warning), rather than nothing.
+    Every model runs in a child process under ``options.run_timeout`` and ``run_memory``."""
+    from .check import child
+
+    with child.limited(options.run_timeout, options.run_memory):
+        if options.check and (not options.verify_only or options.against is not None) and child.available():
+            child.prewarm()  # it starts while the model loads and is legalized
+        res = _run(path, options, on_stage)
     if options.reduce is not None and res.reduced is None and \
             not any(w.startswith("--reduce:") for w in res.report.warnings):
         res.report.warnings.append("--reduce: nothing written: no violation, and no differing output, was found")
@@ -645,7 +666,7 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
                                                   dims=dims, inputs=given, rtol=options.rtol,
                                                   atol=options.atol, not_one=options.assume_dynamic_not_one,
                                                   choices=res.check.search.choices if found else choices,
-                                                  searched=found)
+                                                  searched=found, path=model.source, trust=options.trust_pt2)
         report.check = res.check.to_json()
         report.warnings.extend(res.check.notes + golden.notes)
         _save_golden(res, options, golden, protect=path)

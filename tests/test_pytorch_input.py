@@ -173,8 +173,12 @@ def test_a_difference_from_torch_fails_the_check(tmp_path, monkeypatch):
     from legalizer import pipeline
     from legalizer.importers import pytorch
 
+    from legalizer.check import torch_ref
+
     real = pytorch.run_program
     monkeypatch.setattr(pytorch, "run_program", lambda source, feeds: [o + 1e-3 for o in real(source, feeds)])
+    # PyTorch runs the program in the child that runs models, out of the patch's reach: here, in this process
+    monkeypatch.setattr(torch_ref, "ChildRunner", lambda factory, *args, model="", preloaded=None, **kw: factory(*args, **kw))
     src = tmp_path / "mlp.pt2"
     shutil.copy(MODELS / "mlp.pt2", src)
     res = pipeline.run(src, pipeline.RunOptions(provider="cpu"))

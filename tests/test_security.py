@@ -328,7 +328,7 @@ def _stop_during_the_check(src: Path, out: Path, sig: int, *args) -> subprocess.
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     # the model's temporary file is made once its data is written, just before the check
-    model_tmp = re.compile(r"\." + re.escape(out.name) + r"\.[0-9a-f]{8}\.tmp")
+    model_tmp = re.compile(r"\." + re.escape(out.name) + r"\.legalize-[0-9a-f]{6}-\d+-[0-9a-f]{8}\.tmp")
     while not any(model_tmp.fullmatch(n) for n in os.listdir(out.parent)):
         assert p.poll() is None, p.communicate()
         assert time.monotonic() < deadline

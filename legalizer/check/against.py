@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import CheckUnavailable, first_line
 from ..importers.reader import sniff
+from .child import ChildRunner, RunFault
 from .compare import Comparator, Pairing, unless_compared
 from .given import check_dim_names, dynamic_keys
 from .inputs import make_feeds, small_then_one
@@ -33,28 +34,35 @@ def module_text(path: Path) -> str:
 
 
 def reference_runner(path: Path, provider: str) -> Runner:
-    """The activated runner of the model the module came from: LiteRT (its default
-    resolver for a custom op only that runs, as the TFLite check) or onnxruntime."""
+    """The activated runner of the model the module came from, in the child process
+    (``child.py``): LiteRT (its default resolver for a custom op only that runs, as the
+    TFLite check) or onnxruntime."""
     kind = sniff(path)
     if kind == "tflite":
         from .litert import LiteRTRunner
 
-        runner = LiteRTRunner(str(path)).activate()
-        if runner.model.unresolved_custom_op():
-            runner = LiteRTRunner(str(path), kernels="default").activate()
+        runner = ChildRunner(LiteRTRunner, str(path), model=str(path))
+        runner.activate()
+        if runner.remote.call("model.unresolved_custom_op"):
+            runner.deactivate()
+            runner = ChildRunner(LiteRTRunner, str(path), kernels="default", model=str(path)).activate()
         return runner
     if kind == "onnx":
         from .ort import OrtRunner
         from .ort_session import providers
 
-        return OrtRunner(str(path), providers(provider)).activate()
+        return ChildRunner(OrtRunner, str(path), providers(provider), model=str(path)).activate()
     raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {kind}")
 
 
 def feeds_for(reference: Path, binding: Mapping[str, int], given: Mapping[str, np.ndarray], provider: str = "auto",
               seed: int = 0) -> Dict[str, np.ndarray]:
     """The inputs ``check_against`` feeds at ``binding`` (to localize a difference)."""
-    return make_feeds(reference_runner(reference, provider).input_specs(), binding, given, seed)
+    runner = reference_runner(reference, provider)
+    try:
+        return make_feeds(runner.input_specs(), binding, given, seed)
+    finally:
+        runner.deactivate()
 
 
 def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol=1e-4, atol=1e-5,
@@ -63,13 +71,28 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
     """Run ``module`` on IREE and ``reference`` on its runtime, per binding of the
     reference's dynamic input dims (a given input fixes its own); the module is
     compiled for each binding with its dynamic arguments bound to the binding's shapes
-    (``iree_run.IreeRunner``)."""
+    (``iree_run.IreeRunner``). Both run in the child process; one that crashes or runs
+    out of its memory or time is ``RunFault``, a run that did not happen (exit 2)."""
+    given = dict(given or {})
+    runners = []
+    try:
+        return _check_against(module, reference, runners, provider=provider, rtol=rtol, atol=atol, given=given,
+                              dims=dims, seed=seed)
+    finally:
+        for r in runners:
+            r.deactivate()
+
+
+def _check_against(module: Path, reference: Path, runners, *, provider, rtol, atol, given, dims,
+                   seed) -> CheckResult:
     from .iree_run import IreeRunner, TosaError
 
-    given = dict(given or {})
     try:
         ref = reference_runner(reference, provider)
+        runners.append(ref)
         specs = ref.input_specs()
+    except RunFault:
+        raise
     except CheckUnavailable as e:
         return CheckResult(False, "IREE", error=str(e))
     except Exception as e:  # noqa: BLE001 - the runtime's own words
@@ -82,7 +105,8 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
                       count_mismatch=lambda want, have: [OutputResult(
                           f"result #{i}", False, detail=f"the module has {have} results, the model {want} outputs")
                           for i in range(want)])
-    iree = IreeRunner(module_text(module)).activate()
+    iree = IreeRunner(module_text(module), contained=True, model=str(module)).activate()
+    runners.append(iree)
     comparator = Comparator(ref, iree, result, rtol, atol, pairing=pairing, candidate_errors=(),
                             refused=lambda e: f"{reference} fails on {ref.name}: {first_line(e)}")
     # a --dim binds a dynamic dim of the reference, as the runtime declares it (input[axis])
@@ -90,6 +114,8 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
     keys = [d for s in specs if s.name not in given for d in s.shape if isinstance(d, str)]
     try:
         comparator.bindings(small_then_one(keys, dims or {}), lambda binding: make_feeds(specs, binding, given, seed))
+    except RunFault:
+        raise
     except (TosaError, CheckUnavailable) as e:  # IREE refuses the module: nothing to compare
         return CheckResult(False, label, error=str(e))
     return unless_compared(result, "")

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import first_line
 from . import ATOL, RTOL  # noqa: F401 - the check's defaults (defined in the light package init)
+from .child import RunFault
 from .results import BindingResult, CheckResult, OutputResult
 from .runner import Runner
 
@@ -213,6 +214,8 @@ class Comparator:
         label = dims if label is None else label
         try:
             expected = self.reference.infer(feeds)
+        except RunFault:  # the child running it faulted: no binding of this check runs
+            raise
         except self.reference_errors as e:
             self.result.bindings.append(BindingResult(label, True, skipped=self.refused(e), source=source,
                                                       sample=sample))
@@ -220,6 +223,8 @@ class Comparator:
         got = None
         try:
             got = self.candidate.infer(feeds)
+        except RunFault:
+            raise
         except self.candidate_errors as e:
             outs = self.pairing.failed(expected, first_line(e))
         else:

@@ -18,7 +18,6 @@ import onnx
 from onnx import helper
 
 from ..errors import CheckUnavailable
-from ..ir.dtypes import elem_type as elem_type_of
 
 SMALL = 3  # the "small size" a dynamic dim gets besides 1
 # The check makes its inputs in memory: one bigger than this, or of a rank numpy cannot
@@ -105,6 +104,8 @@ QUANTIZED_INPUTS = ("int8", "uint8", "int16")  # the quantized dtypes a graph in
 def graph_input_specs(graph) -> List[InputSpec]:
     """The specs of an IR graph's inputs (a TFLite subgraph, an MLIR ``@main``): a
     dynamic dim keyed ``input[axis]``."""
+    from ..ir.dtypes import elem_type as elem_type_of  # (here: the IR is not loaded where models run)
+
     out = []
     for n in graph.inputs:
         v = n.output

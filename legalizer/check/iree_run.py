@@ -225,13 +225,23 @@ def _stripped_dict(attr, where: str):
 def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     """Compile ``text`` for the CPU and run its ``@main`` on ``inputs`` (in argument
     order): only what ``compilable`` lets through, printed again from what it checked."""
-    compiler, runtime = _compiler()
+    return run_vmfb(compile_vmfb(text), inputs)
+
+
+def compile_vmfb(text: str) -> bytes:
+    """``text`` compiled for the CPU (what ``compilable`` lets through): IREE's module."""
+    compiler, _ = _compiler()
     text = compilable(text)
     try:
-        vmfb = compiler.compile_str(text, input_type="tosa", target_backends=["llvm-cpu"],
-                                    extra_args=["--iree-llvmcpu-target-cpu=host"])
+        return bytes(compiler.compile_str(text, input_type="tosa", target_backends=["llvm-cpu"],
+                                          extra_args=["--iree-llvmcpu-target-cpu=host"]))
     except Exception as e:  # noqa: BLE001
         raise TosaError(f"IREE cannot compile the module: {diagnostic(e) or 'compile failed'}") from None
+
+
+def run_vmfb(vmfb: bytes, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """IREE's compiled module's ``@main`` on ``inputs``, on the CPU."""
+    _, runtime = _compiler()
     try:
         module = runtime.load_vm_flatbuffer(vmfb, driver="local-task")
     except Exception as e:  # noqa: BLE001
@@ -247,6 +257,44 @@ def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     return [np.asarray(o.to_host() if hasattr(o, "to_host") else o) for o in outs]
 
 
+class Compiler:
+    """``compile_vmfb`` as the compile child serves it (``child.COMPILE``)."""
+
+    runtime = "IREE llvm-cpu (compile)"
+
+    def compile(self, text: str) -> bytes:
+        return compile_vmfb(text)
+
+
+class Vmfb:
+    """A compiled module, run in the run child (``run_vmfb``)."""
+
+    runtime = "IREE llvm-cpu"
+
+    def __init__(self, vmfb: bytes):
+        self.vmfb = vmfb
+
+    def main(self, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+        return run_vmfb(self.vmfb, inputs)
+
+
+def run_contained(text: str, inputs: Sequence[np.ndarray], model: str = "the module") -> List[np.ndarray]:
+    """``run``, in the children (``child.py``): compiled in the compile child, run in the
+    run child, each under its limits; a fault there is ``child.RunFault``."""
+    from .child import COMPILE, Remote
+
+    compiler = Remote(Compiler, model=model, runtime="IREE's compiler", pool=COMPILE)
+    try:
+        vmfb = compiler.call("compile", text)
+    finally:
+        compiler.close()
+    module = Remote(Vmfb, vmfb, model=model, runtime="IREE llvm-cpu")
+    try:
+        return list(module.call("main", list(inputs)))
+    finally:
+        module.close()
+
+
 class IreeRunner(Runner):
     """A TOSA module's ``@main`` on IREE (llvm-cpu), its arguments fed in order. Each
     ``infer`` compiles the module with its dynamic arguments bound to the feed's shapes
@@ -254,9 +302,9 @@ class IreeRunner(Runner):
 
     name = "IREE llvm-cpu"
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, contained: bool = False, model: str = "the module"):
         super().__init__()
-        self.text = text
+        self.text, self.contained, self.model = text, contained, model
         self._checked: Optional[str] = None  # ``compilable(text)``, once
 
     def input_specs(self) -> List[InputSpec]:
@@ -266,7 +314,9 @@ class IreeRunner(Runner):
         return graph_input_specs(parse_mlir(self.text).graph)
 
     def infer_impl(self, feed):
+        """``contained``: compiled and run in the children (``run_contained``)."""
         args = list(feed.values())
         if self._checked is None:  # refused before anything parses it with IREE's dialects
             self._checked = compilable(self.text)
-        return positional(run(bind_dims(self._checked, [a.shape for a in args]), args))
+        text = bind_dims(self._checked, [a.shape for a in args])
+        return positional(run_contained(text, args, self.model) if self.contained else run(text, args))

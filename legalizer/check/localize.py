@@ -26,7 +26,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -278,6 +279,94 @@ def localize(steps: Sequence[Step], cand_probe: Probe, ref_probe: Probe, feeds: 
     return loc
 
 
+# Localization by name compares the values a chunk at a time: at most this many bytes of
+# them (or one value, if bigger) are held at once, on each side, so that its memory stays
+# near a plain run's (a model whose every intermediate is large would hold them all).
+CHUNK_BYTES = 64 << 20
+
+
+def chunks(order: Sequence[str], sizes: Mapping[str, int], budget: int = CHUNK_BYTES) -> List[List[str]]:
+    """``order`` cut into runs of names whose ``sizes`` add up to ``budget`` at most (a
+    bigger value alone); a name without a size (not a tensor) is left out."""
+    out: List[List[str]] = []
+    chunk: List[str] = []
+    held = 0
+    for name in order:
+        if name not in sizes:
+            continue
+        size = sizes[name]
+        if chunk and held + size > budget:
+            out.append(chunk)
+            chunk, held = [], 0
+        chunk.append(name)
+        held += size
+    if chunk:
+        out.append(chunk)
+    return out
+
+
+class LazyValues(Mapping):
+    """The values a probe gives for ``feeds``, by name, fetched when asked for (one run
+    of the probe each) and a few kept (``CHUNK_BYTES``): what ``reduce.py`` reads of a
+    chunked localization, without holding every value."""
+
+    def __init__(self, probe: Probe, feeds: Mapping[str, np.ndarray], names: Iterable[str]):
+        self.probe, self.feeds, self.names = probe, feeds, list(dict.fromkeys(names))
+        self._known = set(self.names)
+        self._cache: Dict[str, np.ndarray] = {}
+
+    def __contains__(self, name) -> bool:
+        return name in self._known
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._known:
+            raise KeyError(name)
+        if name not in self._cache:
+            got = self.probe.values(self.feeds, [name])
+            if name not in got:
+                raise KeyError(name)
+            while self._cache and sum(a.nbytes for a in self._cache.values()) + got[name].nbytes > CHUNK_BYTES:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[name] = got[name]
+        return self._cache[name]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mapping[str, np.ndarray], *, rtol, atol,
+                     binding: Mapping[str, int] = {}, outputs: Mapping[str, str] = {},
+                     producers: Mapping[str, str] = {}, budget: int = CHUNK_BYTES) -> Localization:
+    """As ``localize``, values matched by name, compared a chunk at a time
+    (``chunks``): the candidate's values' sizes first (one run that gives out their
+    shapes), then per chunk one run of each model that gives out those values. Its
+    ``values`` are ``LazyValues``."""
+    t0 = time.perf_counter()
+    loc = Localization(f"{cand_probe.runtime} vs {ref_probe.runtime}", dict(binding))
+    pairs = by_name(steps, ref_probe.call("all_names"))
+    order = [v for s in steps for v in s.outputs if v in pairs]
+    sizes = cand_probe.call("sizes", dict(feeds), order) if order else {}
+    cand_keys: List[str] = []
+    ref_keys: List[str] = []
+    for chunk in chunks(order, sizes, budget):
+        cand = cand_probe.values(feeds, chunk)
+        ref = ref_probe.values(feeds, [pairs[v] for v in chunk])
+        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, (), outputs)
+        loc.divergence += found
+        loc.compared += compared
+        cand_keys += list(cand)
+        ref_keys += list(ref)
+        del cand, ref
+    _finish(loc, steps, pairs, producers)
+    loc.values = (LazyValues(cand_probe, feeds, cand_keys), LazyValues(ref_probe, feeds, ref_keys), pairs)
+    loc.runs = cand_probe.runs + ref_probe.runs
+    loc.seconds = time.perf_counter() - t0
+    return loc
+
+
 def _finish(loc: Localization, steps: Sequence[Step], pairs: Mapping[str, str], producers: Mapping[str, str]) -> None:
     for d in loc.divergence:
         d.reference_op = producers.get(d.reference, "") if d.reference != d.value else ""
@@ -352,13 +441,14 @@ def localize_onnx(candidate, reference, feeds, provider_list: Sequence[str], *, 
                   binding: Mapping[str, int] = {}) -> Localization:
     """ONNX against ONNX on onnxruntime, values matched by name (ModelProtos, their
     external data loaded)."""
-    from .probes import OrtProbe
+    from .probes import ChildProbe, OrtProbe
 
     steps = onnx_steps(candidate)
     producers = {o: n.op_type for n in reference.graph.node for o in n.output}
-    return localize(steps, OrtProbe(candidate, provider_list), OrtProbe(reference, provider_list), feeds,
-                    match=lambda cand, ref: by_name(steps, ref), rtol=rtol, atol=atol, binding=binding,
-                    outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
+    return localize_chunked(steps, ChildProbe(OrtProbe, candidate, provider_list, model="the candidate"),
+                            ChildProbe(OrtProbe, reference, provider_list, model="the reference"), feeds,
+                            rtol=rtol, atol=atol, binding=binding,
+                            outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
 
 
 def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
@@ -367,53 +457,47 @@ def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
     subgraph), tensors matched by name; a quantized tensor may differ by one step.
     Builtin kernels, or LiteRT's default resolver for a custom op only it runs (as
     the check)."""
-    from .probes import LiteRTProbe
+    from .probes import ChildProbe, LiteRTProbe
 
     steps = steps_of(graph)
     quantized = [v.name for n in graph.nodes() for v in n.outputs
                  if v.quant is not None and v.quant.scale and v.type.dtype in ("int8", "uint8", "int16")]
-    ref_probe, kernels, folded = LiteRTProbe(reference), "builtin", set()
-    if ref_probe.model.unresolved_custom_op():
-        ref_probe, kernels = LiteRTProbe(reference, "default"), "default"
+    ref_probe, kernels, folded = ChildProbe(LiteRTProbe, reference, model=str(reference)), "builtin", set()
+    if ref_probe.call("unresolved_custom_op"):
+        ref_probe.close()
+        ref_probe, kernels = ChildProbe(LiteRTProbe, reference, "default", model=str(reference)), "default"
         # XNNPACK computes what depends on constants only (a float16 weight's
         # DEQUANTIZE) once, when it takes the graph: LiteRT never writes those tensors
         folded = {n.output.name for n in graph.nodes() if n.kind == CONST}
         for s in steps:
             if s.inputs and all(x in folded for x in s.inputs):
                 folded.update(s.outputs)
-    return localize(steps, LiteRTProbe(candidate, kernels), ref_probe, feeds,
+    return localize(steps, ChildProbe(LiteRTProbe, candidate, kernels, model=str(candidate)), ref_probe, feeds,
                     match=lambda cand, ref: {v: r for v, r in by_name(steps, ref).items() if v not in folded},
                     rtol=rtol, atol=atol, binding=binding,
                     quantized=quantized, outputs={n.inputs[0].name: n.inputs[0].name for n in graph.outputs},
-                    producers=_litert_producers(ref_probe))
-
-
-def _litert_producers(probe) -> Dict[str, str]:
-    it = probe.model.interpreter
-    names = {d["index"]: d["name"] for d in it.get_tensor_details()}
-    return {names[int(t)]: op["op_name"] for op in it._get_ops_details() for t in op["outputs"]  # noqa: SLF001
-            if int(t) in names}
+                    producers=ref_probe.call("producers"))
 
 
 def reference_probe(reference, provider_list: Sequence[str]):
     """The probe of a ``.tflite`` or ``.onnx`` reference (a path), its input and output
     names in order, and its op per value."""
     from ..importers.reader import check_external_data, sniff
-    from .probes import LiteRTProbe, OrtProbe
+    from .probes import ChildProbe, LiteRTProbe, OrtProbe
 
     if sniff(reference) == "tflite":
-        probe = LiteRTProbe(reference)
-        if probe.model.unresolved_custom_op():  # as the check: LiteRT's default resolver
-            probe = LiteRTProbe(reference, "default")
-        specs = probe.model.input_specs()
-        return probe, [s.name for s in specs], probe.model.output_names(), _litert_producers(probe)
+        probe = ChildProbe(LiteRTProbe, reference, model=str(reference))
+        if probe.call("unresolved_custom_op"):  # as the check: LiteRT's default resolver
+            probe.close()
+            probe = ChildProbe(LiteRTProbe, reference, "default", model=str(reference))
+        return probe, probe.call("input_names"), probe.call("output_names"), probe.call("producers")
     import onnx
 
     check_external_data(Path(reference))
     proto = onnx.load(str(reference))
     inits = {t.name for t in proto.graph.initializer}
     producers = {o: n.op_type for n in proto.graph.node for o in n.output}
-    return (OrtProbe(proto, provider_list), [i.name for i in proto.graph.input if i.name not in inits],
+    return (ChildProbe(OrtProbe, proto, provider_list, model=str(reference)), [i.name for i in proto.graph.input if i.name not in inits],
             [o.name for o in proto.graph.output], producers)
 
 
@@ -445,7 +529,7 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
         pairs.update(by_content({v: a for v, a in cand.items() if v not in pairs}, ref))
         return pairs
 
-    probe = IreeProbe(text)
+    probe = IreeProbe(text, contained=True)  # (compiled and run in the children)
     outputs = dict(zip(results, ref_outputs))
     try:
         loc = localize(steps, probe, ref_probe, feeds, match=match, rtol=rtol, atol=atol, binding=binding,

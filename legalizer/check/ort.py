@@ -15,18 +15,18 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from ..errors import CheckUnavailable, first_line
 # (compare, BindingResult, OutputResult: the check's public names, kept importable from here)
 from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  # noqa: F401
 from .given import Declared, as_arrays, user_dims
-from .inputs import SMALL, InputSpec, make_feeds, static_or_key
+from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
-from .ort_session import providers, session
+from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
+from .child import ChildRunner, RunFault, label
 from .runner import Runner
 from .runtime_shapes import verify_run_time
-from .search import TooBig, graph_sizes, search, sizes_in_name
+from .search import PROBE_MEMORY, TooBig, graph_sizes, search, sizes_in_name
 
 
 # -- inputs ---------------------------------------------------------------------------
@@ -137,51 +137,13 @@ def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[s
     return make_feeds(input_specs(model), dims, given, seed)
 
 
-def _ort_dtype(type_str: str) -> str:
-    name = type_str[len("tensor("):-1]
-    return {"float": "float32", "double": "float64"}.get(name, name)
-
-
-class OrtRunner(Runner):
-    """An ONNX model (a ModelProto, or a path: external data resolves beside it) on
-    onnxruntime; ``basic``: see ``session``."""
-
-    name = "onnxruntime"
-
-    def __init__(self, model, provider_list: Sequence[str], basic: bool = False):
-        super().__init__()
-        self.model, self.provider_list, self.basic = model, list(provider_list), basic
-        self.session = None
-        self.outputs: List[str] = []
-
-    def activate_impl(self) -> None:
-        self.session = session(self.model, self.provider_list, self.basic)
-        self.outputs = [o.name for o in self.session.get_outputs()]
-
-    def deactivate_impl(self) -> None:
-        self.session = None
-
-    @property
-    def provider(self) -> str:
-        """The execution provider onnxruntime put first."""
-        return self.session.get_providers()[0]
-
-    def input_specs(self) -> List[InputSpec]:
-        """The session's inputs; each dynamic dim keyed ``input[axis]``."""
-        return [InputSpec(i.name, helper.np_dtype_to_tensor_dtype(np.dtype(_ort_dtype(i.type))),
-                          static_or_key(i.name, i.shape)) for i in self.session.get_inputs()]
-
-    def infer_impl(self, feed):
-        return dict(zip(self.outputs, self.session.run(None, dict(feed))))
-
-
 def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
           inputs=None, rtol: float = RTOL, atol: float = ATOL, max_bindings: int = 8, seed: int = 0,
           declared: Optional[onnx.ModelProto] = None, not_one: bool = False,
           choices: Optional[Mapping[str, List[int]]] = None,
           input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
           hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
-          profile: Optional[str] = None, record: bool = False) -> CheckResult:
+          profile: Optional[str] = None, record: bool = False, raise_faults: bool = False) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
@@ -191,16 +153,44 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     ``hints``: per dim, sizes to try first, e.g. its range's bounds). With ``profile``
     the legalized model's run-time shapes are verified under it (``runtime_shapes``).
     With ``record`` the result keeps what each compared binding fed and got
-    (``CheckResult.runs``, for --save-inputs / --save-outputs)."""
+    (``CheckResult.runs``, for --save-inputs / --save-outputs). A model whose child
+    process faults (``child.RunFault``) leaves the check not run (``raise_faults``:
+    raised, for ``--against``)."""
     provider_list = providers(provider)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
             onnx.load_model(str(original), load_external_data=False)
     given = as_arrays(inputs)
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
-    ref = OrtRunner(original, provider_list)
+    opened: List[Runner] = []
+    try:
+        return _check(original, legalized, declared, given, fixed, provider, provider_list, opened, rtol=rtol,
+                      atol=atol, max_bindings=max_bindings, seed=seed, not_one=not_one, choices=choices, hints=hints,
+                      max_search_tries=max_search_tries, profile=profile)
+    except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
+        if raise_faults:
+            raise
+        return CheckResult(False, provider_list[0], error=str(e))
+    finally:
+        for r in opened:  # (the child stays, warm, for the next check of the run)
+            r.deactivate()
+
+
+def runner(model, provider_list: Sequence[str], what: str, basic: bool = False) -> ChildRunner:
+    """An ONNX model (a ModelProto or a path) on onnxruntime, in the child process;
+    ``what`` names it when it is not a path ("the original")."""
+    return ChildRunner(OrtRunner, model, list(provider_list), basic, model=label(model) or what,
+                       fetch=("provider", "outputs"))
+
+
+def _check(original, legalized, declared, given, fixed, provider, provider_list, opened, *, rtol, atol, max_bindings, seed,
+           not_one, choices, hints, max_search_tries, profile) -> CheckResult:
+    ref = runner(original, provider_list, "the original")
+    opened.append(ref)
     try:
         ref.activate()
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
         return CheckResult(False, provider_list[0], error=f"the original does not load on onnxruntime: {first_line(e)}")
     used = ref.provider
@@ -208,9 +198,12 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
         from ..errors import UsageError
         raise UsageError("--provider cuda: onnxruntime could not start its CUDA provider (missing CUDA or"
                          " cuDNN libraries?); see the docs, Getting started: Checking on a GPU")
-    new = OrtRunner(legalized, provider_list)
+    new = runner(legalized, provider_list, "the legalized model")
+    opened.append(new)
     try:
         new.activate()
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001
         return CheckResult(True, used, error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
     result = CheckResult(True, used)
@@ -224,11 +217,8 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
             feeds = feeds_of(binding)
         except CheckUnavailable:
             raise TooBig from None
-        try:
-            ref.infer(feeds)
-        except Exception as e:  # noqa: BLE001 - the original rejects this binding
-            return str(e)
-        return None
+        # (its outputs stay in the child; the search's ceiling bounds the child's memory)
+        return ref.attempt(feeds, memory=PROBE_MEMORY)
 
     # outputs by position: the legalized model keeps the original's order
     comparator = Comparator(ref, new, result, rtol, atol, pairing=Pairing(by_position=True))
@@ -248,6 +238,8 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
                 again = bindings_for(declared, fixed, max_bindings, seed, not_one, found.choices)
                 # no binding the original rejected again
                 comparator.bindings([b for b in again if not found.knows_rejected(b)], feeds_of, "search")
+    except RunFault:
+        raise
     except CheckUnavailable as e:
         return CheckResult(False, used, error=str(e))
     first = next((b for b in result.bindings if not b.skipped), None)

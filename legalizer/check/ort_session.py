@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
+import numpy as np
 import onnx
+from onnx import helper
 
 from ..errors import UsageError
+from .inputs import InputSpec, static_or_key
+from .runner import Runner
 
 
 def providers(choice: str = "auto") -> List[str]:
@@ -55,3 +59,41 @@ UNSAFE_OPTIMIZERS = ["WeightBiasQuantization"]
 
 
 CUDA_OPTIONS = {"use_tf32": "0"}
+
+
+def _ort_dtype(type_str: str) -> str:
+    name = type_str[len("tensor("):-1]
+    return {"float": "float32", "double": "float64"}.get(name, name)
+
+
+class OrtRunner(Runner):
+    """An ONNX model (a ModelProto, or a path: external data resolves beside it) on
+    onnxruntime; ``basic``: see ``session``."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model, provider_list: Sequence[str], basic: bool = False):
+        super().__init__()
+        self.model, self.provider_list, self.basic = model, list(provider_list), basic
+        self.session = None
+        self.outputs: List[str] = []
+
+    def activate_impl(self) -> None:
+        self.session = session(self.model, self.provider_list, self.basic)
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def deactivate_impl(self) -> None:
+        self.session = None
+
+    @property
+    def provider(self) -> str:
+        """The execution provider onnxruntime put first."""
+        return self.session.get_providers()[0]
+
+    def input_specs(self) -> List[InputSpec]:
+        """The session's inputs; each dynamic dim keyed ``input[axis]``."""
+        return [InputSpec(i.name, helper.np_dtype_to_tensor_dtype(np.dtype(_ort_dtype(i.type))),
+                          static_or_key(i.name, i.shape)) for i in self.session.get_inputs()]
+
+    def infer_impl(self, feed):
+        return dict(zip(self.outputs, self.session.run(None, dict(feed))))

@@ -63,6 +63,26 @@ class OrtProbe(Probe):
             self._sessions = {key: session(m, self.provider_list)}  # one at a time: they hold every value
         return self._sessions[key]
 
+    def sizes(self, feeds, names: Sequence[str]) -> Dict[str, int]:
+        """The bytes each value of ``names`` takes at most (its element count times 8),
+        from one run that gives out the value's ``Shape`` only: onnxruntime frees the
+        values themselves as it goes, so this run takes what a plain run takes."""
+        from .ort_session import session
+
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        del m.graph.output[:]
+        outs = []
+        for k, name in enumerate(names):
+            out = f"{name}@size{k}"
+            m.graph.node.append(onnx.helper.make_node("Shape", [name], [out]))
+            m.graph.output.append(onnx.ValueInfoProto(name=out))
+            outs.append(out)
+        self._sessions = {}
+        self.runs += 1
+        got = session(m, self.provider_list).run(outs, dict(feeds))
+        return {n: 8 * int(np.prod(s)) for n, s in zip(names, got)}
+
     def values(self, feeds, names=None):
         names = self.all_names() if names is None else list(names)
         sess = self._session(names)
@@ -94,6 +114,22 @@ class LiteRTProbe(Probe):
         tensors = self.model.tensors()
         return tensors if names is None else {n: tensors[n] for n in names if n in tensors}
 
+    def unresolved_custom_op(self) -> str:
+        return self.model.unresolved_custom_op()
+
+    def input_names(self) -> List[str]:
+        return [s.name for s in self.model.input_specs()]
+
+    def output_names(self) -> List[str]:
+        return self.model.output_names()
+
+    def producers(self) -> Dict[str, str]:
+        """The op that computes each tensor, by tensor name."""
+        it = self.model.interpreter
+        names = {d["index"]: d["name"] for d in it.get_tensor_details()}
+        return {names[int(t)]: op["op_name"] for op in it._get_ops_details() for t in op["outputs"]  # noqa: SLF001
+                if int(t) in names}
+
 
 class IreeProbe(Probe):
     """A TOSA module's ``@main`` on IREE (llvm-cpu), cut at the values asked for;
@@ -101,9 +137,9 @@ class IreeProbe(Probe):
 
     runtime = "IREE llvm-cpu"
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, contained: bool = False):
         super().__init__()
-        self.text = text
+        self.text, self.contained = text, contained
 
     def all_names(self) -> List[str]:
         """Every op result of ``@main`` that is a tensor, constants left out (the same in
@@ -117,14 +153,38 @@ class IreeProbe(Probe):
                     for v in op.results if str(v.type).startswith("tensor<")]
 
     def values(self, feeds, names=None):
-        from .iree_run import run
+        from .iree_run import run, run_contained
 
         names = self.all_names() if names is None else list(names)
         if not names:
             return {}
         self.runs += 1
-        got = run(cut(self.text, names), list(feeds.values()))
+        text = cut(self.text, names)
+        got = run_contained(text, list(feeds.values())) if self.contained else run(text, list(feeds.values()))
         return dict(zip(names, got))
+
+
+class ChildProbe(Probe):
+    """A probe (``factory(*args, **kwargs)``: ``OrtProbe``, ``LiteRTProbe``,
+    ``IreeProbe``) built and run in the child process (``child.py``); ``model`` names
+    it when the child faults."""
+
+    def __init__(self, factory, *args, model: str = "the model", **kwargs):
+        from .child import Remote
+
+        super().__init__()
+        self.runtime = factory.runtime
+        self.remote = Remote(factory, *args, model=model, runtime=factory.runtime, **kwargs)
+
+    def values(self, feeds, names=None):
+        self.runs += 1
+        return dict(self.remote.call("values", dict(feeds), None if names is None else list(names)))
+
+    def call(self, method: str, *args):
+        return self.remote.call(method, *args)
+
+    def close(self) -> None:
+        self.remote.close()
 
 
 def printed(text: str) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from .child import RunFault
 from .localize import Localization, Step, compare_value, onnx_steps, steps_of
 
 MAX_TESTS = 400  # subgraphs one reduction tries at most
@@ -190,10 +191,12 @@ def _array_type(a: np.ndarray):
 
 
 def _ort_run(sub: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_list) -> Dict[str, np.ndarray]:
-    from .ort_session import session
+    """``sub`` run on onnxruntime, in the child process (``child.py``)."""
+    from .child import ChildRunner
+    from .ort_session import OrtRunner
 
-    sess = session(sub, provider_list)
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, dict(feeds))))
+    with ChildRunner(OrtRunner, sub, list(provider_list), model="a subgraph of the candidate") as runner:
+        return runner.infer(feeds)
 
 
 def _reference_slice(ref: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str]) -> List[int]:
@@ -242,6 +245,8 @@ def reduce_onnx(candidate: onnx.ModelProto, reference: onnx.ModelProto, loc: Loc
         model, arrays, outs = built
         try:
             return _still_differs(outs, _ort_run(model, arrays, provider_list), loc, rtol, atol)
+        except RunFault:  # the child crashed or ran out of its limits: the reduction stops, and says why
+            raise
         except Exception:  # noqa: BLE001 - a subgraph onnxruntime rejects does not show it
             return False
 
@@ -361,7 +366,7 @@ def reduce_mlir(text: str, loc: Localization, feeds, path: Path, *, rtol, atol, 
     """The smallest part of a TOSA module (``text`` as MLIR prints it, the one
     localized) whose results still differ from the reference's values, run on IREE;
     written with its inputs and the reference's values of its results."""
-    from .iree_run import run
+    from .iree_run import IreeRunner
 
     module = _Module(text)
     steps = steps_of(module.graph)
@@ -373,7 +378,10 @@ def reduce_mlir(text: str, loc: Localization, feeds, path: Path, *, rtol, atol, 
         if arrays is None or not any(o in loc.values[2] for o in outs):
             return False
         try:
-            got = dict(zip(outs, run(sub_text, list(arrays.values()))))
+            with IreeRunner(sub_text, contained=True, model="a part of the module") as runner:
+                got = dict(zip(outs, runner.infer(arrays).values()))
+        except RunFault:
+            raise
         except Exception:  # noqa: BLE001 - IREE rejects it: it does not show the divergence
             return False
         return _still_differs(outs, got, loc, rtol, atol)

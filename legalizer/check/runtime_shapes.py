@@ -14,7 +14,6 @@ Top-level nodes only: a value inside a subgraph (a Loop's body) is no graph outp
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -30,7 +29,6 @@ from ..ir.types import shape_str
 from ..oprules import RuleLookup, builtin_rules
 from ..verify import verify
 from ..verify.diagnostics import Diagnostic
-from .ort_session import session
 
 STAGE = "run time"
 _PREFIX = "legalize_runtime_shape_"
@@ -99,6 +97,16 @@ def verify_run_time(legalized, feeds: Mapping[str, np.ndarray], dims: Dict[str, 
     return out
 
 
+def _run(model, feeds, provider_list) -> list:
+    """The outputs of one run of ``model`` (a ModelProto or a path) on onnxruntime, in
+    the child process (``child.py``), in order."""
+    from .child import ChildRunner
+    from .ort_session import OrtRunner
+
+    with ChildRunner(OrtRunner, model, list(provider_list), model="the legalized model") as runner:
+        return list(runner.infer(feeds).values())
+
+
 def _run_shapes(proto: onnx.ModelProto, path: Optional[Path], names: List[str], feeds, provider_list):
     """{value name: its shape} of ``names``, from one run of a copy of ``proto`` that
     outputs each value's ``Shape``."""
@@ -112,14 +120,18 @@ def _run_shapes(proto: onnx.ModelProto, path: Optional[Path], names: List[str], 
     del probe.graph.output[:]
     probe.graph.output.extend(outputs)
     if path is None:
-        got = session(probe, provider_list).run(None, dict(feeds))
+        got = _run(probe, feeds, provider_list)
     else:
-        # Beside the model, so that its external data files resolve.
-        fd, tmp = tempfile.mkstemp(prefix=".legalize-shapes-", suffix=".onnx", dir=path.parent)
-        os.close(fd)
+        # Beside the model, so that its external data files resolve; named as every
+        # temporary file of a run, so that one a SIGKILL leaves is removed by the next.
+        from ..outputs import sweep_stale, temp_name
+
+        sweep_stale(path.parent)
+        tmp = str(path.with_name(temp_name(f"{path.name}.shapes")))
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
             onnx.save_model(probe, tmp)
-            got = session(Path(tmp), provider_list).run(None, dict(feeds))
+            got = _run(Path(tmp), feeds, provider_list)
         finally:
             os.unlink(tmp)
     return {name: tuple(int(d) for d in s) for name, s in zip(names, got)}

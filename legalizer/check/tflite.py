@@ -39,8 +39,9 @@ from ..model import Model
 from .compare import ATOL, RTOL, STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
 from .given import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
+from .child import ChildRunner, Remote, RunFault
 from .ort import OrtRunner
-from .ort_session import providers, session
+from .ort_session import providers
 from .results import CheckResult, OutputResult
 
 ORT, LITERT = "onnxruntime", "LiteRT"
@@ -93,7 +94,7 @@ class _OnnxSide:
         self.step = max((max(v.quant.scale) for n in self.graph.nodes() for v in n.outputs
                          if v.quant is not None and v.quant.scale), default=0.0)
         self.notes: List[str] = []
-        self.runner: Optional[OrtRunner] = None
+        self.runner: Optional[ChildRunner] = None
         self.form: Optional[onnx.ModelProto] = None
         self.results: Dict[str, Value] = {}  # the form's tensors that hold op results, for _op_by_op
         self.litert_all = None  # the legalized model on LiteRT keeping every tensor, for _op_by_op
@@ -114,9 +115,19 @@ class _OnnxSide:
             # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
             # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
             # a scalar") and would compute int8 ops in integer kernels, not as written.
-            self.runner = OrtRunner(form, provider_list, basic=True).activate()
+            self.runner = ChildRunner(OrtRunner, form, provider_list, True, model=f"the ONNX form of subgraph"
+                                      f" '{self.graph.name}'", fetch=("outputs",)).activate()
+        except RunFault:
+            raise
         except Exception as e:  # noqa: BLE001 - onnxruntime's own words
             self.note([o.name for o in form.graph.output], f"onnxruntime cannot load their ONNX form: {first_line(e)}")
+
+    def close(self) -> None:
+        """Let its models in the child go."""
+        if self.runner is not None:
+            self.runner.deactivate()
+        if self.litert_all is not None:
+            self.litert_all.close()
 
     def note(self, names, why: str) -> None:
         text = f"{_outputs(names)} of subgraph '{self.graph.name}' not compared on {ORT}: {why}"
@@ -130,6 +141,8 @@ class _OnnxSide:
             return {}
         try:
             return self.runner.infer(feeds)
+        except RunFault:
+            raise
         except Exception as e:  # noqa: BLE001 - the runtime's own words
             self.note(self.runner.outputs, f"it fails on their ONNX form: {first_line(e)}")
             return {}
@@ -148,23 +161,27 @@ class _OnnxSide:
             from .litert import LiteRTModel
 
             legalized, kernels = self.op_by_op
-            self.litert_all = LiteRTModel(str(legalized), kernels=kernels, keep_tensors=True)
+            self.litert_all = Remote(LiteRTModel, str(legalized), kernels=kernels, keep_tensors=True,
+                                     model=str(legalized), runtime=LITERT)
         return _op_by_op(outs, (self.form, self.results), feeds, self.litert_all, self.provider_list,
                          float(rtol), float(atol), self.step)
 
 
-def _litert_pair(original: Path, legalized: Path, model: Model):
-    """The original and the legalized model on LiteRT's builtin kernels, or on its
-    default op resolver (and delegate) when a custom op has no builtin kernel; the
-    second item says which, for the report."""
+def _litert_kernels(original: Path, model: Model):
+    """LiteRT's builtin kernels, or its default op resolver (and delegate) when a custom
+    op has no builtin kernel (asked of the original, in the child); the second item says
+    which, for the report."""
     from .litert import LiteRTModel
 
-    ref = LiteRTModel(str(original))
     custom = sorted({n.op_type for g in model.graphs for n in g.ops() if n.domain == CUSTOM_DOMAIN})
-    if custom and ref.unresolved_custom_op():
-        return ((LiteRTModel(str(original), kernels="default"), LiteRTModel(str(legalized), kernels="default")),
-                f"{LITERT} default resolver (XNNPACK), for custom ops {', '.join(custom)}")
-    return (ref, LiteRTModel(str(legalized))), LITERT
+    ref = Remote(LiteRTModel, str(original), model=str(original), runtime=LITERT)
+    try:
+        unresolved = custom and ref.call("unresolved_custom_op")
+    finally:
+        ref.close()
+    if unresolved:
+        return "default", f"{LITERT} default resolver (XNNPACK), for custom ops {', '.join(custom)}"
+    return "builtin", LITERT
 
 
 def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
@@ -181,16 +198,35 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
     is synthesized), instead of synthesized bindings; ``record``: the main subgraph's
     runs are kept (``CheckResult.runs``, for --save-inputs / --save-outputs);
     ``expected`` (with ``samples``: per sample the outputs by name, from ``reference``)
-    stands for the original's LiteRT run of the main subgraph."""
-    from .litert import LiteRTError, LiteRTRunner, litert_available
+    stands for the original's LiteRT run of the main subgraph. Every model runs in the
+    child (``child.py``); one that faults there leaves the check not run (raised with
+    ``litert_only``, for ``--against``)."""
+    from .litert import LiteRTError, litert_available
 
     if not litert_available():
         return CheckResult(False, LITERT, error="ai-edge-litert is not installed: install the litert extra:"
                                                  f" {install_hint('litert')}")
+    opened: list = []
     try:
-        (ref, new), litert = _litert_pair(original, legalized, model)
+        return _check_tflite(original, legalized, model, opened, provider=provider, dims=dims, inputs=inputs,
+                             rtol=rtol, atol=atol, seed=seed, litert_only=litert_only, samples=samples,
+                             record=record, expected=expected, reference=reference)
     except LiteRTError as e:
         return CheckResult(False, LITERT, error=str(e))
+    except RunFault as e:
+        if litert_only:
+            raise
+        return CheckResult(False, LITERT, error=str(e))
+    finally:
+        for r in opened:
+            r.deactivate() if isinstance(r, ChildRunner) else r.close()
+
+
+def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *, provider, dims, inputs, rtol,
+                  atol, seed, litert_only, samples, record, expected, reference) -> CheckResult:
+    from .litert import LiteRTError, LiteRTRunner
+
+    kernels, litert = _litert_kernels(original, model)
     provider_list = providers(provider)
     result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {provider_list[0]}")
     notes: List[str] = []
@@ -199,11 +235,19 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
             continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         prefix = f"{graph.name}/" if len(model.graphs) > 1 else ""
+        ref = ChildRunner(LiteRTRunner, str(original), k, kernels=kernels, model=str(original))
+        opened.append(ref)
+        ref.activate()
+        new = ChildRunner(LiteRTRunner, str(legalized), k, kernels=kernels, model=str(legalized))
+        opened.append(new)
+        new.activate()
         onnx_side = None if litert_only else _OnnxSide(model, k, provider_list, quantized, prefix, rtol, atol,
-                                                        (legalized, new.kernels) if k == 0 else None)
+                                                        (legalized, kernels) if k == 0 else None)
+        if onnx_side is not None:
+            opened.append(onnx_side)
         pairing = Pairing(label=lambda i, n, prefix=prefix: f"{prefix}{n} ({LITERT})",
                           quantized=lambda n, quantized=quantized: quantized.get(n, False))
-        ref_runner = LiteRTRunner(ref, k).activate()
+        ref_runner = ref
         if expected is not None and k == 0:
             from .samples import StoredRunner, _stored_names
 
@@ -211,7 +255,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                                        [n.output.name for n in graph.inputs])
             ref_runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
             result.reference, result.notes = reference, result.notes + more
-        comparator = Comparator(ref_runner, LiteRTRunner(new, k).activate(), result, rtol,
+        comparator = Comparator(ref_runner, new, result, rtol,
                                 atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
                                 also=onnx_side.compare if onnx_side is not None else None)
         specs = graph_input_specs(graph)
@@ -275,15 +319,17 @@ def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], l
     the legalized model's LiteRT run on the same ``feeds``."""
 
     proto, results = form
-    try:
-        litert.run(feeds, 0)
-        tensors = litert.tensors()
+    try:  # both in the child: LiteRT keeping every tensor, and the anchored ONNX form
+        litert.call("run", feeds, 0, keep=False)
+        tensors = litert.call("tensors")
         fed = {n: v for n, v in results.items() if v.name in tensors}
-        sess = session(_anchored(proto, fed), provider_list, basic=True)
+        sess = ChildRunner(OrtRunner, _anchored(proto, fed), provider_list, True, model="the anchored ONNX form")
         feed = dict(feeds)
         feed.update({n + ANCHOR: tensors[v.name] for n, v in fed.items()})
-        names = [o.name for o in sess.get_outputs()]
-        got = dict(zip(names, sess.run(None, feed)))
+        with sess:
+            got = sess.infer(feed)
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001 - LiteRT or onnxruntime refused: the end-to-end result stands
         return [o if o.ok else OutputResult(o.name, False, o.max_abs_err, o.max_rel_err,
                                             f"{o.detail or 'outside the tolerances'}; not compared op by op: "

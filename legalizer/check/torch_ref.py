@@ -5,14 +5,16 @@ onnxruntime check (whose reference is the original ONNX export)."""
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+import os
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..errors import CheckUnavailable, first_line
 from .compare import ATOL, RTOL, Comparator, Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
-from .ort import OrtRunner, bindings_for, input_specs, source_of
+from .child import ChildRunner, RunFault
+from .ort import bindings_for, input_specs, runner, source_of
 from .ort_session import providers
 from .results import CheckResult, OutputResult
 from .runner import Runner, positional
@@ -37,33 +39,127 @@ class TorchRunner(Runner):
         return positional(pytorch.run_program(self.source, feed))
 
 
+class TorchFileRunner(Runner):
+    """A ``.pt2`` file's program run by PyTorch, built where it runs (in the child:
+    ``child.py``): loaded as the importer loads it (``trust``: torch's own loader),
+    fed by the ONNX names of its user inputs (``input_names``, in its flat order)."""
+
+    name = "torch"
+
+    def __init__(self, path: str, trust: bool, input_names: Sequence[str] = ()):
+        super().__init__()
+        self.path, self.trust, self.input_names = path, trust, list(input_names)
+        self.source = None
+
+    def use_inputs(self, input_names: Sequence[str]) -> None:
+        """The ONNX names of its user inputs (known once the parent has exported it:
+        ``child.preload`` loads the program before)."""
+        self.input_names = list(input_names)
+        if self.source is not None:
+            self.source.input_names = self.input_names
+
+    def activate_impl(self) -> None:
+        from pathlib import Path
+
+        from ..importers import pytorch
+
+        if self.trust:
+            program = pytorch._load_trusted(Path(self.path))  # noqa: SLF001 - the importer's loader, as it is
+        else:
+            from ..importers.pt2_safety import load_untrusted
+
+            program = load_untrusted(Path(self.path))
+        self.source = pytorch.TorchSource(program, None, self.input_names)
+
+    def input_specs(self) -> List[InputSpec]:
+        raise NotImplementedError("the parent makes the inputs from the ONNX export")
+
+    def infer_impl(self, feed):
+        from ..importers import pytorch
+
+        return positional(pytorch.run_program(self.source, feed))
+
+
+def preload_key(path, trust: bool) -> tuple:
+    """What ``child.preload`` files a ``.pt2`` program's runner under."""
+    return ("torch", os.path.abspath(str(path)), bool(trust))
+
+
+def preload(path, trust: bool) -> None:
+    """Start loading the program of ``path`` in the child now (``child.preload``): it
+    loads while this process reads and exports it."""
+    from . import child
+
+    child.preload(preload_key(path, trust), TorchFileRunner, str(path), bool(trust), model=str(path))
+
+
 def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
                 inputs: Optional[Mapping[str, np.ndarray]] = None, rtol: float = RTOL, atol: float = ATOL,
                 max_bindings: int = 8, seed: int = 0, not_one: bool = False,
-                choices: Optional[Mapping[str, List[int]]] = None, searched: bool = False) -> CheckResult:
+                choices: Optional[Mapping[str, List[int]]] = None, searched: bool = False, path=None,
+                trust: bool = False) -> CheckResult:
     """Compare PyTorch running ``source.program`` (a ``TorchSource``) with
     ``legalized`` (a ModelProto or a path) on onnxruntime. The result's ``provider``
     is ``"torch"``; a binding the program rejects (a guard on a dim's range) is
     skipped, as the onnxruntime check skips one the original rejects. ``searched``:
-    ``choices`` are what the onnxruntime check's search found."""
+    ``choices`` are what the onnxruntime check's search found. ``path``: the ``.pt2``
+    the program was read from (``trust``: as it was read), so that the child reads it
+    again and runs it there; without it (a program this process was handed, through the
+    API) PyTorch runs it here, where its caller already ran it."""
+    opened: List[Runner] = []
+    try:
+        return _check_torch(source, legalized, opened, provider=provider, dims=dims, inputs=inputs, rtol=rtol,
+                            atol=atol, max_bindings=max_bindings, seed=seed, not_one=not_one, choices=choices,
+                            searched=searched, path=path, trust=trust)
+    except RunFault as e:
+        return CheckResult(False, "torch", error=str(e))
+    finally:
+        for r in opened:
+            r.deactivate()
+
+
+def _check_torch(source, legalized, opened, *, provider, dims, inputs, rtol, atol, max_bindings, seed, not_one,
+                 choices, searched, path, trust) -> CheckResult:
     declared = source.onnx
-    new = OrtRunner(legalized, providers(provider))
+    new = runner(legalized, providers(provider), "the legalized model")
+    opened.append(new)
     try:
         new.activate()
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
         return CheckResult(True, "torch", error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
     result = CheckResult(True, "torch")
-    torch = TorchRunner(source).activate()
+    preloaded = None
+    if path is not None:
+        from . import child
+
+        preloaded = child.take(preload_key(path, trust))
+        torch = ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
+                            preloaded=preloaded)
+    else:
+        torch = TorchRunner(source)
+    opened.append(torch)
+    try:
+        torch.activate()
+        if preloaded is not None:  # loaded before the export named its inputs
+            torch.call("use_inputs", list(source.input_names))
+    except RunFault:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch's own words
+        return CheckResult(False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}")
     # PyTorch's outputs have no names: by position, named as the legalized model names them
     pairing = Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [OutputResult(
         "*", False, detail=f"torch returns {want} outputs, the model {have}")])
     comparator = Comparator(torch, new, result, rtol, atol, pairing=pairing,
                             refused=lambda e: f"torch fails: {first_line(e)}")
-    specs = torch.input_specs()
+    specs = input_specs(declared)
     try:
         comparator.bindings(bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices),
                             lambda binding: make_feeds(specs, binding, inputs or {}, seed),
                             source_of(declared, dims or {}, searched))
+    except RunFault:
+        raise
     except CheckUnavailable as e:
         return CheckResult(False, "torch", error=str(e))
     return unless_compared(result, "PyTorch fails on every input binding tried: ")

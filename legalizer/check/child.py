@@ -1,0 +1,452 @@
+"""Every run of a model happens in a child process, never in ``legalize`` itself: a
+model is untrusted, and the runtimes (onnxruntime, LiteRT, IREE, XLA, PyTorch) run it
+in native code that cannot be bounded from inside (a ``Loop`` of 1e15 trips holds the
+thread; an IREE gather at index 2e9 reads outside its buffer and kills the process).
+
+``Remote(factory, *args, **kwargs)`` builds ``factory(*args, **kwargs)`` (a runner, a
+probe) in the child and calls its methods there (``call``); ``ChildRunner`` is a
+``Runner`` whose model lives in the child. The child is a fresh interpreter
+(``python -m legalizer.check.serve``, not a fork of this process), started at the first
+use and kept warm for every model and binding of the run (one per process: a batch
+worker has its own). Each call has a time limit and the child an address-space limit
+(``Limits``; ``--run-timeout``, ``--run-memory``). A child that dies (a crash), runs out
+of its memory or time, or answers what the protocol does not allow, is killed and
+becomes ``RunFault``: one line naming the model, the runtime and the cause; the next
+call starts a new child. Replies are never unpickled (``wire.py``).
+
+A signal (^C, SIGTERM) that interrupts a call kills the child at once: the parent only
+waits on a pipe, so it stops within the time Python takes to run its handler.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import CheckUnavailable
+from . import wire
+from .inputs import InputSpec
+from .runner import Runner
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+# Defaults that suit real models: an inference or an IREE compile of a large model takes
+# seconds to a few minutes; a model may use half the machine's memory beyond what the
+# child holds once its runtimes are loaded.
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_MEMORY = max(2 << 30, _physical_memory() // 2)
+
+
+@dataclass
+class Limits:
+    timeout: float = DEFAULT_TIMEOUT  # seconds, per call
+    memory: int = DEFAULT_MEMORY  # bytes the child may map beyond what it holds, per call
+
+
+_limits = Limits()
+
+
+def limits() -> Limits:
+    return _limits
+
+
+@contextmanager
+def limited(timeout: Optional[float] = None, memory: Optional[int] = None) -> Iterator[Limits]:
+    """The run's limits for the block (None: the default)."""
+    global _limits
+    previous = _limits
+    _limits = Limits(DEFAULT_TIMEOUT if timeout is None else float(timeout),
+                     DEFAULT_MEMORY if memory is None else int(memory))
+    try:
+        yield _limits
+    finally:
+        _limits = previous
+
+
+class RunFault(CheckUnavailable):
+    """The child running a model crashed, ran out of its memory or time, or was killed:
+    the check did not run. ``str(e)`` is one line naming the model, the runtime and the
+    cause."""
+
+    def __init__(self, model: str, runtime: str, cause: str, out_of_memory: bool = False):
+        super().__init__(f"{model} on {runtime}: {cause}")
+        self.model, self.runtime, self.cause = model, runtime, cause
+        self.out_of_memory = out_of_memory
+
+
+class ChildError(RuntimeError):
+    """An exception the model's runtime raised in the child (its type is not one this
+    process rebuilds); ``str(e)`` is its message."""
+
+
+# The exceptions of the child that callers tell apart, rebuilt here by name.
+_REBUILT = {
+    "legalizer.check.iree_run.TosaError": ("legalizer.check.iree_run", "TosaError"),
+    "legalizer.check.iree_run.Refused": ("legalizer.check.iree_run", "Refused"),
+    "legalizer.check.litert.LiteRTError": ("legalizer.check.litert", "LiteRTError"),
+    "legalizer.errors.CheckUnavailable": ("legalizer.errors", "CheckUnavailable"),
+    "legalizer.errors.BadInput": ("legalizer.errors", "BadInput"),
+    "legalizer.errors.UsageError": ("legalizer.errors", "UsageError"),
+    "legalizer.check.search.TooBig": ("legalizer.check.search", "TooBig"),
+    "legalizer.check.reduce.NothingToReduce": ("legalizer.check.reduce", "NothingToReduce"),
+}
+
+
+def _rebuild(kind: str, message: str, attrs: Mapping[str, Any]) -> BaseException:
+    import importlib
+
+    where = _REBUILT.get(kind)
+    if where is None:
+        return ChildError(message)
+    cls = getattr(importlib.import_module(where[0]), where[1])
+    e = cls.__new__(cls)
+    Exception.__init__(e, message)
+    for k, v in attrs.items():
+        if isinstance(v, (str, int, float, bool)):
+            setattr(e, k, v)
+    return e
+
+
+def _how(status: int) -> str:
+    """How the child ended, in words."""
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = str(-status)
+        return f"it crashed (signal {name})"
+    return f"its process ended (exit status {status})"
+
+
+# The children: "run" runs models, under the syscall filter where the platform has one
+# (``sandbox.py``); "compile" compiles TOSA modules with IREE, whose compiler runs its own
+# tools (iree-compile, its linker) and writes temporary files, which the filter refuses.
+RUN, COMPILE = "run", "compile"
+
+
+class _Process:
+    """One child process and its pipes."""
+
+    def __init__(self, pool: str = RUN) -> None:
+        replies_r, replies_w = os.pipe()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # the folder that holds ``legalizer``
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # it writes nothing, not even bytecode caches
+        try:
+            self.popen = subprocess.Popen([sys.executable, "-m", "legalizer.check.serve", str(replies_w),
+                                           "filtered" if pool == RUN else "plain"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, pass_fds=(replies_w,), env=env,
+                                          close_fds=True, start_new_session=True)
+        finally:
+            os.close(replies_w)
+        self.requests = self.popen.stdin.fileno()
+        self.replies = replies_r
+        self.owner = os.getpid()
+        # Requests whose replies nobody waits for yet, read before the next: None for a
+        # warm-up (``prewarm``), or the Remote being built ahead (``preload``).
+        self.pending: List[Optional["Remote"]] = []
+
+    def kill(self) -> int:
+        """Kill and reap it; its status as ``Popen.returncode`` gives it (-N: signal N)."""
+        try:
+            try:  # its group: the tools it runs (IREE's compiler and linker) go with it
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            except OSError:
+                if self.popen.poll() is None:
+                    self.popen.kill()
+            status = self.popen.wait()
+        except OSError:
+            status = -signal.SIGKILL
+        for close in (self.popen.stdin.close, lambda: os.close(self.replies)):
+            try:
+                close()
+            except OSError:
+                pass
+        return status
+
+
+_lock = threading.RLock()
+_processes: Dict[str, _Process] = {}
+_generations: Dict[str, int] = {}  # children started per pool: a handle of an earlier one is gone with it
+_handles = itertools.count(1)
+
+
+def _live(pool: str) -> Optional[_Process]:
+    proc = _processes.get(pool)
+    return proc if proc is not None and proc.owner == os.getpid() else None
+
+
+def _current(pool: str = RUN) -> _Process:
+    proc = _live(pool)
+    if proc is None:
+        proc = _processes[pool] = _Process(pool)
+        _generations[pool] = _generations.get(pool, 0) + 1
+    return proc
+
+
+def _stop(pool: str = RUN) -> int:
+    """Kill the pool's child (if any); its status."""
+    proc = _processes.pop(pool, None)
+    if proc is None or proc.owner != os.getpid():
+        return 0
+    return proc.kill()
+
+
+def stop_all() -> None:
+    """Kill the children of this process (at exit, and when the run is stopped)."""
+    with _lock:
+        for pool in list(_processes):
+            _stop(pool)
+
+
+atexit.register(stop_all)
+
+
+def available() -> bool:
+    """Whether this platform can start the child (a POSIX system with /proc)."""
+    return os.name == "posix" and os.path.exists("/proc/self/statm")
+
+
+def prewarm(modules: Sequence[str] = ("onnxruntime",), pool: str = RUN) -> None:
+    """Start the child now and have it import ``modules``, without waiting: it starts
+    while this process loads and legalizes the model, so the check finds it warm."""
+    with _lock:
+        if _live(pool) is not None:  # started already: warm, or warming
+            return
+        proc = _current(pool)
+        try:
+            wire.send(proc.requests, pickle.dumps(("import", 0, list(modules), 0), protocol=5))
+            proc.pending.append(None)
+        except OSError:
+            _stop(pool)
+
+
+def sandbox() -> str:
+    """The run child's syscall filter: "seccomp", or why there is none."""
+    with _lock:
+        proc = _current(RUN)
+        return str(Remote.__new__(Remote)._status(proc).get("sandbox", ""))
+
+
+class Remote:
+    """``factory(*args, **kwargs)`` built in the child; ``call`` runs its methods there.
+    ``model`` and ``runtime`` name it in a ``RunFault``. ``fetch``: attributes read once
+    it is built (and activated, with ``activate``), kept in ``fetched``."""
+
+    def __init__(self, factory, *args, model: str = "the model", runtime: str = "", fetch: Sequence[str] = (),
+                 activate: bool = False, pool: str = RUN, wait: bool = True, **kwargs):
+        self.model, self.runtime = model, runtime or getattr(factory, "runtime", "") or getattr(factory, "name", "")
+        self.pool = pool
+        self.fetched: Dict[str, Any] = {}
+        self.built: Any = None  # without ``wait``: the reply to its building, once read
+        with _lock:
+            proc = _current(pool)
+            self.generation, self.handle = _generations[pool], next(_handles)
+            request = ("new", self.handle, factory.__module__, factory.__qualname__, list(args), dict(kwargs),
+                       list(fetch), activate)
+            if wait:
+                self.fetched = self._ask(request)
+                return
+            try:  # built while this process goes on; ``ready`` waits for it
+                wire.send(proc.requests, pickle.dumps(request + (_limits.memory,), protocol=5))
+                proc.pending.append(self)
+            except OSError:
+                _stop(pool)
+
+    def ready(self) -> "Remote":
+        """Wait until a Remote made without ``wait`` is built (the child's own error if
+        it could not be)."""
+        with _lock:
+            proc = _live(self.pool)
+            if self.built is None and proc is not None and self.generation == _generations.get(self.pool) \
+                    and self in proc.pending:
+                self._ask(("status", 0))  # reads the replies ahead of it
+            if self.built is None:
+                raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
+            built, self.built = self.built, {"ok": None}
+        if not isinstance(built, dict) or "ok" not in built:
+            self._raise(built)
+        self.fetched = built["ok"] if isinstance(built["ok"], dict) else {}
+        return self
+
+    def call(self, method: str, *args, keep: bool = True, memory: Optional[int] = None,
+             timeout: Optional[float] = None, **kwargs):
+        """``obj.method(*args, **kwargs)`` in the child (``keep=False``: its value is not
+        sent back). ``memory``/``timeout``: tighter limits for this call."""
+        return self._ask(("call", self.handle, method, list(args), dict(kwargs), keep), memory, timeout)
+
+    def refuse(self, what: str) -> RunFault:
+        """Stop the child that answered ``what`` the protocol does not allow: the fault."""
+        with _lock:
+            if self.generation == _generations.get(self.pool):
+                _stop(self.pool)
+        return RunFault(self.model, self.runtime, f"its process answered what the protocol does not allow ({what})")
+
+    def _status(self, proc: _Process) -> dict:
+        self.model, self.runtime, self.pool = "the child", "", RUN
+        self.generation, self.handle = _generations[RUN], 0
+        return self._ask(("status", 0))
+
+    def close(self) -> None:
+        with _lock:
+            if _live(self.pool) is not None and self.generation == _generations.get(self.pool):
+                try:
+                    self._ask(("drop", self.handle), timeout=5.0)
+                except (RunFault, CheckUnavailable):
+                    pass
+
+    def _ask(self, request: tuple, memory: Optional[int] = None, timeout: Optional[float] = None):
+        lim = _limits
+        memory = lim.memory if memory is None else min(memory, lim.memory)
+        timeout = lim.timeout if timeout is None else min(timeout, lim.timeout)
+        with _lock:
+            proc = _live(self.pool)
+            if proc is None or self.generation != _generations.get(self.pool):
+                raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
+            try:
+                while proc.pending:  # a warm-up's or a preload's reply (not this call's time)
+                    ahead = wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0))
+                    waiting = proc.pending.pop(0)
+                    if waiting is not None:
+                        waiting.built = wire.decode(ahead)
+                wire.send(proc.requests, pickle.dumps(request + (memory,), protocol=5))
+                data = wire.receive(proc.replies, time.monotonic() + timeout)
+                reply = wire.decode(data)
+                del data
+            except wire.Timeout:
+                _stop(self.pool)
+                raise RunFault(self.model, self.runtime, f"it did not finish within its time limit of {timeout:g} s"
+                                                         " (--run-timeout)") from None
+            except (OSError, EOFError):
+                status = _stop(self.pool)
+                raise RunFault(self.model, self.runtime, _how(status)) from None
+            except wire.BadReply as e:
+                _stop(self.pool)
+                raise RunFault(self.model, self.runtime, f"its process answered what the protocol does not allow"
+                                                         f" ({e})") from None
+            except BaseException:  # ^C, SIGTERM: the child is mid-call; it goes at once
+                _stop(self.pool)
+                raise
+        if isinstance(reply, dict) and "ok" in reply:
+            return reply["ok"]
+        self._raise(reply, memory)
+
+    def _raise(self, reply, memory: Optional[int] = None):
+        """The exception of an error reply (a fault for one of neither form)."""
+        memory = _limits.memory if memory is None else memory
+        error = reply.get("error") if isinstance(reply, dict) else None
+        if not (isinstance(error, list) and len(error) == 4):
+            raise self.refuse("a reply of neither form")
+        kind, message, out_of_memory, attrs = error
+        if out_of_memory:
+            raise RunFault(self.model, self.runtime, f"it ran out of its memory ({memory / 2**30:.3g} GiB,"
+                                                     " --run-memory)", out_of_memory=True)
+        raise _rebuild(str(kind), str(message), attrs if isinstance(attrs, dict) else {})
+
+
+_preloaded: Dict[Tuple, Remote] = {}
+
+
+def preload(key: Tuple, factory, *args, model: str = "the model", **kwargs) -> None:
+    """Have the run child build and activate ``factory(*args, **kwargs)`` now, while this
+    process goes on (a ``.pt2`` program, which PyTorch takes seconds to load); ``take``
+    finds it by ``key``."""
+    if not available():
+        return
+    with _lock:
+        _preloaded[key] = Remote(factory, *args, model=model, runtime=getattr(factory, "name", ""), activate=True,
+                                 wait=False, **kwargs)
+
+
+def take(key: Tuple) -> Optional[Remote]:
+    """The Remote ``preload`` started for ``key`` in this process's live child, or None."""
+    with _lock:
+        remote = _preloaded.pop(key, None)
+        if remote is None or _live(remote.pool) is None or remote.generation != _generations.get(remote.pool):
+            return None
+        return remote
+
+
+class ChildRunner(Runner):
+    """A runner (``factory(*args, **kwargs)``, a ``Runner`` class) whose model is loaded
+    and run in the child. ``name`` is the runner's; attributes named in ``fetch`` (e.g.
+    onnxruntime's ``provider``) are read once it is loaded."""
+
+    def __init__(self, factory, *args, model: str = "the model", fetch: Sequence[str] = (),
+                 preloaded: Optional[Remote] = None, **kwargs):
+        super().__init__()
+        self.factory, self.args, self.kwargs = factory, args, kwargs
+        self.name = factory.name
+        self.model_label = model
+        self.fetch = tuple(fetch)
+        self.remote: Optional[Remote] = preloaded  # built ahead (``preload``): activated once it is ready
+
+    def activate_impl(self) -> None:
+        if self.remote is not None:
+            self.remote.ready()
+        else:
+            self.remote = Remote(self.factory, *self.args, model=self.model_label, runtime=self.name,
+                                 fetch=self.fetch, activate=True, **self.kwargs)
+        for k, v in self.remote.fetched.items():
+            setattr(self, k.replace(".", "_"), v)
+
+    def deactivate_impl(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+        self.remote = None
+
+    def input_specs(self) -> List[InputSpec]:
+        specs = self.remote.call("input_specs")
+        if not isinstance(specs, list) or not all(isinstance(s, InputSpec) for s in specs):
+            raise self.remote.refuse("input specs that are not")
+        return specs
+
+    def infer_impl(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        out = self.remote.call("infer", dict(feed))
+        if not isinstance(out, dict) or not all(isinstance(k, str) for k in out):
+            raise self.remote.refuse("outputs that are not arrays by name")
+        return out
+
+    def call(self, method: str, *args, **kwargs):
+        return self.remote.call(method, *args, **kwargs)
+
+    def attempt(self, feed: Mapping[str, np.ndarray], memory: Optional[int] = None) -> Optional[str]:
+        """None if the model runs on ``feed``, else the runtime's error (its outputs are
+        not sent back; ``memory``: a ceiling for this run)."""
+        try:
+            self.remote.call("infer", dict(feed), keep=False, memory=memory)
+        except RunFault as e:
+            if e.out_of_memory and memory is not None:  # too big for the ceiling asked: the caller's answer
+                return "out of memory"
+            raise
+        except Exception as e:  # noqa: BLE001 - the runtime's words
+            return str(e)
+        return None
+
+
+def label(model) -> str:
+    """How a RunFault names a model given as a path or as a ModelProto."""
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    return ""

@@ -1,0 +1,170 @@
+"""The messages between ``legalize`` and the child that runs its models (``child.py``,
+``serve.py``): a length, then the bytes.
+
+Requests (parent to child) are pickles: the child trusts its parent. Replies (child to
+parent) are not: the child runs untrusted models, and code that a runtime's memory bug
+lets a model run could answer anything, so a reply is JSON plus raw array bytes, read
+back into plain values (None, bool, int, float, str, lists, dicts, numpy arrays of
+plain dtypes, ``InputSpec``) and nothing else: never a pickle."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import time
+from typing import List, Optional
+
+import numpy as np
+
+HEADER = struct.Struct("<Q")
+# A reply bigger than this is refused before it is read (the check caps each input at
+# 1 GiB; outputs and localization's values are of that order).
+MAX_REPLY = 64 << 30
+
+
+class Timeout(Exception):
+    pass
+
+
+class BadReply(Exception):
+    """A reply that is not what the protocol allows."""
+
+
+# -- framing ------------------------------------------------------------------------------
+
+def send(fd: int, data) -> None:
+    _write_all(fd, memoryview(HEADER.pack(len(data))))
+    _write_all(fd, memoryview(data).cast("B"))
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def receive(fd: int, deadline: Optional[float], limit: int = MAX_REPLY) -> bytearray:
+    head = _read(fd, HEADER.size, deadline)
+    (n,) = HEADER.unpack(bytes(head))
+    if n > limit:
+        raise BadReply(f"a reply of {n} bytes")
+    return _read(fd, n, deadline)
+
+
+def _read(fd: int, n: int, deadline: Optional[float]) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise Timeout
+        k = os.readv(fd, [view[got:got + (1 << 24)]])
+        if not k:
+            raise EOFError
+        got += k
+    return buf
+
+
+# -- replies: JSON and array bytes ------------------------------------------------------
+
+def encode(value) -> bytes:
+    """``value`` as a reply: its JSON, then the bytes of its arrays."""
+    blobs: List[np.ndarray] = []
+    doc = json.dumps(_plain(value, blobs)).encode()
+    parts = [HEADER.pack(len(doc)), doc] + [memoryview(np.ascontiguousarray(a)).cast("B") for a in blobs]
+    return b"".join(parts)
+
+
+def _plain(v, blobs):
+    from .inputs import InputSpec
+
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        blobs.append(np.frombuffer(bytes(v), dtype=np.uint8))
+        return {"b": len(v)}
+    if isinstance(v, np.generic):
+        v = np.asarray(v)
+    if isinstance(v, np.ndarray):
+        if v.dtype.kind in "OV" or v.dtype.hasobject:
+            raise TypeError(f"an array of dtype {v.dtype}, which the reply does not carry")
+        blobs.append(v)
+        return {"a": [v.dtype.str, list(v.shape), v.nbytes]}
+    if isinstance(v, InputSpec):
+        return {"s": [v.name, int(v.elem_type), [d if isinstance(d, (int, str)) else str(d) for d in v.shape],
+                      bool(v.quantized), v.unavailable]}
+    if isinstance(v, dict):
+        return {"d": [[_plain(k, blobs), _plain(x, blobs)] for k, x in v.items()]}
+    if isinstance(v, (list, tuple)):
+        return {"l": [_plain(x, blobs) for x in v]}
+    raise TypeError(f"a {type(v).__name__}, which the reply does not carry")
+
+
+def decode(data: bytearray):
+    """The value of a reply (``BadReply`` if it is not one the protocol allows)."""
+    try:
+        (n,) = HEADER.unpack_from(data, 0)
+        doc = json.loads(bytes(data[HEADER.size:HEADER.size + n]))
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise BadReply(str(e)) from None
+    cursor = [HEADER.size + n]
+    value = _value(doc, memoryview(data), cursor, 0)
+    if cursor[0] != len(data):
+        raise BadReply("trailing bytes")
+    return value
+
+
+def _value(doc, data: memoryview, cursor: List[int], depth: int):
+    from .inputs import InputSpec
+
+    if depth > 64:
+        raise BadReply("nested too deep")
+    if doc is None or isinstance(doc, (bool, int, float, str)):
+        return doc
+    if not isinstance(doc, dict) or len(doc) != 1:
+        raise BadReply("not a value")
+    (tag, body), = doc.items()
+    try:
+        if tag == "a":
+            dtype_text, shape, nbytes = body
+            dtype = np.dtype(str(dtype_text))
+            if dtype.kind in "OV" or dtype.hasobject:
+                raise BadReply(f"dtype {dtype}")
+            shape = tuple(int(d) for d in shape)
+            count = 1
+            for d in shape:
+                if d < 0:
+                    raise BadReply("a negative dim")
+                count *= d
+            if count * dtype.itemsize != nbytes or cursor[0] + nbytes > len(data):
+                raise BadReply("array bytes do not match its shape")
+            start = cursor[0]
+            cursor[0] += nbytes
+            return np.frombuffer(data[start:start + nbytes], dtype=dtype).reshape(shape)
+        if tag == "b":
+            nbytes = int(body)
+            if nbytes < 0 or cursor[0] + nbytes > len(data):
+                raise BadReply("bytes past the reply's end")
+            start = cursor[0]
+            cursor[0] += nbytes
+            return bytes(data[start:start + nbytes])
+        if tag == "s":
+            name, elem_type, shape, quantized, unavailable = body
+            return InputSpec(str(name), int(elem_type), tuple(d if isinstance(d, (int, str)) else str(d)
+                                                              for d in shape), bool(quantized), str(unavailable))
+        if tag == "d":
+            return {_key(_value(k, data, cursor, depth + 1)): _value(x, data, cursor, depth + 1) for k, x in body}
+        if tag == "l":
+            return [_value(x, data, cursor, depth + 1) for x in body]
+    except (TypeError, ValueError) as e:
+        raise BadReply(str(e)) from None
+    raise BadReply(f"tag {tag!r}")
+
+
+def _key(k):
+    if isinstance(k, (str, int, float, bool)) or k is None:
+        return k
+    raise BadReply("a dict key that is not a scalar")
+

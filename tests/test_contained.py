@@ -1,0 +1,333 @@
+"""Every run of a model happens in a bounded child process (``legalizer/check/child.py``):
+a model that runs forever ends at its time limit, one that crashes its runtime ends in
+one line, and a signal stops the run at once with nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T, helper
+
+from test_cli import _env, assert_clean, legalize, lines
+
+
+def _loop_forever(path: Path) -> Path:
+    """A 300-byte ONNX model whose Loop counts to 1e15 (onnxruntime runs it for days)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
+         helper.make_tensor_value_info("v_in", T.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", T.BOOL, []), helper.make_tensor_value_info("v_out", T.FLOAT, [1])],
+        [helper.make_tensor("one", T.FLOAT, [1], [1.0])])
+    g = helper.make_graph(
+        [helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)], "loop",
+        [helper.make_tensor_value_info("x", T.FLOAT, [1])], [helper.make_tensor_value_info("y", T.FLOAT, [1])],
+        [helper.make_tensor("M", T.INT64, [], [10**15]), helper.make_tensor("c", T.BOOL, [], [True])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_a_loop_of_1e15_trips_ends_at_the_time_limit(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    t0 = time.monotonic()
+    p = legalize(model, tmp_path / "out.onnx", "--run-timeout", "2", timeout=120)
+    took = time.monotonic() - t0
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr  # legal; the check did not run, and says why
+    why = f"{model} on onnxruntime: it did not finish within its time limit of 2 s (--run-timeout)"
+    assert lines(p.stderr) == [f"legalize: warning: the numeric check did not run: {why}"]
+    assert lines(p.stdout)[-1] == f"{model}: legalized for 'tosa' -> {tmp_path / 'out.onnx'} (not checked: {why})"
+    assert took < 60
+    # --require-check makes a check that did not run a failure: nothing written
+    p = legalize(model, tmp_path / "req.onnx", "--run-timeout", "2", "--require-check", "-q", timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert not (tmp_path / "req.onnx").exists()
+
+
+def test_a_loop_of_1e15_trips_under_against_is_exit_2(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    legal = tmp_path / "loop.legal.onnx"
+    legal.write_bytes(model.read_bytes())
+    p = legalize(legal, "--verify-only", "--against", model, "--run-timeout", "2", "-q", timeout=120)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {model} on onnxruntime: it did not finish within its time limit"
+                               " of 2 s (--run-timeout)"]
+    assert "match" not in p.stdout
+
+
+def test_sigterm_stops_a_run_within_a_second_and_leaves_nothing(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(model), str(tmp_path / "out.onnx")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        # the run reaches the check: its child exists and runs the model
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _children(proc.pid):
+            time.sleep(0.2)
+        children = _children(proc.pid)
+        assert children, "the check's child never started"
+        time.sleep(2.0)  # well inside onnxruntime's Loop
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 1.5, took
+    assert proc.returncode == 130
+    assert lines(err) == ["legalize: interrupted"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.onnx"]
+    for pid in children:  # the parent killed the child that ran the model
+        assert _state(pid) in ("gone", "Z")
+
+
+def _children(pid: int):
+    try:
+        out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True).stdout
+    except OSError:
+        pytest.skip("needs ps")
+    return [int(x) for x in out.split() if "legalizer.check.serve" in _cmdline(int(x))]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def _gather_ref(path: Path) -> Path:
+    g = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 1, 4])],
+                          [helper.make_tensor("i", T.INT64, [1], [0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path):
+    """IREE does not check a gather's index: at 2e9 it reads far outside the buffer and
+    the process dies of SIGSEGV (legalize did, exit 139, no message). The child dies;
+    legalize says so in one line and exits 2; no "results match"."""
+    pytest.importorskip("iree.compiler", reason="needs the iree extra: pip install 'legalizer[iree]'")
+    pytest.importorskip("iree.runtime", reason="needs the iree extra: pip install 'legalizer[iree]'")
+    module = tmp_path / "g.mlir"
+    module.write_text(
+        'func.func @main(%arg0: tensor<1x4x4xf32>) -> tensor<1x1x4xf32> {\n'
+        '  %idx = "tosa.const"() <{values = dense<2000000000> : tensor<1x1xi32>}> : () -> tensor<1x1xi32>\n'
+        '  %0 = tosa.gather %arg0, %idx : (tensor<1x4x4xf32>, tensor<1x1xi32>) -> tensor<1x1x4xf32>\n'
+        '  return %0 : tensor<1x1x4xf32>\n}\n')
+    p = legalize(module, "--verify-only", "--against", _gather_ref(tmp_path / "ref.onnx"), timeout=300)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module} on IREE llvm-cpu: it crashed (signal SIGSEGV)"]
+    assert "match" not in p.stdout
+
+
+def test_the_child_answers_in_plain_values_only():
+    """A reply is JSON and array bytes, never a pickle: what a compromised child could
+    send is read back as data or refused."""
+    from legalizer.check import wire
+    from legalizer.check.inputs import InputSpec
+
+    value = {"ok": {"y": np.arange(6, dtype=np.float32).reshape(2, 3), "n": [1, 2.5, "s", None, True],
+                    "spec": InputSpec("x", 1, (2, "N"), False, "")}}
+    back = wire.decode(bytearray(wire.encode(value)))
+    np.testing.assert_array_equal(back["ok"]["y"], value["ok"]["y"])
+    assert back["ok"]["y"].dtype == np.float32
+    assert back["ok"]["n"] == [1, 2.5, "s", None, True]
+    assert back["ok"]["spec"] == InputSpec("x", 1, (2, "N"), False, "")
+    with pytest.raises(TypeError):
+        wire.encode({"ok": np.array([object()])})
+    forged = bytearray(wire.encode({"ok": np.zeros(2)}))
+    forged = forged.replace(b'"<f8"', b'"|O8"')
+    with pytest.raises(wire.BadReply):
+        wire.decode(forged)
+    short = bytearray(wire.encode({"ok": np.zeros(4)}))[:-8]
+    with pytest.raises(wire.BadReply):
+        wire.decode(short)
+
+
+def test_run_limits_are_checked_before_the_work(tmp_path):
+    model = _loop_forever(tmp_path / "loop.onnx")
+    for flag, value, want in [("--run-memory", "lots", "--run-memory must be a size such as 4G or 512M, not 'lots'"),
+                              ("--run-memory", "0", "--run-memory must be a size such as 4G or 512M, not '0'"),
+                              ("--run-timeout", "0", "--run-timeout must be a number of seconds above 0, not '0'")]:
+        p = legalize(model, tmp_path / "o.onnx", flag, value)
+        assert p.returncode == 2
+        assert lines(p.stderr) == [f"legalize: error: {want}"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["loop.onnx"]
+
+
+def test_a_run_past_its_memory_is_one_line(tmp_path):
+    """A model that asks for more than --run-memory: onnxruntime's allocation fails in
+    the child, and the check does not run, saying why."""
+    # Expand to 1e5 x 1e4 float32 (4 GB) from a 1-element input
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "big",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [100000, 10000])],
+                          [helper.make_tensor("s", T.INT64, [2], [100000, 10000])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = tmp_path / "big.onnx"
+    model.write_bytes(m.SerializeToString())
+    p = legalize(model, tmp_path / "o.onnx", "--run-memory", "1G", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+    [line] = lines(p.stderr)
+    assert line.startswith("legalize: warning: the numeric check did not run: "), line
+    assert "match" not in p.stdout
+    assert os.path.exists(tmp_path / "o.onnx")
+
+
+def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path):
+    """SIGKILL gives a run no chance to clean up: its temporary output stays, named
+    with its host and process; its child dies with it. The next run that writes into
+    the folder removes it (and keeps a live process's temporary file)."""
+    from legalizer.outputs import temp_name
+
+    model = _loop_forever(tmp_path / "loop.onnx")
+    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(model), str(tmp_path / "out.onnx")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _children(proc.pid):
+            time.sleep(0.2)
+        children = _children(proc.pid)
+        assert children
+        time.sleep(1.0)
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name != "loop.onnx")
+    assert left and all(n.startswith(".out.onnx.legalize-") and n.endswith(".tmp") for n in left), left
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_state(pid) not in ("gone", "Z") for pid in children):
+        time.sleep(0.1)
+    assert all(_state(pid) in ("gone", "Z") for pid in children)  # it died with its parent
+    live = tmp_path / temp_name("other.onnx")  # this test's own process: alive, so kept
+    live.write_bytes(b"")
+    p = legalize(_gather_ref(tmp_path / "small.onnx"), tmp_path / "small.legal.onnx", "-q")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted(["loop.onnx", "small.onnx", "small.legal.onnx",
+                                                                 live.name])
+
+
+def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
+    """The run child's syscall filter (legalizer/check/sandbox.py): what code that a
+    runtime's memory bug reached could try there fails with EPERM; reading and
+    computing work."""
+    pytest.importorskip("pyseccomp", reason="needs the sandbox extra: pip install 'legalizer[sandbox]'")
+    import pathlib
+
+    from legalizer.check import child
+
+    assert child.sandbox() == "seccomp"
+    readable = tmp_path / "in.txt"
+    readable.write_text("data")
+    f = child.Remote(pathlib.Path, str(readable), model="a test", runtime="python")
+    assert f.call("read_text") == "data"
+    target = child.Remote(pathlib.Path, str(tmp_path / "made.txt"), model="a test", runtime="python")
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        target.call("write_text", "x")
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        f.call("chmod", 0o777)
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        child.Remote(subprocess.Popen, ["/bin/true"], model="a test", runtime="python")
+    import socket
+
+    with pytest.raises(child.ChildError, match="Operation not permitted"):
+        child.Remote(socket.socket, model="a test", runtime="python")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.txt"]
+    # threads still start (clone with CLONE_THREAD)
+    import threading
+
+    t = child.Remote(threading.Thread, model="a test", runtime="python")
+    t.call("start")
+    t.call("join")
+
+
+def _chain(n: int, values: int, wrong_at: int = -1) -> onnx.ModelProto:
+    """x[1] expanded to n floats, then ``values`` Add/Mul steps (step ``wrong_at`` adds
+    2 instead of 1: where a candidate built so differs from the reference)."""
+    nodes = [helper.make_node("Expand", ["x", "s"], ["v0"])]
+    for i in range(values):
+        nodes.append(helper.make_node("Add", [f"v{i}", "two" if i == wrong_at else "one"], [f"v{i + 1}"]))
+    nodes.append(helper.make_node("ReduceSum", [f"v{values}"], ["y"], keepdims=0))
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [])],
+                          [helper.make_tensor("s", T.INT64, [1], [n]), helper.make_tensor("one", T.FLOAT, [1], [1.0]),
+                           helper.make_tensor("two", T.FLOAT, [1], [2.0])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_localize_holds_a_chunk_of_values_at_a_time(monkeypatch):
+    """Localization compares an ONNX model's values a chunk at a time: no call for
+    values asks for more than the budget (or one value), and it finds what comparing
+    them all at once finds: the first value that differs, and every later one."""
+    from legalizer.check import localize as lz
+    from legalizer.check.probes import ChildProbe, OrtProbe
+
+    n = 1 << 20  # 4 MiB a value (8 MiB as the size run counts them)
+    asked = []
+    values = ChildProbe.values
+
+    def recorded(self, feeds, names=None):
+        got = values(self, feeds, names)
+        asked.append(sum(a.nbytes for a in got.values()))
+        return got
+
+    monkeypatch.setattr(ChildProbe, "values", recorded)
+    cand, ref = _chain(n, 6, wrong_at=3), _chain(n, 6)
+    feeds = {"x": np.ones(1, np.float32)}
+    loc = lz.localize_onnx(cand, ref, feeds, ["CPUExecutionProvider"], rtol=1e-4, atol=1e-5)
+    assert loc.culprit.value == "v4"
+    assert [d.value for d in loc.divergence] == ["v4", "v5", "v6", "y"]
+    assert loc.compared == 8  # v0..v6 and y
+    assert asked and max(asked) <= lz.CHUNK_BYTES  # 4 MiB values: 8 a chunk at most
+    asked.clear()
+    cpu = ["CPUExecutionProvider"]
+    loc = lz.localize_chunked(lz.onnx_steps(cand), ChildProbe(OrtProbe, cand, cpu), ChildProbe(OrtProbe, ref, cpu),
+                              feeds, rtol=1e-4, atol=1e-5, budget=10 << 20)
+    assert [d.value for d in loc.divergence] == ["v4", "v5", "v6", "y"]
+    assert max(asked) <= 2 * (4 << 20) + 16  # a chunk: one 8 MiB-counted value
+    # what reduce reads: fetched when asked for
+    cand_values, ref_values, pairs = loc.values
+    assert "v3" in cand_values and pairs["v3"] == "v3"
+    np.testing.assert_array_equal(cand_values["v3"], np.full(n, 4.0, np.float32))
+    np.testing.assert_array_equal(ref_values["v4"], np.full(n, 5.0, np.float32))
+    np.testing.assert_array_equal(cand_values["v4"], np.full(n, 6.0, np.float32))
+
+
+def test_chunks_pack_values_up_to_the_budget():
+    from legalizer.check.localize import chunks
+
+    sizes = {"a": 4, "b": 4, "c": 10, "d": 1, "e": 1}
+    assert chunks(["a", "b", "c", "d", "e", "f"], sizes, budget=8) == [["a", "b"], ["c"], ["d", "e"]]
+    assert chunks([], sizes) == []
