@@ -149,21 +149,24 @@ def _tosa_generic(text: bytes, source: str, message: str, error: BadInput) -> Op
     return generic if isinstance(generic, bytes) else None
 
 
+def _capped(command: Sequence[str], memory: int) -> list:
+    """``command`` under an address-space limit of ``memory`` bytes (soft, under any hard
+    limit of ours), set by a shell that then becomes the tool: not by a ``preexec_fn``,
+    which would run Python in a fork of this process, whose runtimes may hold threads."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = memory if hard == resource.RLIM_INFINITY else min(memory, hard)
+    return ["/bin/sh", "-c", 'ulimit -S -v "$1" && shift && exec "$@"', "sh", str(cap // 1024), *command]
+
+
 def _run(tool: str, data: bytes, source: str, write: Sequence[str]) -> Tuple[Union[bytes, BadInput], str]:
     """``tool`` reading ``data``, writing as ``write`` says: its output, or BadInput with MLIR's first error; and that
     error's message as MLIR wrote it (``""`` when none)."""
     memory = OPT_MEMORY + OPT_MEMORY_PER_BYTE * len(data)
-
-    def cap() -> None:  # pragma: no cover - in the child
-        import resource
-
-        hard = resource.getrlimit(resource.RLIMIT_AS)[1]  # a limit of our own stays
-        cap_ = memory if hard == resource.RLIM_INFINITY else min(memory, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (cap_, hard))
-
     try:
-        done = subprocess.run([tool, *READ, *write, "-"], input=data, capture_output=True,
-                              timeout=OPT_TIMEOUT_S, preexec_fn=cap)
+        done = subprocess.run(_capped([tool, *READ, *write, "-"], memory), input=data, capture_output=True,
+                              timeout=OPT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return BadInput(f"{source}: MLIR's parser did not finish in {OPT_TIMEOUT_S:.0f} s"), ""
     except OSError as e:
