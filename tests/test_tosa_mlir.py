@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
+from helpers import cli_in_process
 from legalizer.check import iree_run as iree_run_module
 from legalizer.check.ort import synthesize
 from legalizer.exporters.tosa import emit_tosa
@@ -697,3 +698,37 @@ def test_strings_that_are_not_utf8_are_kept_as_mlir_writes_them(tmp_path):
                                             "tfl.description": "ok \u00e9"}
         op = next(n for n in model.graph.nodes() if n.kind == OP)
         assert op.op == "tosa.abs" and op.attrs == {"x.blob": MlirAttr('"\\FE\\01"')}
+
+
+# -- aliases that expand without end (issue 24, item 5) ----------------------------------
+
+def _doubling(levels: int) -> str:
+    lines = [f"#a{i} = [#a{i + 1}, #a{i + 1}]" for i in range(levels)] + [f"#a{levels} = 1 : i32"]
+    return "\n".join(lines) + ("\nfunc.func @main(%x: tensor<2xf32>) -> tensor<2xf32> attributes {big = #a0} {\n"
+                               "  return %x : tensor<2xf32>\n}\n")
+
+
+def test_an_alias_bomb_is_refused_from_its_text():
+    from legalizer.importers.mlir_bounds import check_aliases
+
+    text = _doubling(40)  # about 900 bytes, 2^40 leaves once expanded
+    with pytest.raises(legalizer.BadInput) as e:
+        check_aliases(text, "m.mlir")
+    assert str(e.value).startswith("m.mlir: alias #a17 expands to 109,051,899 bytes of text, more than the limit of"
+                                   " 67,108,864")
+    check_aliases(_doubling(12), "m.mlir")  # 4,096 leaves: a module as any other
+    # a module that uses a modest alias many times is bounded by its total
+    many = "#big = [" + ", ".join(["1 : i32"] * 10_000) + "]\n" + "".join(
+        f"func.func @f{i}() attributes {{x = #big}} {{\n  return\n}}\n" for i in range(1_000))
+    with pytest.raises(legalizer.BadInput, match=r"^m.mlir: its aliases expand it to [\d,]+ bytes of text"):
+        check_aliases(many, "m.mlir")
+
+
+@pytest.mark.needs("mlir")
+def test_an_alias_bomb_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "bomb.mlir"
+    path.write_text(_doubling(40))
+    code, out, err = cli_in_process(path, "--verify-only")
+    assert code == 2 and err.splitlines() == [
+        f"legalize: error: {path}: alias #a17 expands to 109,051,899 bytes of text, more than the limit of 67,108,864"
+        " (64 times the file, or 64 MiB); legalize reads no such module"], err

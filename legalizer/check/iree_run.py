@@ -121,9 +121,9 @@ def compilable(text: str) -> str:
     refers to another dialect; then printed again from what was checked, without
     locations and without discardable attributes of other dialects (``tf.*``,
     ``hal.*``, ``iree.*``: nothing IREE should act on). TosaError if MLIR cannot parse it."""
-    from ..importers.mlir import check_nesting
+    from ..importers.mlir import check_text
 
-    check_nesting(text, "the module")  # MLIR's parser recurses as deep as the text nests
+    check_text(text, "the module")  # MLIR's parser recurses as deep as the text nests, and expands aliases
     _compiler()
     from iree.compiler import ir
 

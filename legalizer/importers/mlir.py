@@ -49,11 +49,11 @@ from ..ir.constdata import ConstData
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import TensorType
 from ..model import Format, Model
-from .mlir_bounds import blank_locations, bytecode_to_text, check_names, check_nesting
+from .mlir_bounds import blank_locations, bytecode_to_text, check_names, check_nesting, check_text
 from .mlir_tool import bindings, to_bytecode
 from .mlir_types import MlirAttr, MType, attr_value, attributes, mtype, opaque_quant, text_of
 
-__all__ = ["BYTECODE_MAGIC", "MlirAttr", "MlirSource", "OpSource", "bytecode_to_text", "check_nesting",
+__all__ = ["BYTECODE_MAGIC", "MlirAttr", "MlirSource", "OpSource", "bytecode_to_text", "check_nesting", "check_text",
            "load_mlir", "parse_mlir"]
 
 TOSA_DOMAIN = "tosa"
@@ -321,7 +321,7 @@ def _functions(op, module_attrs: Dict[str, Any], src: _Text) -> List[Any]:
 
 def parse_mlir(text: str, source: str = "<string>", form: str = "text") -> Model:
     """MLIR text -> Model (format ``mlir``)."""
-    check_nesting(text, source)
+    check_text(text, source)
     check_names(text, source)
     blanked, has_locations = blank_locations(text)
     module = _read(blanked, source)

@@ -49,6 +49,82 @@ def check_nesting(text: str, source: str) -> None:
                     pass
 
 
+# Aliases (``#a = [#b, #b]``, ``!t = ...``) are text that MLIR's parser, and whatever
+# walks what it parsed, expand: 40 levels that double make a 989-byte module terabytes
+# wide. Each alias's expanded size is counted from the text before anything parses it.
+MIN_EXPANDED = 64 << 20  # the expanded text may reach this, or EXPANSION times the text
+EXPANSION = 64
+_ALIAS_DEF = re.compile(r"^[ \t]*([#!][A-Za-z_][\w$.-]*)[ \t]*=", re.M)
+_ALIAS_REF = re.compile(r"[#!][A-Za-z_][\w$.-]*")
+
+
+def _alias_body(text: str, start: int) -> Tuple[int, int]:
+    """The span of the alias definition whose value starts at ``start``: up to the
+    first newline where every bracket it opened is closed."""
+    depth, pos = 0, start
+    for m in _NESTING_TOKEN.finditer(text, start):
+        gap_newline = text.find("\n", pos, m.start())
+        if depth == 0 and gap_newline != -1 and text[start:gap_newline].strip():
+            return start, gap_newline
+        tok = m.group()
+        if tok in "([{<":
+            depth += 1
+        elif tok in _CLOSES and depth:
+            depth -= 1
+        pos = m.end()
+    end = text.find("\n", pos)
+    return start, len(text) if end == -1 else end
+
+
+def _refs(body: str) -> List[str]:
+    return _ALIAS_REF.findall(_LITERAL_OR_COMMENT.sub('""', body))
+
+
+def check_aliases(text: str, source: str) -> None:
+    """BadInput if the text, its aliases expanded where they are used, would be larger
+    than ``MIN_EXPANDED`` or ``EXPANSION`` times the text; counted without expanding
+    anything (an alias used before it is defined, or by itself, counts as its name)."""
+    limit = max(MIN_EXPANDED, EXPANSION * len(text))
+    bodies, spans = {}, []
+    for m in _ALIAS_DEF.finditer(text):
+        span = _alias_body(text, m.end())
+        bodies.setdefault(m.group(1), _refs(text[span[0]:span[1]]) + [text[span[0]:span[1]]])
+        spans.append((m.start(), span[1]))
+    if not bodies:
+        return
+    sizes: dict = {}
+
+    def size(name: str, seen: frozenset) -> int:
+        if name not in bodies or name in seen:
+            return len(name)
+        if name not in sizes:
+            *refs, body = bodies[name]
+            sizes[name] = len(body) + sum(size(r, seen | {name}) - len(r) for r in refs)
+            if sizes[name] > limit:
+                raise BadInput(f"{source}: alias {name} expands to {sizes[name]:,} bytes of text, more than the"
+                               f" limit of {limit:,} ({EXPANSION} times the file, or {MIN_EXPANDED >> 20} MiB);"
+                               " legalize reads no such module")
+        return sizes[name]
+
+    rest, pos = [], 0
+    for start, end in spans:
+        rest.append(text[pos:start])
+        pos = end
+    rest.append(text[pos:])
+    total = len(text) + sum(size(r, frozenset()) - len(r) for r in _refs("".join(rest)))
+    if total > limit:
+        raise BadInput(f"{source}: its aliases expand it to {total:,} bytes of text, more than the limit of"
+                       f" {limit:,} ({EXPANSION} times the file, or {MIN_EXPANDED >> 20} MiB); legalize reads no"
+                       " such module")
+
+
+def check_text(text: str, source: str) -> None:
+    """The bounds MLIR text is held to before MLIR's parser reads it: its nesting
+    (``check_nesting``) and its expanded size (``check_aliases``)."""
+    check_nesting(text, source)
+    check_aliases(text, source)
+
+
 # A generic op's name is a string literal before its operands' "(": MLIR takes any bytes
 # in it (escaped \XX), and its bindings abort the process on a name that is not UTF-8
 # (they cannot make it a str). Such a literal is refused before MLIR reads the text.
