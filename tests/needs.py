@@ -59,9 +59,8 @@ def polygraphy_command() -> Optional[str]:
 
 def _litert_gpu() -> Optional[str]:
     # LiteRT's WebGPU accelerator: the litert extra and a Vulkan driver (Mesa's lavapipe).
-    reason = missing("litert")
-    if reason is not None:
-        return reason
+    if missing("litert") is not None:
+        return f"it comes with the litert extra: {install_hint('litert')}"
     from legalizer.check import litert_gpu
 
     ok, why = litert_gpu.gpu_available()
@@ -72,6 +71,11 @@ def _litert_gpu() -> Optional[str]:
 
 def _chromium() -> Optional[str]:
     return None if browser() else "no chromium on PATH: apt-get install chromium"
+
+
+def _ps() -> Optional[str]:
+    # the containment tests list a run's children with it
+    return None if shutil.which("ps") else "no ps on PATH: apt-get install procps"
 
 
 def browser() -> Optional[str]:
@@ -86,6 +90,7 @@ TOOLS: Dict[str, Callable[[], Optional[str]]] = {
     "polygraphy": _polygraphy,
     "litert-gpu": _litert_gpu,
     "chromium": _chromium,
+    "ps": _ps,
 }
 
 

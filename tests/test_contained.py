@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto as T, helper
 
+from needs import require
 from test_cli import _env, assert_clean, legalize, lines
 
 
@@ -95,10 +96,8 @@ def test_sigterm_stops_a_run_within_a_second_and_leaves_nothing(tmp_path):
 
 
 def _children(pid: int):
-    try:
-        out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True).stdout
-    except OSError:
-        pytest.skip("needs ps")
+    require("ps")
+    out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True).stdout
     return [int(x) for x in out.split() if "legalizer.check.serve" in _cmdline(int(x))]
 
 
