@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import shutil
+import sys
+from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 import pytest
@@ -24,7 +27,12 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     "iree": ("iree.compiler", "iree.runtime"),
     "mlir": ("iree.compiler",),  # MLIR's parser (tosa-opt for the older TOSA syntax: the tool below)
     "ray": ("ray",),
+    "vela": ("ethosu.vela",),
+    "sandbox": ("pyseccomp",),
+    "docs": ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"),
+    "viewer": ("model_explorer", "model_explorer_onnx", "ai_edge_model_explorer_adapter"),
 }
+# corpus is no test's need: tests read its models from .cache/corpus, built or not.
 
 
 def _tosa_opt() -> Optional[str]:
@@ -33,8 +41,57 @@ def _tosa_opt() -> Optional[str]:
     return None if find_tosa_opt() else SETUP_HINT
 
 
+def _polygraphy() -> Optional[str]:
+    # Not an extra: the round-trip tests check our Polygraphy JSON against Polygraphy itself.
+    hint = "pip install polygraphy (the golden round-trip tests use its module and command)"
+    try:
+        importlib.import_module("polygraphy")
+    except ImportError:
+        return hint
+    return None if polygraphy_command() else hint
+
+
+def polygraphy_command() -> Optional[str]:
+    """The polygraphy command (on PATH, or beside this Python), or None."""
+    here = Path(sys.executable).parent / "polygraphy"
+    return shutil.which("polygraphy") or (str(here) if here.exists() else None)
+
+
+def _litert_gpu() -> Optional[str]:
+    # LiteRT's WebGPU accelerator: the litert extra and a Vulkan driver (Mesa's lavapipe).
+    if missing("litert") is not None:
+        return f"it comes with the litert extra: {install_hint('litert')}"
+    from legalizer.check import litert_gpu
+
+    ok, why = litert_gpu.gpu_available()
+    if ok:
+        return None
+    return why if litert_gpu.MESA_HINT in why else f"{why} ({litert_gpu.MESA_HINT})"
+
+
+def _chromium() -> Optional[str]:
+    return None if browser() else "no chromium on PATH: apt-get install chromium"
+
+
+def _ps() -> Optional[str]:
+    # the containment tests list a run's children with it
+    return None if shutil.which("ps") else "no ps on PATH: apt-get install procps"
+
+
+def browser() -> Optional[str]:
+    """The headless browser the HTML tests drive, or None."""
+    return next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "chrome")
+                 if shutil.which(b)), None)
+
+
 # tool -> why it is not usable here (how to set it up), or None
-TOOLS: Dict[str, Callable[[], Optional[str]]] = {"tosa-opt": _tosa_opt}
+TOOLS: Dict[str, Callable[[], Optional[str]]] = {
+    "tosa-opt": _tosa_opt,
+    "polygraphy": _polygraphy,
+    "litert-gpu": _litert_gpu,
+    "chromium": _chromium,
+    "ps": _ps,
+}
 
 
 @functools.lru_cache(maxsize=None)

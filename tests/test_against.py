@@ -102,15 +102,11 @@ def test_against_pairs_onnx_with_onnx_and_tflite_with_tflite_only(tmp_path):
     assert lines(p.stderr) == ["legalize: error: --against compares MODEL with another model: add --verify-only"]
 
 
+@pytest.mark.needs("litert", "tosa-opt")
 def test_the_converters_text_compares_as_its_bytecode_does():
     """models/tosa_converter/mobilenet_like.mlir, in the TOSA syntax IREE's parser does not
     take: given to IREE in tosa-opt's generic form, it compares and matches (it printed
     'the comparison did not run: TOSA text does not parse' and exited 0)."""
-    pytest.importorskip("ai_edge_litert")
-    from legalizer.importers.mlir_tool import SETUP_HINT, find_tosa_opt
-
-    if find_tosa_opt() is None:
-        pytest.skip(f"no tosa-opt: {SETUP_HINT}")
     for module in ("mobilenet_like.mlir", "mobilenet_like.mlirbc"):
         path = ROOT / "models/tosa_converter" / module
         p = legalize(path, "--verify-only", "--against", ROOT / "models/tflite/mobilenet_like.tflite", "-q")

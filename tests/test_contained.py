@@ -16,6 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto as T, helper
 
+from needs import require
 from test_cli import _env, assert_clean, legalize, lines
 
 
@@ -95,10 +96,8 @@ def test_sigterm_stops_a_run_within_a_second_and_leaves_nothing(tmp_path):
 
 
 def _children(pid: int):
-    try:
-        out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True).stdout
-    except OSError:
-        pytest.skip("needs ps")
+    require("ps")
+    out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True).stdout
     return [int(x) for x in out.split() if "legalizer.check.serve" in _cmdline(int(x))]
 
 
@@ -127,12 +126,11 @@ def _gather_ref(path: Path) -> Path:
     return path
 
 
+@pytest.mark.needs("iree")
 def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path):
     """IREE does not check a gather's index: at 2e9 it reads far outside the buffer and
     the process dies of SIGSEGV (legalize did, exit 139, no message). The child dies;
     legalize says so in one line and exits 2; no "results match"."""
-    pytest.importorskip("iree.compiler", reason="needs the iree extra: pip install 'legalizer[iree]'")
-    pytest.importorskip("iree.runtime", reason="needs the iree extra: pip install 'legalizer[iree]'")
     module = tmp_path / "g.mlir"
     module.write_text(
         'func.func @main(%arg0: tensor<1x4x4xf32>) -> tensor<1x1x4xf32> {\n'
@@ -237,11 +235,11 @@ def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path):
                                                                  live.name])
 
 
+@pytest.mark.needs("sandbox")
 def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
     """The run child's syscall filter (legalizer/check/sandbox.py): what code that a
     runtime's memory bug reached could try there fails with EPERM; reading and
     computing work."""
-    pytest.importorskip("pyseccomp", reason="needs the sandbox extra: pip install 'legalizer[sandbox]'")
     import pathlib
 
     from legalizer.check import child

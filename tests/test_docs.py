@@ -5,7 +5,6 @@ API from the docstrings."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -14,14 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from legalizer.extras import install_hint
 
 ROOT = Path(__file__).resolve().parent.parent
-
-needs_docs = pytest.mark.skipif(
-    any(importlib.util.find_spec(m) is None for m in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python")),
-    reason=f"needs the docs extra: {install_hint('docs')}")
-
 
 def _reference() -> str:
     sys.path.insert(0, str(ROOT / "docs" / "hooks"))
@@ -52,7 +45,7 @@ def test_the_cli_reference_is_generated_from_every_parameter():
     assert "```text\nExamples:\n  legalize model.onnx " in text
 
 
-@needs_docs
+@pytest.mark.needs("docs")
 def test_the_site_builds_strict(tmp_path, capsys):
     site = tmp_path / "site"
     start = time.perf_counter()

@@ -18,7 +18,6 @@ that no longer prints what it shows fails.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
 import re
 import shlex
@@ -32,18 +31,9 @@ from typing import List, Optional, Tuple
 import pytest
 
 from legalizer.extras import install_hint
+from needs import has
 
 ROOT = Path(__file__).resolve().parent.parent
-
-# extra -> the modules it installs that the examples use
-EXTRA_MODULES = {
-    "torch": ("torch", "onnxscript"),
-    "litert": ("ai_edge_litert",),
-    "iree": ("iree.compiler", "iree.runtime"),
-    "jax": ("jax", "jaxlib"),
-    "ray": ("ray",),
-}
-
 
 @dataclass(frozen=True)
 class Example:
@@ -109,13 +99,7 @@ def extras_needed(example: Example) -> List[str]:
 
 
 def missing_extras(example: Example) -> List[str]:
-    def have(module: str) -> bool:
-        try:
-            return importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:  # a parent package is missing
-            return False
-
-    return [e for e in extras_needed(example) if not all(have(m) for m in EXTRA_MODULES[e])]
+    return [e for e in extras_needed(example) if not has(e)]
 
 
 def setup_command() -> str:

@@ -195,8 +195,8 @@ def test_a_result_used_outside_the_region_is_reshaped_back():
     assert ops(m, "Neg")[0].outputs[0].type.shape == (720,)
 
 
+@pytest.mark.needs("litert")
 def test_a_tflite_rank5_chain_folds_and_litert_agrees(tmp_path):
-    pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
     import sys
     from pathlib import Path
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from helpers import cli_in_process
+from needs import polygraphy_command
 from legalizer.check import polygraphy_json
 from legalizer.check.golden import read_inputs, read_outputs
 
@@ -57,8 +58,8 @@ def test_arrays_round_trip_through_our_json():
     np.testing.assert_array_equal(got[0][1][1]["y"], np.zeros(3, np.float16))
 
 
+@pytest.mark.needs("polygraphy")
 def test_polygraphy_reads_what_we_write_and_we_read_what_it_writes(tmp_path):
-    pytest.importorskip("polygraphy", reason="needs polygraphy (pip install polygraphy) for the round trip")
     from polygraphy.comparator import RunResults
     from polygraphy.json import load_json, save_json
 
@@ -90,18 +91,17 @@ def test_polygraphy_reads_what_we_write_and_we_read_what_it_writes(tmp_path):
 # -- the command line ---------------------------------------------------------------
 
 def _polygraphy() -> str:
-    exe = shutil.which("polygraphy") or str(Path(__import__("sys").executable).parent / "polygraphy")
-    if not Path(exe).exists():
-        pytest.skip("needs the polygraphy command (pip install polygraphy)")
+    exe = polygraphy_command()
+    assert exe is not None  # the test is marked needs("polygraphy")
     return exe
 
 
 @pytest.mark.parametrize("model", [MLP, DYN], ids=["mlp_bias", "dynamic_broadcast"])
+@pytest.mark.needs("polygraphy")
 def test_polygraphy_run_saved_data_replayed_by_legalize(tmp_path, model):
     """``polygraphy run --save-inputs/--save-outputs`` on a real model, replayed: the
     legalized model matches the stored outputs (Polygraphy passes too), and a reference
     with one sample's output moved by 1e-3 fails both, on that sample."""
-    pytest.importorskip("polygraphy", reason="needs polygraphy (pip install polygraphy)")
     exe = _polygraphy()
     i, o = tmp_path / "i.json", tmp_path / "o.json"
     p = subprocess.run([exe, "run", str(model), "--onnxrt", "--iterations", "3", "--save-inputs", str(i),
@@ -143,8 +143,8 @@ def test_polygraphy_run_saved_data_replayed_by_legalize(tmp_path, model):
         assert (p.returncode != 0) == bool(want), p.stdout[-2000:]
 
 
+@pytest.mark.needs("polygraphy")
 def test_legalize_saved_data_replayed_by_polygraphy(tmp_path):
-    pytest.importorskip("polygraphy", reason="needs polygraphy (pip install polygraphy)")
     exe = _polygraphy()
     i, o, legal = tmp_path / "si.json", tmp_path / "so.json", tmp_path / "m.legal.onnx"
     code, out, err = cli_in_process(DYN, legal, "--save-inputs", i, "--save-outputs", o)
@@ -328,10 +328,10 @@ def test_saved_files_are_written_even_when_the_check_fails(tmp_path):
     np.testing.assert_array_equal(ref[0]["y"], expected[0]["y"])
 
 
+@pytest.mark.needs("polygraphy")
 def test_polygraphy_per_iteration_folders_are_read(tmp_path):
     """``polygraphy run --save-inputs DIR --save-outputs DIR`` (paths without a suffix)
     writes one JSON file per iteration: legalize reads the folders in name order."""
-    pytest.importorskip("polygraphy", reason="needs polygraphy (pip install polygraphy)")
     exe = _polygraphy()
     i, o = tmp_path / "inputs", tmp_path / "outputs"
     p = subprocess.run([exe, "run", str(MLP), "--onnxrt", "--iterations", "2", "--save-inputs", str(i),
@@ -370,10 +370,10 @@ def test_library_check_over_stored_samples(tmp_path):
     assert result.samples["outputs"][0]["max_abs_err"] == pytest.approx(1.0, abs=1e-6)
 
 
+@pytest.mark.needs("litert")
 def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path):
     """A TFLite model's check (LiteRT, and onnxruntime on its ONNX form) fed by a data
     loader script, its runs saved and replayed as the reference."""
-    pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
     model = ROOT / "models" / "tflite" / "broadcast_add.tflite"  # x: 2x3x4x5, y: 5
     script = tmp_path / "loader.py"
     script.write_text("import numpy as np\n"

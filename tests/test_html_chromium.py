@@ -14,7 +14,6 @@ import fcntl
 import json
 import os
 import select
-import shutil
 import subprocess
 import sys
 import time
@@ -23,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from legalizer.html_report import STYLE
+from needs import browser
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 
-BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome", "chrome")
-                if shutil.which(b)), None)
-pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH (apt-get install chromium)")
+BROWSER = browser()
+pytestmark = pytest.mark.needs("chromium")
 
 
 class Chromium:

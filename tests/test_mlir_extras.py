@@ -69,8 +69,8 @@ def test_without_mlirs_parser_the_api_says_the_same(no_iree):
     assert str(e.value) == f"{CONVERTER / 'mobilenet_like.mlir'}: reading MLIR needs MLIR's parser (the mlir extra: {HINT})"
 
 
+@pytest.mark.needs("mlir")
 def test_without_tosa_opt_the_converters_syntax_names_the_extra(monkeypatch):
-    pytest.importorskip("iree.compiler", reason=f"needs the mlir extra: {HINT}")
     from legalizer.importers import mlir_tool
 
     monkeypatch.setattr(mlir_tool, "find_tosa_opt", lambda: None)

@@ -56,3 +56,16 @@ def test_no_test_probes_an_optional_module_on_its_own():
     found = [f"{p.name}:{i}" for p in sorted((ROOT / "tests").glob("*.py")) if p.name != "needs.py"
              for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"\bimportorskip\(", line)]
     assert found == []
+
+
+def test_a_missing_browser_or_gpu_driver_skips_saying_how_to_get_it(monkeypatch):
+    monkeypatch.setattr(needs.shutil, "which", lambda name: None)
+    monkeypatch.setitem(needs.EXTRAS, "litert", ("legalize_no_such_module",))
+    needs.missing.cache_clear()
+    try:
+        assert needs.missing("chromium") == "needs chromium: no chromium on PATH: apt-get install chromium"
+        assert needs.missing("ps") == "needs ps: no ps on PATH: apt-get install procps"
+        assert needs.missing("litert-gpu") == ("needs litert-gpu: it comes with the litert extra:"
+                                               " pip install 'legalizer[litert]'")
+    finally:
+        needs.missing.cache_clear()

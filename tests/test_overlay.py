@@ -13,10 +13,10 @@ import pytest
 from onnx import TensorProto as T, helper, numpy_helper
 
 from helpers import cli_in_process
+from needs import require
 from legalizer.explorer_ids import onnx_ids, tflite_ids
 
 ROOT = Path(__file__).resolve().parents[1]
-VIEWER = "needs the viewer extra: pip install 'legalizer[viewer]'"
 
 
 def _save(m: onnx.ModelProto, path: Path) -> Path:
@@ -61,7 +61,9 @@ def test_onnx_ids_follow_the_adapters_rules():
 
 
 def _adapter_graphs(path: Path) -> dict:
-    main = pytest.importorskip("model_explorer_onnx.main", reason=VIEWER)
+    require("viewer")
+    import model_explorer_onnx.main as main
+
     return {g.id: [n.id for n in g.nodes] for g in main.ONNXAdapter().convert(str(path), {})["graphs"]}
 
 
@@ -80,7 +82,9 @@ def test_onnx_ids_exist_in_the_graph_model_explorer_onnx_builds(tmp_path, graph_
 
 @pytest.mark.parametrize("name", ["two_signatures", "transformer_like", "broadcast_add", "mobilenet_like_int8"])
 def test_tflite_ids_exist_in_the_graph_the_builtin_adapter_builds(name):
-    convert = pytest.importorskip("ai_edge_model_explorer_adapter", reason=VIEWER)
+    require("viewer")
+    import ai_edge_model_explorer_adapter as convert
+
     path = ROOT / "models" / "tflite" / f"{name}.tflite"
     (collection,) = json.loads(convert.ConvertFlatbufferDirectlyToJson(convert.VisualizeConfig(), str(path)))
     theirs = {g["id"]: {n["id"]: n["label"] for n in g["nodes"]} for g in collection["subgraphs"]}
@@ -112,7 +116,9 @@ def _results(path: Path) -> dict:
 
 def _loads_with_node_data_builder(path: Path) -> None:
     """The file is what Model Explorer's builder writes for the same data."""
-    ndb = pytest.importorskip("model_explorer.node_data_builder", reason=VIEWER)
+    require("viewer")
+    import model_explorer.node_data_builder as ndb
+
     data = json.loads(path.read_text())
     graphs = {}
     for gid, g in data.items():
@@ -191,7 +197,6 @@ def test_error_overlay_makes_the_culprit_the_hottest_node(tmp_path):
 
 
 def test_overlay_tflite(tmp_path):
-    pytest.importorskip("tflite", reason="needs the tflite package")
     src = ROOT / "models" / "tflite" / "broadcast_add.tflite"
     out = tmp_path / "ov"
     code, _, err = cli_in_process(src, tmp_path / "b.legal.tflite", "--overlay", out, "--no-check")

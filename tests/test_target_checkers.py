@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from needs import require
 from tflite_build import build_tflite, op, tensor
 
 from legalizer.check import litert_gpu, vela
@@ -34,11 +35,9 @@ def _broadcast_to_add(path, dtype="INT8"):
     return path
 
 
-needs_vela = pytest.mark.skipif(not vela.vela_available(),
-                                reason=f"needs ethos-u-vela=={vela.VELA_VERSION}: {vela.INSTALL_HINT}")
 
 
-@needs_vela
+@pytest.mark.needs("vela")
 def test_vela_legacy_core_refuses_rank5_with_its_reason(tmp_path):
     path = _add(tmp_path / "add5.tflite", [1, 2, 4, 8, 8], [1, 2, 4, 8, 8], [1, 2, 4, 8, 8])
     legacy = vela.compile_tflite(str(path), "legacy")
@@ -51,7 +50,7 @@ def test_vela_legacy_core_refuses_rank5_with_its_reason(tmp_path):
     assert default.cycles_total > 0
 
 
-@needs_vela
+@pytest.mark.needs("vela")
 def test_vela_legacy_core_refuses_two_sided_broadcast(tmp_path):
     path = _add(tmp_path / "bc2.tflite", [1, 4, 1, 8], [1, 1, 8, 8], [1, 4, 8, 8])
     legacy = vela.compile_tflite(str(path), "legacy")
@@ -60,7 +59,7 @@ def test_vela_legacy_core_refuses_two_sided_broadcast(tmp_path):
     assert vela.compile_tflite(str(path), "default").cpu_ops == 0
 
 
-@needs_vela
+@pytest.mark.needs("vela")
 def test_vela_never_places_broadcast_to(tmp_path):
     path = _broadcast_to_add(tmp_path / "bcast.tflite")
     for core, why in (("default", ("Unsupported opType",)), ("legacy", ("CPU only op",))):
@@ -82,10 +81,7 @@ def test_vela_missing_names_the_extra(monkeypatch):
 
 @pytest.fixture(scope="module")
 def gpu():
-    pytest.importorskip("ai_edge_litert.compiled_model", reason=f"needs the litert extra: {litert_gpu.INSTALL_HINT}")
-    ok, why = litert_gpu.gpu_available()
-    if not ok:
-        pytest.skip(why)
+    require("litert", "litert-gpu")
 
 
 def test_gpu_names_each_refused_op_with_the_delegate_reason(gpu, tmp_path):

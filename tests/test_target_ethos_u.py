@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import pytest
 from deploy_cases import CASES
+from needs import require
 
 from legalizer.check import vela
 from legalizer.pipeline import RunOptions, run
 
-pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
-
-needs_vela = pytest.mark.skipif(not vela.vela_available(),
-                                reason=f"needs ethos-u-vela=={vela.VELA_VERSION}: {vela.INSTALL_HINT}")
+require("litert", module=True)
 
 # Vela's cycle estimates of originals and results (default core, Ethos-U85-256), as the
 # issue measured the kinds: rank-5 regions folded, BROADCAST_TO folded into its consumer.
@@ -77,7 +75,7 @@ def test_a_region_that_neither_broadcasts_nor_batches_keeps_its_shape(tmp_path):
     assert [(n.op_type, tuple(n.output.type.shape)) for n in graph.ops()] == [("ADD", (1, 8, 8, 16))]
 
 
-@needs_vela
+@pytest.mark.needs("vela")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_vela_places_the_ethos_u_form_at_no_more_cycles(tmp_path, name):
     src, out, _ = _legalize(tmp_path, name, "ethos-u")
@@ -93,7 +91,7 @@ def test_vela_places_the_ethos_u_form_at_no_more_cycles(tmp_path, name):
     assert legacy_after.cpu_ops <= legacy_before.cpu_ops
 
 
-@needs_vela
+@pytest.mark.needs("vela")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_legacy_core_places_every_op_of_the_ethos_u55_form(tmp_path, name):
     src, out, _ = _legalize(tmp_path, name, "ethos-u55")
@@ -102,7 +100,7 @@ def test_the_legacy_core_places_every_op_of_the_ethos_u55_form(tmp_path, name):
     assert after.npu_ops > 0
 
 
-@needs_vela
+@pytest.mark.needs("vela")
 def test_gqa_repeat_kv_on_the_u85_is_one_broadcasting_mul(tmp_path):
     src, out, _ = _legalize(tmp_path, "gqa_repeat_kv", "ethos-u")
     before = vela.compile_tflite(str(src), "default")

@@ -12,13 +12,14 @@ import json
 import numpy as np
 import pytest
 from deploy_cases import CASES, feeds
+from needs import require
 from tflite_build import build_tflite, op, tensor
 
 from legalizer.importers.tflite import load_tflite
 from legalizer.passes.deploy_forms import _folded_broadcast
 from legalizer.pipeline import RunOptions, run
 
-pytest.importorskip("ai_edge_litert", reason="needs the litert extra: pip install 'legalizer[litert]'")
+require("litert", module=True)
 
 from legalizer.check import litert_gpu  # noqa: E402
 from legalizer.check.litert import run_tflite  # noqa: E402
@@ -139,9 +140,7 @@ def test_an_op_still_refused_is_named_in_the_output_and_the_report(tmp_path):
 
 @pytest.fixture(scope="module")
 def gpu():
-    ok, why = litert_gpu.gpu_available()
-    if not ok:
-        pytest.skip(why)
+    require("litert-gpu")
 
 
 # Compiled whole by the GPU before, and computed wrongly there (constants below rank 4).

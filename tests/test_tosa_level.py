@@ -9,14 +9,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer.check.tosa_validate import SETUP_HINT, find_tosa_opt, validate
+from legalizer.check.tosa_validate import validate
 from legalizer.exporters.tosa_level import LEVELS, level_violations
 from tests.helpers import cli_in_process
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(1)
-TOSA_OPT = find_tosa_opt()
-needs_tosa_opt = pytest.mark.skipif(TOSA_OPT is None, reason=f"no tosa-opt found: {SETUP_HINT}")
 
 
 def _save(path, nodes, inputs, outputs, inits=()):
@@ -68,7 +66,7 @@ def test_a_rank7_reshape_inside_is_folded_and_the_check_passes(tmp_path):
     assert rules["refused_after"] == []
 
 
-@needs_tosa_opt
+@pytest.mark.needs("tosa-opt")
 def test_tosa_opt_accepts_the_folded_module_at_level_8k(tmp_path):
     path = rank7_inside(tmp_path)
     assert cli_in_process(path, "--emit", "tosa", "-q", "--no-check")[0] == 0
@@ -76,7 +74,7 @@ def test_tosa_opt_accepts_the_folded_module_at_level_8k(tmp_path):
     assert ok, error
 
 
-@needs_tosa_opt
+@pytest.mark.needs("tosa-opt")
 def test_level_none_keeps_rank7_and_tosa_opt_then_refuses_it_at_8k(tmp_path):
     path = rank7_inside(tmp_path)
     code, out, err = cli_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")
@@ -146,7 +144,7 @@ def test_size_over_max_log2_size_is_named():
     assert level_violations(SIZE_MODULE.replace("65536x32768", "16384x32767"), LEVELS["8k"]) == []
 
 
-@needs_tosa_opt
+@pytest.mark.needs("tosa-opt")
 def test_tosa_opt_agrees_on_the_size_limit():
     ok, error = validate(SIZE_MODULE)
     assert not ok and "tensor size (in bytes) <= (1 << MAX_LOG2_SIZE - 1)" in error
@@ -169,7 +167,7 @@ def test_a_concat_of_more_than_64_tensors_is_named():
     assert level_violations(_concat_module(64), LEVELS["8k"]) == []
 
 
-@needs_tosa_opt
+@pytest.mark.needs("tosa-opt")
 def test_tosa_opt_agrees_on_the_tensor_list_limit():
     ok, error = validate(_concat_module(65))
     assert not ok and "MAX_TENSOR_LIST_SIZE (64), got 65" in error

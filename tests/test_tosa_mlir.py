@@ -681,11 +681,13 @@ def test_mlir_text_is_recognized_by_its_opening(tmp_path, head, generic):
     assert [d.code for d in tosa_violations(load_mlir(path).graph)] == ["operand-rank-mismatch"]
 
 
+@pytest.mark.needs("iree")
 def test_strings_that_are_not_utf8_are_kept_as_mlir_writes_them(tmp_path):
     """tosa-converter-for-tflite keeps a TFLite model's metadata buffers as strings of
     any bytes (``tfl.metadata``); reading them as text died with nanobind's "conversion
     error" on 9 of 14 MediaPipe modules. Text and bytecode alike, they are kept escaped."""
-    ir = pytest.importorskip("iree.compiler.ir")
+    from iree.compiler import ir
+
     text = ('module attributes {tfl.metadata = {TFLITE_METADATA = "\\1C\\00\\FFM001"}, tfl.description = "ok \\C3\\A9"} {\n'
             "  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
             '    %0 = "tosa.abs"(%a) {x.blob = "\\FE\\01"} : (tensor<2xf32>) -> tensor<2xf32>\n'

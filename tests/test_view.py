@@ -20,7 +20,6 @@ import pytest
 from helpers import cli_in_process
 from test_overlay import bias_model, _save
 
-VIEWER = "needs the viewer extra: pip install 'legalizer[viewer]'"
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -72,9 +71,8 @@ class Viewer:
             self.proc.wait()
 
 
+@pytest.mark.needs("viewer")
 def test_view_serves_both_models_with_their_overlays(tmp_path):
-    pytest.importorskip("model_explorer", reason=VIEWER)
-    pytest.importorskip("model_explorer_onnx", reason=VIEWER)
     model = _save(bias_model(), tmp_path / "bias.onnx")
     v = Viewer(model, "--port", _free_port(), "--localize")
     try:
@@ -109,8 +107,8 @@ def test_view_serves_both_models_with_their_overlays(tmp_path):
     assert not models[1].exists()  # the temporary folder went with the server
 
 
+@pytest.mark.needs("viewer")
 def test_view_of_a_report(tmp_path):
-    pytest.importorskip("model_explorer", reason=VIEWER)
     model = _save(bias_model(), tmp_path / "bias.onnx")
     report = tmp_path / "r.json"
     assert cli_in_process(model, "--report", report)[0] == 0
@@ -141,8 +139,8 @@ def test_a_model_file_named_view_is_dot_slash_view(tmp_path, monkeypatch):
     assert (tmp_path / "view.legal.onnx").exists()
 
 
+@pytest.mark.needs("viewer")
 def test_view_bad_input(tmp_path):
-    pytest.importorskip("model_explorer", reason=VIEWER)
     code, out, err = cli_in_process("view", tmp_path / "missing.onnx")
     assert code == 2 and err.endswith("missing.onnx: no such file\n")
     model = _save(bias_model(), tmp_path / "bias.onnx")

@@ -14,16 +14,14 @@ from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
 
-from test_html_chromium import BROWSER, Chromium
+from test_html_chromium import Chromium
 from test_overlay import _save, bias_model
-from test_view import VIEWER, Viewer, _free_port
+from test_view import Viewer, _free_port
 
-pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH (apt-get install chromium)")
+pytestmark = pytest.mark.needs("chromium", "viewer")
 
 
 def test_the_page_shows_both_models_and_a_nodes_overlay(tmp_path):
-    pytest.importorskip("model_explorer", reason=VIEWER)
-    pytest.importorskip("model_explorer_onnx", reason=VIEWER)
     model = _save(bias_model(), tmp_path / "bias.onnx")
     v = Viewer(model, "--port", _free_port(), "--localize")
     b = Chromium(tmp_path / "profile")

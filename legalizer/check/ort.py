@@ -166,7 +166,7 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     try:
         return _check(original, legalized, declared, given, fixed, provider, provider_list, opened, rtol=rtol,
                       atol=atol, max_bindings=max_bindings, seed=seed, not_one=not_one, choices=choices, hints=hints,
-                      max_search_tries=max_search_tries, profile=profile)
+                      max_search_tries=max_search_tries, profile=profile, record=record)
     except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
         if raise_faults:
             raise
@@ -184,7 +184,7 @@ def runner(model, provider_list: Sequence[str], what: str, basic: bool = False) 
 
 
 def _check(original, legalized, declared, given, fixed, provider, provider_list, opened, *, rtol, atol, max_bindings, seed,
-           not_one, choices, hints, max_search_tries, profile) -> CheckResult:
+           not_one, choices, hints, max_search_tries, profile, record) -> CheckResult:
     ref = runner(original, provider_list, "the original")
     opened.append(ref)
     try:
