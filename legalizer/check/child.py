@@ -263,8 +263,8 @@ class Remote:
         with _lock:
             proc = _current(pool)
             self.generation, self.handle = _generations[pool], next(_handles)
-            request = ("new", self.handle, factory.__module__, factory.__qualname__, list(args), dict(kwargs),
-                       list(fetch), activate)
+            request = ("new", self.handle, factory.__module__, factory.__qualname__, _model_path(list(args)),
+                       dict(kwargs), list(fetch), activate)
             if wait:
                 self.fetched = self._ask(request)
                 return
@@ -386,6 +386,16 @@ def take(key: Tuple) -> Optional[Remote]:
         if remote is None or _live(remote.pool) is None or remote.generation != _generations.get(remote.pool):
             return None
         return remote
+
+
+def _model_path(args: list) -> list:
+    """``args`` with its first, the model, made absolute where it names a file: the child
+    was started in the folder this process was in then, which may since have changed."""
+    if args and isinstance(args[0], (str, os.PathLike)):
+        first = os.fspath(args[0])
+        if len(first) < 4096 and "\n" not in first and os.path.isfile(first):
+            args[0] = os.path.abspath(first) if isinstance(args[0], str) else Path(os.path.abspath(first))
+    return args
 
 
 class ChildRunner(Runner):

@@ -73,7 +73,9 @@ def encode(value) -> bytes:
     """``value`` as a reply: its JSON, then the bytes of its arrays."""
     blobs: List[np.ndarray] = []
     doc = json.dumps(_plain(value, blobs)).encode()
-    parts = [HEADER.pack(len(doc)), doc] + [memoryview(np.ascontiguousarray(a)).cast("B") for a in blobs]
+    # each array's bytes, flat (an empty array's view cannot be cast: it has no bytes)
+    parts = [HEADER.pack(len(doc)), doc] + [memoryview(np.ascontiguousarray(a).reshape(-1)).cast("B")
+                                            if a.size else b"" for a in blobs]
     return b"".join(parts)
 
 
