@@ -33,7 +33,6 @@ import numpy as np
 
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import all_static
-from ..tflite_schema import FbTable
 from ..oprules import RuleLookup
 from .base import PassContext
 from .frontend_ops import ops_for
@@ -430,6 +429,8 @@ def densify_constants(graph: Graph, ctx: PassContext) -> bool:
         graph.replace_all_uses_with(out, add_const(graph, f"{out.name}_dense", dense, out.quant))
         ctx.stats["constants_folded"] += 1
         changed = True
+    from ..tflite_schema import FbTable  # here: an ONNX run never imports the flatbuffer reader
+
     for node in graph.constants():
         v = node.outputs[0]
         sparse = isinstance(v.info, FbTable) and v.info.get("sparsity") is not None
