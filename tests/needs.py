@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -73,6 +74,13 @@ def _chromium() -> Optional[str]:
     return None if browser() else "no chromium on PATH: apt-get install chromium"
 
 
+def _sympy() -> Optional[str]:
+    # onnxruntime's symbolic shape inference (contrib ops' ranks) imports it; onnxruntime's
+    # wheel does not bring it, torch's does
+    return None if importlib.util.find_spec("sympy") else "no sympy, which onnxruntime's symbolic shape inference" \
+        " needs: pip install sympy"
+
+
 def _ps() -> Optional[str]:
     # the containment tests list a run's children with it
     return None if shutil.which("ps") else "no ps on PATH: apt-get install procps"
@@ -91,6 +99,7 @@ TOOLS: Dict[str, Callable[[], Optional[str]]] = {
     "litert-gpu": _litert_gpu,
     "chromium": _chromium,
     "ps": _ps,
+    "sympy": _sympy,
 }
 
 

@@ -41,7 +41,7 @@ def wanted(model: ModelProto, graph: Graph) -> bool:
 def _infer_here(serialized: bytes) -> bytes:
     """In the helper: a GraphProto whose value_info holds every type the symbolic
     inference knew when it finished or stopped."""
-    try:  # (sympy, which it needs, comes with onnxruntime's wheels; a build without it: no ranks)
+    try:  # it needs sympy, which onnxruntime's wheel does not bring (torch's does): without it, no ranks
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
     except ImportError:
         return b""
