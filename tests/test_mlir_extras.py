@@ -6,13 +6,12 @@ in (the tosa-tools wheel keeps its binary under site-packages' ``bin/``)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import cli_in_process
 from legalizer.extras import install_hint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,17 +20,7 @@ TFLITE = ROOT / "models" / "tflite"
 HINT = install_hint("mlir")
 
 
-def _main(*args) -> tuple:
-    from legalizer.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+_main = cli_in_process  # ``legalize ARGS`` in this process, where the iree modules are blocked
 
 
 @pytest.fixture
