@@ -44,7 +44,7 @@ def _tosa_opt() -> Optional[str]:
 
 def _polygraphy() -> Optional[str]:
     # Not an extra: the round-trip tests check our Polygraphy JSON against Polygraphy itself.
-    hint = "pip install polygraphy (the golden round-trip tests use its module and command)"
+    hint = "pip install polygraphy, or the test extra: pip install -e '.[test]' (the golden round-trip tests use its module and command)"
     try:
         importlib.import_module("polygraphy")
     except ImportError:
