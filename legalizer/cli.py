@@ -240,7 +240,7 @@ def _parse_dims(items: List[str]) -> Dict[str, int]:
 def _parse_inputs(items: List[str]) -> Dict[str, object]:
     """``--input NAME=FILE.npy`` (one array) and ``--input FILE.npz`` (each array of
     the archive, by name); an input given twice is a usage error."""
-    from .check.given import read_npy, read_npz, refuse_empty
+    from .check.given import read_npy, read_npz
 
     arrays: Dict[str, object] = {}
     for item in items:

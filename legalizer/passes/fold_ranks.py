@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from ..ir.graph import CONST, OP, Graph, Node, Value
-from ..ir.types import Dim, Shape
+from ..ir.types import Dim
 from ..oprules import RuleLookup, frontend_rules
 from .base import PassContext
 from .frontend_ops import ops_for
