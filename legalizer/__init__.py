@@ -26,7 +26,7 @@ from .version import __version__
 _API = {
     "load": (".api", "load"), "save": (".api", "save"), "to_onnx": (".api", "to_onnx"),
     "verify": (".api", "verify"), "legalize": (".api", "legalize"), "check": (".api", "check"),
-    "NotLegal": (".api", "NotLegal"),
+    "NotLegal": (".errors", "NotLegal"),
     "Graph": (".ir", "Graph"), "Node": (".ir", "Node"), "Value": (".ir", "Value"), "TensorType": (".ir", "TensorType"),
     "Model": (".model", "Model"), "VerifyResult": (".verify", "VerifyResult"),
     "snapshot": (".regions", "snapshot"), "report_html": (".html_report", "render"),

@@ -24,24 +24,11 @@ from typing import Any, Optional, Tuple
 import onnx
 
 from .check.ort import ATOL, RTOL
-from .errors import LegalizeError
+from .errors import NotLegal  # noqa: F401 - the API's error, importable from here too
+from .job import RunOptions, RunResult
 from .exporters.onnx import save_model
-from .exporters.onnx_form import to_onnx, write_model
+from .exporters.onnx_form import to_onnx
 from .model import Model
-
-
-class NotLegal(LegalizeError):
-    """``legalize`` of a ModelProto, an ``onnx_ir.Model`` or a path could not give a
-    legal, equivalent model: the input violates the Broadcastable trait, the output
-    does (a legalize bug), or the numeric check found different outputs. ``report``
-    is the run's JSON report (a path input) or None; ``violations`` the diagnostics."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, violations=(), report: Optional[dict] = None):
-        super().__init__(message)
-        self.violations = list(violations)
-        self.report = report
 
 
 # -- what kind of model was given -----------------------------------------------------
@@ -163,7 +150,13 @@ def save(model, path, *, force: bool = False, inspect=None) -> Path:
         return save_model(proto, Path(path), None, force=force, inspect=inspect)
     if kind != "model":
         raise TypeError(f"save takes a model, not a {kind}")
-    return write_model(model, Path(path), force=force, inspect=inspect)
+    from .formats import format_of
+
+    with format_of(model).stage(model, Path(path), force=force) as staged:
+        if inspect is not None:
+            inspect(staged.path)
+        staged.accept()
+    return Path(path)
 
 
 def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False, **kwargs):
@@ -186,25 +179,24 @@ def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False
 
 def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_one: bool,
                     level: Optional[str] = None):
-    """Verify, legalize, verify: the pipeline's stages, in memory; NotLegal when the
-    input or the output is not legal."""
-    from .pipeline import verify_model
-    from .targets import target as target_named
-    from .transform import legalize as legalize_ir
+    """The job's verify, legalize and verify stages on ``model`` in memory
+    (``pipeline.run_model``); NotLegal when the input or the output is not legal."""
+    from .pipeline import RunOptions, run_model
 
-    bad = verify_model(model, "mlir", assume_dynamic_not_one).violations
+    res = run_model(model, RunOptions(target=target, level=level, debug=debug,
+                                      assume_dynamic_not_one=assume_dynamic_not_one))
+    bad = res.input_verification.violations
     if bad:
         raise NotLegal(f"the input violates the Broadcastable trait ({len(bad)} violation"
                        f"{'s' if len(bad) != 1 else ''}; first: {bad[0]})", bad)
-    done = legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one, level=level)
-    bad = verify_model(model, target_named(target).profile, stage="output").violations
+    bad = res.output_verification.violations
     if bad:
         from .report import output_cause
 
         raise NotLegal(f"the legalized model violates the '{target}' profile"
                        f" ({output_cause([d.to_json() for d in bad])}):"
                        f" {bad[0]}", bad)
-    return done
+    return model.legalized
 
 
 def legalize_proto(proto: onnx.ModelProto, target: str = "tosa", *, debug: bool = False,
@@ -224,8 +216,8 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
     broadcasting only through size-1 dims; ``xla``: every broadcast explicit) and give
     back the same kind of model:
 
-    - a ``Model`` (legalize's IR): rewritten in place; returns the ``LegalizeResult``
-      (``.model``, ``.stats``, ``.warnings``), as it always has;
+    - a ``Model`` (legalize's IR): rewritten in place and returned; what changed is
+      ``model.legalized`` (a ``LegalizeResult``: ``.stats``, ``.warnings``);
     - an ``onnx.ModelProto``: returns a new, legal ModelProto; the input is untouched;
     - an ``onnx_ir.Model``: returns a new, legal ``onnx_ir.Model``; the input is
       untouched (``legalizer.onnx_ir.LegalizePass`` is the in-place pass form);
@@ -238,17 +230,17 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
       arrays by input name or an ``.npz`` path, ``rtol``, ``atol``, ``emit``, ``trust_pt2``,
       ``require_check``: a check that did not run fully raises ``NotLegal``).
 
-    The ModelProto, ``onnx_ir.Model`` and path forms raise ``NotLegal`` (exit code 1)
-    when the input violates the Broadcastable trait or the check finds different
-    outputs (nothing is written then); every form raises ``LegalizeError`` for bad
+    Every form verifies the input and the output as the command does, and raises
+    ``NotLegal`` (exit code 1) when the input violates the Broadcastable trait, the output
+    its target's profile, or the check finds different outputs (nothing is written then;
+    a ``Model`` may have been rewritten already); every form raises ``LegalizeError`` for bad
     input or usage. ``assume_dynamic_not_one`` is the strict symbolic mode; ``level``
     the target's level (``tosa``: ``8k``, the default, whose MAX_RANK 6 rank folding
     keeps elementwise regions within, or ``none``)."""
     kind = _kind(model)
     if kind == "model":
-        from .transform import legalize as legalize_ir
-
-        return legalize_ir(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one, level=level)
+        model.legalized = _legalize_model(model, target, debug, assume_dynamic_not_one, level)
+        return model
     if kind == "proto":
         return legalize_proto(model, target, debug=debug, assume_dynamic_not_one=assume_dynamic_not_one,
                               level=level)[0]
@@ -263,9 +255,19 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
     raise TypeError(f"legalize takes a model or a path, not a {kind}; load it first (legalizer.load)")
 
 
+def run(path, options: RunOptions, on_stage=None) -> RunResult:
+    """The main job on the model at ``path``, as the ``legalize`` command runs it (the
+    command calls this): read, verify, legalize, verify, emit, check and write, as
+    ``options`` say; a ``RunResult`` with the report. Raises ``LegalizeError`` for bad
+    input or usage; violations and mismatches are in the result (exit code 1)."""
+    from .pipeline import run as run_job
+
+    return run_job(Path(path), options, on_stage)
+
+
 def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, do_check: bool,
                    options: dict) -> Path:
-    from .pipeline import EXIT_OK, RunOptions, run
+    from .errors import EXIT_OK
 
     opts = RunOptions(target=target, output=Path(output) if output is not None else None, force=force,
                       check=do_check, assume_dynamic_not_one=not_one, **options)

@@ -410,45 +410,36 @@ def legalize(
         bounded.start(("legalizer.importers.onnx_infer",))
     from .importers.reader import files_read
     from .outputs import check_distinct, check_output_path
-    from .pipeline import RunOptions, default_output, golden_paths, planned_outputs, run, stages
-    from .targets import TARGETS
-    from .verify import PROFILES
+    from .api import RunOptions, run
+    from .pipeline import default_output, golden_paths, planned_outputs, stages
 
     _loaded()
-    if profile is not None and profile not in PROFILES:
-        raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{profile}'")
-    if target not in TARGETS:
-        raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{target}'")
-    if tosa_level is not None:
-        TARGETS["tosa"].level(tosa_level)  # UsageError naming the levels
-        if target != "tosa":
-            raise UsageError(f"--tosa-level applies to --target tosa, not --target {target}")
-    if provider not in ("auto", "cpu", "cuda"):
-        raise UsageError(f"--provider must be auto, cpu or cuda, not '{provider}'")
     if executor not in EXECUTORS:
         raise UsageError(f"--executor must be local or ray, not '{executor}'")
     refuse_unused({"--emit": bool(emit), "--dim": bool(dim), "--input-shape": bool(input_shape),
                    "--input": bool(input_), "--rtol": bool(rtol), "--atol": bool(atol), "--localize": bool(localize)},
                   verify_only=verify_only, check=do_check, against=against is not None)
-    rtol, atol = parse_tolerance("--rtol", rtol, RTOL), parse_tolerance("--atol", atol, ATOL)
     golden = dict(load_inputs=load_inputs, load_outputs=load_outputs, data_loader_script=data_loader_script,
                   save_inputs=save_inputs, save_outputs=save_outputs)
-    if _is_batch(paths, out_opt, jobs, executor):
-        if reduce is not None:
-            raise UsageError("--reduce writes one model's subgraph: give one MODEL")
-        if any(v is not None for v in golden.values()) or overlay is not None:
-            raise UsageError("golden data (--load-*, --save-*, --data-loader-script) and --overlay are one model's:"
-                             " give one MODEL")
-        raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
-                                RunOptions(target=target, level=tosa_level, profile=profile, verify_only=verify_only,
-                                           force=force,
-                                           check=do_check, provider=provider, dims=_parse_dims(dim),
-                                           inputs=_parse_inputs(input_), input_shapes=_parse_input_shapes(input_shape),
-                                           rtol=rtol, atol=atol, assume_dynamic_not_one=not_one, emit=list(emit),
-                                           require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                                           localize_budget=localize_budget, static=static,
-                                           run_timeout=_run_timeout(run_timeout),
-                                           run_memory=parse_size("--run-memory", run_memory))))
+    batch = _is_batch(paths, out_opt, jobs, executor)
+    if batch and against is not None:
+        raise UsageError("--against compares one TOSA MLIR module with its source model: give one MODEL")
+    if batch and reduce is not None:
+        raise UsageError("--reduce writes one model's subgraph: give one MODEL")
+    if batch and (any(v is not None for v in golden.values()) or overlay is not None):
+        raise UsageError("golden data (--load-*, --save-*, --data-loader-script) and --overlay are one model's:"
+                         " give one MODEL")
+    options = RunOptions(target=target, level=tosa_level, profile=profile, verify_only=verify_only, force=force,
+                         check=do_check, provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
+                         input_shapes=_parse_input_shapes(input_shape), rtol=parse_tolerance("--rtol", rtol, RTOL),
+                         atol=parse_tolerance("--atol", atol, ATOL), assume_dynamic_not_one=not_one,
+                         emit=list(emit), against=against, require_check=require_check,
+                         trust_pt2=trust_pt2, localize=localize, localize_budget=localize_budget, reduce=reduce,
+                         static=static, **golden, run_timeout=_run_timeout(run_timeout),
+                         run_memory=parse_size("--run-memory", run_memory)).validate()
+    if batch:
+        raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, html,
+                                options))
     model = paths[0]
     output = paths[1] if len(paths) > 1 else None
     if output is not None and out_opt is not None:
@@ -461,14 +452,6 @@ def legalize(
         raise UsageError("--verify-only writes no model: leave out OUTPUT and -o")
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
-    options = RunOptions(target=target, level=tosa_level, profile=profile, verify_only=verify_only, force=force,
-                         check=do_check,
-                         provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
-                         input_shapes=_parse_input_shapes(input_shape), rtol=rtol, atol=atol,
-                         assume_dynamic_not_one=not_one, emit=list(emit), against=against,
-                         require_check=require_check, trust_pt2=trust_pt2, localize=localize,
-                         localize_budget=localize_budget, reduce=reduce, static=static, **golden,
-                         run_timeout=_run_timeout(run_timeout), run_memory=parse_size("--run-memory", run_memory))
     # Fail on a bad output, report or page path before the work, not after it: each can
     # be written, and each is a file of its own, never an input.
     if not verify_only:
@@ -546,15 +529,13 @@ def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], e
             or (len(paths) == 2 and (jobs is not None or out_opt is not None)))
 
 
-def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, against, html,
+def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, html,
            options: RunOptions) -> int:
     from .batch import Settings, check_folder, run_batch
     from .outputs import check_output_path
 
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
-    if against is not None:
-        raise UsageError("--against compares one TOSA MLIR module with its source model: give one MODEL")
     if out_opt is not None:
         if options.verify_only:
             raise UsageError("--verify-only writes no model: leave out -o")

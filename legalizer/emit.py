@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional, Union
 from .errors import BadInput, UsageError
 from .outputs import atomic_output, check_output_path
 from .model import Model
+from .exporters.onnx_form import TRANSLATIONS
 from .targets import TARGET_OF_DIALECT
 
 FORMATS = ("onnx", "tflite", "stablehlo", "stablehlo-bytecode", "tosa")
@@ -42,14 +43,18 @@ def check_output_suffix(output: Path, native: str) -> None:
                          f" name it '*{SUFFIX[native]}' (--emit writes other formats beside it)")
 
 
-def validate(formats: List[str], model_format: str, target: str) -> List[str]:
-    """The formats to write (default: the input's), or UsageError."""
-    formats = list(dict.fromkeys(formats)) or [model_format]
+# Formats only a model of that same format is written in (no other format converts to them).
+NATIVE_ONLY = {"tflite": "--emit tflite: only a TFLite model can be written as .tflite"}
+
+
+def validate(formats: List[str], native: str, target: str) -> List[str]:
+    """The formats to write (default: ``native``, the model's own), or UsageError."""
+    formats = list(dict.fromkeys(formats)) or [native]
     for f in formats:
         if f not in FORMATS:
             raise UsageError(f"--emit must be one of {', '.join(FORMATS)}, not '{f}'")
-        if f == "tflite" and model_format != "tflite":
-            raise UsageError("--emit tflite: only a TFLite model can be written as .tflite")
+        if f in NATIVE_ONLY and f != native:
+            raise UsageError(NATIVE_ONLY[f])
         need = TARGET_OF_DIALECT.get(f)
         if need is not None and target != need:
             raise UsageError(f"--emit {f} writes the {need} form: add --target {need}")
@@ -73,7 +78,7 @@ def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None) -> Model
     """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form,
     legalized again (the translation has broadcasts of its own: a fused bias, a mod's
     sign test)."""
-    if model.format == "onnx":
+    if model.format not in TRANSLATIONS:  # its IR is of ONNX ops already
         return model
     from .importers.onnx import import_model
     from .transform import legalize
@@ -114,14 +119,16 @@ def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]]
     return {f: emitters[f](model, dict(dims or {})) for f in formats if f in emitters}
 
 
-def render(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None,
+def render(model: Model, formats: List[str], native: str, dims: Optional[Dict[str, int]] = None,
            level: Optional[str] = None) -> Dict[str, object]:
-    """Every format asked for but the model's own: the MLIR texts, and a TFLite model's
-    ONNX form (a ModelProto), all made before anything is written."""
+    """Every format asked for but the model's own (``native``): the MLIR texts, and a
+    TFLite model's ONNX form (a ModelProto), all made before anything is written."""
     made: Dict[str, object] = dict(render_mlir(model, formats, dims, level))
-    if "onnx" in formats and model.format != "onnx":
-        made["onnx"] = onnx_form(model)
+    made.update({f: onnx_form(model) for f in formats if f in ONNX_FORMS and f != native})
     return made
+
+
+ONNX_FORMS = ("onnx",)  # the --emit formats that are a model's ONNX form
 
 
 def level_diagnostics(model: Model, made: Dict[str, object], target: str, level: Optional[str] = None):

@@ -22,6 +22,20 @@ class UsageError(LegalizeError):
     exit_code = 2
 
 
+class NotLegal(LegalizeError):
+    """The library's ``legalize`` could not give a legal, equivalent model: the input
+    violates the Broadcastable trait, the output its target's profile (a legalize bug),
+    or the numeric check found different outputs. ``report`` is the run's JSON report
+    (a path input) or None; ``violations`` the diagnostics."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, violations=(), report=None):
+        super().__init__(message)
+        self.violations = list(violations)
+        self.report = report
+
+
 class CheckUnavailable(Exception):
     """A runtime cannot run this model, or the inputs for it cannot be made (a check
     that cannot run, as opposed to one that fails)."""

@@ -166,8 +166,14 @@ def tflite_ids(path: Path) -> List[GraphIds]:
     return graphs
 
 
+def _onnx_file_ids(path: Path) -> List[GraphIds]:
+    return onnx_ids(onnx.load_model(str(path), load_external_data=False))
+
+
+# The viewer's id schemes, by the format of the file it draws.
+SCHEMES = {"onnx": _onnx_file_ids, "tflite": tflite_ids}
+
+
 def model_ids(path: Path, fmt: str) -> List[GraphIds]:
     """The viewer's graphs of the model file ``path`` (format ``onnx`` or ``tflite``)."""
-    if fmt == "tflite":
-        return tflite_ids(path)
-    return onnx_ids(onnx.load_model(str(path), load_external_data=False))
+    return SCHEMES[fmt](path)

@@ -10,9 +10,10 @@ from typing import Any, Dict, List, Optional
 from .ir.graph import Graph
 
 
-class Format(str, enum.Enum):
+class SourceFormat(str, enum.Enum):
     """The format a model was read from (a ``.pt2`` is read as its ONNX export: ONNX).
-    Equal to its lower-case name as a string (``Format.ONNX == "onnx"``)."""
+    Equal to its lower-case name as a string (``SourceFormat.ONNX == "onnx"``). What the
+    job does differently by input kind is in ``formats.FORMATS``."""
 
     ONNX = "onnx"
     TFLITE = "tflite"
@@ -26,7 +27,7 @@ class Format(str, enum.Enum):
 @dataclass
 class Model:
     graph: Graph
-    format: Format
+    format: SourceFormat
     proto: Any = None  # the imported ModelProto (header fields, functions, ...)
     base_dir: Optional[Path] = None  # where external data is resolved
     source: Optional[Path] = None
@@ -40,6 +41,9 @@ class Model:
     # The runtime constraints (a ConstraintSet) of the graph before ``legalize`` rewrote
     # it, which the report lists: the xla form's StableHLO asserts them. None until then.
     constraints: Any = None
+    # What ``legalizer.legalize`` changed in this model (a ``transform.LegalizeResult``:
+    # stats, warnings); None until then.
+    legalized: Any = None
 
     @property
     def graphs(self) -> List[Graph]:

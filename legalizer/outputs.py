@@ -13,32 +13,56 @@ import secrets
 import socket
 import stat
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import UsageError
 
 
-@contextmanager
-def atomic_output(path: Path, *, force: bool = False, protect: Optional[Path] = None) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success give it the name ``path``
-    (``commit``).
+@dataclass
+class Staged:
+    """A file written under its temporary name (``path``), which takes its final name
+    when the writer's block ends only if it was ``accept``ed: a check between writing
+    and committing decides."""
 
-    An interrupted or failed write leaves nothing behind. ``protect`` (the input) is
-    never overwritten; an existing ``path`` needs ``force``, and is then replaced only
-    if it is a regular file.
+    path: Path
+    accepted: bool = False
+
+    def accept(self) -> None:
+        self.accepted = True
+
+
+@contextmanager
+def staged_output(path: Path, *, force: bool = False, protect: Optional[Path] = None) -> Iterator[Staged]:
+    """Yield a ``Staged`` temporary path beside ``path``; when the block ends, give it
+    the name ``path`` (``commit``) if it was accepted, else remove it.
+
+    Nothing is left behind by a write that fails, is interrupted or is not accepted.
+    ``protect`` (the input) is never overwritten; an existing ``path`` needs ``force``,
+    and is then replaced only if it is a regular file.
     """
     path = Path(path)
     check_output_path(path, force=force, protect=protect)
     temps: List[Path] = []
     try:
-        tmp = temp_beside(path, temps)
-        yield tmp
-        commit(tmp, path, force=force)
+        staged = Staged(temp_beside(path, temps))
+        yield staged
+        if staged.accepted:
+            commit(staged.path, path, force=force)
     except OSError as e:
         raise UsageError(f"{path}: cannot write: {e.strerror}") from None
     finally:
         remove_temps(temps)
+
+
+@contextmanager
+def atomic_output(path: Path, *, force: bool = False, protect: Optional[Path] = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success give it the name ``path``
+    (``staged_output``, accepted once the block ran)."""
+    with staged_output(path, force=force, protect=protect) as staged:
+        yield staged.path
+        staged.accept()
 
 
 def temp_name(name: str) -> str:

@@ -262,18 +262,22 @@ def write(folder: Path, overlays: Dict[str, List[Overlay]], input_path: Path, ou
     return written
 
 
+# Per input format (the report's): the viewer's id scheme of its files (``explorer_ids``),
+# and whether the input file itself is drawn (a .pt2's graph is the PyTorch program: not).
+DRAWN = {"onnx": ("onnx", True), "tflite": ("tflite", True), "pt2": ("onnx", False)}
+
+
 def for_run(folder: Path, res, input_path: Path, *, force: bool) -> List[Tuple[Path, Path, str]]:
     """Write the overlays of a finished run (``pipeline.RunResult``) into ``folder``:
     the input model's (an ONNX or TFLite file; a .pt2's is the PyTorch program, which
     is not covered) and, when it was written, the legalized model's."""
     report = res.report.to_json()
-    fmt = report.get("format")
     output = Path(report["output"]) if report.get("output") else None
-    if fmt not in ("onnx", "tflite", "pt2"):
+    if report.get("format") not in DRAWN:
         return []
-    kind = "tflite" if fmt == "tflite" else "onnx"
+    kind, drawn = DRAWN[report["format"]]
     errors = localization_errors(getattr(res, "localization", None)) or report_errors(report)
-    source = None if fmt == "pt2" else Path(input_path)
+    source = Path(input_path) if drawn else None
     if source is None and output is None:
         return []
     made = build(report, source if source is not None else output, kind, output if source is not None else None,
@@ -296,7 +300,7 @@ def node_data(model, report, legalized=None, *, localization=None) -> Dict[str, 
         report = json.loads(Path(report).read_text(encoding="utf-8"))
     elif hasattr(report, "to_json"):
         report = report.to_json()
-    fmt = "tflite" if sniff(Path(model)) == "tflite" else "onnx"
+    fmt = DRAWN.get(sniff(Path(model)), DRAWN["onnx"])[0]
     errors = localization_errors(localization) or report_errors(report)
     made = build(report, Path(model), fmt, Path(legalized) if legalized is not None else None, errors)
     return {side: {o.kind: o.to_json() for o in layers} for side, layers in made.items()}

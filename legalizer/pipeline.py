@@ -1,176 +1,426 @@
-"""The stages of one run, timed, feeding one Report. The CLI only parses and prints."""
+"""The main job as a driver: a short list of stages over one ``Run`` state (read ->
+verify -> legalize -> verify -> emit -> write -> check -> commit), each timed by the
+driver. What differs by input kind is asked of the model's ``formats.Format``; the
+options were validated where they were built (``RunOptions.validate``). The CLI only
+parses and prints; the library API calls the same stages."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 import time
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import emit
-from .check import ATOL, BUDGET, RTOL
-from .check.given import as_arrays, check_dtypes, dynamic_keys, user_dims
-from .check.ort import CheckResult, check, choices_from_constraints, declared_shapes
-from .check.search import sizes_in_range
+from .check.given import as_arrays, dynamic_keys
+from .check.ort import declared_shapes
+from .check.results import CheckResult
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, UsageError  # noqa: F401 - the exit statuses, re-exported
-from .exporters.onnx_form import write_model
+from .formats import FORMATS, Sides, default_output, format_of, is_output  # noqa: F401 - re-exported
 from .importers.reader import read_model, sniff
 from .ir.gc import paused_gc
 from .ir.graph import OP
+from .job import Run, RunOptions, RunResult, StageCallback  # noqa: F401 - re-exported
 from .model import Model
 from .report import STAT_KEYS, Report
-from .targets import TARGETS
 from .transform import legalize
 from .verify import VerifyResult, verify
 
-# Imported where a run needs them (docs/architecture.md, "Start-up"): the TFLite check for a TFLite
-# model, the diagnosis for a localization or --reduce, the regions for --html.
 if TYPE_CHECKING:
     from .check.golden import Golden
-    from .check.localize import Localization
-    from .check.reduce import Reduced
-    from .regions import Picture, Regions
-
-# Called as each stage starts, with what is known of its size: "load" gets
-# {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
-# progress from it; the API ignores it.
-StageCallback = Callable[[str, Dict[str, int]], None]
 
 
-@dataclass
-class RunOptions:
-    target: str = "tosa"
-    level: Optional[str] = None  # the target's level (TOSA: 8k, the default, or none)
-    profile: Optional[str] = None  # default: mlir; tosa for a TOSA MLIR input
-    verify_only: bool = False
-    output: Optional[Path] = None  # default: <stem>.legal.<ext> beside the input
-    force: bool = False
-    check: bool = True
-    provider: str = "auto"
-    dims: Dict[str, int] = field(default_factory=dict)
-    input_shapes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # binds the inputs' dynamic dims
-    # Make every dynamic dim static (bound ones at their size, the rest at 1) and fold the
-    # shape arithmetic that becomes constant (TFLite); a static-shape target does this
-    # for the dims the user binds.
-    static: bool = False
-    inputs: Any = field(default_factory=dict)  # arrays by input name, or an .npz path
-    rtol: float = RTOL
-    atol: float = ATOL
-    assume_dynamic_not_one: bool = False
-    emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
-    against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
-    regions: bool = False  # record the rewritten regions (for the HTML report)
-    trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (importers.pt2_safety)
-    require_check: bool = False  # a check that did not run, or ran in part, fails the run (exit 1)
-    # Compare intermediate values (check.divergence): True always, None when the main
-    # job's check fails (and, with --against, when --reduce asks), False never.
-    localize: Optional[bool] = None
-    localize_budget: int = BUDGET  # IREE runs one localization may take
-    reduce: Optional[Path] = None  # write the smallest subgraph that still fails here
-    # A batch's --dim: binds the dims a model has and leaves out the others (with a
-    # warning); alone, a --dim that binds no dim of the model is a UsageError.
-    dims_where_present: bool = False
-    # Golden data (check.golden): stored inputs to feed (Polygraphy's JSON or .npz), a
-    # script whose FILE.py[:FUNC] yields them (it runs the user's code: only when named),
-    # stored reference outputs to compare with instead of running the original, and
-    # where to save what the check fed and got.
-    load_inputs: Optional[Path] = None
-    data_loader_script: Optional[str] = None
-    load_outputs: Optional[Path] = None
-    save_inputs: Optional[Path] = None
-    save_outputs: Optional[Path] = None
-    # Limits of the child process every model runs in (check.child): seconds per run of a
-    # runtime, bytes it may allocate; None: the defaults.
-    run_timeout: Optional[float] = None
-    run_memory: Optional[int] = None
+# -- the driver -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the job: ``name`` is what it is announced and timed as, ``when``
+    whether it runs, ``size`` what is known of its size when it starts."""
+
+    name: str
+    fn: Callable[[Run], None]
+    when: Callable[[Run], bool] = lambda run: True
+    size: Callable[[Run], Dict[str, int]] = lambda run: {}
+    announce: bool = True  # to ``on_stage``, and timed under ``name``
 
 
-@dataclass
-class RunResult:
-    report: Report
-    model: Optional[Model] = None
-    input_verification: Optional[VerifyResult] = None
-    exit_code: int = EXIT_OK
-    timings: Dict[str, float] = field(default_factory=dict)
-    output_verification: Optional[VerifyResult] = None
-    check: Optional[CheckResult] = None
-    ops_before: Counter = field(default_factory=Counter)
-    ops_after: Counter = field(default_factory=Counter)
-    regions: Optional[Regions] = None  # with RunOptions.regions, once legalized
-    unchecked: str = ""  # with RunOptions.require_check: why the check did not run fully (exit 1)
-    localization: Optional[Localization] = None  # where the candidate starts to differ
-    reduced: Optional[Reduced] = None  # --reduce: what was written
-    culprit_picture: Optional[Picture] = None  # with RunOptions.regions: the localization's culprit, drawn
+def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
+    """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it
+    and write it. Raises LegalizeError for bad input; violations and mismatches are in
+    the result, with exit code 1, and then nothing is written. Every model runs in a
+    child process under ``options.run_timeout`` and ``run_memory``."""
+    from .check import child
+
+    options.validate()
+    job = Run(Path(path), options, on_stage, given=as_arrays(options.inputs))
+    with child.limited(options.run_timeout, options.run_memory), ExitStack() as staged:
+        if options.checks and child.available():
+            child.prewarm()  # it starts while the model loads and is legalized
+        job.stack = staged  # what is written under temporary names until the commit
+        _drive(job, STAGES)
+    if options.reduce is not None and job.res.reduced is None and \
+            not any(w.startswith("--reduce:") for w in job.report.warnings):
+        job.report.warnings.append("--reduce: nothing written: no violation, and no differing output, was found")
+    return job.res
 
 
-class _CheckFailed(Exception):
-    """Raised inside the save to keep a model that computes something else unwritten."""
+def run_model(model: Model, options: RunOptions) -> RunResult:
+    """The stages of ``run`` that need no file, on a model in memory (the library API's
+    ``legalize``): verify, legalize in place, verify the output."""
+    options.validate()
+    job = Run(Path(model.source or "<memory>"), options)
+    job.fmt = format_of(model)
+    job.profile = options.profile or job.fmt.input_profile
+    report = Report(input=str(job.path), format=job.fmt.name, target=options.target, profile=job.profile)
+    report.timings_s = job.timings
+    job.res = RunResult(report, model, timings=job.timings)
+    _drive(job, IN_MEMORY)
+    return job.res
 
 
-def is_output(path) -> bool:
-    """Whether ``path`` is named as legalize names what it writes (``<stem>.legal.<ext>``,
-    ``<stem>.legal.tosa.mlir``, ...): an output, not a model to legalize."""
-    return ".legal." in Path(path).name
+def _drive(job: Run, stages: Tuple[Stage, ...]) -> None:
+    for stage in stages:
+        if job.done:
+            break
+        if stage.when(job):
+            with _timed(job, stage):
+                stage.fn(job)
 
 
-def default_output(path: Path) -> Path:
-    """``model.onnx`` -> ``model.legal.onnx`` beside it; ``model.pt2`` (PyTorch, whose
-    legal form is ONNX) -> ``model.legal.onnx``."""
-    suffix = path.suffix if path.suffix and path.suffix != ".pt2" else ".onnx"
-    return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")
-
-
-def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
-    """The files a run of ``path`` writes, as (what it is, path) pairs ("the output
-    model", "the tosa output (--emit tosa)"), known before the work from the file's
-    content (``importers.reader.sniff``): what the CLI checks before it starts. Empty with
-    ``verify_only``, or for a file that will not load (the run says why)."""
-    if options.verify_only:
-        return []
+@contextmanager
+def _timed(job: Run, stage: Stage) -> Iterator[None]:
+    """Announce and time a stage; the stages that build, walk or rewrite the IR run with
+    the cyclic collector paused (``ir.gc``): the check, which runs the models, does not."""
+    if stage.announce and job.on_stage is not None:
+        job.on_stage(stage.name, stage.size(job))
+    t0 = time.perf_counter()
     try:
-        native = {"onnx": "onnx", "pt2": "onnx", "tflite": "tflite"}.get(sniff(path))
-    except BadInput:
-        return []
-    if native is None:
-        return []
-    output = Path(options.output) if options.output is not None else default_output(path)
-    formats = emit.validate(options.emit, native, options.target)
-    if native in formats:
-        emit.check_output_suffix(output, native)
-    paths = emit.emit_paths(output, formats, native)
-    return [("the output model" if fmt == native else f"the {fmt} output (--emit {fmt})", p)
-            for fmt, p in paths.items()]
+        with nullcontext() if stage.name == "check" else paused_gc():
+            yield
+    finally:
+        if stage.announce:
+            job.timings[stage.name] = job.timings.get(stage.name, 0.0) + time.perf_counter() - t0
 
 
-def _op_counts(model: Model) -> Counter:
-    return Counter(n.op for g in model.graphs for n in g.walk() if n.kind == OP)
+def stages(options: RunOptions) -> List[str]:
+    """The stages ``run`` announces to ``on_stage``, in order, when nothing stops it early
+    (a violation, a failed check)."""
+    if options.verify_only:
+        return ["load", "verify"] + (["check"] if options.against is not None else [])
+    return ["load", "verify", "passes", "verify", "emit", "save"] + (["check"] if options.check else [])
 
 
-def _nodes(model: Model) -> int:
-    return sum(len(g) for g in model.graphs)
+# -- read and verify ---------------------------------------------------------------------
+
+def _read(job: Run) -> None:
+    """Read the model and what the options name for it, each checked against the model
+    before any work: its format's abilities, the bindings, the tolerances."""
+    options = job.options
+    job.golden = read_golden(options, job.given)
+    model = read_model(job.path, trust_pt2=options.trust_pt2)
+    fmt = job.fmt = format_of(model)
+    job.profile = options.profile or fmt.input_profile
+    if fmt.written is None and not options.verify_only:
+        raise UsageError(f"{job.path}: a {fmt.title} module is verified, not legalized: add --verify-only")
+    if options.against is not None:
+        if not options.verify_only:
+            raise UsageError("--against compares MODEL with another model: add --verify-only")
+        _against_format(fmt, Path(options.against))
+    if options.golden_flags() and not fmt.golden:
+        raise UsageError(f"{options.golden_flags()[0]}: golden data feeds the check of an ONNX, TFLite or .pt2"
+                         f" model, not of a {fmt.name} model")
+    if options.reduce is not None and not fmt.reduces:
+        raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {fmt.name} model is not reduced")
+    names = _output_names(model)
+    if options.against is not None and _per_output(options):  # the reference's outputs too
+        names += _output_names(read_model(Path(options.against)))
+    check_tolerance_names(options, names)
+    report = Report(input=str(job.path), format=fmt.name, target=options.target, profile=job.profile)
+    report.warnings.extend(model.warnings)
+    report.timings_s = job.timings
+    job.res = RunResult(report, model, timings=job.timings)
+    if options.dims_where_present:
+        job.options = options = _where_present(model, options, report)
+        job.given = as_arrays(options.inputs)
+    job.dims = _user_dims(fmt, model, options, job.given)
 
 
-def _specialize(path: Path, model: Model, options: RunOptions, dims: Dict[str, int], report: Report) -> None:
-    """``--static``, or dims bound for a target whose backend takes static shapes only:
-    the model's shapes made static (``check.static_shapes``)."""
-    wanted = options.static or (TARGETS[options.target].backend is not None and bool(dims))
-    if not wanted:
+def _verify_input(job: Run) -> None:
+    result = verify_model(job.model, job.profile, job.options.assume_dynamic_not_one)
+    job.report.add_verification(result, "input")
+    job.res.input_verification = result
+    if result.violations:
+        job.res.exit_code = EXIT_VIOLATIONS
+
+
+def _reduce_violation(job: Run) -> None:
+    """--reduce of an input that violates the trait: the smallest subgraph with its first violation."""
+    from .check.reduce import NothingToReduce
+    from .diagnose import reduce_violation as reduce_first
+
+    try:
+        job.res.reduced = reduce_first(job.model, job.fmt, job.path, job.report.violations[0], job.profile,
+                                       Path(job.options.reduce), force=job.options.force, protect=[job.path])
+    except NothingToReduce as e:
+        job.report.warnings.append(f"--reduce: nothing written: {e}")
         return
-    if model.format != "tflite":
-        if options.static:
-            raise UsageError(f"--static makes a TFLite model's shapes static; {path} is {model.format}")
+    job.report.reduced = job.res.reduced.to_json()
+
+
+def _compare(job: Run) -> None:
+    """``--against``: the model compared with its reference; one that cannot run is
+    never a pass (exit 2)."""
+    from .check.child import RunFault
+
+    against = Path(job.options.against)
+    try:
+        job.res.check = job.fmt.compare(job, against)
+    except RunFault as e:  # a crash, or a run past its memory or time: the comparison did not run
+        raise BadInput(str(e)) from None
+    if not job.res.check.ran:
+        raise BadInput(f"{job.path}: the comparison with {against} did not run: {job.res.check.error}")
+    job.report.check = job.res.check.to_json()
+    job.failed = not job.res.check.ok
+    job.sides = Sides(job.fmt, job.path, against, job.model.graph)  # the model against its reference
+
+
+def _against_verdict(job: Run) -> None:
+    job.done = True  # --verify-only: nothing is legalized
+    if job.options.require_check and unchecked(job.res.check):
+        job.res.unchecked = unchecked(job.res.check).replace("the numeric check", "the comparison")
+        job.res.exit_code = EXIT_VIOLATIONS
+    elif not job.res.check.ok:
+        job.res.exit_code = EXIT_VIOLATIONS
+
+
+def _stop_unless_legalizing(job: Run) -> None:
+    """A model that violates the trait is not legalized; --verify-only legalizes none."""
+    job.done = True
+
+
+# -- legalize, emit, write, check, commit ------------------------------------------------
+
+def _plan(job: Run) -> None:
+    """Where each format is written, each checked before the work."""
+    options, fmt = job.options, job.fmt
+    job.output = Path(options.output) if options.output is not None else fmt.default_output(job.path, job.model)
+    job.formats = emit.validate(options.emit, fmt.written, options.target)
+    if fmt.written in job.formats:
+        emit.check_output_suffix(job.output, fmt.written)
+    job.paths = emit.emit_paths(job.output, job.formats, fmt.written)
+    emit.check_paths(job.paths, force=options.force, protect=job.path)
+
+
+def _rewrite(job: Run) -> None:
+    """The target's passes, with what its backend refuses before and after."""
+    options, model, report = job.options, job.model, job.report
+    spec = job.target
+    job.res.ops_before = _op_counts(model)
+    model.constraints = job.res.input_verification.constraints  # what the report lists, for emitters to assert
+    refused_before = spec.refused(model.graphs, options.level)
+    if options.static or (spec.backend is not None and job.dims):  # a backend takes static shapes
+        if not job.fmt.static_shapes:
+            if options.static:
+                raise UsageError(f"--static makes a TFLite model's shapes static; {job.path} is {job.fmt.name}")
+        else:
+            job.fmt.specialize(job)
+    before = None
+    if options.regions:
+        from .regions import snapshot
+
+        before = snapshot(model)
+    done = model.legalized = legalize(model, options.target, debug=options.debug,
+                                      assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
+    report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
+                           "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
+    if before is not None:
+        from .regions import PICTURE_LIMIT
+
+        job.res.regions = before.regions(model, limit=PICTURE_LIMIT)
+    report.warnings.extend(done.warnings)
+    report.stats.update({key: int(done.stats[key]) for key in STAT_KEYS if key in done.stats})
+    job.res.ops_after = _op_counts(model)
+    if spec.backend is not None:  # each op the backend still refuses, in its words
+        tool = report.target_rules["profile"]["backend"]
+        report.warnings.extend(f"node '{r['node']}' ({r['op']}): {tool} refuses it: {'; '.join(r['reasons'])}"
+                               for r in report.target_rules["refused_after"])
+
+
+def _verify_output(job: Run) -> None:
+    result = verify_model(job.model, job.target.profile, stage="output")
+    job.res.output_verification = result
+    job.report.add_verification(result, "output")
+    if result.violations:
+        job.res.exit_code = EXIT_VIOLATIONS
+        job.done = True
+
+
+def _render(job: Run) -> None:
+    """Every format but the model's own, made before anything is written; an
+    out-of-level module is never written."""
+    options = job.options
+    job.made = emit.render(job.model, job.formats, job.fmt.written, job.dims, level=options.level)
+    over = emit.level_diagnostics(job.model, job.made, options.target, options.level)
+    if over.violations:
+        nodes = job.res.output_verification.nodes
+        job.res.output_verification = over
+        job.report.add_verification(over, "output")
+        job.report.stats["nodes_out"] = nodes
+        job.res.exit_code = EXIT_VIOLATIONS
+        job.done = True
+
+
+def _write(job: Run) -> None:
+    """The model in its own format under a temporary name beside the output (in a
+    temporary folder when only other formats are asked for): the check runs it there."""
+    where = job.output
+    if job.fmt.written not in job.formats:
+        where = Path(job.stack.enter_context(tempfile.TemporaryDirectory(prefix=".legalize-",
+                                                                          dir=job.output.parent))) / job.output.name
+    job.staged = job.stack.enter_context(job.fmt.stage(job.model, where, force=job.options.force))
+    job.written = job.staged.path
+
+
+def _check(job: Run) -> None:
+    """The legalized model, as written, against the input."""
+    res, report = job.res, job.report
+    res.check = job.fmt.check(job, job.written)
+    report.check = res.check.to_json()
+    report.warnings.extend(res.check.notes + job.golden.notes)
+    _save_golden(job)
+    job.failed = res.check.ran and not res.check.ok
+    job.sides = job.fmt.sides(job, job.written)
+    job.given = job.golden.failing_feeds(res.check) or job.given  # what localization feeds
+
+
+def _commit(job: Run) -> None:
+    """Give the written files their names, unless the check failed (exit 1, nothing
+    written) or, with --require-check, did not run fully."""
+    res, report = job.res, job.report
+    if res.check is not None:
+        if job.failed or (job.options.require_check and unchecked(res.check)):
+            res.unchecked = "" if job.failed else unchecked(res.check)
+            res.exit_code = EXIT_VIOLATIONS
+            return
+        report.warnings.extend(_unchecked_warnings(res.check))
+    if job.fmt.written in job.formats:
+        job.staged.accept()
+    job.stack.close()  # the model takes its name (or its temporary folder goes)
+    emit.write_extra(job.paths, job.made, job.fmt.written, force=job.options.force, protect=job.path)
+    report.outputs = {f: str(p) for f, p in job.paths.items()}
+    report.output = str(job.paths[job.formats[0]])
+
+
+def _unchecked_warnings(result: CheckResult) -> List[str]:
+    out = []
+    if not result.ran:
+        out.append(f"the numeric check did not run: {result.error}")
+    elif result.error:
+        out.append(f"the numeric check ran in part: {result.error}")
+    if result.torch is not None and not result.torch.ran:
+        out.append(f"the check against PyTorch did not run: {result.torch.error}")
+    return out
+
+
+# -- after a check that failed: localize, reduce -----------------------------------------
+
+def _wants_localization(job: Run, auto: bool) -> bool:
+    """``options.localize``; by default when the check failed, in the main job or for --reduce."""
+    options = job.options
+    return bool(options.localize or (options.localize is None and job.failed and
+                                     (auto or options.reduce is not None)))
+
+
+def _localize(job: Run) -> None:
+    from .diagnose import localize as localize_sides
+
+    options, res = job.options, job.res
+    loc = localize_sides(job.sides, res.check, given=job.given, rtol=options.rtol, atol=options.atol,
+                         provider=options.provider, budget=options.localize_budget, forced=bool(options.localize))
+    if loc is None:
         return
-    from .check.static_shapes import specialize_tflite
+    res.localization = loc
+    job.report.check["divergence"] = [d.to_json() for d in loc.divergence]
+    job.report.check["localize"] = loc.to_json()
+    if options.regions and loc.culprit is not None:
+        from .regions import culprit_picture
 
-    done = specialize_tflite(model, path, dims)
-    if done.bound:
-        report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
-                               + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")
+        res.culprit_picture = culprit_picture(loc.graph or job.model.graph, loc.culprit.node,
+                                              [s.node for s in loc.region])
+    if options.reduce is not None and loc.culprit is None:
+        job.report.warnings.append(f"--reduce: nothing written: no value differs ({loc.note or 'all agree'})")
 
+
+def _reduce(job: Run) -> None:
+    from .check.child import RunFault
+    from .check.reduce import NothingToReduce
+    from .diagnose import reduce_divergence
+
+    options = job.options
+    protect = [job.path, Path(options.against)] if options.against is not None else [job.path, job.output]
+    try:
+        job.res.reduced = reduce_divergence(job.sides, job.res.localization, Path(options.reduce), given=job.given,
+                                            rtol=options.rtol, atol=options.atol, provider=options.provider,
+                                            force=options.force, protect=protect)
+    except (NothingToReduce, RunFault) as e:  # (a fault: the child crashed or ran past its limits)
+        job.report.warnings.append(f"--reduce: nothing written: {e}")
+        return
+    job.report.reduced = job.res.reduced.to_json()
+
+
+def _reduces(job: Run) -> bool:
+    loc = job.res.localization
+    return job.options.reduce is not None and loc is not None and loc.culprit is not None
+
+
+def _violates(job: Run) -> bool:
+    return bool(job.res.input_verification.violations)
+
+
+def _nodes_size(job: Run) -> Dict[str, int]:
+    return {"nodes": sum(len(g) for g in job.model.graphs)}
+
+
+def _against(job: Run) -> bool:
+    return job.options.against is not None
+
+
+# The job, in order. A stage that sets ``done`` ends it.
+STAGES: Tuple[Stage, ...] = (
+    Stage("load", _read, size=lambda job: {"bytes": _file_size(job.path)}),
+    Stage("verify", _verify_input, size=_nodes_size),
+    Stage("reduce", _reduce_violation, when=lambda job: _violates(job) and job.options.reduce is not None),
+    Stage("check", _compare, when=lambda job: _against(job) and not _violates(job)),
+    Stage("localize", _localize, when=lambda job: _against(job) and not _violates(job) and
+          _wants_localization(job, auto=False)),
+    Stage("reduce", _reduce, when=lambda job: _against(job) and _reduces(job)),
+    Stage("verdict", _against_verdict, when=lambda job: _against(job) and not _violates(job), announce=False),
+    Stage("stop", _stop_unless_legalizing, when=lambda job: job.options.verify_only or _violates(job),
+          announce=False),
+    Stage("plan", _plan, announce=False),
+    Stage("passes", _rewrite, size=_nodes_size),
+    Stage("verify", _verify_output, size=_nodes_size),
+    Stage("emit", _render, size=_nodes_size),
+    Stage("save", _write, size=_nodes_size),
+    Stage("check", _check, when=lambda job: job.options.check),
+    Stage("localize", _localize, when=lambda job: job.options.check and _wants_localization(job, auto=True)),
+    Stage("reduce", _reduce, when=lambda job: job.options.check and _reduces(job)),
+    Stage("save", _commit, announce=False),
+)
+# A model in memory (``run_model``): nothing read, written or run.
+IN_MEMORY: Tuple[Stage, ...] = (
+    Stage("verify", _verify_input, size=_nodes_size),
+    Stage("stop", _stop_unless_legalizing, when=_violates, announce=False),
+    Stage("passes", _rewrite, size=_nodes_size),
+    Stage("verify", _verify_output, size=_nodes_size),
+)
+
+
+# -- what the stages share ---------------------------------------------------------------
 
 def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = False,
                  stage: str = "input") -> VerifyResult:
@@ -183,19 +433,30 @@ def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = Fals
     return result
 
 
-@contextmanager
-def _timed(timings: Dict[str, float], stage: str, on_stage: Optional[StageCallback],
-           **size: int) -> Iterator[None]:
-    """Time a stage; the stages that build, walk or rewrite the IR run with the cyclic
-    collector paused (``ir.gc``): the check, which runs the models, does not."""
-    if on_stage is not None:
-        on_stage(stage, size)
-    t0 = time.perf_counter()
+def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
+    """The files a run of ``path`` writes, as (what it is, path) pairs ("the output
+    model", "the tosa output (--emit tosa)"), known before the work from the file's
+    content (``importers.reader.sniff``): what the CLI checks before it starts. Empty with
+    ``verify_only``, or for a file that will not load (the run says why)."""
+    if options.verify_only:
+        return []
     try:
-        with nullcontext() if stage == "check" else paused_gc():
-            yield
-    finally:
-        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+        fmt = FORMATS.get(sniff(path))
+    except BadInput:
+        return []
+    if fmt is None or fmt.written is None:
+        return []
+    native = fmt.written
+    output = Path(options.output) if options.output is not None else default_output(path)
+    formats = emit.validate(options.emit, native, options.target)
+    if native in formats:
+        emit.check_output_suffix(output, native)
+    paths = emit.emit_paths(output, formats, native)
+    return [("the output model" if f == native else f"the {f} output (--emit {f})", p) for f, p in paths.items()]
+
+
+def _op_counts(model: Model) -> Counter:
+    return Counter(n.op for g in model.graphs for n in g.walk() if n.kind == OP)
 
 
 def _file_size(path: Path) -> int:
@@ -216,44 +477,18 @@ def unchecked(result: CheckResult) -> str:
     return ""
 
 
-def _declared(model: Model):
-    """``check.given.Declared`` of the inputs the user's shapes and arrays name: an ONNX
-    (or .pt2's ONNX export) model's fed graph inputs, a TFLite model's first subgraph's."""
-    if model.format == "tflite":
-        from .check.tflite import declared_shapes as tflite_declared_shapes
-
-        return tflite_declared_shapes(model.graph)
-    return declared_shapes(model.torch.onnx if model.torch is not None else model.proto)
-
-
-def _input_types(model: Model) -> Dict[str, int]:
-    """The ONNX element type of each input ``_declared`` names (0 where unknown)."""
-    if model.format == "tflite":
-        from .ir.dtypes import elem_type
-
-        return {n.output.name: elem_type(n.output.type.dtype) for n in model.graph.inputs}
-    proto = model.torch.onnx if model.torch is not None else model.proto
-    return {vi.name: vi.type.tensor_type.elem_type for vi in proto.graph.input if vi.type.HasField("tensor_type")}
-
-
 def dim_keys(model: Model) -> Optional[List[str]]:
     """The dynamic dims a ``--dim`` may bind in ``model``: a symbol, or ``input[axis]``
     for an anonymous dim (a TFLite model's, of every subgraph); None for a TOSA MLIR
     module, whose dims are its reference's (``--against``: checked where it is read)."""
-    if model.format == "mlir":
-        return None
-    if model.format == "tflite":
-        from .check.tflite import declared_shapes as tflite_declared_shapes
-
-        return dynamic_keys([d for g in model.graphs for d in tflite_declared_shapes(g)])
-    return dynamic_keys(_declared(model))
+    return format_of(model).dim_keys(model)
 
 
 def bindables(model: Model) -> Optional[Tuple[List[str], List[str]]]:
     """What the user's bindings may name in ``model``: its dynamic dims (``dim_keys``)
     and its inputs (by ``--input-shape`` and ``--input``); None for a TOSA MLIR module."""
     keys = dim_keys(model)
-    return None if keys is None else (keys, [name for name, _ in _declared(model)])
+    return None if keys is None else (keys, [name for name, _ in format_of(model).declared(model)])
 
 
 def file_bindables(path: Path, trust_pt2: bool = False) -> Optional[Tuple[List[str], List[str]]]:
@@ -261,7 +496,7 @@ def file_bindables(path: Path, trust_pt2: bool = False) -> Optional[Tuple[List[s
     alone, its weights left where they are), or None when it does not load (its run
     says why)."""
     try:
-        if sniff(path) == "onnx":
+        if FORMATS.get(sniff(path)) is FORMATS["onnx"]:
             import onnx
 
             declared = declared_shapes(onnx.load_model(str(path), load_external_data=False))
@@ -275,7 +510,7 @@ def _where_present(model: Model, options: RunOptions, report: Report) -> RunOpti
     """A batch's options for ``model``: each --dim, --input-shape and --input that names
     no dim or input of this model left out, and said (``batch.check_bindings`` made sure
     each names one of some model's)."""
-    found = bindables(model) if options.dims_where_present else None
+    found = bindables(model)
     if found is None:
         return options
     keys, names = found
@@ -293,19 +528,12 @@ def _where_present(model: Model, options: RunOptions, report: Report) -> RunOpti
                    inputs={n: v for n, v in inputs.items() if n in names})
 
 
-def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict[str, int]:
+def _user_dims(fmt, model: Model, options: RunOptions, given) -> Dict[str, int]:
     """The dims the user binds (``--dim``, ``--input-shape``, ``--input``), checked
-    against the model's inputs before any work (UsageError). A TOSA MLIR module's dims
-    are its reference's (``--against``), checked where the comparison reads them. In the
-    strict symbolic mode no dynamic dim is 1: a binding to 1 contradicts it."""
-    if model.format == "mlir":
-        if options.input_shapes:
-            raise UsageError("--input-shape binds the inputs of an ONNX, TFLite or .pt2 model; a TOSA MLIR"
-                             " module's comparison (--against) takes arrays with --input")
-        bound = dict(options.dims)
-    else:
-        bound = user_dims(_declared(model), options.dims, options.input_shapes, given, dim_keys(model))
-        check_dtypes(_input_types(model), given)
+    against the model's inputs before any work (UsageError; a TOSA MLIR module's dims
+    are its reference's, checked where the comparison reads them). In the strict
+    symbolic mode no dynamic dim is 1: a binding to 1 contradicts it."""
+    bound = fmt.user_dims(model, options, given)
     ones = [k for k, v in bound.items() if v == 1]
     if options.assume_dynamic_not_one and ones:
         raise UsageError(f"--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind"
@@ -316,126 +544,18 @@ def _user_dims(model: Model, options: RunOptions, given: Dict[str, Any]) -> Dict
 def range_hints(source) -> Dict[str, List[int]]:
     """Per dim, the sizes at the bounds of its range (a PyTorch program's range
     constraints; ``source`` a ``TorchSource`` or None), for the check's search."""
-    if source is None:
-        return {}
-    from .importers.pytorch import dim_ranges
+    from .formats.onnx import range_hints as hints
 
-    return {key: sizes_in_range(lo, hi) for key, (lo, hi) in dim_ranges(source).items()}
+    return hints(source)
 
 
-def _against_kind(model: Model, against: Path) -> str:
-    """Which comparison ``--against`` makes (the candidate's format), or UsageError:
+def _against_format(fmt, against: Path) -> None:
+    """UsageError unless ``--against`` names a reference ``fmt`` is compared with:
     ONNX with ONNX, TFLite with TFLite, TOSA MLIR with TFLite or ONNX."""
-    ref = sniff(Path(against))
-    if model.format == "mlir" and ref in ("tflite", "onnx"):
-        return "mlir"
-    if model.format == ref and model.format in ("onnx", "tflite") and model.torch is None:
-        return model.format
-    raise UsageError(f"--against compares ONNX with ONNX, TFLite with TFLite, or TOSA MLIR with TFLite or ONNX;"
-                     f" not {model.format} with {ref}")
-
-
-def _check_against(path: Path, model: Model, options: RunOptions, res: RunResult, timings, on_stage, given,
-                   dims) -> None:
-    from .check.against import check_against
-    from .check.child import RunFault
-    from .check.iree_run import Refused
-
-    against = Path(options.against)
-    kind = _against_kind(model, against)
-    with _timed(timings, "check", on_stage):
-        if kind == "mlir":
-            try:
-                res.check = check_against(path, against, provider=options.provider, rtol=options.rtol,
-                                          atol=options.atol, given=given, dims=options.dims)
-            except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
-                raise BadInput(f"{path}: {e}") from None
-            except RunFault as e:  # a crash, or a run past its memory or time: the comparison did not run
-                raise BadInput(str(e)) from None
-        elif kind == "onnx":
-            try:
-                res.check = check(against, path, provider=options.provider, dims=dims, inputs=given,
-                                  rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
-                                  raise_faults=True)
-            except RunFault as e:
-                raise BadInput(str(e)) from None
-        else:
-            from .check.tflite import check_tflite
-
-            try:
-                res.check = check_tflite(against, path, model, provider=options.provider, dims=dims, inputs=given,
-                                         rtol=options.rtol, atol=options.atol, litert_only=True)
-            except RunFault as e:
-                raise BadInput(str(e)) from None
-    if not res.check.ran:  # --against asks for a comparison: one that cannot run is never a pass
-        raise BadInput(f"{path}: the comparison with {against} did not run: {res.check.error}")
-    res.report.check = res.check.to_json()
-    failed = not res.check.ok
-    _diagnose((kind, path, against, model.graph), res, options, given, failed, auto=False, on_stage=on_stage,
-              protect=[path, against])
-    if options.require_check and unchecked(res.check):
-        res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")
-        res.exit_code = EXIT_VIOLATIONS
-    elif not res.check.ok:
-        res.exit_code = EXIT_VIOLATIONS
-
-
-def _diagnose(sides: tuple, res: RunResult, options: RunOptions, given, failed: bool, *, auto: bool, on_stage,
-              protect) -> None:
-    """Localize (``options.localize``; by default when the check failed, in the main
-    job or for --reduce) and reduce (``options.reduce``), into the result and report.
-    ``sides`` are the fields of ``diagnose.Sides``: what the check compared."""
-    want = options.localize or (options.localize is None and failed and (auto or options.reduce is not None))
-    if not want:
-        return
-    from .check.child import RunFault
-    from .check.reduce import NothingToReduce
-    from .diagnose import Sides, localize as localize_sides, reduce_divergence
-
-    sides = Sides(*sides)
-    timings = res.report.timings_s
-    with _timed(timings, "localize", on_stage):
-        loc = localize_sides(sides, res.check, given=given, rtol=options.rtol, atol=options.atol,
-                             provider=options.provider, budget=options.localize_budget,
-                             forced=bool(options.localize))
-    if loc is None:
-        return
-    res.localization = loc
-    res.report.check["divergence"] = [d.to_json() for d in loc.divergence]
-    res.report.check["localize"] = loc.to_json()
-    if options.regions and loc.culprit is not None:
-        from .regions import culprit_picture
-
-        res.culprit_picture = culprit_picture(loc.graph or res.model.graph, loc.culprit.node,
-                                              [s.node for s in loc.region])
-    if options.reduce is None:
-        return
-    if loc.culprit is None:
-        res.report.warnings.append(f"--reduce: nothing written: no value differs ({loc.note or 'all agree'})")
-        return
-    with _timed(timings, "reduce", on_stage):
-        try:
-            res.reduced = reduce_divergence(sides, loc, Path(options.reduce), given=given, rtol=options.rtol,
-                                            atol=options.atol, provider=options.provider, force=options.force,
-                                            protect=protect)
-        except (NothingToReduce, RunFault) as e:  # (a fault: the child crashed or ran past its limits)
-            res.report.warnings.append(f"--reduce: nothing written: {e}")
-            return
-    res.report.reduced = res.reduced.to_json()
-
-
-def _reduce_violation(path: Path, model: Model, options: RunOptions, res: RunResult, profile: str) -> None:
-    """--reduce of an input that violates the trait: the smallest subgraph with its first violation."""
-    from .check.reduce import NothingToReduce
-    from .diagnose import reduce_violation
-
-    try:
-        res.reduced = reduce_violation(model, path, res.report.violations[0], profile, Path(options.reduce),
-                                       force=options.force, protect=[path])
-    except NothingToReduce as e:
-        res.report.warnings.append(f"--reduce: nothing written: {e}")
-        return
-    res.report.reduced = res.reduced.to_json()
+    ref = sniff(against)
+    if ref not in fmt.against:
+        raise UsageError(f"--against compares ONNX with ONNX, TFLite with TFLite, or TOSA MLIR with TFLite or ONNX;"
+                         f" not {fmt.name} with {ref}")
 
 
 def check_tolerance_names(options: RunOptions, names) -> None:
@@ -448,38 +568,22 @@ def check_tolerance_names(options: RunOptions, names) -> None:
                                  f"{', '.join(sorted(known)) or 'none'})")
 
 
-def _output_names(model: Model, options: RunOptions) -> List[str]:
-    """The output names a per-output tolerance may name: the model's (every graph's),
-    and with --against the reference's."""
-    names = [n.inputs[0].name for g in model.graphs for n in g.outputs if n.inputs and n.inputs[0] is not None]
-    if options.against is not None and any(getattr(t, "per_output", ()) for t in (options.rtol, options.atol)):
-        names += [n.inputs[0].name for g in read_model(Path(options.against)).graphs for n in g.outputs
-                  if n.inputs and n.inputs[0] is not None]
-    return names
+def _output_names(model: Model) -> List[str]:
+    """The output names of every graph of ``model``: what a per-output tolerance may name."""
+    return [n.inputs[0].name for g in model.graphs for n in g.outputs if n.inputs and n.inputs[0] is not None]
 
 
-GOLDEN_FLAGS = (("load_inputs", "--load-inputs"), ("data_loader_script", "--data-loader-script"),
-                ("load_outputs", "--load-outputs"), ("save_inputs", "--save-inputs"),
-                ("save_outputs", "--save-outputs"))
-
-
-def _golden_flags(options: RunOptions) -> List[str]:
-    return [flag for key, flag in GOLDEN_FLAGS if getattr(options, key) is not None]
+def _per_output(options: RunOptions) -> bool:
+    return any(getattr(t, "per_output", ()) for t in (options.rtol, options.atol))
 
 
 def read_golden(options: RunOptions, given) -> "Golden":
-    """The stored inputs and reference outputs the options name (UsageError for a
-    combination that has no check to feed)."""
+    """The stored inputs and reference outputs the options name (the combinations were
+    validated with the options)."""
     from .check.golden import Golden
 
-    flags = _golden_flags(options)
-    if not flags:
+    if not options.golden_flags():
         return Golden()
-    if not options.check or (options.verify_only and options.against is None):
-        raise UsageError(f"{flags[0]} feeds or saves the numeric check: it cannot go with --no-check, nor with"
-                         " --verify-only")
-    if options.against is not None:
-        raise UsageError(f"{flags[0]} works with the check of a legalized model, not with --against")
     if given and (options.load_inputs is not None or options.data_loader_script is not None):
         raise UsageError("--input and --load-inputs (or --data-loader-script) both give the inputs: give one")
     return Golden.read(options.load_inputs, options.load_outputs, options.data_loader_script)
@@ -501,219 +605,18 @@ def golden_paths(options: RunOptions) -> Tuple[List[Tuple[str, Path]], List[Tupl
     return writes, reads
 
 
-def _save_golden(res: RunResult, options: RunOptions, golden, protect: Path) -> None:
+def _save_golden(job: Run) -> None:
     """--save-inputs / --save-outputs: what the check fed and got (even when it failed:
     that is what is replayed elsewhere)."""
-    if options.save_inputs is None and options.save_outputs is None:
+    options, res = job.options, job.res
+    if not options.records:
         return
     from .check.golden import REFERENCE_RUN, save_runs
 
     if not res.check.runs:
-        res.report.warnings.append("--save-inputs/--save-outputs: nothing written: the check compared nothing")
+        job.report.warnings.append("--save-inputs/--save-outputs: nothing written: the check compared nothing")
         return
-    on = "litert" if res.report.format == "tflite" else "onnxrt"  # the runtime the runs came from
-    written = save_runs(res.check.runs, golden.runner or REFERENCE_RUN.replace("onnxrt", on), options.save_inputs,
-                        options.save_outputs, force=options.force, protect=protect, candidate=f"legalized-{on}")
-    res.report.check["saved"] = written
-
-
-def stages(options: RunOptions) -> List[str]:
-    """The stages ``run`` announces to ``on_stage``, in order, when nothing stops it early
-    (a violation, a failed check)."""
-    if options.verify_only:
-        return ["load", "verify"] + (["check"] if options.against is not None else [])
-    return ["load", "verify", "passes", "verify", "emit", "save"] + (["check"] if options.check else [])
-
-
-def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
-    """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it on
-    onnxruntime and write it. Raises LegalizeError for bad input; violations and
-    mismatches are in the result, with exit code 1, and then nothing is written. A
-    ``reduce`` that found nothing to reduce says so (a warning), rather than nothing.
-    Every model runs in a child process under ``options.run_timeout`` and ``run_memory``."""
-    from .check import child
-
-    with child.limited(options.run_timeout, options.run_memory):
-        if options.check and (not options.verify_only or options.against is not None) and child.available():
-            child.prewarm()  # it starts while the model loads and is legalized
-        res = _run(path, options, on_stage)
-    if options.reduce is not None and res.reduced is None and \
-            not any(w.startswith("--reduce:") for w in res.report.warnings):
-        res.report.warnings.append("--reduce: nothing written: no violation, and no differing output, was found")
-    return res
-
-
-def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> RunResult:
-    if options.require_check and (not options.check or (options.verify_only and options.against is None)):
-        raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"
-                         " --verify-only (except with --against)")
-    given = as_arrays(options.inputs)
-    golden = read_golden(options, given)
-    timings: Dict[str, float] = {}
-    with _timed(timings, "load", on_stage, bytes=_file_size(path)):
-        model = read_model(path, trust_pt2=options.trust_pt2)
-    profile = options.profile or ("tosa" if model.format == "mlir" else "mlir")
-    if model.format == "mlir" and not options.verify_only:
-        raise UsageError(f"{path}: a TOSA MLIR module is verified, not legalized: add --verify-only")
-    if options.against is not None:
-        if not options.verify_only:
-            raise UsageError("--against compares MODEL with another model: add --verify-only")
-        _against_kind(model, Path(options.against))
-    if _golden_flags(options) and model.format not in ("onnx", "tflite"):
-        raise UsageError(f"{_golden_flags(options)[0]}: golden data feeds the check of an ONNX, TFLite or .pt2"
-                         f" model, not of a {model.format} model")
-    if options.reduce is not None and model.format not in ("onnx", "mlir"):
-        raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {model.format} model is not reduced")
-    check_tolerance_names(options, _output_names(model, options))
-    report = Report(input=str(path), format="pt2" if model.torch is not None else model.format,
-                    target=options.target, profile=profile)
-    report.warnings.extend(model.warnings)
-    report.timings_s = timings
-    if options.dims_where_present:
-        options = _where_present(model, options, report)
-        given = as_arrays(options.inputs)
-    dims = _user_dims(model, options, given)
-    with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
-        result = verify_model(model, profile, options.assume_dynamic_not_one)
-    report.add_verification(result, "input")
-    res = RunResult(report, model, result, EXIT_VIOLATIONS if result.violations else EXIT_OK, timings)
-    if result.violations and options.reduce is not None:
-        with _timed(timings, "reduce", on_stage):
-            _reduce_violation(path, model, options, res, profile)
-    if options.against is not None and not result.violations:
-        _check_against(path, model, options, res, timings, on_stage, given, dims)
-    if options.verify_only or result.violations:
-        return res  # a model that violates the trait is not legalized
-
-    output = Path(options.output) if options.output is not None else \
-        default_output(path if model.torch is None else path.with_suffix(".pt2"))
-    formats = emit.validate(options.emit, model.format, options.target)
-    if model.format in formats:
-        emit.check_output_suffix(output, model.format)
-    paths = emit.emit_paths(output, formats, model.format)
-    emit.check_paths(paths, force=options.force, protect=path)
-    res.ops_before = _op_counts(model)
-    spec = TARGETS[options.target]
-    model.constraints = result.constraints  # what the report lists, for emitters to assert
-    with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
-        refused_before = spec.refused(model.graphs, options.level)
-        _specialize(path, model, options, dims, report)
-        before = None
-        if options.regions:
-            from .regions import snapshot
-
-            before = snapshot(model)
-        done = legalize(model, options.target, assume_dynamic_not_one=options.assume_dynamic_not_one,
-                        level=options.level)
-        report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
-                               "refused_before": refused_before,
-                               "refused_after": spec.refused(model.graphs, options.level)}
-        if before is not None:
-            from .regions import PICTURE_LIMIT
-
-            res.regions = before.regions(model, limit=PICTURE_LIMIT)
-    report.warnings.extend(done.warnings)
-    for key in STAT_KEYS:
-        if key in done.stats:
-            report.stats[key] = int(done.stats[key])
-    res.ops_after = _op_counts(model)
-    if spec.backend is not None:  # each op the backend still refuses, in its words
-        tool = report.target_rules["profile"]["backend"]
-        report.warnings.extend(f"node '{r['node']}' ({r['op']}): {tool} refuses it: {'; '.join(r['reasons'])}"
-                               for r in report.target_rules["refused_after"])
-    with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
-        out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
-    res.output_verification = out_result
-    report.add_verification(out_result, "output")
-    if out_result.violations:
-        res.exit_code = EXIT_VIOLATIONS
-        return res
-
-    def run_check(written: Path) -> None:
-        with _timed(timings, "check", on_stage):
-            if model.format == "tflite":
-                from .check.tflite import check_tflite
-
-                res.check = check_tflite(path, written, model, provider=options.provider, dims=dims,
-                                         inputs=given, rtol=options.rtol, atol=options.atol,
-                                         samples=golden.samples, expected=golden.expected,
-                                         reference=golden.reference,
-                                         record=options.save_inputs is not None or options.save_outputs is not None)
-                if len(model.graphs) == 1:  # its bindings are named as the user names them
-                    for b in res.check.bindings:
-                        b.source = "user" if b.dims and set(b.dims) <= set(dims) else b.source
-            else:
-                # A PyTorch input: against its original ONNX export, and against PyTorch
-                choices = choices_from_constraints([c["text"] for c in report.constraints])
-                original = path if model.torch is None else model.torch.onnx
-                record = options.save_inputs is not None or options.save_outputs is not None
-                if golden.samples is not None:
-                    from .check.samples import check_samples
-
-                    res.check = check_samples(original, written, golden.samples, expected=golden.expected,
-                                              reference=golden.reference, provider=options.provider, dims=dims,
-                                              rtol=options.rtol, atol=options.atol, record=record)
-                else:
-                    res.check = check(original, written, provider=options.provider, dims=dims, inputs=given,
-                                      rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
-                                      choices=choices, hints=range_hints(model.torch),
-                                      profile=TARGETS[options.target].profile, record=record)
-                if model.torch is not None:
-                    from .check.torch_ref import check_torch
-
-                    found = res.check.search is not None and res.check.search.found is not None
-                    res.check.torch = check_torch(model.torch, written, provider=options.provider,
-                                                  dims=dims, inputs=given, rtol=options.rtol,
-                                                  atol=options.atol, not_one=options.assume_dynamic_not_one,
-                                                  choices=res.check.search.choices if found else choices,
-                                                  searched=found, path=model.source, trust=options.trust_pt2)
-        report.check = res.check.to_json()
-        report.warnings.extend(res.check.notes + golden.notes)
-        _save_golden(res, options, golden, protect=path)
-        failed = res.check.ran and not res.check.ok
-        if model.format == "tflite":
-            sides = ("tflite", written, path, model.graph)
-        else:
-            sides = ("onnx", written, path if model.torch is None else model.torch.onnx)
-        _diagnose(sides, res, options, golden.failing_feeds(res.check) or given, failed, auto=True,
-                  on_stage=on_stage, protect=[path, output])
-        if failed:
-            raise _CheckFailed
-        if options.require_check and unchecked(res.check):
-            res.unchecked = unchecked(res.check)
-            raise _CheckFailed
-        if not res.check.ran:
-            report.warnings.append(f"the numeric check did not run: {res.check.error}")
-        elif res.check.error:
-            report.warnings.append(f"the numeric check ran in part: {res.check.error}")
-        if res.check.torch is not None and not res.check.torch.ran:
-            report.warnings.append(f"the check against PyTorch did not run: {res.check.torch.error}")
-
-    with _timed(timings, "emit", on_stage, nodes=_nodes(model)):
-        made = emit.render(model, formats, dims, level=options.level)  # before anything is written
-        over = emit.level_diagnostics(model, made, options.target, options.level)
-    if over.violations:  # an out-of-level module is never written
-        res.output_verification = over
-        report.add_verification(over, "output")
-        report.stats["nodes_out"] = out_result.nodes
-        res.exit_code = EXIT_VIOLATIONS
-        return res
-    t0 = time.perf_counter()
-    if on_stage is not None:
-        on_stage("save", {"nodes": _nodes(model)})
-    try:
-        inspect = run_check if options.check else None
-        if model.format in formats:
-            write_model(model, output, force=options.force, inspect=inspect)
-        else:  # the check still runs on the model's own format, written aside
-            with tempfile.TemporaryDirectory(prefix=".legalize-", dir=output.parent) as d:
-                write_model(model, Path(d) / output.name, inspect=inspect)
-        emit.write_extra(paths, made, model.format, force=options.force, protect=path)
-    except _CheckFailed:
-        res.exit_code = EXIT_VIOLATIONS
-        return res
-    finally:
-        timings["save"] = time.perf_counter() - t0 - sum(timings.get(k, 0.0) for k in ("check", "localize", "reduce"))
-    report.outputs = {f: str(p) for f, p in paths.items()}
-    report.output = str(paths[formats[0]])
-    return res
+    on = job.fmt.runtime  # the runtime the runs came from
+    written = save_runs(res.check.runs, job.golden.runner or REFERENCE_RUN.replace("onnxrt", on), options.save_inputs,
+                        options.save_outputs, force=options.force, protect=job.path, candidate=f"legalized-{on}")
+    job.report.check["saved"] = written

@@ -73,10 +73,11 @@ def page_url(host: str, port: int, models: List[Path], overlays: List[Tuple[Path
 
 
 def _graph_ids(model: Path) -> List[str]:
-    from .explorer_ids import model_ids
+    from .explorer_ids import SCHEMES, model_ids
     from .importers.reader import sniff
 
-    return [g.id for g in model_ids(model, "tflite" if sniff(model) == "tflite" else "onnx")]
+    fmt = sniff(model)
+    return [g.id for g in model_ids(model, fmt if fmt in SCHEMES else "onnx")]
 
 
 def page_ids(models: List[Path]) -> List[dict]:

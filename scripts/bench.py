@@ -379,8 +379,7 @@ def compare_targets(path: Path, runs: int = 50, warmup: int = 5, threads: int = 
     # Inputs: the first dim binding the original runs on, among those legalize's own check
     # would try with no dynamic dim 1 (valid for the strict form too), with the sizes the
     # verifier's constraints allow (dynamic_broadcast: a[2x?] + b[?x?] needs b's dim 0 = 2).
-    found = legalizer.verify(legalizer.load(path).graph, "mlir").constraints.to_json()
-    choices = choices_from_constraints([c["text"] for c in found])
+    choices = choices_from_constraints(legalizer.verify(legalizer.load(path).graph, "mlir").constraints)
     quiet = ort.SessionOptions()
     quiet.log_severity_level = 4
     probe = ort.InferenceSession(original.SerializeToString(), quiet, providers=PROVIDERS)

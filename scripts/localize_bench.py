@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from legalizer.check.ort import ATOL, RTOL, check  # noqa: E402
 from legalizer.check.reduce import _outer_names  # noqa: E402
 from legalizer.check.tflite import check_tflite  # noqa: E402
-from legalizer.diagnose import Sides, localize  # noqa: E402
+from legalizer.diagnose import localize  # noqa: E402
+from legalizer.formats import FORMATS, Sides  # noqa: E402
 
 SAMPLES = ["mlp_bias.onnx", "mlp.dynamo.onnx", "small_cnn.dynamo.onnx", "small_cnn.torchscript.onnx",
            "transformer_block.dynamo.onnx", "transformer_block.torchscript.onnx", "tflite/mobilenet_like.tflite",
@@ -122,10 +123,10 @@ def bench(path: Path, n: int, work: Path) -> dict:
         t0 = time.perf_counter()
         if tflite:
             chk = check_tflite(path, cand, fault[3], dims=dims, inputs=given, litert_only=True)
-            sides = Sides("tflite", cand, path, fault[3].graph)
+            sides = Sides(FORMATS["tflite"], cand, path, fault[3].graph)
         else:
             chk = check(path, cand, dims=dims, inputs=given)
-            sides = Sides("onnx", cand, path)
+            sides = Sides(FORMATS["onnx"], cand, path)
         check_s = time.perf_counter() - t0
         row["check_s"] += check_s
         if not chk.ran:

@@ -78,12 +78,13 @@ def test_legalize_path_writes_and_returns_a_path(tmp_path, name):
     assert legalizer.legalize(src, "xla", output=tmp_path / "x.onnx", force=True) == tmp_path / "x.onnx"
 
 
-def test_model_keeps_its_old_behaviour():
-    """legalize's own Model: rewritten in place, the LegalizeResult returned."""
+def test_model_is_rewritten_in_place_and_returned():
+    """legalize's own Model: verified, rewritten in place and given back (the same kind,
+    as for every other form); what changed is ``model.legalized``."""
     model = legalizer.load(MODELS / "mlp_bias.onnx")
     assert isinstance(model, legalizer.Model)
-    done = legalizer.legalize(model, "tosa")
-    assert done.model is model and done.stats["constants_folded"] == 3
+    assert legalizer.legalize(model, "tosa") is model
+    assert model.legalized.model is model and model.legalized.stats["constants_folded"] == 3
     assert legalizer.verify(model.graph, "tosa").ok and legalizer.verify(model, "tosa").ok
     result = legalizer.check(model)  # against its source file
     assert result.ok and result.torch is None

@@ -294,7 +294,7 @@ def legalize_net(net: Net, model: onnx.ModelProto, target: str, strict: bool):
     m = import_model(model)
     bad = legalizer.verify(m.graph, "mlir", assume_dynamic_not_one=strict).violations
     assert bad == [], f"{net}: {[str(d) for d in bad]}"
-    done = legalizer.legalize(m, target, assume_dynamic_not_one=strict)
+    done = legalizer.legalize(m, target, assume_dynamic_not_one=strict).legalized
     bad = legalizer.verify(m.graph, target).violations
     assert bad == [], f"{net} -> {target}: {[str(d) for d in bad]}"
     out = legalizer.to_onnx(m)

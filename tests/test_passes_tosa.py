@@ -175,7 +175,7 @@ def test_xla_raises_the_opset_only_when_it_broadcasts():
     bcast = model([helper.make_node("Add", ["x", "b"], ["y"], name="add")], [vi("x", ["N", 3]), vi("b", [3])],
                   [vi("y", ["N", 3])], opset=8)
     m = import_model(bcast)
-    res = legalizer.legalize(m, "xla")
+    res = legalizer.legalize(m, "xla").legalized
     out = legalizer.to_onnx(m)
     assert out.opset_import[0].version == 9 and any("opset raised from 8 to 9" in w for w in res.warnings)
     assert list(out.graph.input) == list(bcast.graph.input) and list(out.graph.output) == list(bcast.graph.output)

@@ -124,7 +124,7 @@ def test_module_api_round_trip():
     model = legalizer.load(module, example_inputs=args, dynamic_shapes=tuple(dynamic[n] for n in names))
     assert model.torch is not None
     assert not legalizer.verify(model, "tosa").ok  # the bias and the mask have lower ranks
-    stats = legalizer.legalize(model, "tosa").stats
+    stats = legalizer.legalize(model, "tosa").legalized.stats
     assert stats["reshapes_inserted"] >= 1
     assert legalizer.verify(model, "tosa").ok
     result = legalizer.check(model)  # against its own export and PyTorch

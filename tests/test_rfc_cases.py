@@ -159,7 +159,7 @@ def legalize_case(model: onnx.ModelProto, target: str, strict: bool):
     graph inputs and outputs unchanged. Returns the written model and the stats."""
     m = import_model(model)
     assert legalizer.verify(m.graph, "mlir", assume_dynamic_not_one=strict).violations == []
-    done = legalizer.legalize(m, target, assume_dynamic_not_one=strict)
+    done = legalizer.legalize(m, target, assume_dynamic_not_one=strict).legalized
     bad = legalizer.verify(m.graph, target).violations
     assert bad == [], [str(d) for d in bad]
     out = legalizer.to_onnx(m)
@@ -224,7 +224,7 @@ def test_strict_mode_elides_every_check_the_default_mode_emits():
     for name, case in LEGAL.items():
         for strict in (False, True):
             m = import_model(build(case))
-            stats = legalizer.legalize(m, "xla", assume_dynamic_not_one=strict).stats
+            stats = legalizer.legalize(m, "xla", assume_dynamic_not_one=strict).legalized.stats
             totals[strict, "emitted"] += stats["runtime_broadcast_checks"]
             totals[strict, "elided"] += stats["runtime_broadcast_checks_elided"]
     assert totals[False, "emitted"] == sum(XLA_CHECKS.values()) > 0

@@ -25,7 +25,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer import bounded, pipeline
+from legalizer import bounded
+from legalizer.check import ort as ort_check
 from helpers import cli_in_process
 from test_cli import assert_clean, legalize, lines
 from needs import require
@@ -279,13 +280,13 @@ def test_the_second_of_two_runs_without_force_fails(tmp_path, monkeypatch):
     exit 2 and the first one's file stays."""
     src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
     out = tmp_path / "o.onnx"
-    real = pipeline.check
+    real = ort_check.check
 
     def the_other_run_finishes_first(*args, **kwargs):
         out.write_bytes(b"the other run's model")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "check", the_other_run_finishes_first)
+    monkeypatch.setattr(ort_check, "check", the_other_run_finishes_first)
     code, _, err = _main([src, out, "-q"])
     assert (code, lines(err)) == (2, [f"legalize: error: {out}: already exists (use --force to replace it)"])
     assert out.read_bytes() == b"the other run's model"
@@ -300,7 +301,7 @@ def test_two_force_runs_with_external_data_never_mix(tmp_path, monkeypatch):
     a, b = _external(tmp_path / "a", wa), _external(tmp_path / "b", wb)
     out = tmp_path / "out" / "m.onnx"
     out.parent.mkdir()
-    real, calls = pipeline.check, []
+    real, calls = ort_check.check, []
 
     def meanwhile(*args, **kwargs):
         calls.append(1)
@@ -309,7 +310,7 @@ def test_two_force_runs_with_external_data_never_mix(tmp_path, monkeypatch):
             assert np.array_equal(_ort(out, np.ones(8, np.float32)), (1 + wb) * wb)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "check", meanwhile)
+    monkeypatch.setattr(ort_check, "check", meanwhile)
     code, _, err = _main([a, out, "--force", "-q"])
     assert code == 0, err
     x = np.arange(8, dtype=np.float32)

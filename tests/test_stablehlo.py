@@ -40,7 +40,7 @@ RTOL, ATOL = 1e-4, 1e-5
 def _legalize(source):
     """(legalized model, its ONNX proto, its StableHLO text) of a path or ModelProto."""
     model = legalizer.load(source) if isinstance(source, (str, Path)) else _load_proto(source)
-    stats = legalizer.legalize(model, "xla").stats
+    stats = legalizer.legalize(model, "xla").legalized.stats
     text = emit_stablehlo(model)
     return model, legalizer.to_onnx(model), text, stats
 

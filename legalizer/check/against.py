@@ -33,26 +33,36 @@ def module_text(path: Path) -> str:
     return bytecode_to_text(data, str(path)) if data.startswith(BYTECODE_MAGIC) else iree_text(data, str(path))
 
 
+def _litert_reference(path: Path, provider: str) -> Runner:
+    from .litert import LiteRTRunner
+
+    runner = ChildRunner(LiteRTRunner, str(path), model=str(path))
+    runner.activate()
+    if runner.remote.call("model.unresolved_custom_op"):
+        runner.deactivate()
+        runner = ChildRunner(LiteRTRunner, str(path), kernels="default", model=str(path)).activate()
+    return runner
+
+
+def _ort_reference(path: Path, provider: str) -> Runner:
+    from .ort import OrtRunner
+    from .ort_session import providers
+
+    return ChildRunner(OrtRunner, str(path), providers(provider), model=str(path)).activate()
+
+
+# The runtime each reference format runs on, by ``sniff``'s name.
+REFERENCE_RUNNERS = {"tflite": _litert_reference, "onnx": _ort_reference}
+
+
 def reference_runner(path: Path, provider: str) -> Runner:
     """The activated runner of the model the module came from, in the child process
     (``child.py``): LiteRT (its default resolver for a custom op only that runs, as the
     TFLite check) or onnxruntime."""
     kind = sniff(path)
-    if kind == "tflite":
-        from .litert import LiteRTRunner
-
-        runner = ChildRunner(LiteRTRunner, str(path), model=str(path))
-        runner.activate()
-        if runner.remote.call("model.unresolved_custom_op"):
-            runner.deactivate()
-            runner = ChildRunner(LiteRTRunner, str(path), kernels="default", model=str(path)).activate()
-        return runner
-    if kind == "onnx":
-        from .ort import OrtRunner
-        from .ort_session import providers
-
-        return ChildRunner(OrtRunner, str(path), providers(provider), model=str(path)).activate()
-    raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {kind}")
+    if kind not in REFERENCE_RUNNERS:
+        raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {kind}")
+    return REFERENCE_RUNNERS[kind](path, provider)
 
 
 def feeds_for(reference: Path, binding: Mapping[str, int], given: Mapping[str, np.ndarray], provider: str = "auto",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import re
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -63,23 +62,18 @@ def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
             if isinstance(d, str)]
 
 
-_BCAST = re.compile(r"^(\S+) == (\d+) or \1 == 1$")
-_EQUAL = re.compile(r"^(\S+) == (\d+)$")
-
-
-def choices_from_constraints(texts: Sequence[str]) -> Dict[str, List[int]]:
-    """Sizes a dynamic dim may take, read off the verifier's runtime constraints
-    (``x[0] == 2 or x[0] == 1``: 2 or 1; ``N == 4``: 4). A dim's key is its symbol or
-    ``input[axis]``, the same as the constraints name it."""
+def choices_from_constraints(constraints) -> Dict[str, List[int]]:
+    """Sizes a dynamic dim may take, read off the verifier's runtime constraints (its
+    ``shapes.Constraint`` values, or a ``ConstraintSet``): ``x[0] == 2 or x[0] == 1``
+    gives 2 or 1; ``N == 4``, 4. A dim's key is its symbol or ``input[axis]``, the same
+    as the constraints name it."""
     out: Dict[str, List[int]] = {}
-    for text in texts:
-        m = _BCAST.match(text)
-        if m:
-            out[m.group(1)] = [int(m.group(2)), 1]
-            continue
-        m = _EQUAL.match(text)
-        if m:
-            out[m.group(1)] = [int(m.group(2))]
+    for c in constraints:
+        kind, dim, other = c.key
+        if kind == "bcast" and isinstance(other, int):
+            out[dim] = [other, 1]
+        elif kind == "eq" and isinstance(other, str) and other.isdigit():
+            out[dim] = [int(other)]
     return out
 
 

@@ -14,14 +14,15 @@ import os
 import re
 import secrets
 import stat
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Iterator, List, Optional, Tuple
 
 import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
 from ..errors import BadInput, UsageError
-from ..outputs import check_output_path, commit, remove_temps, temp_beside
+from ..outputs import Staged, check_output_path, commit, remove_temps, temp_beside
 from ..ir.constdata import external_data
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
@@ -208,7 +209,24 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
                protect: Optional[Path] = None, inspect: Optional[Callable[[Path], None]] = None,
                initializers: Optional[List[TensorProto]] = None,
                nodes: Optional[List[NodeProto]] = None) -> Path:
-    """Write ``proto`` to ``path`` atomically (``atomic_output``'s rules).
+    """Write ``proto`` to ``path`` atomically (``staged_model``); ``inspect`` gets the
+    written file (a temporary name beside ``path``, with its external data beside it)
+    before anything takes its final name; if it raises, nothing is left behind."""
+    with staged_model(proto, path, base_dir, force=force, protect=protect, initializers=initializers, nodes=nodes,
+                      inspected=inspect is not None) as staged:
+        if inspect is not None:
+            inspect(staged.path)
+        staged.accept()
+    return Path(path)
+
+
+@contextmanager
+def staged_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, force: bool = False,
+                 protect: Optional[Path] = None, initializers: Optional[List[TensorProto]] = None,
+                 nodes: Optional[List[NodeProto]] = None, inspected: bool = True) -> Iterator[Staged]:
+    """Write ``proto`` under a temporary name beside ``path`` and yield it (a
+    ``Staged``); when the block ends it takes the name ``path`` if it was accepted, and
+    nothing is left behind if it was not (``outputs``' rules).
 
     ``initializers``: the main graph's initializers, when ``proto`` was exported
     without them (``export_model(..., detached=[])``); they are serialized one at a
@@ -222,14 +240,14 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
     input's data files as they are; written elsewhere, the data is copied, streamed
     from the input's files, into ``<output name>.<16 random hex digits>.data`` beside
     the output (a new name for each write), and the tensors point there. ``proto``
-    itself is left as it is.
+    itself is left as it is. The staged model reads its data under the data's
+    temporary name (``inspected``: something runs it before the commit; without, it
+    names the data's final name at once, and is written once).
 
-    ``inspect`` gets the written file (a temporary name beside ``path``, with its
-    external data beside it) before anything takes its final name; if it raises,
-    nothing is left behind. The model's rename is the one commit: its data takes its
-    name just before, so a reader never sees a model with another run's data, and a
-    run stopped before it leaves the previous output (model and data) as it was. The
-    data file the replaced model referenced beside it is then removed.
+    The model's rename is the one commit: its data takes its name just before, so a
+    reader never sees a model with another run's data, and a run stopped before it
+    leaves the previous output (model and data) as it was. The data file the replaced
+    model referenced beside it is then removed.
     """
     path = Path(path)
     base = Path(base_dir) if base_dir is not None else Path(".")
@@ -255,16 +273,18 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
             data = path.with_name(f"{path.name}.{secrets.token_hex(8)}.data")
             data_tmp = temp_beside(data, temps)
             _copy_external(external, base, data_tmp, data_tmp.name)
-            if inspect is None:  # the model names the data's final name at once
+            if not inspected:  # the model names the data's final name at once
                 _point_at([t for _, t in external], data.name)
-        tmp = temp_beside(path, temps)
-        _write(proto, inits, tmp, nodes)
-        if inspect is not None:
-            inspect(tmp)  # with its data under the temporary name
-            if data is not None:  # the model that is kept names the data's final name
-                _point_at([t for _, t in external], data.name)
-                tmp = temp_beside(path, temps)
-                _write(proto, inits, tmp, nodes)
+        staged = Staged(temp_beside(path, temps))
+        _write(proto, inits, staged.path, nodes)
+        yield staged
+        if not staged.accepted:
+            return
+        tmp = staged.path
+        if data is not None and inspected:  # the model that is kept names the data's final name
+            _point_at([t for _, t in external], data.name)
+            tmp = temp_beside(path, temps)
+            _write(proto, inits, tmp, nodes)
         if data is not None:
             commit(data_tmp, data, force=False)  # a new name: no model references it yet
         previous = _open_previous(path) if force else None
@@ -283,7 +303,6 @@ def save_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, forc
         remove_temps(temps)
         if previous is not None:
             previous.close()
-    return path
 
 
 def _point_at(tensors: List[TensorProto], location: str) -> None:

@@ -12,13 +12,14 @@ that was stored so, and every new one, goes after the flatbuffer, 16-byte aligne
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import BadInput
-from ..outputs import atomic_output
+from ..outputs import Staged, staged_output
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Quantization
 from ..model import Model
@@ -309,17 +310,25 @@ def to_tflite(model: Model) -> bytes:
     return head if not placed else b"".join(_chunks(head, placed))
 
 
-def save_tflite(model: Model, path, *, force: bool = False, protect: Optional[Path] = None,
-                inspect: Optional[Callable[[Path], None]] = None) -> Path:
-    """Write ``model`` as ``.tflite`` atomically (``atomic_output``'s rules); ``inspect``
-    sees the written file before it takes its name. Data stored after the flatbuffer is
-    written from its views, never gathered into one copy in memory."""
+@contextmanager
+def staged_tflite(model: Model, path, *, force: bool = False, protect: Optional[Path] = None) -> Iterator[Staged]:
+    """Write ``model`` as ``.tflite`` under a temporary name beside ``path`` and yield it
+    (``outputs.staged_output``: it takes its name if accepted). Data stored after the
+    flatbuffer is written from its views, never gathered into one copy in memory."""
     head, placed = _encode(model)
-    path = Path(path)
-    with atomic_output(path, force=force, protect=protect) as tmp:
-        with open(tmp, "wb") as f:
+    with staged_output(Path(path), force=force, protect=protect) as staged:
+        with open(staged.path, "wb") as f:
             for chunk in _chunks(head, placed):
                 f.write(chunk)
+        yield staged
+
+
+def save_tflite(model: Model, path, *, force: bool = False, protect: Optional[Path] = None,
+                inspect: Optional[Callable[[Path], None]] = None) -> Path:
+    """Write ``model`` as ``.tflite`` atomically (``staged_tflite``); ``inspect`` sees the
+    written file before it takes its name."""
+    with staged_tflite(model, path, force=force, protect=protect) as staged:
         if inspect is not None:
-            inspect(tmp)
-    return path
+            inspect(staged.path)
+        staged.accept()
+    return Path(path)

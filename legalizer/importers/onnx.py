@@ -24,7 +24,7 @@ from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType
 from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
-from ..model import Format, Model
+from ..model import Model, SourceFormat
 from ..shapes.ranks import infer_ranks
 from . import contrib_shapes
 from ..protoutil import copy_fields, parse_types, strings_are_utf8
@@ -480,4 +480,4 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         stub = _without_weights(model) if _has_large_initializers(model) else model
         if contrib_shapes.contrib_ranks(graph, stub.SerializeToString(), tensor_type):
             infer_ranks(graph)
-    return Model(graph, Format.ONNX, model, base_dir, warnings=imp.warnings)
+    return Model(graph, SourceFormat.ONNX, model, base_dir, warnings=imp.warnings)

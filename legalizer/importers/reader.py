@@ -168,34 +168,46 @@ def files_read(paths: Sequence[Path], outputs: Sequence[Path] = ()) -> List[Tupl
     return found
 
 
+def _read_onnx(path: Path, infer: bool, trust_pt2: bool) -> Model:
+    from .onnx import import_model
+
+    proto = load_onnx_proto(path)
+    try:
+        model = import_model(proto, path.resolve().parent, infer=infer)
+    except BadInput as e:  # the importer knows the graph, not the file: name it
+        raise BadInput(f"{path}: {e}") from None
+    model.source = path
+    return model
+
+
+def _read_tflite(path: Path, infer: bool, trust_pt2: bool) -> Model:
+    from .tflite import load_tflite
+
+    return load_tflite(path)
+
+
+def _read_mlir(path: Path, infer: bool, trust_pt2: bool) -> Model:
+    from .mlir import load_mlir
+
+    return load_mlir(path)
+
+
+def _read_pt2(path: Path, infer: bool, trust_pt2: bool) -> Model:
+    from .pytorch import load_pt2  # the optional torch extra: exported to ONNX by torch.onnx.export
+
+    return load_pt2(path, infer=infer, trust=trust_pt2)
+
+
+# What ``sniff`` finds -> its reader.
+READERS = {"onnx": _read_onnx, "tflite": _read_tflite, "mlir": _read_mlir, "mlirbc": _read_mlir, "pt2": _read_pt2}
+
+
 def read_model(path, infer: bool = True, trust_pt2: bool = False) -> Model:
     """Load a model file of any supported format into the IR (a ``.pt2`` through its
     ONNX export: ``importers.pytorch``, the optional torch extra; read so that nothing
     in it runs unless ``trust_pt2``)."""
     path = Path(path)
     fmt = sniff(path)
-    if fmt == "onnx":
-        from .onnx import import_model
-
-        proto = load_onnx_proto(path)
-        try:
-            model = import_model(proto, path.resolve().parent, infer=infer)
-        except BadInput as e:  # the importer knows the graph, not the file: name it
-            raise BadInput(f"{path}: {e}") from None
-        model.source = path
-        return model
-    if fmt == "tflite":
-        from .tflite import load_tflite
-
-        return load_tflite(path)
-    if fmt in ("mlir", "mlirbc"):
-        from .mlir import load_mlir
-
-        return load_mlir(path)
-    if fmt == "pt2":  # the optional torch extra: exported to ONNX by torch.onnx.export
-        from .pytorch import load_pt2
-
-        return load_pt2(path, infer=infer, trust=trust_pt2)
-    raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
-
-
+    if fmt not in READERS:
+        raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
+    return READERS[fmt](path, infer, trust_pt2)

@@ -31,7 +31,7 @@ from ..ir.constdata import ConstData
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
-from ..model import Format, Model
+from ..model import Model, SourceFormat
 from ..oprules import has_effects
 from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read
 
@@ -505,6 +505,6 @@ def load_tflite(path: Path) -> Model:
         if custom:
             warnings.append(f"subgraph '{g.name}': custom ops kept opaque: {', '.join(custom)}")
     io = [([int(i) for i in sg.get("inputs", [])], [int(i) for i in sg.get("outputs", [])]) for sg in subgraphs]
-    model = Model(graphs[0], Format.TFLITE, TFLiteSource(table, len(buf), io, imp.external), path.resolve().parent, path,
+    model = Model(graphs[0], SourceFormat.TFLITE, TFLiteSource(table, len(buf), io, imp.external), path.resolve().parent, path,
                   warnings, subgraphs=graphs)
     return model

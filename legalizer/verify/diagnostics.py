@@ -78,5 +78,8 @@ class ConstraintSet:
     def __len__(self) -> int:
         return len(self.items)
 
+    def __iter__(self):
+        return iter(self.items.values())
+
     def to_json(self) -> list:
         return [{"text": c.text, "nodes": self.nodes[k]} for k, c in self.items.items()]

@@ -1,0 +1,104 @@
+"""What the main job asks of a model of one input kind, as one object: ``Format``. Each
+kind (ONNX, TFLite, TOSA MLIR, ``.pt2``) is a subclass in a module of its own, registered
+in ``formats.FORMATS``; the driver asks the record and never compares format names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..errors import UsageError
+from ..model import Model
+
+
+@dataclass
+class Sides:
+    """What a check compared: the candidate and its reference, as the check ran them,
+    and the candidate's format, which knows how to localize and reduce them. ONNX sides
+    are ModelProtos or paths, TFLite sides paths (``graph`` the candidate's IR), a TOSA
+    MLIR candidate a path and its reference a ``.tflite`` or ``.onnx`` path."""
+
+    fmt: "Format"
+    candidate: Any
+    reference: Any
+    graph: Any = None
+
+
+class Format:
+    """One input kind. The class attributes are its facts; the methods what differs
+    between kinds, each with the refusal a kind without it gives."""
+
+    name = ""  # as the report's ``format`` names it
+    title = ""  # in messages
+    written: Optional[str] = None  # the format its legal form is written in; None: verified only
+    input_profile = "mlir"  # the verifier profile its input is held to by default
+    runtime = "onnxrt"  # the runtime its check's runs come from (golden data's runner names)
+    golden = False  # stored inputs and outputs (--load-*, --save-*) feed its check
+    reduces = False  # --reduce writes its subgraphs
+    static_shapes = False  # --static makes its shapes static
+    against: Tuple[str, ...] = ()  # the reference formats --against compares it with
+
+    # -- the inputs the user binds --------------------------------------------------
+    def declared(self, model: Model):
+        """``check.given.Declared``: each input the user's shapes and arrays may name."""
+        raise NotImplementedError
+
+    def input_types(self, model: Model) -> Dict[str, int]:
+        """The ONNX element type of each declared input (0 where unknown)."""
+        raise NotImplementedError
+
+    def dim_keys(self, model: Model) -> Optional[List[str]]:
+        """The dynamic dims a ``--dim`` may bind; None where the dims are another model's."""
+        from ..check.given import dynamic_keys
+
+        return dynamic_keys(self.declared(model))
+
+    def user_dims(self, model: Model, options, given) -> Dict[str, int]:
+        """The dims the user binds, checked against the model's inputs (UsageError)."""
+        from ..check.given import check_dtypes, user_dims
+
+        bound = user_dims(self.declared(model), options.dims, options.input_shapes, given, self.dim_keys(model))
+        check_dtypes(self.input_types(model), given)
+        return bound
+
+    def default_output(self, path: Path, model: Model) -> Path:
+        from .paths import default_output
+
+        return default_output(path)
+
+    def stage(self, model: Model, path: Path, *, force: bool = False):
+        """A context that writes ``model`` in its own format under a temporary name beside
+        ``path`` and yields an ``outputs.Staged``: committed if accepted, else removed."""
+        raise UsageError(f"a {self.title} model is verified, not written")
+
+    # -- the checks -------------------------------------------------------------------
+    def check(self, run, written: Path):
+        """The main job's check of ``written`` (the legalized model) against the input."""
+        raise UsageError(f"a {self.title} model is not legalized, so not checked")
+
+    def sides(self, run, written: Path) -> Sides:
+        """What ``check`` compared, for localization and reduction."""
+        raise NotImplementedError
+
+    def compare(self, run, reference: Path):
+        """``--against``: the model at ``run.path`` compared with ``reference``."""
+        raise NotImplementedError
+
+    # -- after a check that failed ----------------------------------------------------
+    def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
+        """The inputs the check fed at ``dims`` (the same synthesis, the same seed)."""
+        raise NotImplementedError
+
+    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
+        """Where the candidate starts to differ at ``binding`` (``check.localize``)."""
+        raise NotImplementedError
+
+    def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
+               protect: Sequence[Path]):
+        raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {self.title} model is localized,"
+                         " not reduced")
+
+    def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
+                         force: bool, protect: Sequence[Path]):
+        raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {self.title} model is not reduced")

@@ -1,0 +1,91 @@
+"""TOSA MLIR modules: verified, not legalized; compared (``--against``) on IREE with the
+model they came from, localized and reduced as TOSA modules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..errors import BadInput, UsageError
+from ..model import Model
+from .base import Format, Sides
+
+
+class MlirFormat(Format):
+    name = "mlir"
+    title = "TOSA MLIR"
+    input_profile = "tosa"
+    reduces = True
+    against = ("tflite", "onnx")
+
+    def dim_keys(self, model: Model) -> Optional[list]:
+        return None  # its dims are its reference's (--against), checked where that is read
+
+    def declared(self, model: Model):
+        return []
+
+    def user_dims(self, model: Model, options, given) -> Dict[str, int]:
+        if options.input_shapes:
+            raise UsageError("--input-shape binds the inputs of an ONNX, TFLite or .pt2 model; a TOSA MLIR"
+                             " module's comparison (--against) takes arrays with --input")
+        return dict(options.dims)
+
+    def compare(self, run, reference: Path):
+        from ..check.against import check_against
+        from ..check.iree_run import Refused
+
+        options = run.options
+        try:
+            return check_against(run.path, reference, provider=options.provider, rtol=options.rtol,
+                                 atol=options.atol, given=run.given, dims=options.dims)
+        except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
+            raise BadInput(f"{run.path}: {e}") from None
+
+    def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
+        from ..check.against import feeds_for
+
+        return feeds_for(Path(sides.reference), dims, given, provider)
+
+    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
+        from ..check.against import module_text
+        from ..check.localize import localize_mlir
+        from ..check.ort_session import providers
+
+        feeds = self.feeds(sides, binding.dims, given, provider)
+        differing = [i for i, o in enumerate(binding.outputs) if not o.ok]
+        return localize_mlir(module_text(Path(sides.candidate)), sides.reference, feeds, providers(provider),
+                             rtol=rtol, atol=atol, binding=binding.dims, differing=differing, budget=budget)
+
+    def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
+               protect: Sequence[Path]):
+        from ..check.against import module_text
+        from ..check.iree_run import bind_dims
+        from ..check.probes import printed
+        from ..check.reduce import reduce_mlir
+
+        feeds = self.feeds(sides, loc.binding, given, provider)
+        text = printed(bind_dims(module_text(Path(sides.candidate)), [np.shape(a) for a in feeds.values()]))
+        return reduce_mlir(text, loc, feeds, path, rtol=rtol, atol=atol, force=force, protect=protect)
+
+    def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
+                         force: bool, protect: Sequence[Path]):
+        from ..check.against import module_text
+        from ..check.probes import printed
+        from ..check.reduce import reduce_mlir_violation
+
+        text = printed(module_text(Path(source)))
+        return reduce_mlir_violation(text, code, _printed_label(model, text, node), profile, path, force=force,
+                                     protect=protect)
+
+
+def _printed_label(model: Model, text: str, node: str) -> str:
+    """The label of op ``node`` (of the module as read) in ``text``, the module as MLIR
+    prints it: the printer renumbers SSA names, the ops keep their order."""
+    from ..importers.mlir import parse_mlir
+    from ..ir.graph import CONST, OP
+
+    mine = [n.label for n in model.graph.nodes() if n.kind in (OP, CONST)]
+    theirs = [n.label for n in parse_mlir(text).graph.nodes() if n.kind in (OP, CONST)]
+    return theirs[mine.index(node)] if node in mine and len(mine) == len(theirs) else node

@@ -1,0 +1,171 @@
+"""ONNX models: checked and localized on onnxruntime, reduced to ONNX subgraphs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Mapping, Sequence
+
+from ..model import Model
+from .base import Format, Sides
+
+
+def as_proto(model):
+    """A ModelProto with its external data (a path is read after the check of its
+    external data locations)."""
+    import onnx
+
+    from ..importers.reader import check_external_data
+
+    if isinstance(model, onnx.ModelProto):
+        return model
+    check_external_data(Path(model))
+    return onnx.load(str(model))
+
+
+def range_hints(source) -> Dict[str, list]:
+    """Per dim, the sizes at the bounds of its range (a PyTorch program's range
+    constraints; ``source`` a ``TorchSource`` or None), for the check's search."""
+    if source is None:
+        return {}
+    from ..check.search import sizes_in_range
+    from ..importers.pytorch import dim_ranges
+
+    return {key: sizes_in_range(lo, hi) for key, (lo, hi) in dim_ranges(source).items()}
+
+
+class OnnxFormat(Format):
+    name = "onnx"
+    title = "ONNX"
+    written = "onnx"
+    golden = True
+    reduces = True
+    against = ("onnx",)
+
+    def proto(self, model: Model):
+        """The ModelProto the check runs as the original."""
+        return model.proto
+
+    def original(self, run):
+        """What the check runs as the original: the input file."""
+        return run.path
+
+    def stage(self, model: Model, path: Path, *, force: bool = False):
+        from ..exporters.onnx import export_model, staged_model
+
+        # The initializers and nodes are streamed into the file, not copied into a new ModelProto.
+        inits: list = []
+        nodes: list = []
+        proto = export_model(model.graph, model.proto, detached=inits, detached_nodes=nodes)
+        return staged_model(proto, path, model.base_dir, force=force, protect=model.source, initializers=inits,
+                            nodes=nodes)
+
+    def declared(self, model: Model):
+        from ..check.ort import declared_shapes
+
+        return declared_shapes(self.proto(model))
+
+    def input_types(self, model: Model) -> Dict[str, int]:
+        return {vi.name: vi.type.tensor_type.elem_type for vi in self.proto(model).graph.input
+                if vi.type.HasField("tensor_type")}
+
+    def check(self, run, written: Path):
+        from ..check.ort import check, choices_from_constraints
+
+        options, golden = run.options, run.golden
+        if golden.samples is not None:
+            from ..check.samples import check_samples
+
+            return check_samples(self.original(run), written, golden.samples, expected=golden.expected,
+                                 reference=golden.reference, provider=options.provider, dims=run.dims,
+                                 rtol=options.rtol, atol=options.atol, record=options.records)
+        return check(self.original(run), written, provider=options.provider, dims=run.dims, inputs=run.given,
+                     rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
+                     choices=choices_from_constraints(run.res.input_verification.constraints),
+                     hints=self.hints(run), profile=run.target.profile, record=options.records)
+
+    def hints(self, run) -> Dict[str, list]:
+        """Sizes worth trying per dim (a PyTorch program's ranges); none for ONNX."""
+        return {}
+
+    def sides(self, run, written: Path) -> Sides:
+        return Sides(self, written, self.original(run))
+
+    def compare(self, run, reference: Path):
+        from ..check.ort import check
+
+        options = run.options
+        return check(reference, run.path, provider=options.provider, dims=run.dims, inputs=run.given,
+                     rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
+                     raise_faults=True)
+
+    def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
+        from ..check.ort import synthesize
+
+        return synthesize(sides.reference, dims, given)
+
+    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
+        from ..check.localize import localize_onnx
+        from ..check.ort_session import providers
+
+        sides.candidate, sides.reference = as_proto(sides.candidate), as_proto(sides.reference)
+        feeds = self.feeds(sides, binding.dims, given, provider)
+        return localize_onnx(sides.candidate, sides.reference, feeds, providers(provider), rtol=rtol, atol=atol,
+                             binding=binding.dims)
+
+    def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
+               protect: Sequence[Path]):
+        from ..check.ort_session import providers
+        from ..check.reduce import reduce_onnx
+
+        feeds = self.feeds(sides, loc.binding, given, provider)
+        return reduce_onnx(sides.candidate, sides.reference, loc, feeds, providers(provider), path, rtol=rtol,
+                           atol=atol, force=force, protect=protect)
+
+    def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
+                         force: bool, protect: Sequence[Path]):
+        from ..check.reduce import reduce_onnx_violation
+
+        return reduce_onnx_violation(as_proto(source), model.graph, code, node, profile, path, force=force,
+                                     protect=protect)
+
+
+class Pt2Format(OnnxFormat):
+    """A ``torch.export`` program: legalized as its ONNX export, checked against that
+    export on onnxruntime and against PyTorch running the program."""
+
+    name = "pt2"
+    title = ".pt2"
+    against = ()
+
+    def proto(self, model: Model):
+        return model.torch.onnx
+
+    def original(self, run):
+        return run.model.torch.onnx
+
+    def default_output(self, path: Path, model: Model) -> Path:
+        from .paths import default_output
+
+        return default_output(path.with_suffix(".pt2"))
+
+    def hints(self, run) -> Dict[str, list]:
+        return range_hints(run.model.torch)
+
+    def check(self, run, written: Path):
+        from ..check.ort import choices_from_constraints
+        from ..check.torch_ref import check_torch
+
+        result = super().check(run, written)
+        options = run.options
+        found = result.search is not None and result.search.found is not None
+        choices = result.search.choices if found else \
+            choices_from_constraints(run.res.input_verification.constraints)
+        result.torch = check_torch(run.model.torch, written, provider=options.provider, dims=run.dims,
+                                   inputs=run.given, rtol=options.rtol, atol=options.atol,
+                                   not_one=options.assume_dynamic_not_one, choices=choices, searched=found,
+                                   path=run.model.source, trust=options.trust_pt2)
+        return result
+
+    def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
+                         force: bool, protect: Sequence[Path]):
+        return Format.reduce_violation(self, model, source, code, node, profile, path, force=force, protect=protect)

@@ -1,0 +1,91 @@
+"""TFLite models: checked on LiteRT (and as their ONNX form on onnxruntime), localized
+on LiteRT, their shapes made static for a static-shape target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+from ..model import Model
+from .base import Format, Sides
+
+
+class TfliteFormat(Format):
+    name = "tflite"
+    title = "TFLite"
+    written = "tflite"
+    runtime = "litert"
+    golden = True
+    static_shapes = True
+    against = ("tflite",)
+
+    def stage(self, model: Model, path: Path, *, force: bool = False):
+        from ..exporters.tflite import staged_tflite
+
+        return staged_tflite(model, path, force=force, protect=model.source)
+
+    def declared(self, model: Model):
+        from ..check.tflite import declared_shapes
+
+        return declared_shapes(model.graph)
+
+    def input_types(self, model: Model) -> Dict[str, int]:
+        from ..ir.dtypes import elem_type
+
+        return {n.output.name: elem_type(n.output.type.dtype) for n in model.graph.inputs}
+
+    def dim_keys(self, model: Model) -> Optional[List[str]]:
+        """Of every subgraph: a --dim binds a dynamic dim of any of them."""
+        from ..check.given import dynamic_keys
+        from ..check.tflite import declared_shapes
+
+        return dynamic_keys([d for g in model.graphs for d in declared_shapes(g)])
+
+    def check(self, run, written: Path):
+        from ..check.tflite import check_tflite
+
+        options, golden, model = run.options, run.golden, run.model
+        result = check_tflite(run.path, written, model, provider=options.provider, dims=run.dims, inputs=run.given,
+                              rtol=options.rtol, atol=options.atol, samples=golden.samples,
+                              expected=golden.expected, reference=golden.reference, record=options.records)
+        if len(model.graphs) == 1:  # its bindings are named as the user names them
+            for b in result.bindings:
+                b.source = "user" if b.dims and set(b.dims) <= set(run.dims) else b.source
+        return result
+
+    def sides(self, run, written: Path) -> Sides:
+        return Sides(self, written, run.path, run.model.graph)
+
+    def compare(self, run, reference: Path):
+        from ..check.tflite import check_tflite
+
+        options = run.options
+        return check_tflite(reference, run.path, run.model, provider=options.provider, dims=run.dims,
+                            inputs=run.given, rtol=options.rtol, atol=options.atol, litert_only=True)
+
+    def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
+        from ..check.inputs import graph_input_specs, make_feeds
+
+        prefix = f"{sides.graph.name}/"
+        return make_feeds(graph_input_specs(sides.graph),
+                          {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in dims.items()}, given, 0)
+
+    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
+        from ..check.localize import localize_tflite
+
+        feeds = self.feeds(sides, binding.dims, given, provider)
+        loc = localize_tflite(sides.candidate, sides.reference, sides.graph, feeds, rtol=rtol, atol=atol,
+                              binding=binding.dims)
+        if not any(not o.ok for o in binding.outputs if o.name.endswith("(LiteRT)")):
+            loc.note = "compared on LiteRT, where the outputs match: those that differ are the ONNX form's"
+        return loc
+
+    def specialize(self, run) -> None:
+        """``--static``, or dims bound for a static-shape target: the shapes made static
+        and the shape arithmetic that became constant folded (``check.static_shapes``)."""
+        from ..check.static_shapes import specialize_tflite
+
+        done = specialize_tflite(run.model, run.path, run.dims)
+        if done.bound:
+            run.report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
+                                       + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")

@@ -1,0 +1,181 @@
+"""One run of the main job: its options (``RunOptions``, validated once, where they are
+built), the state its stages fill in (``Run``), and what it gives back (``RunResult``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from .check import ATOL, BUDGET, RTOL
+from .errors import EXIT_OK, UsageError
+from .model import Model
+from .report import Report
+from .targets import TARGETS, target as target_named
+from .verify import PROFILES, VerifyResult
+
+if TYPE_CHECKING:
+    from .check.golden import Golden
+    from .check.localize import Localization
+    from .check.reduce import Reduced
+    from .check.results import CheckResult
+    from .regions import Picture, Regions
+
+# Called as each stage starts, with what is known of its size: "load" gets
+# {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
+# progress from it; the API ignores it.
+StageCallback = Callable[[str, Dict[str, int]], None]
+
+PROVIDERS = ("auto", "cpu", "cuda")
+
+# The golden-data options (check.golden), by field and flag.
+GOLDEN_FLAGS = (("load_inputs", "--load-inputs"), ("data_loader_script", "--data-loader-script"),
+                ("load_outputs", "--load-outputs"), ("save_inputs", "--save-inputs"),
+                ("save_outputs", "--save-outputs"))
+
+
+@dataclass
+class RunOptions:
+    target: str = "tosa"
+    level: Optional[str] = None  # the target's level (TOSA: 8k, the default, or none)
+    profile: Optional[str] = None  # default: the input format's (mlir; tosa for a TOSA MLIR input)
+    verify_only: bool = False
+    output: Optional[Path] = None  # default: <stem>.legal.<ext> beside the input
+    force: bool = False
+    check: bool = True
+    provider: str = "auto"
+    dims: Dict[str, int] = field(default_factory=dict)
+    input_shapes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # binds the inputs' dynamic dims
+    # Make every dynamic dim static (bound ones at their size, the rest at 1) and fold the
+    # shape arithmetic that becomes constant (TFLite); a static-shape target does this
+    # for the dims the user binds.
+    static: bool = False
+    inputs: Any = field(default_factory=dict)  # arrays by input name, or an .npz path
+    rtol: float = RTOL
+    atol: float = ATOL
+    assume_dynamic_not_one: bool = False
+    debug: bool = False  # verify the graph after every pass (``transform.legalize``)
+    emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
+    against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
+    regions: bool = False  # record the rewritten regions (for the HTML report)
+    trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (importers.pt2_safety)
+    require_check: bool = False  # a check that did not run, or ran in part, fails the run (exit 1)
+    # Compare intermediate values (check.divergence): True always, None when the main
+    # job's check fails (and, with --against, when --reduce asks), False never.
+    localize: Optional[bool] = None
+    localize_budget: int = BUDGET  # IREE runs one localization may take
+    reduce: Optional[Path] = None  # write the smallest subgraph that still fails here
+    # A batch's --dim: binds the dims a model has and leaves out the others (with a
+    # warning); alone, a --dim that binds no dim of the model is a UsageError.
+    dims_where_present: bool = False
+    # Golden data (check.golden): stored inputs to feed (Polygraphy's JSON or .npz), a
+    # script whose FILE.py[:FUNC] yields them (it runs the user's code: only when named),
+    # stored reference outputs to compare with instead of running the original, and
+    # where to save what the check fed and got.
+    load_inputs: Optional[Path] = None
+    data_loader_script: Optional[str] = None
+    load_outputs: Optional[Path] = None
+    save_inputs: Optional[Path] = None
+    save_outputs: Optional[Path] = None
+    # Limits of the child process every model runs in (check.child): seconds per run of a
+    # runtime, bytes it may allocate; None: the defaults.
+    run_timeout: Optional[float] = None
+    run_memory: Optional[int] = None
+
+    @property
+    def checks(self) -> bool:
+        """Whether a numeric check runs: the main job's, or --against's."""
+        return self.check and (not self.verify_only or self.against is not None)
+
+    @property
+    def records(self) -> bool:
+        """Whether the check keeps its runs (to save them)."""
+        return self.save_inputs is not None or self.save_outputs is not None
+
+    def golden_flags(self) -> List[str]:
+        return [flag for key, flag in GOLDEN_FLAGS if getattr(self, key) is not None]
+
+    def validate(self) -> "RunOptions":
+        """UsageError for options that contradict each other or name nothing there is,
+        before any work; what needs the model is checked by its format (``formats``)."""
+        if self.profile is not None and self.profile not in PROFILES:
+            raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{self.profile}'")
+        if self.target not in TARGETS:
+            raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{self.target}'")
+        spec = TARGETS[self.target]
+        if self.level is not None:
+            if not spec.levels:
+                raise UsageError(f"--tosa-level applies to --target tosa, not --target {self.target}")
+            spec.level(self.level)  # UsageError naming the levels
+        if self.provider not in PROVIDERS:
+            raise UsageError(f"--provider must be {', '.join(PROVIDERS[:-1])} or {PROVIDERS[-1]}, not"
+                             f" '{self.provider}'")
+        if self.require_check and not self.checks:
+            raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"
+                             " --verify-only (except with --against)")
+        flags = self.golden_flags()
+        if flags and (not self.check or (self.verify_only and self.against is None)):
+            raise UsageError(f"{flags[0]} feeds or saves the numeric check: it cannot go with --no-check, nor with"
+                             " --verify-only")
+        if flags and self.against is not None:
+            raise UsageError(f"{flags[0]} works with the check of a legalized model, not with --against")
+        return self
+
+
+@dataclass
+class RunResult:
+    report: Report
+    model: Optional[Model] = None
+    input_verification: Optional[VerifyResult] = None
+    exit_code: int = EXIT_OK
+    timings: Dict[str, float] = field(default_factory=dict)
+    output_verification: Optional[VerifyResult] = None
+    check: Optional["CheckResult"] = None
+    ops_before: Counter = field(default_factory=Counter)
+    ops_after: Counter = field(default_factory=Counter)
+    regions: Optional["Regions"] = None  # with RunOptions.regions, once legalized
+    unchecked: str = ""  # with RunOptions.require_check: why the check did not run fully (exit 1)
+    localization: Optional["Localization"] = None  # where the candidate starts to differ
+    reduced: Optional["Reduced"] = None  # --reduce: what was written
+    culprit_picture: Optional["Picture"] = None  # with RunOptions.regions: the localization's culprit, drawn
+
+
+@dataclass
+class Run:
+    """What the stages of one run share: the input, the options, and what each stage
+    made for the next. ``done`` stops the stages that follow."""
+
+    path: Path
+    options: RunOptions
+    on_stage: Optional[StageCallback] = None
+    given: Dict[str, Any] = field(default_factory=dict)  # the arrays the check is fed (--input)
+    golden: Optional["Golden"] = None
+    fmt: Any = None  # the input's ``formats.Format``
+    res: Optional[RunResult] = None
+    dims: Dict[str, int] = field(default_factory=dict)  # the dims the user binds
+    profile: str = "mlir"  # the input's verifier profile
+    output: Optional[Path] = None  # the legalized model's path
+    formats: List[str] = field(default_factory=list)  # what is written (--emit)
+    paths: Dict[str, Path] = field(default_factory=dict)  # where each is written
+    made: Dict[str, object] = field(default_factory=dict)  # every format but the model's own, made
+    written: Optional[Path] = None  # the model in its own format under a temporary name
+    sides: Any = None  # what the check compared (``diagnose.Sides``)
+    failed: bool = False  # the check ran and found different outputs
+    timings: Dict[str, float] = field(default_factory=dict)  # seconds per stage, as the driver timed them
+    stack: Any = None  # the files written under temporary names, until the commit (an ExitStack)
+    staged: Any = None  # the model in its own format, so written (``outputs.Staged``)
+    done: bool = False
+
+    @property
+    def model(self) -> Model:
+        return self.res.model
+
+    @property
+    def report(self) -> Report:
+        return self.res.report
+
+    @property
+    def target(self):
+        """The target's record (``targets.Target``)."""
+        return target_named(self.options.target)
