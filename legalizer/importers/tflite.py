@@ -18,6 +18,7 @@ in file order). Conventions of the TFLite IR:
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
 from dataclasses import dataclass, field
@@ -100,6 +101,25 @@ def _attr_value(v: Any) -> Any:
     return v
 
 
+def _tensor_at(index: int, values: List[Value], idx: int, where: str) -> Optional[Value]:
+    """Tensor ``idx`` of subgraph ``index`` (None for -1, no operand)."""
+    if idx == -1:
+        return None
+    if not 0 <= idx < len(values):
+        raise BadInput(f"subgraph {index}: {where} refers to tensor {idx}, but the subgraph has"
+                       f" {len(values)}")
+    return values[idx]
+
+
+def _check_reads_defined(index: int, nodes: List[Node], produced: set) -> None:
+    """BadInput for an operator of subgraph ``index`` that reads a tensor nothing defines."""
+    for node in (n for n in nodes if n.kind == OP):
+        for v in node.inputs:
+            if v is not None and v.info_index not in produced:
+                raise BadInput(f"subgraph {index}: operator {node.op} reads tensor '{v.name}', which no"
+                               " operator, input or buffer defines")
+
+
 class _Importer:
     def __init__(self, table: FbTable, buf, warnings: List[str]):
         self.table = table
@@ -153,8 +173,37 @@ class _Importer:
         g.proto = FbTable("SubGraph", {k: v for k, v in sg.fields.items()
                                        if k not in ("tensors", "inputs", "outputs", "operators")})
         tensors: List[FbTable] = sg.get("tensors", [])
-        values: List[Value] = []
+        values, consts = self._tensors(index, tensors)
+        tensor = functools.partial(_tensor_at, index, values)
         nodes: List[Node] = []
+        graph_inputs = [int(i) for i in sg.get("inputs", [])]
+        for i in graph_inputs:
+            v = tensor(i, "an input")
+            if i in consts:  # fed or constant? LiteRT crashes writing into its read-only data
+                raise BadInput(f"subgraph {index}: input tensor '{v.name}' also has constant data"
+                               f" (buffer {int(tensors[i].get('buffer', 0))})")
+            nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
+        produced = set(graph_inputs)
+        for i in sorted(consts):
+            if i not in produced:
+                nodes.append(consts[i])
+                produced.add(i)
+        nodes += self._operators(index, sg, values, produced)
+        _check_reads_defined(index, nodes, produced)
+        for i in [int(i) for i in sg.get("outputs", [])]:
+            v = tensor(i, "an output")
+            if v.info_index not in produced:
+                raise BadInput(f"subgraph {index}: output tensor '{v.name}' is never defined")
+            nodes.append(Node(OUTPUT, "$output", name=v.name, inputs=[v]))
+        g.add_nodes(nodes)
+        _order_effects(g, [n for n in nodes if n.kind == OP])
+        g.nodes()  # the topological order; a cycle is bad input
+        return g
+
+    def _tensors(self, index: int, tensors: List[FbTable]) -> Tuple[List[Value], Dict[int, Node]]:
+        """One value per tensor of subgraph ``index`` (names made unique), and a
+        constant node for each tensor with data, by tensor index."""
+        values: List[Value] = []
         consts: Dict[int, Node] = {}
         names = set()
         for i, t in enumerate(tensors):
@@ -176,31 +225,17 @@ class _Importer:
             if data is not None:
                 consts[i] = Node(CONST, "$const", name=name, outputs=[v],
                                  data=self.const_data(data, v, name, t.get("sparsity"), buffer))
+        return values, consts
 
-        def tensor(idx: int, where: str) -> Optional[Value]:
-            if idx == -1:
-                return None
-            if not 0 <= idx < len(values):
-                raise BadInput(f"subgraph {index}: {where} refers to tensor {idx}, but the subgraph has"
-                               f" {len(values)}")
-            return values[idx]
-
-        graph_inputs = [int(i) for i in sg.get("inputs", [])]
-        for i in graph_inputs:
-            v = tensor(i, "an input")
-            if i in consts:  # fed or constant? LiteRT crashes writing into its read-only data
-                raise BadInput(f"subgraph {index}: input tensor '{v.name}' also has constant data"
-                               f" (buffer {int(tensors[i].get('buffer', 0))})")
-            nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
-        produced = set(graph_inputs)
-        for i in sorted(consts):
-            if i not in produced:
-                nodes.append(consts[i])
-                produced.add(i)
+    def _operators(self, index: int, sg: FbTable, values: List[Value], produced: set) -> List[Node]:
+        """The operator nodes of subgraph ``index``, in the order listed (which is the
+        order TFLite runs them); adds the tensors they write to ``produced``."""
+        nodes = []
         later = {i: k for k, op in enumerate(sg.get("operators", [])) for i in _ints(op.get("outputs", []))}
         for k, op in enumerate(sg.get("operators", [])):
             node = self.operator(k, op, index)
-            node.inputs = [tensor(i, f"operator {k} ({node.op})") for i in _ints(op.get("inputs", []))]
+            where = f"operator {k} ({node.op})"
+            node.inputs = [_tensor_at(index, values, i, where) for i in _ints(op.get("inputs", []))]
             for v in node.inputs:
                 # TFLite runs operators in the order listed (LiteRT aborts on this).
                 if v is not None and v.info_index not in produced and later.get(v.info_index, -1) >= k:
@@ -215,20 +250,7 @@ class _Importer:
             node.outputs = [values[i] for i in outs]
             _name_broadcast_dims(node)
             nodes.append(node)
-        for k, node in enumerate(n for n in nodes if n.kind == OP):
-            for v in node.inputs:
-                if v is not None and v.info_index not in produced:
-                    raise BadInput(f"subgraph {index}: operator {node.op} reads tensor '{v.name}', which no"
-                                   " operator, input or buffer defines")
-        for i in [int(i) for i in sg.get("outputs", [])]:
-            v = tensor(i, "an output")
-            if v.info_index not in produced:
-                raise BadInput(f"subgraph {index}: output tensor '{v.name}' is never defined")
-            nodes.append(Node(OUTPUT, "$output", name=v.name, inputs=[v]))
-        g.add_nodes(nodes)
-        _order_effects(g, [n for n in nodes if n.kind == OP])
-        g.nodes()  # the topological order; a cycle is bad input
-        return g
+        return nodes
 
     def tensor_type(self, t: FbTable, where: str) -> TensorType:
         code = int(t.get("type", 0))
