@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import mmap
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -35,14 +35,10 @@ from ..ir.types import Quantization, TensorType
 from ..model import Format, Model
 from ..oprules import has_effects
 from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read
+# (re-exported: the records are the importer's, kept below it so the exporters need not import it)
+from ..tflite_records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
 
-TFLITE_DOMAIN, CUSTOM_DOMAIN = "tflite", "tflite.custom"
-
-# TFLite TensorType -> IR dtype name (ONNX's, lower-cased) and numpy dtype.
-DTYPES = {0: "float", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool",
-          7: "int16", 8: "complex64", 9: "int8", 10: "double", 11: "complex128", 12: "uint64",
-          15: "uint32", 16: "uint16", 17: "int4", 18: "bfloat16"}
-TFLITE_TYPES = {v: k for k, v in DTYPES.items()}
+# TFLite TensorType -> numpy dtype, by IR dtype name.
 NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8, "int64": np.int64,
          "bool": np.bool_, "int16": np.int16, "complex64": np.complex64, "int8": np.int8, "double": np.float64,
          "complex128": np.complex128, "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16}
@@ -51,32 +47,6 @@ NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8":
 TENSOR_FIELDS = ("shape", "shape_signature", "type", "buffer", "name", "quantization")
 OPERATOR_FIELDS = ("opcode_index", "inputs", "outputs", "builtin_options", "builtin_options_type",
                    "builtin_options2", "builtin_options2_type")
-
-
-@dataclass
-class OpRecord:
-    """What an imported operator keeps besides its operands and options: its
-    OperatorCode (version, custom code), the rest of its Operator table, and which
-    options table its ``attrs`` came from."""
-
-    opcode: FbTable
-    rest: FbTable
-    options_table: Optional[str] = None
-
-
-@dataclass
-class TFLiteSource:
-    """``Model.proto`` of a TFLite model: the file's Model table less its subgraphs,
-    whose buffers are views of the file."""
-
-    table: FbTable
-    size: int
-    # each subgraph's input and output tensor indices, which signatures refer to
-    io: List[Tuple[List[int], List[int]]]
-    # buffer index -> its bytes (a view of the file) for buffers stored by offset after
-    # the flatbuffer (Buffer.offset/size, how models over 2 GB are laid out): the
-    # exporter writes them back the same way
-    external: Dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def _quantization(q: Optional[FbTable]) -> Optional[Quantization]:
