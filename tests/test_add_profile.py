@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import cli_in_process
+from helpers import cli_in_process, op_model, save
 from legalizer.targets import TARGETS, Target, register_target, target
 from legalizer.verify import PROFILE_RECORDS, PROFILES, Profile, register_profile
 
@@ -91,6 +91,20 @@ def test_the_target_folds_the_chain_within_its_rank(gpu4, tmp_path):
     before = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     after = ort.InferenceSession(str(out_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(before, after)
+
+
+def test_broadcasting_over_the_limit_that_cannot_fold_is_named_not_written(gpu4, tmp_path):
+    # 2x3x4x5x6 + 2x1x4x1x6: no two adjacent dims are alike in both operands
+    model = save(op_model("Add", ["2x3x4x5x6xf32", "2x1x4x1x6xf32"], "2x3x4x5x6xf32"), tmp_path / "alt.onnx")
+    out_path = tmp_path / "alt.legal.onnx"
+    code, out, err = cli_in_process(model, out_path, "--target", "gpu4", "-q")
+    assert code == 1 and err == "" and not out_path.exists()
+    assert out.splitlines() == [
+        "error: in the output, node 'n0': 'Add' op operand #0 has rank 5; the GPU delegate takes rank <= 4:"
+        " ('2x3x4x5x6', '2x1x4x1x6') -> '2x3x4x5x6'",
+        f"{model}: the legalized model has 1 violation under 'gpu4' (over the rank limit: the broadcasting of 'n0'"
+        " needs more dims than the target takes (rank folding merges only adjacent dims that every operand has"
+        " alike)); nothing written"]
 
 
 def test_the_command_line_offers_them(gpu4, tmp_path):
