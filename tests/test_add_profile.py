@@ -56,6 +56,17 @@ def test_a_registered_target_brings_its_profile_and_codes(gpu4):
         register_target(Target("tosa", "mlir", ()))
 
 
+def test_every_code_a_profile_reports_has_its_wording(gpu4):
+    from legalizer.verify.diagnostics import MESSAGES
+
+    codes = {c for p in PROFILE_RECORDS.values() for c in p.codes}
+    assert codes | {"tosa-level"} == set(MESSAGES)  # (tosa-level: the emitted TOSA's level check, not a profile's)
+    assert PROFILE_RECORDS["mlir"].codes == ("incompatible-operands", "result-rank-mismatch", "result-incompatible",
+                                             "not-unidirectional", "shape-mismatch", "legacy-axis")
+    assert PROFILE_RECORDS["strict"].codes[-1] == "result-dynamic-to-static"
+    assert PROFILE_RECORDS["xla"].codes[-2:] == ("implicit-broadcast", "unranked-operand")
+
+
 def test_the_profile_reports_a_rank_5_operand_in_its_words(gpu4, tmp_path):
     model = rank5_chain(tmp_path / "rank5.onnx")
     code, out, err = cli_in_process(model, "--verify-only", "--profile", "rank4", "--report", tmp_path / "r.json")
