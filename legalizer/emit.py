@@ -76,9 +76,10 @@ def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None) -> Model
     if model.format == "onnx":
         return model
     from .importers.onnx import import_model
+    from .targets import target as target_named
     from .transform import legalize
 
-    dialect = {"xla": "StableHLO", "tosa": "TOSA"}[target]
+    dialect = target_named(target).dialect
     onnx_ir = import_model(onnx_form(model, f"emit {dialect} (made from its ONNX form)"))
     legalize(onnx_ir, target, level=level)
     return onnx_ir

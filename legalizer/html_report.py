@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .regions import Picture, PNode, Region, Regions
 from .report import verdict
+from .targets import TARGETS
 
 # How many region pictures start unfolded; the others are one click away.
 OPEN_PICTURES = 12
@@ -448,7 +449,9 @@ def _table(head: Optional[Sequence[str]], rows: Iterable[Sequence[str]], num: Se
 def _summary(rep: dict) -> str:
     st = rep.get("stats", {})
     keys = ["nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted", "constants_folded"]
-    if rep.get("target") == "xla" or any(st.get(k) for k in ("broadcasts_made_explicit", "runtime_broadcast_checks")):
+    spec = TARGETS.get(rep.get("target")) if isinstance(rep.get("target"), str) else None  # (a report read back)
+    if (spec is not None and spec.explicit_broadcasts) or any(st.get(k) for k in ("broadcasts_made_explicit",
+                                                                                   "runtime_broadcast_checks")):
         keys += ["broadcasts_made_explicit", "runtime_broadcast_checks", "runtime_broadcast_checks_elided"]
     keys = [k for k in keys if k in st]  # (a library caller may give the passes' counters only)
     cards = "".join(f'<div class="card"><div class="n">{int(st.get(k, 0)):,}</div>'
