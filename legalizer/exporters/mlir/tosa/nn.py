@@ -10,9 +10,10 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ....ir.dtypes import numpy_dtype
+from ....ir.graph import Node
 from ..onnx_attrs import attr, axis_index, params_are_operands, softmax_axes
 from ..printer import is_splat, shape_text
-from ..registry import Unsupported
+from ..registry import Unsupported, rule_op_names
 from .emitter import LOWERINGS, Emitter, T, broadcast_shape, i64_array, ints, need_const, static
 from .shapes import tile, tosa_pad
 
@@ -30,17 +31,17 @@ def _reduce_axes(e: Emitter, rank: int) -> Optional[List[int]]:
     return sorted(axis_index(a, rank) for a in axes)
 
 
-_REDUCE = {"ReduceSum": "tosa.reduce_sum", "ReduceMax": "tosa.reduce_max", "ReduceMin": "tosa.reduce_min",
-           "ReduceProd": "tosa.reduce_product", "ReduceMean": "tosa.reduce_sum"}
+# Each reduction's TOSA op, as rules/onnx.toml names it (a mean: a sum, then scaled).
+_REDUCE = rule_op_names("tosa", ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"))
 
 
 @LOWERINGS.register(*_REDUCE)
-def _reduce(e: Emitter) -> List[T]:
+def _reduce(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    name = _REDUCE[e.node.op_type]
+    name = _REDUCE[node.op_type]
     axes = _reduce_axes(e, x.rank)
     y = e.reduce(name, x, axes)
-    if e.node.op_type == "ReduceMean" and axes:
+    if node.op_type == "ReduceMean" and axes:
         count = [x.shape[a] for a in axes]
         if not static(count):
             raise Unsupported("the mean over a dynamic dim needs static shapes")
@@ -50,10 +51,10 @@ def _reduce(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("GlobalAveragePool", "GlobalMaxPool")
-def _global_pool(e: Emitter) -> List[T]:
+def _global_pool(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     axes = list(range(2, x.rank))
-    if e.node.op_type == "GlobalMaxPool":
+    if node.op_type == "GlobalMaxPool":
         return [e.reduce("tosa.reduce_max", x, axes)]
     count = [x.shape[a] for a in axes]
     if not static(count):
@@ -72,10 +73,10 @@ def _softmax_last(e: Emitter, x: T, log: bool, result: Optional[str]) -> T:
 
 
 @LOWERINGS.register("Softmax", "LogSoftmax")
-def _softmax(e: Emitter) -> List[T]:
+def _softmax(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    log = e.node.op_type == "LogSoftmax"
-    axes = softmax_axes(e.graph, e.node, x.rank)
+    log = node.op_type == "LogSoftmax"
+    axes = softmax_axes(e.graph, node, x.rank)
     axis = axes[0]
     if len(axes) > 1:
         # opsets < 13 coerce to 2-D at axis: softmax over all of the trailing dims
@@ -100,13 +101,13 @@ def _channel_param(e: Emitter, i: int, rank: int) -> T:
 
 
 @LOWERINGS.register("BatchNormalization")
-def _batch_norm(e: Emitter) -> List[Optional[T]]:
-    if any(e.used(i) for i in range(1, len(e.node.outputs))):
+def _batch_norm(e: Emitter, node: Node) -> List[Optional[T]]:
+    if any(e.used(i) for i in range(1, len(node.outputs))):
         raise Unsupported("training-mode outputs (running mean/var) are used")
-    if attr(e.node, "training_mode", 0):
+    if attr(node, "training_mode", 0):
         raise Unsupported("training mode")
     x = e.input(0)
-    eps = float(attr(e.node, "epsilon", 1e-5))
+    eps = float(attr(node, "epsilon", 1e-5))
     params = [e.const_input(i) for i in range(1, 5)]
     shape = (1, x.shape[1]) + (1,) * (x.rank - 2)
     if all(p is not None for p in params):  # constants: y = x * a + b, folded now
@@ -119,20 +120,20 @@ def _batch_norm(e: Emitter) -> List[Optional[T]]:
         tb = e.const(np.broadcast_to(b.astype(nd), (x.shape[1],)).reshape(shape) if is_splat(b)
                      else b.astype(nd).reshape(shape), x.dtype)
         return [e.binary("tosa.add", e.binary("tosa.mul", x, ta), tb, result=e.result_name())] + \
-            [None] * (len(e.node.outputs) - 1)
+            [None] * (len(node.outputs) - 1)
     scale, bias, mean, var = (_channel_param(e, i, x.rank) for i in range(1, 5))
     inv = e.unary("tosa.rsqrt", e.binary("tosa.add", var, e.scalar(eps, x.dtype, x.rank)))
     y = e.binary("tosa.mul", e.binary("tosa.sub", x, mean), e.binary("tosa.mul", scale, inv))
-    return [e.binary("tosa.add", y, bias, result=e.result_name())] + [None] * (len(e.node.outputs) - 1)
+    return [e.binary("tosa.add", y, bias, result=e.result_name())] + [None] * (len(node.outputs) - 1)
 
 
 @LOWERINGS.register("LayerNormalization")
-def _layer_norm(e: Emitter) -> List[Optional[T]]:
-    if any(e.used(i) for i in range(1, len(e.node.outputs))):
+def _layer_norm(e: Emitter, node: Node) -> List[Optional[T]]:
+    if any(e.used(i) for i in range(1, len(node.outputs))):
         raise Unsupported("its Mean / InvStdDev outputs are used")
     x = e.input(0)
-    axis = axis_index(attr(e.node, "axis", -1), x.rank)
-    eps = float(attr(e.node, "epsilon", 1e-5))
+    axis = axis_index(attr(node, "axis", -1), x.rank)
+    eps = float(attr(node, "epsilon", 1e-5))
     axes = list(range(axis, x.rank))
     count = [x.shape[a] for a in axes]
     if not static(count):
@@ -147,18 +148,18 @@ def _layer_norm(e: Emitter) -> List[Optional[T]]:
     y = e.binary("tosa.mul", y, e.expand_rank(e.input(1), x.rank), result=None if has_bias else e.result_name())
     if has_bias:
         y = e.binary("tosa.add", y, e.expand_rank(e.input(2), x.rank), result=e.result_name())
-    return [y] + [None] * (len(e.node.outputs) - 1)
+    return [y] + [None] * (len(node.outputs) - 1)
 
 
 @LOWERINGS.register("LRN")
-def _lrn(e: Emitter) -> List[T]:
+def _lrn(e: Emitter, node: Node) -> List[T]:
     """x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta; the
     window sum is a 1x1 convolution with a band matrix."""
     x = e.input(0)
     if x.rank != 4 or not isinstance(x.shape[1], int):
         raise Unsupported("LRN needs a 4-D input with a static channel dim")
-    size = int(attr(e.node, "size"))
-    alpha, beta, bias = (float(attr(e.node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    size = int(attr(node, "size"))
+    alpha, beta, bias = (float(attr(node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
     c = x.shape[1]
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     band = np.zeros((c, 1, 1, c), numpy_dtype(x.dtype))
@@ -204,7 +205,7 @@ def _matmul3(e: Emitter, a: T, b: T) -> T:
 
 
 @LOWERINGS.register("MatMul")
-def _matmul(e: Emitter) -> List[T]:
+def _matmul(e: Emitter, node: Node) -> List[T]:
     a, b = e.input(0), e.input(1)
     _, out_shape = e.out_type()
     if a.rank == 1:
@@ -237,16 +238,15 @@ def _matmul(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Gemm")
-def _gemm(e: Emitter) -> List[T]:
+def _gemm(e: Emitter, node: Node) -> List[T]:
     a = e.input(0)
-    node = e.node
-    if a.rank != 2 or e.node.inputs[1].type.rank != 2:
+    if a.rank != 2 or node.inputs[1].type.rank != 2:
         raise Unsupported("Gemm operands must be matrices")
     if attr(node, "transA", 0):
         a = e.transpose(a, [1, 0])
     wb = e.const_input(1)
     if attr(node, "transB", 0):
-        b = e.const(np.asarray(wb).T, e.node.inputs[1].type.dtype or "float") if wb is not None \
+        b = e.const(np.asarray(wb).T, node.inputs[1].type.dtype or "float") if wb is not None \
             else e.transpose(e.input(1), [1, 0])
     else:
         b = e.input(1)
@@ -341,18 +341,18 @@ def _back(e: Emitter, y: T, out_shape: Sequence) -> T:
 
 
 @LOWERINGS.register("Conv")
-def _conv(e: Emitter) -> List[T]:
+def _conv(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     dtype, out_shape = e.out_type()
     if dtype not in ("float", "float16", "bfloat16"):
         raise Unsupported(f"{dtype} convolution (only float ones)")
-    w_val = e.node.inputs[1]
+    w_val = node.inputs[1]
     w_const = e.const_of(w_val)
     w_shape = tuple(w_val.type.shape) if w_val.type.shape is not None else None
     if w_shape is None or not static(w_shape):
         raise Unsupported("the weight's shape must be static")
-    kernel = list(attr(e.node, "kernel_shape", w_shape[2:]))
-    group = int(attr(e.node, "group", 1))
+    kernel = list(attr(node, "kernel_shape", w_shape[2:]))
+    group = int(attr(node, "group", 1))
     one_d = x.rank == 3
     if x.rank not in (3, 4):
         raise Unsupported(f"{x.rank - 2}-D convolution (only 1-D and 2-D)")
@@ -407,8 +407,7 @@ def _conv(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("MaxPool", "AveragePool")
-def _pool(e: Emitter) -> List[Optional[T]]:
-    node = e.node
+def _pool(e: Emitter, node: Node) -> List[Optional[T]]:
     if node.op_type == "MaxPool" and e.used(1):
         raise Unsupported("its Indices output is used")
     x = e.input(0)
