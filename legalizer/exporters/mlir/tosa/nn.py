@@ -340,6 +340,34 @@ def _back(e: Emitter, y: T, out_shape: Sequence) -> T:
     return y
 
 
+class _ConvWeight:
+    """A Conv's weight (OIHW; a 1-D one's OIW as OI1W) made into the layout a TOSA
+    convolution takes: a constant transposed at emission time, else by TOSA ops."""
+
+    def __init__(self, e: Emitter, w_const: Optional[np.ndarray], w_shape: Tuple, dtype: str, one_d: bool):
+        self.e, self.dtype, self.one_d = e, dtype, one_d
+        self.array = None if w_const is None else np.asarray(w_const)
+        if self.array is not None and one_d:
+            self.array = self.array.reshape(w_shape[0], w_shape[1], 1, w_shape[2])
+
+    def __call__(self, perm, o_slice: Optional[slice] = None, reshape=None) -> T:
+        """The weight (its output channels ``o_slice``, reshaped), permuted by ``perm``."""
+        e = self.e
+        if self.array is not None:
+            arr = self.array if o_slice is None else self.array[o_slice]
+            if reshape is not None:
+                arr = arr.reshape(reshape)
+            return e.const(np.transpose(arr, perm), self.dtype)
+        w = e.input(1)
+        w = e.reshape(w, w.shape[:2] + (1,) + w.shape[2:]) if self.one_d else w
+        if o_slice is not None:
+            start = [o_slice.start, 0, 0, 0]
+            w = e.slice(w, start, [o_slice.stop - o_slice.start] + list(w.shape[1:]))
+        if reshape is not None:
+            w = e.reshape(w, reshape)
+        return e.transpose(w, perm)
+
+
 @LOWERINGS.register("Conv")
 def _conv(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
@@ -347,7 +375,6 @@ def _conv(e: Emitter, node: Node) -> List[T]:
     if dtype not in ("float", "float16", "bfloat16"):
         raise Unsupported(f"{dtype} convolution (only float ones)")
     w_val = node.inputs[1]
-    w_const = e.const_of(w_val)
     w_shape = tuple(w_val.type.shape) if w_val.type.shape is not None else None
     if w_shape is None or not static(w_shape):
         raise Unsupported("the weight's shape must be static")
@@ -360,50 +387,39 @@ def _conv(e: Emitter, node: Node) -> List[T]:
     x, win = _window(e, x, kernel, out_shape[2:])
     xh = _nhwc(e, _to_2d(e, x))
     m = w_shape[0]
-    if w_const is not None:
-        w_arr = np.asarray(w_const)
-        if one_d:
-            w_arr = w_arr.reshape(w_shape[0], w_shape[1], 1, w_shape[2])
+    weight = _ConvWeight(e, e.const_of(w_val), w_shape, x.dtype, one_d)
     bias = e.input(2) if e.has_input(2) else e.shared_const(0.0, x.dtype, (m,))
     zp = e.zp(x.dtype)
     attrs = {"pad": i64_array(win.pad), "stride": i64_array(win.stride), "dilation": i64_array(win.dilation),
              "acc_type": _acc_type(x.dtype)}
-    oh, ow = out4[2], out4[3]
+    out_nhwc = (xh.shape[0], out4[2], out4[3], m)
     c_in = xh.shape[3]
-
-    def weight(perm, o_slice=None, reshape=None) -> T:
-        if w_const is not None:
-            arr = w_arr if o_slice is None else w_arr[o_slice]
-            if reshape is not None:
-                arr = arr.reshape(reshape)
-            return e.const(np.transpose(arr, perm), x.dtype)
-        w = e.input(1)
-        w = e.reshape(w, w.shape[:2] + (1,) + w.shape[2:]) if one_d else w
-        if o_slice is not None:
-            start = [o_slice.start, 0, 0, 0]
-            w = e.slice(w, start, [o_slice.stop - o_slice.start] + list(w.shape[1:]))
-        if reshape is not None:
-            w = e.reshape(w, reshape)
-        return e.transpose(w, perm)
-
     if group == 1:
-        y = e.op("tosa.conv2d", [xh, weight([0, 2, 3, 1]), bias, zp, zp], x.dtype, (xh.shape[0], oh, ow, m), attrs)
+        y = e.op("tosa.conv2d", [xh, weight([0, 2, 3, 1]), bias, zp, zp], x.dtype, out_nhwc, attrs)
     elif isinstance(c_in, int) and group == c_in and m % c_in == 0:
-        mult = m // c_in
-        w = weight([2, 3, 0, 1], reshape=(c_in, mult) + tuple(kernel if not one_d else [1] + kernel))
-        y = e.op("tosa.depthwise_conv2d", [xh, w, bias, zp, zp], x.dtype, (xh.shape[0], oh, ow, m), attrs)
+        w = weight([2, 3, 0, 1], reshape=(c_in, m // c_in) + tuple(kernel if not one_d else [1] + kernel))
+        y = e.op("tosa.depthwise_conv2d", [xh, w, bias, zp, zp], x.dtype, out_nhwc, attrs)
     else:
-        if not isinstance(c_in, int) or c_in % group or m % group:
-            raise Unsupported(f"group={group} with {c_in} input channels")
-        ci, co = c_in // group, m // group
-        parts = []
-        for g in range(group):
-            xg = e.slice(xh, [0, 0, 0, g * ci], list(xh.shape[:3]) + [ci])
-            bg = e.slice(bias, [g * co], [co]) if bias.shape[0] == m else bias
-            wg = weight([0, 2, 3, 1], o_slice=slice(g * co, (g + 1) * co))
-            parts.append(e.op("tosa.conv2d", [xg, wg, bg, zp, zp], x.dtype, (xh.shape[0], oh, ow, co), attrs))
-        y = e.concat(parts, 3)
+        y = _grouped_conv(e, xh, weight, bias, group, out_nhwc, attrs)
     return [_back(e, y, out_shape)]
+
+
+def _grouped_conv(e: Emitter, xh: T, weight: _ConvWeight, bias: T, group: int, out_nhwc: Tuple,
+                  attrs: dict) -> T:
+    """A convolution of ``group`` groups (not depthwise): one tosa.conv2d per group, on
+    its slice of the input channels, concatenated along the channels."""
+    c_in, m = xh.shape[3], out_nhwc[3]
+    if not isinstance(c_in, int) or c_in % group or m % group:
+        raise Unsupported(f"group={group} with {c_in} input channels")
+    ci, co = c_in // group, m // group
+    zp = e.zp(xh.dtype)
+    parts = []
+    for g in range(group):
+        xg = e.slice(xh, [0, 0, 0, g * ci], list(xh.shape[:3]) + [ci])
+        bg = e.slice(bias, [g * co], [co]) if bias.shape[0] == m else bias
+        wg = weight([0, 2, 3, 1], o_slice=slice(g * co, (g + 1) * co))
+        parts.append(e.op("tosa.conv2d", [xg, wg, bg, zp, zp], xh.dtype, out_nhwc[:3] + (co,), attrs))
+    return e.concat(parts, 3)
 
 
 @LOWERINGS.register("MaxPool", "AveragePool")
