@@ -77,7 +77,7 @@ def emit_stablehlo(model, constraints=None, *, verified: Optional[VerifyResult] 
         constraints = getattr(model, "constraints", None)
     if constraints is None:  # those of the graph as it is (the profile adds none)
         constraints = verified
-    return _StableHLODriver(graph, getattr(constraints, "constraints", constraints)).emit()
+    return _StableHLODriver(graph, getattr(constraints, "constraints", constraints)).text()
 
 
 class _StableHLODriver(Driver):

@@ -45,7 +45,7 @@ def emit_tosa(model: Model, *, func_name: str = "main") -> str:
     bound where the ops need them static). BadInput names every op that cannot be emitted."""
     if model.format != "onnx":
         raise BadInput(f"TOSA export reads an ONNX model, not {model.format} (emit its ONNX form)")
-    return _TosaDriver(model.graph, func_name).emit()
+    return _TosaDriver(model.graph, func_name).text()
 
 
 def _placeholder(v: Value) -> Optional[T]:
@@ -71,6 +71,7 @@ class _TosaDriver(Driver):
         self.args: List[T] = []
 
     def walk(self):
+        # the arguments first, numbered in graph-input order; then every constant
         return self.graph.inputs + self.graph.constants() + self.graph.ops()
 
     def known(self, value):

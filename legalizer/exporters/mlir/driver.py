@@ -43,7 +43,7 @@ class Driver:
         self.graph, self.cx = graph, cx
         self.failures = Failures(self.dialect)
 
-    def emit(self) -> str:
+    def text(self) -> str:
         """The module's text; ``BadInput`` naming every op that cannot be emitted."""
         for node in self.walk():
             if node.kind == OP:
