@@ -21,6 +21,8 @@ from typer.core import TyperCommand
 from .check import ATOL, BUDGET, RTOL
 from .console import one_line
 from .errors import EXIT_BAD_INPUT, LegalizeError, UsageError
+from .targets import DEFAULT_TARGET, TARGETS
+from .verify import PROFILE_RECORDS, PROFILES
 
 if TYPE_CHECKING:
     from .pipeline import RunOptions
@@ -145,9 +147,43 @@ class _Command(TyperCommand):
         super().__init__(*args, **kwargs)
         for param in self.params:
             _plain(param)
+            if param.name in _FROM_TABLES:  # made with each command: a record registered since is there
+                param.metavar, param.help = _FROM_TABLES[param.name]()
 
     def get_help_option(self, ctx):
         return _plain(super().get_help_option(ctx))
+
+
+def _listed(items) -> str:
+    """``a (what a is), b (...) or c (...)``."""
+    words = [f"{name} ({what})" for name, what in items]
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
+def _target_option():
+    own = [(t.name, t.help) for t in TARGETS.values() if t.backend is None]
+    backends = ", ".join(f"{t.name} ({t.help})" for t in TARGETS.values() if t.backend is not None)
+    text = ", ".join(f"{name} ({what})" for name, what in own) + (f", or a TFLite backend's: {backends}" if backends else "")
+    return "|".join(TARGETS), f"Legal form: {text}."
+
+
+def _profile_option():
+    return "|".join(PROFILES), f"Verifier profile for the input: {_listed((p.name, p.help) for p in PROFILE_RECORDS.values())}."
+
+
+def _level_option():
+    leveled = [t for t in TARGETS.values() if t.levels]
+    if not leveled:
+        return "LEVEL", "A target's level (no target has levels)."
+    t = leveled[0]
+    bound = lambda lv: f"rank <= {lv.max_rank}" if lv.max_rank is not None else "no limit"  # noqa: E731
+    others = "".join(f"; {name}: {bound(lv)}" for name, lv in t.levels.items() if name != t.default_level)
+    return "|".join(t.levels), (f"TOSA level the {t.name} form and its TOSA MLIR keep within (default {t.default_level},"
+                                f" as the spec: {bound(t.levels[t.default_level])}{others}).")
+
+
+# Options whose choices and help are the tables' (targets.TARGETS, verify.PROFILES).
+_FROM_TABLES = {"target": _target_option, "profile": _profile_option, "tosa_level": _level_option}
 
 
 def _plain(param):
@@ -314,15 +350,10 @@ def legalize(
     executor: str = typer.Option("local", "--executor", metavar="local|ray", help="Where several models run: local"
                                  " processes, or Ray tasks on the cluster that RAY_ADDRESS names (else a local Ray"
                                  " instance; the ray extra). Makes even one MODEL a batch."),
-    target: str = typer.Option("tosa", "--target", metavar="tosa|xla|litert-gpu|ethos-u|ethos-u55", help="Legal form:"
-                               " tosa (equal ranks, size-1 broadcasts), xla (every broadcast explicit: Unsqueeze +"
-                               " Expand), or a TFLite backend's: litert-gpu (LiteRT's GPU delegate), ethos-u (Arm Vela,"
-                               " Ethos-U85), ethos-u55 (Vela's legacy core, U55/U65)."),
-    tosa_level: Optional[str] = typer.Option(None, "--tosa-level", metavar="8k|none", help="TOSA level the tosa form"
-                                             " and its TOSA MLIR keep within (default 8k, as the spec: rank <= 6;"
-                                             " none: no limit).", show_default=False),
-    profile: Optional[str] = typer.Option(None, "--profile", metavar="mlir|strict|tosa|xla", help="Verifier profile for the input: mlir (default), "
-                                          "strict, tosa (default for TOSA MLIR) or xla.", show_default=False),
+    # --target's, --tosa-level's and --profile's choices and help: the tables' (_FROM_TABLES)
+    target: str = typer.Option(DEFAULT_TARGET, "--target"),
+    tosa_level: Optional[str] = typer.Option(None, "--tosa-level", show_default=False),
+    profile: Optional[str] = typer.Option(None, "--profile", show_default=False),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
     do_check: bool = typer.Option(True, "--check/--no-check", help="Compare original and result on onnxruntime."),
     provider: str = typer.Option("auto", "--provider", metavar="auto|cpu|cuda", help="Execution provider for the check: auto, cpu or cuda."),

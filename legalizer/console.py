@@ -193,7 +193,10 @@ class Printer:
                        [("", "left"), ("before", "right"), ("after", "right")], rows)
             line = (f"reshapes inserted: {st['reshapes_inserted']}, constants folded: {st['constants_folded']}, "
                     f"runtime constraints: {len(rep.constraints)}")
-            if rep.target == "xla":
+            from .targets import TARGETS
+
+            spec = TARGETS.get(rep.target)
+            if spec is not None and spec.explicit_broadcasts:
                 line = (f"broadcasts made explicit: {st['broadcasts_made_explicit']}, runtime broadcast checks: "
                         f"{st['runtime_broadcast_checks']} (elided: {st['runtime_broadcast_checks_elided']}), " + line)
             self.say(line)

@@ -81,12 +81,38 @@ def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None) -> Model
     if model.format not in TRANSLATIONS:  # its IR is of ONNX ops already
         return model
     from .importers.onnx import import_model
+    from .targets import target as target_named
     from .transform import legalize
 
-    dialect = {"xla": "StableHLO", "tosa": "TOSA"}[target]
+    dialect = target_named(target).dialect
     onnx_ir = import_model(onnx_form(model, f"emit {dialect} (made from its ONNX form)"))
     legalize(onnx_ir, target, level=level)
     return onnx_ir
+
+
+def bind_dims(model: Model, dims: Optional[Dict[str, int]]) -> Model:
+    """``model`` (ONNX frontend) with its symbolic dims bound to the sizes of ``dims``,
+    for an emitter that needs static shapes (TOSA's convolutions): its ONNX form read
+    again, so that shape inference makes static what it can. ``model`` itself if
+    ``dims`` binds nothing."""
+    if not dims:
+        return model
+    from .exporters.onnx_form import to_onnx
+    from .importers.onnx import import_model
+
+    proto = to_onnx(model)
+    g = proto.graph
+    for vi in list(g.input) + list(g.output):
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.WhichOneof("value") == "dim_param":
+                if d.dim_param in dims:
+                    d.dim_value = int(dims[d.dim_param])
+                elif vi in g.output:
+                    d.ClearField("dim_param")
+    del g.value_info[:]
+    return import_model(proto, model.base_dir)
 
 
 def _emitters(level: Optional[str] = None) -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
@@ -100,7 +126,7 @@ def _emitters(level: Optional[str] = None) -> Dict[str, Callable[[Model, Dict[st
     def tosa(m: Model, dims: Dict[str, int]) -> str:
         from .exporters.tosa import emit_tosa
 
-        return emit_tosa(_as_onnx_ir(m, TARGET_OF_DIALECT["tosa"], level), dims=dims or None)
+        return emit_tosa(bind_dims(_as_onnx_ir(m, TARGET_OF_DIALECT["tosa"], level), dims))
 
     def stablehlo_bytecode(m: Model, dims: Dict[str, int]) -> bytes:
         from .exporters.stablehlo import portable_artifact

@@ -17,6 +17,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .regions import Picture, PNode, Region, Regions
 from .report import verdict
+from .targets import TARGETS
 
 # How many region pictures start unfolded; the others are one click away.
 OPEN_PICTURES = 12
@@ -117,20 +118,10 @@ class _Layout:
     height: float
 
 
-def layout(pic: Picture) -> _Layout:
-    """A layered (Sugiyama-style) layout, top to bottom: layers by longest path to the
-    result, long edges through dummy points, order by barycenters, positions by least
-    squares."""
-    boxes: Dict[str, _Box] = {}
-    for n in pic.nodes:
-        w, h = _node_size(n)
-        boxes[n.id] = _Box(n.id, w, h, node=n)
-    succ: Dict[str, List[str]] = {k: [] for k in boxes}
-    pred: Dict[str, List[str]] = {k: [] for k in boxes}
-    for e in pic.edges:
-        succ[e.src].append(e.dst)
-        pred[e.dst].append(e.src)
-    # height above the sinks (longest path down), computed in reverse topological order
+def _rank_layers(boxes: Dict[str, _Box], succ: Dict[str, List[str]],
+                 pred: Dict[str, List[str]]) -> Tuple[List[str], int]:
+    """Each box's layer: the height above the sinks (longest path down), counted in
+    reverse topological order. Returns the topological order and the top layer."""
     order: List[str] = []
     indeg = {k: len(set(pred[k])) for k in boxes}
     ready = [k for k in boxes if indeg[k] == 0]
@@ -148,8 +139,12 @@ def layout(pic: Picture) -> _Layout:
     top = max(down.values(), default=0)
     for k, b in boxes.items():
         b.layer = top - down[k]
+    return order, top
 
-    # long edges through one dummy per layer crossed
+
+def _chains(pic: Picture, boxes: Dict[str, _Box]) -> List[Tuple[object, List[str]]]:
+    """Each edge as a chain of boxes: long edges through one dummy per layer crossed
+    (added to ``boxes``)."""
     chains: List[Tuple[object, List[str]]] = []
     for i, e in enumerate(pic.edges):
         a, z = boxes[e.src], boxes[e.dst]
@@ -160,18 +155,29 @@ def layout(pic: Picture) -> _Layout:
             chain.append(d.id)
         chain.append(e.dst)
         chains.append((e, chain))
-    up: Dict[str, List[Tuple[str, float]]] = {k: [] for k in boxes}  # neighbour above, port
-    below: Dict[str, List[Tuple[str, float]]] = {k: [] for k in boxes}
+    return chains
+
+
+_Neighbours = Dict[str, List[Tuple[str, float]]]
+
+
+def _neighbours(pic: Picture, boxes: Dict[str, _Box], chains) -> Tuple[_Neighbours, _Neighbours, Dict[str, int]]:
+    """Each box's neighbours above and below along the chains, with the port's offset
+    (a fraction of the target's width) where a chain enters an operand; and each
+    box's number of operand ports."""
+    up: _Neighbours = {k: [] for k in boxes}  # neighbour above, port
+    below: _Neighbours = {k: [] for k in boxes}
     fan_in = {k: max([e.port for e in pic.edges if e.dst == k], default=0) + 1 for k in boxes}
     for e, chain in chains:
         for a, b in zip(chain, chain[1:]):
             frac = (e.port + 1) / (fan_in[e.dst] + 1) - 0.5 if b == e.dst else 0.0
             up[b].append((a, 0.0))
             below[a].append((b, frac))
+    return up, below, fan_in
 
-    layers: List[List[str]] = [[] for _ in range(top + 1)]
-    for k in order + [k for k in boxes if boxes[k].dummy]:
-        layers[boxes[k].layer].append(k)
+
+def _order_rows(layers: List[List[str]], up: _Neighbours, below: _Neighbours) -> None:
+    """Orders each layer's row by its neighbours' barycenters, sweeping down and up."""
     pos = {k: float(i) for layer in layers for i, k in enumerate(layer)}
 
     def sweep(rows, neighbours):
@@ -188,7 +194,9 @@ def layout(pic: Picture) -> _Layout:
         sweep(layers, up)
     sweep(list(reversed(layers)), below)
 
-    # x: packed first, then pulled toward the neighbours' mean, least squares per layer
+
+def _place_x(boxes: Dict[str, _Box], layers: List[List[str]], up: _Neighbours, below: _Neighbours) -> None:
+    """x: packed first, then pulled toward the neighbours' mean, least squares per layer."""
     for row in layers:
         x = 0.0
         for k in row:
@@ -208,16 +216,21 @@ def layout(pic: Picture) -> _Layout:
             for k, x in zip(row, xs):
                 boxes[k].x = x
 
-    # y: each layer as tall as its tallest node
+
+def _place_y(boxes: Dict[str, _Box], layers: List[List[str]]) -> float:
+    """y: each layer as tall as its tallest node. Returns the picture's height."""
     y = MARGIN
     for row in layers:
         h = max((boxes[k].h for k in row), default=0)
         for k in row:
             boxes[k].y = y + (h - boxes[k].h) / 2
         y += h + LAYER_GAP
-    height = y - LAYER_GAP + MARGIN
+    return y - LAYER_GAP + MARGIN
 
-    # edges: from the bottom of the source to the operand's port on the target's top
+
+def _route(chains, boxes: Dict[str, _Box], layers: List[List[str]], fan_in: Dict[str, int]) -> Tuple[list, list]:
+    """Edges from the bottom of the source to the operand's port on the target's top,
+    and their shape labels midway on the last leg."""
     routes, labels = [], []
     for e, chain in chains:
         z = boxes[e.dst]
@@ -234,7 +247,11 @@ def layout(pic: Picture) -> _Layout:
         routes.append((e, pts))
         (x1, y1), (x2, y2) = pts[-2], pts[-1]
         labels.append([e, (x1 + x2) / 2, (y1 + y2) / 2, len(_short(_shape_label(e.shape), 24)) * CHAR_W[10] + 8])
-    # labels of one gap: kept apart, in order
+    return routes, labels
+
+
+def _spread_labels(labels: list) -> None:
+    """Labels of one gap between layers: kept apart, in order."""
     by_gap: Dict[float, list] = {}
     for lab in labels:
         by_gap.setdefault(round(lab[2]), []).append(lab)
@@ -242,6 +259,32 @@ def layout(pic: Picture) -> _Layout:
         labs.sort(key=lambda lab: lab[1])
         for lab, x in zip(labs, _separate([lab[1] for lab in labs], [lab[3] for lab in labs], 4)):
             lab[1] = x
+
+
+def layout(pic: Picture) -> _Layout:
+    """A layered (Sugiyama-style) layout, top to bottom: layers by longest path to the
+    result, long edges through dummy points, order by barycenters, positions by least
+    squares."""
+    boxes: Dict[str, _Box] = {}
+    for n in pic.nodes:
+        w, h = _node_size(n)
+        boxes[n.id] = _Box(n.id, w, h, node=n)
+    succ: Dict[str, List[str]] = {k: [] for k in boxes}
+    pred: Dict[str, List[str]] = {k: [] for k in boxes}
+    for e in pic.edges:
+        succ[e.src].append(e.dst)
+        pred[e.dst].append(e.src)
+    order, top = _rank_layers(boxes, succ, pred)
+    chains = _chains(pic, boxes)
+    up, below, fan_in = _neighbours(pic, boxes, chains)
+    layers: List[List[str]] = [[] for _ in range(top + 1)]
+    for k in order + [k for k in boxes if boxes[k].dummy]:
+        layers[boxes[k].layer].append(k)
+    _order_rows(layers, up, below)
+    _place_x(boxes, layers, up, below)
+    height = _place_y(boxes, layers)
+    routes, labels = _route(chains, boxes, layers, fan_in)
+    _spread_labels(labels)
 
     # shift everything right of the margin
     lefts = [b.x - b.w / 2 for b in boxes.values()] + [lab[1] - lab[3] / 2 for lab in labels]
@@ -406,7 +449,9 @@ def _table(head: Optional[Sequence[str]], rows: Iterable[Sequence[str]], num: Se
 def _summary(rep: dict) -> str:
     st = rep.get("stats", {})
     keys = ["nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted", "constants_folded"]
-    if rep.get("target") == "xla" or any(st.get(k) for k in ("broadcasts_made_explicit", "runtime_broadcast_checks")):
+    spec = TARGETS.get(rep.get("target")) if isinstance(rep.get("target"), str) else None  # (a report read back)
+    if (spec is not None and spec.explicit_broadcasts) or any(st.get(k) for k in ("broadcasts_made_explicit",
+                                                                                   "runtime_broadcast_checks")):
         keys += ["broadcasts_made_explicit", "runtime_broadcast_checks", "runtime_broadcast_checks_elided"]
     keys = [k for k in keys if k in st]  # (a library caller may give the passes' counters only)
     cards = "".join(f'<div class="card"><div class="n">{int(st.get(k, 0)):,}</div>'

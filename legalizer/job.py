@@ -105,9 +105,11 @@ class RunOptions:
             raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{self.target}'")
         spec = TARGETS[self.target]
         if self.level is not None:
+            leveled = [t for t in TARGETS.values() if t.levels]
+            (spec if spec.levels else leveled[0]).level(self.level)  # UsageError naming the levels
             if not spec.levels:
-                raise UsageError(f"--tosa-level applies to --target tosa, not --target {self.target}")
-            spec.level(self.level)  # UsageError naming the levels
+                raise UsageError(f"--tosa-level applies to --target {' or '.join(t.name for t in leveled)},"
+                                 f" not --target {self.target}")
         if self.provider not in PROVIDERS:
             raise UsageError(f"--provider must be {', '.join(PROVIDERS[:-1])} or {PROVIDERS[-1]}, not"
                              f" '{self.provider}'")

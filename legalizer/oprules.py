@@ -22,6 +22,7 @@ CATEGORIES = BROADCASTING + ("unary", "other")
 BROADCASTS = ("multidirectional", "unidirectional")
 FRONTENDS = ("onnx", "tflite", "tosa")
 LEGACY = (None, "attr", "equal", "unidirectional", "channel")
+DIRECTIONS = (None, "EQ", "NE", "LT", "LE", "GT", "GE")  # stablehlo.compare's
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class OpRule:
     # The op does more than compute its results (writes or reads state, calls a
     # subgraph): never dead code, and kept in its place among such ops.
     effects: bool = False
+    # A comparison's direction, as stablehlo.compare names it (``LT``).
+    direction: Optional[str] = None
 
     @property
     def broadcasting(self) -> bool:
@@ -102,10 +105,13 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
     effects = table.get("effects", False)
     if not isinstance(effects, bool):
         raise bad(f"effects must be true or false, not {effects!r}")
+    direction = table.get("direction")
+    if direction not in DIRECTIONS:
+        raise bad(f"direction must be one of {', '.join(str(x) for x in DIRECTIONS if x)}, not {direction!r}")
     return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
                   broadcasts, table.get("binary"), onto, targets, table.get("options"), table.get("onnx"),
                   int(table.get("version", 1)),
-                  tuple(table["operands"]) if "operands" in table else None, effects)
+                  tuple(table["operands"]) if "operands" in table else None, effects, direction)
 
 
 def parse_rules(text: str, source: str, domain: str = "") -> dict:

@@ -97,14 +97,18 @@ class Report:
 
 def output_cause(violations) -> str:
     """Why a legalized model is not proved legal: operands whose rank is unknown (it
-    depends on values at run time, or no inference knows their producer), or a legalize
+    depends on values at run time, or no inference knows their producer), broadcasting
+    over the profile's rank limit that no folding can bring within it, or a legalize
     bug."""
     out = [v for v in violations if v.get("stage", "output") == "output"]
+    nodes = sorted({str(v.get("node")) for v in out})
+    named = ", ".join(f"'{x}'" for x in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
     if out and all(v.get("code") == "unranked-operand" for v in out):
-        nodes = sorted({v.get("node") for v in out})
-        named = ", ".join(f"'{x}'" for x in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
         return (f"unprovable: an operand of {named} has a rank no shape inference fixes (it depends on values"
                 " at run time, or comes from an op no inference knows)")
+    if out and all(v.get("code") == "rank-limit" for v in out):
+        return (f"over the rank limit: the broadcasting of {named} needs more dims than the target takes (rank"
+                " folding merges only adjacent dims that every operand has alike)")
     return "a legalize bug: please report it"
 
 

@@ -1,24 +1,30 @@
-"""The targets, as records: for each, the verifier profile its legal form satisfies, the
-passes that make it, the ONNX opset those passes' explicit forms need, the MLIR dialect
-written in that form, and the profile of the backend it feeds - the highest rank it
-takes, the broadcasting it allows, the ops it refuses (with its reason), whether it
-needs static shapes, and the named levels that set those limits (TOSA's). Every other
-module asks this table; none spells a target's parts itself, and adding a target is
-adding a record."""
+"""The targets, as records in one table: for each, the verifier profile its legal form
+satisfies (a ``verify.Profile``), the passes that make it, the ONNX opset those passes'
+explicit forms need, the ``--emit`` MLIR formats written in that form and their
+dialect, and the profile of the backend it feeds - the highest rank it takes, the
+broadcasting it allows, the ops it refuses (with its reason), whether it needs static
+shapes, and the named levels that set those limits (TOSA's). Every other module asks
+this table; none spells a target's parts itself, and adding a target is adding a record
+(``register_target``): ``--target``'s choices and help follow from it.
+
+This module imports nothing heavy (``legalize --help`` reads it): passes are named, as
+in an MLIR pass pipeline, and resolved in ``legalizer.passes`` when the target runs."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from importlib import import_module
 from types import MappingProxyType
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from .errors import UsageError
 from .exporters.tosa_level import DEFAULT_LEVEL, LEVELS, Level
-from .ir.graph import OP, Node
-from .ir.types import all_static, shape_str
-from .passes import ETHOS_U55_PIPELINE, ETHOS_U_PIPELINE, LITERT_GPU_PIPELINE, TOSA_PIPELINE, XLA_PIPELINE
-from .passes.base import PassFn
+from .verify.profiles import Profile, profile_record, register_profile
+
+if TYPE_CHECKING:
+    from .ir.graph import Node
+    from .passes.base import PassFn
 
 # ONNX opset 7 brought numpy-style broadcasting; before it, broadcasting was the
 # ``broadcast``/``axis`` attributes (the legacy forms ``passes.legacy_broadcast`` rewrites).
@@ -32,11 +38,16 @@ BROADCASTING = ("numpy", "size-1", "none")
 @dataclass(frozen=True)
 class Target:
     name: str
-    profile: str  # the verifier profile (``verify.PROFILES``) the legal form satisfies
-    passes: Tuple[PassFn, ...]
-    min_opset: int  # what the explicit forms need: xla's Expand (8) and Where (9)
-    dialects: Tuple[str, ...]  # the ``--emit`` MLIR formats written in this form
-    max_rank: Optional[int] = None  # the highest tensor rank the backend takes (a level may set it)
+    # The verifier profile the legal form satisfies: a record, or the name of one in
+    # ``verify.PROFILES`` (made the record here).
+    profile: Union[str, Profile]
+    # The passes, in order: names of ``legalizer.passes`` functions, or the functions.
+    passes: Tuple[Union[str, Callable], ...]
+    help: str = ""  # what the legal form is, one phrase (``--target``'s help)
+    min_opset: int = NUMPY_OPSET  # what the explicit forms need: xla's Expand (8) and Where (9)
+    dialects: Tuple[str, ...] = ()  # the ``--emit`` MLIR formats written in this form (its emitters)
+    dialect: Optional[str] = None  # the MLIR dialect they are in, as messages name it
+    max_rank: Optional[int] = None  # the highest tensor rank the backend takes (default: the profile's; a level may set it)
     broadcasting: str = "numpy"  # one of BROADCASTING
     refuses: Mapping[str, str] = field(default_factory=dict)  # op (``Node.op``) -> the backend's reason
     static_shapes: bool = False  # the backend takes static shapes only
@@ -44,7 +55,21 @@ class Target:
     default_level: Optional[str] = None
     # A deployment backend whose own rules (``rules/backends.toml``, read by
     # ``verify.backend_rules``) say which ops it refuses, in its words; then they alone do.
+    # Its targets take TFLite.
     backend: Optional[str] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "profile", profile_record(self.profile))
+
+    def pipeline(self) -> Tuple["PassFn", ...]:
+        """The pass functions, in order."""
+        passes = import_module(".passes", __package__)
+        return tuple(getattr(passes, p) if isinstance(p, str) else p for p in self.passes)
+
+    @property
+    def explicit_broadcasts(self) -> bool:
+        """Whether the legal form makes every broadcast explicit (its passes count them)."""
+        return not self.profile.implicit_broadcast
 
     def level(self, name: Optional[str] = None) -> Optional[Level]:
         """The level called ``name`` (default: the target's default), None for a target
@@ -60,16 +85,20 @@ class Target:
 
     def rank_limit(self, level: Optional[str] = None) -> Optional[int]:
         """The highest rank the backend takes at ``level``: the level's MAX_RANK, or the
-        target's own ``max_rank``; None: no limit."""
+        target's own ``max_rank``, or its profile's; None: no limit."""
         lv = self.level(level)
-        return lv.max_rank if lv is not None else self.max_rank
+        if lv is not None:
+            return lv.max_rank
+        return self.max_rank if self.max_rank is not None else self.profile.max_rank
 
-    def refusals(self, node: Node, level: Optional[str] = None) -> List[str]:
+    def refusals(self, node: "Node", level: Optional[str] = None) -> List[str]:
         """Why the backend refuses ``node`` (empty: it takes it): its op, a tensor over
         the rank limit, a dynamic shape where static ones are needed."""
         return self._refusals(node, self.rank_limit(level), self.level(level))
 
-    def _refusals(self, node: Node, limit: Optional[int], lv: Optional[Level]) -> List[str]:
+    def _refusals(self, node: "Node", limit: Optional[int], lv: Optional[Level]) -> List[str]:
+        from .ir.types import all_static, shape_str
+
         if self.backend is not None:
             from .verify.backend_rules import backend_reasons
 
@@ -95,6 +124,8 @@ class Target:
         """Every op of ``graphs`` (and their subgraphs) the backend refuses: node, op and
         reasons, for the report. Every value is some node's result: one look at each
         result's rank finds those over the limit, and only then are ops looked at."""
+        from .ir.graph import OP
+
         if self.backend is not None:
             from .verify.backend_rules import refused_ops
 
@@ -133,25 +164,55 @@ class Target:
         return out
 
 
-def _ops(graphs) -> Iterator[Node]:
-    for g in graphs:
-        for n in g.walk():
-            if n.kind == OP:
-                yield n
+TARGETS: Dict[str, Target] = {}
+# ``--emit`` format -> the target whose legal form it is written in.
+TARGET_OF_DIALECT: Dict[str, str] = {}
 
 
-TARGETS: Dict[str, Target] = {
-    "tosa": Target("tosa", "tosa", TOSA_PIPELINE, NUMPY_OPSET, ("tosa",), broadcasting="size-1",
-                   levels=MappingProxyType(LEVELS), default_level=DEFAULT_LEVEL),
-    "xla": Target("xla", "xla", XLA_PIPELINE, 9, ("stablehlo", "stablehlo-bytecode"), broadcasting="none"),
+def register_target(spec: Target) -> Target:
+    """Add ``spec`` to the table, and its profile to the profiles' (the same record
+    again is a no-op); ValueError for another record under a name already taken."""
+    have = TARGETS.setdefault(spec.name, spec)
+    if have != spec:
+        raise ValueError(f"target '{spec.name}' is already registered, as another record")
+    register_profile(spec.profile)
+    for d in spec.dialects:
+        if TARGET_OF_DIALECT.setdefault(d, spec.name) != spec.name:
+            raise ValueError(f"--emit {d} is already the form of target '{TARGET_OF_DIALECT[d]}'")
+    return spec
+
+
+# legacy_broadcast runs before these, in legalizer.transform (it may raise the opset).
+_DEPLOY_HEAD = ("split_variadic", "densify_constants", "reshape_forms", "broadcast_to_into_consumers",
+                "broadcast_to_through_reshape", "fold_ranks")
+for _t in (
+    Target("tosa", "tosa", ("split_variadic", "fold_ranks", "equalize_ranks", "rank_agnostic", "dead_code_elimination"),
+           "equal ranks, size-1 broadcasts", dialects=("tosa",), dialect="TOSA", broadcasting="size-1",
+           levels=MappingProxyType(LEVELS), default_level=DEFAULT_LEVEL),
+    Target("xla", "xla", ("split_variadic", "fold_ranks", "explicit_broadcast", "lower_broadcast_in_dim",
+                          "dead_code_elimination"),
+           "every broadcast explicit: Unsqueeze + Expand", min_opset=9, dialects=("stablehlo", "stablehlo-bytecode"),
+           dialect="StableHLO", broadcasting="none"),
     # Backends that take TFLite (rules/backends.toml): every tensor at rank <= 4, operands
     # of equal rank (the GPU delegate aligns a lower-rank operand from the left, LiteRT #8980).
-    "litert-gpu": Target("litert-gpu", "tosa", LITERT_GPU_PIPELINE, NUMPY_OPSET, (), max_rank=4, backend="litert-gpu"),
-    "ethos-u": Target("ethos-u", "tosa", ETHOS_U_PIPELINE, NUMPY_OPSET, (), max_rank=4, backend="ethos-u"),
-    "ethos-u55": Target("ethos-u55", "tosa", ETHOS_U55_PIPELINE, NUMPY_OPSET, (), max_rank=4, backend="ethos-u55"),
-}
-# ``--emit`` format -> the target whose legal form it is written in.
-TARGET_OF_DIALECT = {d: t.name for t in TARGETS.values() for d in t.dialects}
+    # BROADCAST_TO is folded into its consumers before the ranks fold (the consumer's
+    # region then folds with it), the rest copied at the folded rank after.
+    Target("litert-gpu", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_tile", "equalize_ranks", "elementwise_at_rank4",
+                                                 "reshape_forms", "reshape_constants_before_dequantize",
+                                                 "dead_code_elimination"),
+           "LiteRT's GPU delegate", max_rank=4, backend="litert-gpu"),
+    # Vela: regions that broadcast or batch fold to their lowest rank too (fold_for_npu).
+    Target("ethos-u", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_tile", "fold_for_npu", "equalize_ranks", "reshape_forms",
+                                              "dead_code_elimination"),
+           "Arm Vela, Ethos-U85", max_rank=4, backend="ethos-u"),
+    # Vela's deprecated core (U55/U65) also wants one operand of a binary op at the result's
+    # shape; the default core broadcasts both at fewer cycles than any copy costs.
+    Target("ethos-u55", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_concat", "fold_for_npu", "one_sided_broadcast",
+                                                "equalize_ranks", "reshape_forms", "dead_code_elimination"),
+           "Vela's legacy core, U55/U65", max_rank=4, backend="ethos-u55"),
+):
+    register_target(_t)
+DEFAULT_TARGET = "tosa"
 
 
 def target(name: str) -> Target:

@@ -37,7 +37,7 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
         model.constraints = verify(model.graph, "mlir", assume_dynamic_not_one=assume_dynamic_not_one).constraints
     if model.format == "tflite":  # no opsets, no legacy forms; every subgraph
         for graph in model.graphs:
-            PassManager(spec.passes, debug=debug, check=check).run(graph, ctx)
+            PassManager(spec.pipeline(), debug=debug, check=check).run(graph, ctx)
         return LegalizeResult(model, ctx.stats, [])
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
@@ -46,7 +46,7 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     # xla's explicit broadcasts need Expand and Where: raise the opset only if there are any
     if model.graph.opsets.get("", spec.min_opset) < spec.min_opset and needs_explicit_broadcast(model.graph, ctx):
         warnings += _raise_opset(model, spec.min_opset)
-    PassManager(spec.passes, debug=debug, check=check).run(model.graph, ctx)
+    PassManager(spec.pipeline(), debug=debug, check=check).run(model.graph, ctx)
     return LegalizeResult(model, ctx.stats, warnings)
 
 

@@ -27,6 +27,7 @@ import typer
 
 from .errors import UsageError
 from .extras import install_hint
+from .targets import DEFAULT_TARGET, TARGETS
 
 ONNX_EXTENSION = "model_explorer_onnx"  # the adapter Model Explorer loads for .onnx files
 
@@ -196,7 +197,8 @@ def view(
     report: Optional[Path] = typer.Option(None, "--report", metavar="PATH", help="Show this finished run (its"
                                           " JSON report and the model it wrote) instead of running the job.",
                                           show_default=False),
-    target: str = typer.Option("tosa", "--target", metavar="tosa|xla", help="Legal form, when the job runs."),
+    target: str = typer.Option(DEFAULT_TARGET, "--target", metavar="|".join(TARGETS), help="Legal form, when the job"
+                               " runs."),
     localize: Optional[bool] = typer.Option(None, "--localize/--no-localize", help="Compare intermediate values"
                                             " (each value's error in the overlays); default: when the check"
                                             " fails.", show_default=False),

@@ -88,7 +88,7 @@ def _profile(target: str) -> str:
     """The verifier profile a target's legal form satisfies (``legalizer.targets``)."""
     from legalizer.targets import TARGETS
 
-    return TARGETS[target].profile
+    return TARGETS[target].profile.name
 
 def attributable(reason: Optional[str]) -> bool:
     return reason is not None and reason.startswith(ATTRIBUTABLE)

@@ -11,8 +11,8 @@ import legalizer
 from legalizer.check.ort import check
 from legalizer.importers.onnx import import_model
 from legalizer.ir.graph import OP
-from legalizer.passes import (TOSA_PIPELINE, XLA_PIPELINE, PassContext, PassManager, dead_code_elimination,
-                              fold_ranks)
+from legalizer.passes import PassContext, PassManager, dead_code_elimination, fold_ranks
+from legalizer.targets import target
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
@@ -167,8 +167,9 @@ def test_two_unknown_dims_in_one_reshape_leave_the_region_alone():
     assert ops(m, "Add")[0].outputs[0].type.shape == ("M", 3, "K", 5, 6)
 
 
-@pytest.mark.parametrize("pipeline,profile", [(TOSA_PIPELINE, "tosa"), (XLA_PIPELINE, "xla")], ids=["tosa", "xla"])
-def test_targets_pipelines_fold_and_then_legalize(pipeline, profile):
+@pytest.mark.parametrize("profile", ["tosa", "xla"])
+def test_targets_pipelines_fold_and_then_legalize(profile):
+    pipeline = target(profile).pipeline()
     shape7 = [2, 1, 3, 2, 2, 1, 5]
     nodes, inits = reshape_chain(shape7, [
         helper.make_node("Add", ["h0", "c"], ["h1"], name="add"),

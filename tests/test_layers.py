@@ -45,6 +45,32 @@ def test_imports_point_down_the_layers():
     assert "imports point down KEPT" in p.stdout
 
 
+def test_the_siblings_of_every_layer_are_independent():
+    """No contract lets two modules of one layer import each other (import-linter's
+    ':'), and exporters share a layer with importers: neither imports the other."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert {c["containers"][0] for c in contracts} >= {"legalizer", "legalizer.check", "legalizer.passes",
+                                                        "legalizer.verify"}
+    assert [layer for c in contracts for layer in c["layers"] if ":" in layer] == []
+    assert any({"importers", "exporters"} <= {m.strip() for m in layer.split("|")} for layer in contracts[0]["layers"])
+
+
+def test_a_sibling_import_breaks_the_contract(tmp_path):
+    _package(tmp_path, {"__init__.py": "", "left.py": "", "right.py": "def f():\n    from . import left\n"})
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""\
+        [tool.importlinter]
+        root_package = "toypkg"
+        [[tool.importlinter.contracts]]
+        name = "imports point down"
+        type = "layers"
+        containers = ["toypkg"]
+        layers = ["left | right"]
+        """))
+    p = _lint_imports(tmp_path)
+    assert p.returncode == 1
+    assert "imports point down BROKEN" in p.stdout and "toypkg.right -> toypkg.left" in p.stdout
+
+
 def _package(tmp_path: Path, files: dict) -> None:
     for name, text in files.items():
         path = tmp_path / "toypkg" / name

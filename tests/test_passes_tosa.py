@@ -9,7 +9,10 @@ import numpy as np
 import legalizer
 from legalizer.check.ort import check
 from legalizer.importers.onnx import import_model
-from legalizer.passes import TOSA_PIPELINE, PassContext, PassManager
+from legalizer.passes import PassContext, PassManager
+from legalizer.targets import target
+
+TOSA_PIPELINE = target("tosa").pipeline()
 
 F = TensorProto.FLOAT
 

@@ -18,6 +18,7 @@ import legalizer
 from helpers import cli_in_process
 from legalizer.check import iree_run as iree_run_module
 from legalizer.check.ort import synthesize
+from legalizer.emit import bind_dims
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.pipeline import is_output
 from legalizer.importers.mlir import MlirAttr, OpSource, load_mlir, parse_mlir
@@ -55,7 +56,7 @@ def tosa_violations(graph) -> list:
 def emitted(path: Path, dims=None) -> str:
     model = legalizer.load(path)
     legalizer.legalize(model, "tosa")
-    return emit_tosa(model, dims=dims)
+    return emit_tosa(bind_dims(model, dims))
 
 
 def iree_parse(text: str):

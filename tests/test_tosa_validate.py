@@ -13,7 +13,7 @@ import pytest
 
 import legalizer
 from legalizer.check.tosa_validate import find_tosa_opt, validate
-from legalizer.emit import render_mlir
+from legalizer.emit import bind_dims, render_mlir
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.pipeline import is_output
 
@@ -27,7 +27,7 @@ TFLITE = sorted(p for p in (ROOT / "models/tflite").glob("*.tflite") if not is_o
 
 
 def _bindings(model):
-    """``dims=`` binding every symbolic input dim to 3; None if an input has an unnamed
+    """The ``dims`` binding every symbolic input dim to 3; None if an input has an unnamed
     dynamic dim (the module cannot be made static)."""
     dims = {}
     for node in model.graph.inputs:
@@ -48,7 +48,7 @@ def _emitted(path: Path) -> str:
     legalizer.legalize(model, "tosa")
     if path.suffix == ".tflite":
         return render_mlir(model, ["tosa"], dims)["tosa"]
-    return emit_tosa(model, dims=dims)
+    return emit_tosa(bind_dims(model, dims))
 
 
 def _assert_valid(path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -177,8 +177,10 @@ def runner(model, provider_list: Sequence[str], what: str, basic: bool = False) 
                        fetch=("provider", "outputs"))
 
 
-def _check(original, legalized, declared, given, fixed, provider, provider_list, opened, *, rtol, atol, max_bindings, seed,
-           not_one, choices, hints, max_search_tries, profile, record) -> CheckResult:
+def _load_both(original, legalized, provider, provider_list,
+               opened) -> Union[CheckResult, Tuple[ChildRunner, ChildRunner]]:
+    """The original and the legalized model loaded on onnxruntime (added to
+    ``opened``), or the CheckResult of the one that does not load."""
     ref = runner(original, provider_list, "the original")
     opened.append(ref)
     try:
@@ -200,6 +202,16 @@ def _check(original, legalized, declared, given, fixed, provider, provider_list,
         raise
     except Exception as e:  # noqa: BLE001
         return CheckResult(True, used, error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
+    return ref, new
+
+
+def _check(original, legalized, declared, given, fixed, provider, provider_list, opened, *, rtol, atol, max_bindings, seed,
+           not_one, choices, hints, max_search_tries, profile, record) -> CheckResult:
+    loaded = _load_both(original, legalized, provider, provider_list, opened)
+    if isinstance(loaded, CheckResult):
+        return loaded
+    ref, new = loaded
+    used = ref.provider
     result = CheckResult(True, used)
     specs = input_specs(declared)
 

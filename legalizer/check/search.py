@@ -236,6 +236,97 @@ def signature(binding: Mapping[str, int]) -> Tuple:
     return tuple(sorted(binding.items()))
 
 
+class _Search:
+    """One search's state: the bindings done, the candidate moves queued (a size for one
+    dim, or None: each dim, then all), the errors seen and the sizes found too big."""
+
+    def __init__(self, keys: Sequence[str], base: Mapping[str, int], run: Run,
+                 tried: Iterable[Mapping[str, int]], max_tries: int, seconds: float):
+        self.t0 = time.monotonic()
+        self.keys, self.base, self.run = keys, base, run
+        self.max_tries, self.seconds = max_tries, seconds
+        self.result = SearchResult(0, rejected={signature(b) for b in tried})
+        self.done = set(self.result.rejected)
+        self.queued: Set[int] = set()
+        self.moves: Deque[Tuple[int, Optional[str]]] = deque()  # (size, one dim, or None: each dim, then all)
+        self.echoes: Deque[int] = deque()  # sizes of errors seen before with other numbers: tried last
+        self.seen: Set[str] = set()  # the errors seen, their numbers masked
+        self.capped: Dict[Optional[str], int] = {}  # per dim (None: all together), the size found too big
+        self.power = 2  # the next growing size
+
+    def learn(self, text: str) -> None:
+        new = [s for s in sizes_in_error(text) if s not in self.queued]
+        self.queued.update(new)
+        form = _INT.sub("#", text)
+        if form in self.seen:
+            self.echoes.extend(new)
+            return
+        self.seen.add(form)
+        self.moves.extendleft((s, None) for s in reversed(new))
+
+    def attempt(self, key: Optional[str], size: int) -> bool:
+        """Runs the binding of ``size`` to ``key`` (None: to every dim); True when the
+        original accepts it. Raises _Spent at the search's limits."""
+        result = self.result
+        if size >= self.capped.get(key, MAX_SIZE + 1):
+            return False
+        binding = dict(self.base)
+        binding.update({k: size for k in self.keys} if key is None else {key: size})
+        sig = signature(binding)
+        if sig in self.done:
+            return False
+        if result.tried >= self.max_tries or time.monotonic() - self.t0 > self.seconds:
+            result.stopped = "tries" if result.tried >= self.max_tries else "time"
+            result.limit = f"{self.max_tries} tries" if result.stopped == "tries" else f"{self.seconds:g} s"
+            raise _Spent
+        self.done.add(sig)
+        try:
+            error = _probe(self.run, binding)
+        except TooBig:
+            self.capped[key] = min(size, self.capped.get(key, MAX_SIZE + 1))
+            return False
+        result.tried += 1
+        if error is None:
+            result.found = binding
+            return True
+        result.rejected.add(sig)
+        self.learn(error)
+        return False
+
+    def refill(self) -> bool:
+        """With no move queued: the next growing size, until every dim (and all
+        together) is capped; then the echoes. False when no candidate is left."""
+        keys, capped = self.keys, self.capped
+        while self.power in self.queued and self.power <= MAX_SIZE:
+            self.power *= 2
+        groups = (*keys, None) if len(keys) > 1 else tuple(keys)
+        if self.power <= MAX_SIZE and any(self.power < capped.get(k, MAX_SIZE + 1) for k in groups):
+            self.queued.add(self.power)
+            self.moves.append((self.power, None))
+        elif self.echoes:
+            self.moves.append((self.echoes.popleft(), None))
+        else:
+            return False
+        return True
+
+    def step(self) -> bool:
+        """Tries the next move; True when a binding is found."""
+        size, key = self.moves.popleft()
+        if key is not None:
+            return self.attempt(key, size)
+        keys = self.keys
+        return any(self.attempt(k, size) for k in keys) or (len(keys) > 1 and self.attempt(None, size))
+
+    def until_found(self) -> SearchResult:
+        try:
+            while (self.moves or self.refill()) and not self.step():
+                pass
+        except _Spent:
+            pass
+        self.result.seconds = time.monotonic() - self.t0
+        return self.result
+
+
 def search(keys: Sequence[str], base: Mapping[str, int], run: Run, *, errors: Sequence[str] = (),
            hints: Optional[Mapping[str, Sequence[int]]] = None, constants: Sequence[int] = (),
            tried: Iterable[Mapping[str, int]] = (), max_tries: Optional[int] = None,
@@ -244,83 +335,12 @@ def search(keys: Sequence[str], base: Mapping[str, int], run: Run, *, errors: Se
     ``run(binding)`` is None when the original runs it, else its error text, and raises
     TooBig for a binding whose inputs are not made (not counted as a try). ``errors``
     are the synthesized bindings' errors, ``tried`` those bindings (not run again)."""
-    t0 = time.monotonic()
-    max_tries = MAX_TRIES if max_tries is None else max_tries
-    seconds = MAX_SECONDS if seconds is None else seconds
-    result = SearchResult(0, rejected={signature(b) for b in tried})
-    done = set(result.rejected)
-    queued: Set[int] = set()
-    moves: Deque[Tuple[int, Optional[str]]] = deque()  # (size, one dim, or None: each dim, then all)
-    echoes: Deque[int] = deque()  # sizes of errors seen before with other numbers: tried last
-    seen: Set[str] = set()  # the errors seen, their numbers masked
-    capped: Dict[Optional[str], int] = {}  # per dim (None: all together), the size found too big
-
-    def learn(text: str) -> None:
-        new = [s for s in sizes_in_error(text) if s not in queued]
-        queued.update(new)
-        form = _INT.sub("#", text)
-        if form in seen:
-            echoes.extend(new)
-            return
-        seen.add(form)
-        moves.extendleft((s, None) for s in reversed(new))
-
-    def attempt(key: Optional[str], size: int) -> bool:
-        if size >= capped.get(key, MAX_SIZE + 1):
-            return False
-        binding = dict(base)
-        binding.update({k: size for k in keys} if key is None else {key: size})
-        sig = signature(binding)
-        if sig in done:
-            return False
-        if result.tried >= max_tries or time.monotonic() - t0 > seconds:
-            result.stopped = "tries" if result.tried >= max_tries else "time"
-            result.limit = f"{max_tries} tries" if result.stopped == "tries" else f"{seconds:g} s"
-            raise _Spent
-        done.add(sig)
-        try:
-            error = _probe(run, binding)
-        except TooBig:
-            capped[key] = min(size, capped.get(key, MAX_SIZE + 1))
-            return False
-        result.tried += 1
-        if error is None:
-            result.found = binding
-            return True
-        result.rejected.add(sig)
-        learn(error)
-        return False
-
+    s = _Search(keys, base, run, tried, MAX_TRIES if max_tries is None else max_tries,
+                MAX_SECONDS if seconds is None else seconds)
     for text in errors:
-        learn(text)
+        s.learn(text)
     for key in keys:
-        moves.extend((s, key) for s in (hints or {}).get(key, ()))
-    moves.extend((s, None) for s in constants if s not in queued)
-    queued.update(constants)
-    power = 2
-    try:
-        while True:
-            if not moves:
-                # Growing sizes, until every dim (and all together) is capped; then the
-                # echoes.
-                while power in queued and power <= MAX_SIZE:
-                    power *= 2
-                groups = (*keys, None) if len(keys) > 1 else tuple(keys)
-                if power <= MAX_SIZE and any(power < capped.get(k, MAX_SIZE + 1) for k in groups):
-                    queued.add(power)
-                    moves.append((power, None))
-                elif echoes:
-                    moves.append((echoes.popleft(), None))
-                else:
-                    break
-            size, key = moves.popleft()
-            if key is not None:
-                if attempt(key, size):
-                    break
-                continue
-            if any(attempt(k, size) for k in keys) or (len(keys) > 1 and attempt(None, size)):
-                break
-    except _Spent:
-        pass
-    result.seconds = time.monotonic() - t0
-    return result
+        s.moves.extend((size, key) for size in (hints or {}).get(key, ()))
+    s.moves.extend((size, None) for size in constants if size not in s.queued)
+    s.queued.update(constants)
+    return s.until_found()

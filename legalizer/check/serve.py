@@ -62,6 +62,55 @@ def _error(e: BaseException) -> dict:
     return {"error": [f"{kind.__module__}.{kind.__qualname__}", str(e), isinstance(e, MemoryError), attrs]}
 
 
+def _silence() -> None:
+    """Whatever a runtime prints goes to /dev/null."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def _sandbox(mode: str) -> str:
+    """The syscall filter (``mode`` "filtered"), installed; what it is, in words."""
+    if mode != "filtered":
+        return "no syscall filter (asked for none)"
+    import tempfile
+
+    from .sandbox import install
+
+    tempfile.gettempdir()  # found while a file can be made there (PyTorch asks for it)
+
+    return install()[1]
+
+
+def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbox: str):
+    """The value that answers request ``op`` on the object ``handle``."""
+    if op == "new":
+        module, qualname, args, kwargs, fetch, activate = rest[:-1]
+        obj = _resolve(importlib.import_module(module), qualname)(*args, **kwargs)
+        if activate:
+            obj.activate()
+        objects[handle] = obj
+        return {name: _resolve(obj, name) for name in fetch}
+    if op == "call":
+        method, args, kwargs, keep = rest[:-1]
+        value = _resolve(objects[handle], method)(*args, **kwargs)
+        return value if keep else None
+    if op == "import":  # warm up: the runtimes' modules, while the parent works
+        for module in rest[0]:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass
+        return None
+    if op == "status":
+        return {"sandbox": sandbox, "pid": os.getpid()}
+    if op == "drop":
+        objects.pop(handle, None)
+        return None
+    raise ValueError(f"no request {op!r}")
+
+
 def main() -> None:  # pragma: no cover - runs in the child
     from . import wire
 
@@ -69,21 +118,10 @@ def main() -> None:  # pragma: no cover - runs in the child
     _die_with_parent()
     # ^C reaches the whole process group: the parent handles it and stops this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    os.close(devnull)
+    _silence()
     import numpy  # noqa: F401 - every reply needs it
 
-    sandbox = "no syscall filter (asked for none)"
-    if len(sys.argv) > 2 and sys.argv[2] == "filtered":
-        import tempfile
-
-        from .sandbox import install
-
-        tempfile.gettempdir()  # found while a file can be made there (PyTorch asks for it)
-
-        sandbox = install()[1]
+    sandbox = _sandbox(sys.argv[2] if len(sys.argv) > 2 else "")
     objects: Dict[int, object] = {}
     while True:
         try:
@@ -94,33 +132,7 @@ def main() -> None:  # pragma: no cover - runs in the child
         memory = rest[-1]
         try:
             _limit_memory(memory)
-            if op == "new":
-                module, qualname, args, kwargs, fetch, activate = rest[:-1]
-                obj = _resolve(importlib.import_module(module), qualname)(*args, **kwargs)
-                if activate:
-                    obj.activate()
-                objects[handle] = obj
-                value = {name: _resolve(obj, name) for name in fetch}
-            elif op == "call":
-                method, args, kwargs, keep = rest[:-1]
-                value = _resolve(objects[handle], method)(*args, **kwargs)
-                if not keep:
-                    value = None
-            elif op == "import":  # warm up: the runtimes' modules, while the parent works
-                for module in rest[0]:
-                    try:
-                        importlib.import_module(module)
-                    except ImportError:
-                        pass
-                value = None
-            elif op == "status":
-                value = {"sandbox": sandbox, "pid": os.getpid()}
-            elif op == "drop":
-                objects.pop(handle, None)
-                value = None
-            else:
-                raise ValueError(f"no request {op!r}")
-            reply = wire.encode({"ok": value})
+            reply = wire.encode({"ok": _answer(op, handle, rest, objects, sandbox)})
         except BaseException as e:  # noqa: BLE001 - told to the parent, in words
             reply = wire.encode(_error(e))
         wire.send(replies, reply)

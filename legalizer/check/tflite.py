@@ -32,7 +32,7 @@ import onnx
 
 from ..errors import CheckUnavailable, first_line
 from ..extras import install_hint
-from ..importers.tflite import CUSTOM_DOMAIN
+from ..tflite_records import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
@@ -261,11 +261,7 @@ def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *
         specs = graph_input_specs(graph)
         if record and k == 0:
             comparator.runs = result.runs = []
-        if samples is not None and k == 0:
-            plan = [(_sample_dims(graph, dims, sample, j), sample, j) for j, sample in enumerate(samples)]
-        else:
-            plan = [(binding, inputs or {}, None) for binding in bindings(graph, dims or {})]
-        for binding, given, j in plan:
+        for binding, given, j in _plan(graph, k, samples, dims, inputs):
             if j is not None and hasattr(ref_runner, "index"):
                 ref_runner.index = j
             try:
@@ -275,6 +271,20 @@ def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *
             comparator.binding(binding, feeds, label={f"{prefix}{key}": v for key, v in binding.items()}, sample=j,
                                source="user" if j is not None else "synthesized")
         notes += onnx_side.notes if onnx_side is not None else []
+    return _concluded(result, samples, notes, litert)
+
+
+def _plan(graph: Graph, k: int, samples, dims, inputs) -> list:
+    """(binding, inputs given, sample index) of each run of subgraph ``k``: the stored
+    samples, which feed the main graph, else the bindings of its dims."""
+    if samples is not None and k == 0:
+        return [(_sample_dims(graph, dims, sample, j), sample, j) for j, sample in enumerate(samples)]
+    return [(binding, inputs or {}, None) for binding in bindings(graph, dims or {})]
+
+
+def _concluded(result: CheckResult, samples, notes: List[str], litert: str) -> CheckResult:
+    """The result once every subgraph ran: its verdict, its per-sample summary, and the
+    ONNX side's notes (the provider naming only what ran)."""
     unless_compared(result, "the original model fails on LiteRT for every input binding tried: ")
     if samples is not None and len(samples) > 1:
         from .samples import across

@@ -5,15 +5,16 @@ every elementwise operand already has its result's rank, so an elementwise ONNX 
 one TOSA op whose operands broadcast only through size-1 dims, as TOSA allows. The other
 ops are lowered by small functions registered per ONNX op type in ``LOWERINGS``
 (``exporters.mlir.tosa``: elementwise, shapes, nn), each emitting TOSA ops through one
-``Emitter``; a missing lowering is a named error. A TFLite model is emitted from its
-ONNX form, which the caller makes (``emit.render_mlir``).
+``Emitter``, walked by the MLIR driver (``mlir.driver``) that StableHLO shares; a missing
+lowering is a named error. A TFLite model is emitted from its ONNX form, which the
+caller makes (``emit.render_mlir``).
 
 - One ``func.func @main`` in a ``module``: arguments in graph-input order (an initializer
   that ONNX IR < 4 also lists as an input is a constant, not an argument), results in
   graph-output order.
-- Convolutions, pools, slices and means need the dims they compute with to be static.
-  ``dims=`` binds symbolic dims to sizes first (the model's ONNX form is re-imported with
-  them, so shape inference makes everything it can static).
+- Convolutions, pools, slices and means need the dims they compute with to be static:
+  the caller binds symbolic dims to sizes first (``emit.bind_dims``: shape inference
+  then makes everything it can static); the exporter reads the model as it is given.
 - Values computed from constants only are folded at emission time
   (``mlir.fold.TOSA_FOLDING``); constants are emitted where they are first used, once.
 
@@ -23,15 +24,15 @@ is produced.
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+from typing import List, Optional
 
 import numpy as np
 
 from ..errors import BadInput
-from ..ir.graph import OP, Graph, Value
+from ..ir.graph import Graph, Node, Value
 from ..model import Model
-from .mlir.failures import Failures
-from .mlir.fold import TOSA_FOLDING, fold
+from .mlir.driver import Driver
+from .mlir.fold import TOSA_FOLDING
 from .mlir.registry import Unsupported
 from .mlir.tosa import LOWERINGS
 from .mlir.tosa.emitter import TOSA_ELEMENT, Emitter, Poisoned, T
@@ -39,35 +40,12 @@ from .mlir.tosa.emitter import TOSA_ELEMENT, Emitter, Poisoned, T
 __all__ = ["emit_tosa", "LOWERINGS"]
 
 
-def _specialize(model: Model, dims: Mapping[str, int]) -> Model:
-    """The model with symbolic dims bound to sizes: its ONNX form re-imported, so that
-    shape inference makes static what it can."""
-    from ..importers.onnx import import_model
-    from .onnx_form import to_onnx
-
-    proto = to_onnx(model)
-    g = proto.graph
-    for vi in list(g.input) + list(g.output):
-        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if d.WhichOneof("value") == "dim_param":
-                if d.dim_param in dims:
-                    d.dim_value = int(dims[d.dim_param])
-                elif vi in g.output:
-                    d.ClearField("dim_param")
-    del g.value_info[:]
-    return import_model(proto, model.base_dir)
-
-
-def emit_tosa(model: Model, *, dims: Optional[Mapping[str, int]] = None, func_name: str = "main") -> str:
-    """TOSA MLIR text of ``model`` (ONNX frontend, legalized for ``tosa``). ``dims``
-    binds symbolic dims to sizes. BadInput names every op that cannot be emitted."""
+def emit_tosa(model: Model, *, func_name: str = "main") -> str:
+    """TOSA MLIR text of ``model`` (ONNX frontend, legalized for ``tosa``; symbolic dims
+    bound where the ops need them static). BadInput names every op that cannot be emitted."""
     if model.format != "onnx":
         raise BadInput(f"TOSA export reads an ONNX model, not {model.format} (emit its ONNX form)")
-    if dims:
-        model = _specialize(model, dims)
-    return _emit_graph(model.graph, func_name)
+    return _TosaDriver(model.graph, func_name).text()
 
 
 def _placeholder(v: Value) -> Optional[T]:
@@ -77,76 +55,89 @@ def _placeholder(v: Value) -> Optional[T]:
     return None
 
 
-def _emit_graph(graph: Graph, func_name: str) -> str:
-    e = Emitter(graph)
-    args: List[T] = []
-    failures = Failures("TOSA")
-    for n in graph.inputs:
-        v = n.outputs[0]
-        if n.data is not None:  # IR < 4: an initializer listed as an input
-            e.consts[id(v)] = np.asarray(n.data.array)
-            continue
+class _TosaDriver(Driver):
+    """The TOSA function: graph inputs are its arguments, in order; constants are
+    emitted where first used; a failed op leaves placeholders of its IR types, so that
+    later ops are still checked."""
+
+    dialect = "TOSA"
+    table = LOWERINGS
+    folding = TOSA_FOLDING
+    no_rule = "no TOSA lowering"
+
+    def __init__(self, graph: Graph, func_name: str):
+        super().__init__(graph, Emitter(graph))
+        self.func_name = func_name
+        self.args: List[T] = []
+
+    def walk(self):
+        # the arguments first, numbered in graph-input order; then every constant
+        return self.graph.inputs + self.graph.constants() + self.graph.ops()
+
+    def known(self, value):
+        return self.cx.const_of(value)
+
+    def argument(self, node: Node) -> None:
+        e, v = self.cx, node.outputs[0]
+        if node.data is not None:  # IR < 4: an initializer listed as an input
+            e.consts[id(v)] = np.asarray(node.data.array)
+            return
         t = v.type
         if t.dtype is None or t.shape is None or t.dtype not in TOSA_ELEMENT:
-            failures.add(f"input '{v.name}'", f"{t}: needs a ranked tensor type TOSA has")
-            continue
-        arg = T(e.fresh(f"arg{len(args)}"), t.dtype, tuple(t.shape))
-        args.append(arg)
+            self.failures.add(f"input '{v.name}'", f"{t}: needs a ranked tensor type TOSA has")
+            return
+        arg = T(e.fresh(f"arg{len(self.args)}"), t.dtype, tuple(t.shape))
+        self.args.append(arg)
         e.env[id(v)] = arg
-    for n in graph.constants():
-        if n.data is not None and not n.data.sparse:
-            e.consts[id(n.outputs[0])] = n.data.array
-    for node in graph.nodes():
-        if node.kind != OP:
-            continue
-        folded = fold(graph, node, e.const_of, TOSA_FOLDING)
-        if folded is not None:
-            for v, a in zip(node.outputs, folded):
-                e.consts[id(v)] = a
-            continue
-        e.node = node
-        lower = LOWERINGS.get(node.op)
-        failed = True
-        try:
-            if lower is None:
-                raise Unsupported("no TOSA lowering")
-            outs = lower(e)
-            failed = False
-        except Unsupported as why:
-            failures.add(node.op, str(why), node.label)
-        except Poisoned:  # an operand's op failed and is reported; this op is only if it has no lowering
-            if lower is None:
-                failures.add(node.op, "no TOSA lowering", node.label)
-        if failed:  # later ops still get checked, on placeholders of the IR's types
-            outs = [_placeholder(v) for v in node.outputs]
-        for v, t in zip(node.outputs, outs):
+
+    def constant(self, node: Node) -> None:
+        if node.data is not None and not node.data.sparse:
+            self.cx.consts[id(node.outputs[0])] = node.data.array
+
+    def define_known(self, node: Node, arrays) -> None:
+        for v, a in zip(node.outputs, arrays):
+            self.cx.consts[id(v)] = a
+
+    def define(self, node: Node, results) -> None:
+        for v, t in zip(node.outputs, results):
             if t is not None:
-                e.env[id(v)] = t
-            elif failed:
-                e.poisoned.add(id(v))
-    results: List[T] = []
-    for n in graph.outputs:
-        v = n.inputs[0]
-        if v is None:
-            continue
-        try:
-            results.append(e.value(v))
-        except (Unsupported, Poisoned):
-            if not failures:
-                failures.add(f"output '{v.name}'", "not computed")
-    if failures:
-        raise failures.by_node()
-    sig_args = ", ".join(f"{a.ssa}: {a.type}" for a in args)
-    res_types = [r.type for r in results]
-    ret = res_types[0] if len(res_types) == 1 else "(" + ", ".join(res_types) + ")"
-    names = ", ".join(n.outputs[0].name for n in graph.inputs if n.data is None)
-    header = f"// TOSA form of graph '{graph.name}' (inputs: {names}) written by legalize"
-    out = [" ".join(header.splitlines()), "module {", f"  func.func @{func_name}({sig_args}) -> {ret} {{"]
-    out.extend("    " + line for line in e.lines)
-    if results:
-        out.append(f"    return {', '.join(r.ssa for r in results)} : {', '.join(res_types)}")
-    else:
-        out.append("    return")
-    out.append("  }")
-    out.append("}")
-    return "\n".join(out) + "\n"
+                self.cx.env[id(v)] = t
+
+    def failed(self, node: Node, why: Optional[str]) -> None:
+        if why is not None:  # else an operand's op failed, and is reported
+            self.failures.add(node.op, why, node.label)
+        for v in node.outputs:  # later ops still get checked, on placeholders of the IR's types
+            t = _placeholder(v)
+            if t is not None:
+                self.cx.env[id(v)] = t
+            else:
+                self.cx.poisoned.add(id(v))
+
+    def module(self) -> str:
+        e, graph = self.cx, self.graph
+        results: List[T] = []
+        for n in graph.outputs:
+            v = n.inputs[0]
+            if v is None:
+                continue
+            try:
+                results.append(e.value(v))
+            except (Unsupported, Poisoned):
+                if not self.failures:
+                    self.failures.add(f"output '{v.name}'", "not computed")
+        if self.failures:
+            raise self.failures.by_node()
+        sig_args = ", ".join(f"{a.ssa}: {a.type}" for a in self.args)
+        res_types = [r.type for r in results]
+        ret = res_types[0] if len(res_types) == 1 else "(" + ", ".join(res_types) + ")"
+        names = ", ".join(n.outputs[0].name for n in graph.inputs if n.data is None)
+        header = f"// TOSA form of graph '{graph.name}' (inputs: {names}) written by legalize"
+        out = [" ".join(header.splitlines()), "module {", f"  func.func @{self.func_name}({sig_args}) -> {ret} {{"]
+        out.extend("    " + line for line in e.lines)
+        if results:
+            out.append(f"    return {', '.join(r.ssa for r in results)} : {', '.join(res_types)}")
+        else:
+            out.append("    return")
+        out.append("  }")
+        out.append("}")
+        return "\n".join(out) + "\n"

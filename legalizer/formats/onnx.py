@@ -81,7 +81,7 @@ class OnnxFormat(Format):
         return check(self.original(run), written, provider=options.provider, dims=run.dims, inputs=run.given,
                      rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
                      choices=choices_from_constraints(run.res.input_verification.constraints),
-                     hints=self.hints(run), profile=run.target.profile, record=options.records)
+                     hints=self.hints(run), profile=run.target.profile.name, record=options.records)
 
     def hints(self, run) -> Dict[str, list]:
         """Sizes worth trying per dim (a PyTorch program's ranges); none for ONNX."""

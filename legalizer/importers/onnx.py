@@ -85,6 +85,48 @@ _NO_INFO = (-1, None)
 _SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
 
 
+class _GraphBuild:
+    """One ONNX graph being imported: its proto, its values' types, its value_info
+    entries by name, the values defined so far and the nodes made."""
+
+    def __init__(self, g: GraphProto, types: Dict[str, TensorType], infos: Dict[str, Tuple[int, Any]]):
+        self.g = g
+        self.types = types
+        self.infos = infos
+        self.defined: Dict[str, Value] = {}
+        self.nodes: List[Node] = []
+
+    def define(self, name: str, what: str) -> Value:
+        if name in self.defined:
+            raise BadInput(f"graph '{self.g.name}': value '{name}' is defined twice ({what})")
+        idx, vi = self.infos.get(name, (-1, None))
+        v = Value(name, self.types.get(name, UNKNOWN), info=vi, info_index=idx)
+        self.defined[name] = v
+        return v
+
+    def outputs(self) -> List[Node]:
+        """The graph's output nodes (appended to ``nodes``), their operands unresolved."""
+        out_nodes = []
+        for vi in self.g.output:
+            if not vi.name:
+                raise BadInput(f"graph '{self.g.name}': a graph output has no name")
+            n = Node(OUTPUT, "$output", name=vi.name, proto=vi)
+            out_nodes.append(n)
+            self.nodes.append(n)
+        return out_nodes
+
+    def resolve(self, scopes: List[Dict[str, Value]], name: str, user: str) -> Optional[Value]:
+        """The value ``name`` as the innermost scope defines it; None for no operand."""
+        if not name:
+            return None
+        for scope in scopes:
+            v = scope.get(name)
+            if v is not None:
+                return v
+        raise BadInput(f"graph '{self.g.name}': {user} uses value '{name}', which no node,"
+                       " input or initializer defines")
+
+
 class _Importer:
     def __init__(self, model: ModelProto, base_dir: Optional[Path]):
         self.model = model
@@ -180,58 +222,71 @@ class _Importer:
         graph.ir_version = self.model.ir_version
         graph.base_dir = self.base_dir
         graph.proto = g
-        types = self._types(g, inf)
-        infos = {vi.name: (i, vi) for i, vi in enumerate(g.value_info)}
+        b = _GraphBuild(g, self._types(g, inf), {vi.name: (i, vi) for i, vi in enumerate(g.value_info)})
+        self._sources(b)
+        later, with_subgraphs = self._ops(b)
+        out_nodes = b.outputs()
+        # Subgraphs see this graph's values; resolve them after all values are defined.
+        scopes = [b.defined] + outer
+        self._subgraphs(b, inf, with_subgraphs, scopes)
+        for n, np_ in later:
+            n.inputs = [b.resolve(scopes, i, f"node '{np_.name or np_.op_type}'") for i in np_.input]
+        for n in out_nodes:
+            v = b.resolve(scopes, n.name, "graph output")
+            n.inputs = [v]
+            if v.type.shape is None and v.type.dtype is None:
+                v.type = b.types.get(n.name, UNKNOWN)
+        # value_info entries no value of this graph took (naming a value of an enclosing
+        # or nested graph, or nothing, or repeated): valid ONNX, kept for the export.
+        if b.infos:
+            taken = {v.info_index for v in b.defined.values()}
+            graph.foreign_value_info = [(i, vi) for i, vi in enumerate(g.value_info) if i not in taken]
+        self.pending[graph] = b.nodes
+        return graph
+
+    def _sources(self, b: _GraphBuild) -> None:
+        """The graph's inputs (with their defaults), initializers and sparse initializers."""
+        g = b.g
         initializers = {t.name: (i, t) for i, t in enumerate(g.initializer)}
         for t in g.initializer:
             check_tensor(t)
-        nodes: List[Node] = []
-        defined: Dict[str, Value] = {}
-
-        def define(name: str, what: str) -> Value:
-            if name in defined:
-                raise BadInput(f"graph '{g.name}': value '{name}' is defined twice ({what})")
-            idx, vi = infos.get(name, (-1, None))
-            v = Value(name, types.get(name, UNKNOWN), info=vi, info_index=idx)
-            defined[name] = v
-            return v
-
         for vi in g.input:
             n = Node(INPUT, "$input", name=vi.name, proto=vi)
-            n.outputs = [define(vi.name, "graph input")]
+            n.outputs = [b.define(vi.name, "graph input")]
             if vi.name in initializers:  # an input with a default (IR version < 4 style)
                 idx, t = initializers[vi.name]
                 n.data = ConstData(t, self.base_dir, idx)
-            nodes.append(n)
+            b.nodes.append(n)
         inputs = {vi.name for vi in g.input}
         for name, (idx, t) in initializers.items():
             if name in inputs:
                 continue
             n = Node(CONST, "$const", name=name, proto=t, data=ConstData(t, self.base_dir, idx))
-            v = define(name, "initializer")
+            v = b.define(name, "initializer")
             # Its dims are its shape, whatever a value_info entry declares (a '?' or a -1
             # there is no dynamic dim of a constant).
             v.type = TensorType(dtype_name(t.data_type) or v.type.dtype, tuple(t.dims))
             n.outputs = [v]
-            nodes.append(n)
+            b.nodes.append(n)
         for idx, st in enumerate(g.sparse_initializer):
             name = st.values.name
             n = Node(CONST, "$const", name=name, proto=st, data=ConstData(st, self.base_dir, idx, sparse=True))
-            v = define(name, "sparse initializer")
+            v = b.define(name, "sparse initializer")
             v.type = TensorType(dtype_name(st.values.data_type) or v.type.dtype, tuple(st.dims))
             n.outputs = [v]
-            nodes.append(n)
+            b.nodes.append(n)
 
-        # The nodes, in one pass over them: a node's operands defined before it (the
-        # usual order) are resolved at once, the others (defined later, or in an
-        # enclosing graph) once all are defined; so are the subgraph attributes, which
-        # see every value of this graph.
-        inf_nodes = inf.node if inf is not None and len(inf.node) == len(g.node) else None
+    def _ops(self, b: _GraphBuild) -> Tuple[List[Tuple[Node, onnx.NodeProto]], List[Tuple[Node, onnx.NodeProto, int]]]:
+        """The graph's nodes, in one pass over them: a node's operands defined before it
+        (the usual order) are resolved at once. Returns the nodes with others (defined
+        later, or in an enclosing graph: resolved once all are defined) and the nodes
+        with subgraph attributes, which see every value of this graph."""
+        g, defined = b.g, b.defined
         checked, get, missing = self._checked_ops, defined.get, _MISSING
-        type_of, info_of = types.get, (infos.get if infos else None)
+        type_of, info_of = b.types.get, (b.infos.get if b.infos else None)
         later: List[Tuple[Node, onnx.NodeProto]] = []
         with_subgraphs: List[Tuple[Node, onnx.NodeProto, int]] = []
-        append = nodes.append
+        append = b.nodes.append
         for k, np_ in enumerate(g.node):
             op_type, domain = np_.op_type, np_.domain
             if (domain, op_type) not in checked:
@@ -258,17 +313,13 @@ class _Importer:
                 else:
                     n.attrs = {a.name: a for a in attributes}
             append(n)
+        return later, with_subgraphs
 
-        out_nodes = []
-        for vi in g.output:
-            if not vi.name:
-                raise BadInput(f"graph '{g.name}': a graph output has no name")
-            n = Node(OUTPUT, "$output", name=vi.name, proto=vi)
-            out_nodes.append(n)
-            nodes.append(n)
-
-        # Subgraphs see this graph's values; resolve them after all values are defined.
-        scopes = [defined] + outer
+    def _subgraphs(self, b: _GraphBuild, inf: Optional[GraphProto],
+                   with_subgraphs: List[Tuple[Node, onnx.NodeProto, int]], scopes: List[Dict[str, Value]]) -> None:
+        """The attributes of the nodes that hold subgraphs, each subgraph built with
+        its inferred twin (when inference kept the graph node for node)."""
+        inf_nodes = inf.node if inf is not None and len(inf.node) == len(b.g.node) else None
         for n, np_, k in with_subgraphs:
             inf_np = inf_nodes[k] if inf_nodes is not None else None
             for a_idx, a in enumerate(np_.attribute):
@@ -280,31 +331,6 @@ class _Importer:
                     n.attrs[a.name] = [self.graph(sg, ig, n, scopes) for sg, ig in zip(a.graphs, infs)]
                 else:
                     n.attrs[a.name] = a
-
-        def resolve(name: str, user: str) -> Optional[Value]:
-            if not name:
-                return None
-            for scope in scopes:
-                v = scope.get(name)
-                if v is not None:
-                    return v
-            raise BadInput(f"graph '{g.name}': {user} uses value '{name}', which no node,"
-                               " input or initializer defines")
-
-        for n, np_ in later:
-            n.inputs = [resolve(i, f"node '{np_.name or np_.op_type}'") for i in np_.input]
-        for n in out_nodes:
-            v = resolve(n.name, "graph output")
-            n.inputs = [v]
-            if v.type.shape is None and v.type.dtype is None:
-                v.type = types.get(n.name, UNKNOWN)
-        # value_info entries no value of this graph took (naming a value of an enclosing
-        # or nested graph, or nothing, or repeated): valid ONNX, kept for the export.
-        if infos:
-            taken = {v.info_index for v in defined.values()}
-            graph.foreign_value_info = [(i, vi) for i, vi in enumerate(g.value_info) if i not in taken]
-        self.pending[graph] = nodes
-        return graph
 
 
 # Operands of one node, at most: a variadic op (Sum, Max, Concat) of more is no model

@@ -18,9 +18,10 @@ in file order). Conventions of the TFLite IR:
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -34,14 +35,10 @@ from ..ir.types import Quantization, TensorType
 from ..model import Model, SourceFormat
 from ..oprules import has_effects
 from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read
+# (re-exported: the records are the importer's, kept below it so the exporters need not import it)
+from ..tflite_records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
 
-TFLITE_DOMAIN, CUSTOM_DOMAIN = "tflite", "tflite.custom"
-
-# TFLite TensorType -> IR dtype name (ONNX's, lower-cased) and numpy dtype.
-DTYPES = {0: "float", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool",
-          7: "int16", 8: "complex64", 9: "int8", 10: "double", 11: "complex128", 12: "uint64",
-          15: "uint32", 16: "uint16", 17: "int4", 18: "bfloat16"}
-TFLITE_TYPES = {v: k for k, v in DTYPES.items()}
+# TFLite TensorType -> numpy dtype, by IR dtype name.
 NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8, "int64": np.int64,
          "bool": np.bool_, "int16": np.int16, "complex64": np.complex64, "int8": np.int8, "double": np.float64,
          "complex128": np.complex128, "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16}
@@ -50,32 +47,6 @@ NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8":
 TENSOR_FIELDS = ("shape", "shape_signature", "type", "buffer", "name", "quantization")
 OPERATOR_FIELDS = ("opcode_index", "inputs", "outputs", "builtin_options", "builtin_options_type",
                    "builtin_options2", "builtin_options2_type")
-
-
-@dataclass
-class OpRecord:
-    """What an imported operator keeps besides its operands and options: its
-    OperatorCode (version, custom code), the rest of its Operator table, and which
-    options table its ``attrs`` came from."""
-
-    opcode: FbTable
-    rest: FbTable
-    options_table: Optional[str] = None
-
-
-@dataclass
-class TFLiteSource:
-    """``Model.proto`` of a TFLite model: the file's Model table less its subgraphs,
-    whose buffers are views of the file."""
-
-    table: FbTable
-    size: int
-    # each subgraph's input and output tensor indices, which signatures refer to
-    io: List[Tuple[List[int], List[int]]]
-    # buffer index -> its bytes (a view of the file) for buffers stored by offset after
-    # the flatbuffer (Buffer.offset/size, how models over 2 GB are laid out): the
-    # exporter writes them back the same way
-    external: Dict[int, np.ndarray] = field(default_factory=dict)
 
 
 def _quantization(q: Optional[FbTable]) -> Optional[Quantization]:
@@ -98,6 +69,25 @@ def _attr_value(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return v.tolist()
     return v
+
+
+def _tensor_at(index: int, values: List[Value], idx: int, where: str) -> Optional[Value]:
+    """Tensor ``idx`` of subgraph ``index`` (None for -1, no operand)."""
+    if idx == -1:
+        return None
+    if not 0 <= idx < len(values):
+        raise BadInput(f"subgraph {index}: {where} refers to tensor {idx}, but the subgraph has"
+                       f" {len(values)}")
+    return values[idx]
+
+
+def _check_reads_defined(index: int, nodes: List[Node], produced: set) -> None:
+    """BadInput for an operator of subgraph ``index`` that reads a tensor nothing defines."""
+    for node in (n for n in nodes if n.kind == OP):
+        for v in node.inputs:
+            if v is not None and v.info_index not in produced:
+                raise BadInput(f"subgraph {index}: operator {node.op} reads tensor '{v.name}', which no"
+                               " operator, input or buffer defines")
 
 
 class _Importer:
@@ -153,8 +143,37 @@ class _Importer:
         g.proto = FbTable("SubGraph", {k: v for k, v in sg.fields.items()
                                        if k not in ("tensors", "inputs", "outputs", "operators")})
         tensors: List[FbTable] = sg.get("tensors", [])
-        values: List[Value] = []
+        values, consts = self._tensors(index, tensors)
+        tensor = functools.partial(_tensor_at, index, values)
         nodes: List[Node] = []
+        graph_inputs = [int(i) for i in sg.get("inputs", [])]
+        for i in graph_inputs:
+            v = tensor(i, "an input")
+            if i in consts:  # fed or constant? LiteRT crashes writing into its read-only data
+                raise BadInput(f"subgraph {index}: input tensor '{v.name}' also has constant data"
+                               f" (buffer {int(tensors[i].get('buffer', 0))})")
+            nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
+        produced = set(graph_inputs)
+        for i in sorted(consts):
+            if i not in produced:
+                nodes.append(consts[i])
+                produced.add(i)
+        nodes += self._operators(index, sg, values, produced)
+        _check_reads_defined(index, nodes, produced)
+        for i in [int(i) for i in sg.get("outputs", [])]:
+            v = tensor(i, "an output")
+            if v.info_index not in produced:
+                raise BadInput(f"subgraph {index}: output tensor '{v.name}' is never defined")
+            nodes.append(Node(OUTPUT, "$output", name=v.name, inputs=[v]))
+        g.add_nodes(nodes)
+        _order_effects(g, [n for n in nodes if n.kind == OP])
+        g.nodes()  # the topological order; a cycle is bad input
+        return g
+
+    def _tensors(self, index: int, tensors: List[FbTable]) -> Tuple[List[Value], Dict[int, Node]]:
+        """One value per tensor of subgraph ``index`` (names made unique), and a
+        constant node for each tensor with data, by tensor index."""
+        values: List[Value] = []
         consts: Dict[int, Node] = {}
         names = set()
         for i, t in enumerate(tensors):
@@ -176,31 +195,17 @@ class _Importer:
             if data is not None:
                 consts[i] = Node(CONST, "$const", name=name, outputs=[v],
                                  data=self.const_data(data, v, name, t.get("sparsity"), buffer))
+        return values, consts
 
-        def tensor(idx: int, where: str) -> Optional[Value]:
-            if idx == -1:
-                return None
-            if not 0 <= idx < len(values):
-                raise BadInput(f"subgraph {index}: {where} refers to tensor {idx}, but the subgraph has"
-                               f" {len(values)}")
-            return values[idx]
-
-        graph_inputs = [int(i) for i in sg.get("inputs", [])]
-        for i in graph_inputs:
-            v = tensor(i, "an input")
-            if i in consts:  # fed or constant? LiteRT crashes writing into its read-only data
-                raise BadInput(f"subgraph {index}: input tensor '{v.name}' also has constant data"
-                               f" (buffer {int(tensors[i].get('buffer', 0))})")
-            nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
-        produced = set(graph_inputs)
-        for i in sorted(consts):
-            if i not in produced:
-                nodes.append(consts[i])
-                produced.add(i)
+    def _operators(self, index: int, sg: FbTable, values: List[Value], produced: set) -> List[Node]:
+        """The operator nodes of subgraph ``index``, in the order listed (which is the
+        order TFLite runs them); adds the tensors they write to ``produced``."""
+        nodes = []
         later = {i: k for k, op in enumerate(sg.get("operators", [])) for i in _ints(op.get("outputs", []))}
         for k, op in enumerate(sg.get("operators", [])):
             node = self.operator(k, op, index)
-            node.inputs = [tensor(i, f"operator {k} ({node.op})") for i in _ints(op.get("inputs", []))]
+            where = f"operator {k} ({node.op})"
+            node.inputs = [_tensor_at(index, values, i, where) for i in _ints(op.get("inputs", []))]
             for v in node.inputs:
                 # TFLite runs operators in the order listed (LiteRT aborts on this).
                 if v is not None and v.info_index not in produced and later.get(v.info_index, -1) >= k:
@@ -215,20 +220,7 @@ class _Importer:
             node.outputs = [values[i] for i in outs]
             _name_broadcast_dims(node)
             nodes.append(node)
-        for k, node in enumerate(n for n in nodes if n.kind == OP):
-            for v in node.inputs:
-                if v is not None and v.info_index not in produced:
-                    raise BadInput(f"subgraph {index}: operator {node.op} reads tensor '{v.name}', which no"
-                                   " operator, input or buffer defines")
-        for i in [int(i) for i in sg.get("outputs", [])]:
-            v = tensor(i, "an output")
-            if v.info_index not in produced:
-                raise BadInput(f"subgraph {index}: output tensor '{v.name}' is never defined")
-            nodes.append(Node(OUTPUT, "$output", name=v.name, inputs=[v]))
-        g.add_nodes(nodes)
-        _order_effects(g, [n for n in nodes if n.kind == OP])
-        g.nodes()  # the topological order; a cycle is bad input
-        return g
+        return nodes
 
     def tensor_type(self, t: FbTable, where: str) -> TensorType:
         code = int(t.get("type", 0))

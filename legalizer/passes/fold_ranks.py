@@ -72,6 +72,47 @@ def _target_dims(shape: Tuple) -> Optional[List[int]]:
     return [d if isinstance(d, int) else -1 for d in shape]
 
 
+def _dim_groups(shapes: List[Tuple], R: int) -> Tuple[List, List[List[int]]]:
+    """Each dim's size over the region (1, one size, or _CONFLICT), and the groups of
+    dims that fold: a conflicting dim alone; otherwise adjacent dims where every value
+    is alike (all S or all 1) merge; dims of size 1 everywhere go."""
+    size: List = []
+    for k in range(R):
+        big = {s[k] for s in shapes if s[k] != 1}
+        size.append(1 if not big else next(iter(big)) if len(big) == 1 and None not in big else _CONFLICT)
+    groups: List[List[int]] = []
+    last = None
+    for k in range(R):
+        if size[k] == 1:
+            continue
+        if size[k] is _CONFLICT:
+            groups.append([k])
+            last = None
+            continue
+        pattern = tuple(s[k] == 1 for s in shapes)
+        if last is not None and pattern == last:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+        last = pattern
+    if not groups:
+        groups = [[R - 1]]  # all ones: rank 1 (rank 0 reads ambiguously in TFLite's RESHAPE)
+    return size, groups
+
+
+def _folded(s: Tuple, groups: List[List[int]], size: List) -> Tuple:
+    """Shape ``s`` (at the region's rank) folded by ``groups``."""
+    out = []
+    for g in groups:
+        if size[g[0]] is _CONFLICT:
+            out.append(s[g[0]])
+        elif s[g[0]] == 1:
+            out.append(1)
+        else:
+            out.append(_product([size[k] for k in g]))
+    return tuple(out)
+
+
 @dataclass
 class _Region:
     rank: int
@@ -140,86 +181,73 @@ class _Folder:
     def fold(self, region: _Region) -> bool:
         R = region.rank
         outs = [n.outputs[0] for n in region.nodes]
-        edge: Dict[int, Value] = {}  # operands made outside the region, by id
+        edge = self._edge_operands(region)
+        values = outs + list(edge.values())
+        shapes = [(1,) * (R - len(v.type.shape)) + tuple(v.type.shape) for v in values]
+        size, groups = _dim_groups(shapes, R)
+        if len(groups) >= R:
+            return False
+        new_out = [_folded(s, groups, size) for s in shapes[:len(outs)]]
+        new_edge = {id(v): _folded(s, groups, size) for v, s in zip(edge.values(), shapes[len(outs):])}
+        # Every reshape the fold needs must have a constant target, before anything changes.
+        for v in edge.values():
+            if constant_array(v) is None and _target_dims(new_edge[id(v)]) is None:
+                return False
+        back = self._reshapes_back(region, outs)
+        if back is None:
+            return False
+        self._rewrite(region, edge, new_edge, list(zip(outs, new_out)), back)
+        self.ctx.stats["regions_folded"] += 1
+        self.ctx.stats["ranks_folded"] += R - len(groups)
+        return True
+
+    def _outside(self, region: _Region, u: Node) -> bool:
+        return u.id not in region.ids or u.graph is not self.graph
+
+    def _edge_operands(self, region: _Region) -> Dict[int, Value]:
+        """Operands of the region made outside it, by id."""
+        edge: Dict[int, Value] = {}
         for n in region.nodes:
             for v in n.inputs:
                 if v is not None and (v.producer is None or v.producer.graph is not self.graph
                                       or v.producer.id not in region.ids):
                     edge[id(v)] = v
-        values = outs + list(edge.values())
-        shapes = [(1,) * (R - len(v.type.shape)) + tuple(v.type.shape) for v in values]
-        size: List = []
-        for k in range(R):
-            big = {s[k] for s in shapes if s[k] != 1}
-            size.append(1 if not big else next(iter(big)) if len(big) == 1 and None not in big else _CONFLICT)
-        # Groups of dims: a conflicting dim alone; otherwise adjacent dims where every
-        # value is alike (all S or all 1) merge; dims of size 1 everywhere go.
-        groups: List[List[int]] = []
-        last = None
-        for k in range(R):
-            if size[k] == 1:
-                continue
-            if size[k] is _CONFLICT:
-                groups.append([k])
-                last = None
-                continue
-            pattern = tuple(s[k] == 1 for s in shapes)
-            if last is not None and pattern == last:
-                groups[-1].append(k)
-            else:
-                groups.append([k])
-            last = pattern
-        if not groups:
-            groups = [[R - 1]]  # all ones: rank 1 (rank 0 reads ambiguously in TFLite's RESHAPE)
-        if len(groups) >= R:
-            return False
+        return edge
 
-        def folded(s: Tuple) -> Tuple:
-            out = []
-            for g in groups:
-                if size[g[0]] is _CONFLICT:
-                    out.append(s[g[0]])
-                elif s[g[0]] == 1:
-                    out.append(1)
-                else:
-                    out.append(_product([size[k] for k in g]))
-            return tuple(out)
-
-        new_out = [folded(s) for s in shapes[:len(outs)]]
-        new_edge = {id(v): folded(s) for v, s in zip(edge.values(), shapes[len(outs):])}
-        # Every reshape the fold needs must have a constant target, before anything changes.
-        for v in edge.values():
-            if constant_array(v) is None and _target_dims(new_edge[id(v)]) is None:
-                return False
-        back: List[Tuple[Value, List]] = []  # results used outside, with their reshape-back target
+    def _reshapes_back(self, region: _Region, outs: List[Value]) -> Optional[List[Tuple[Value, List]]]:
+        """The results used outside the region by more than a reshape that absorbs the
+        fold, with their reshape-back target; None where a target is not constant."""
+        back: List[Tuple[Value, List]] = []
         for v in outs:
-            outside = [(u, i) for u, i in self.graph.users(v) if u.id not in region.ids or u.graph is not self.graph]
+            outside = [(u, i) for u, i in self.graph.users(v) if self._outside(region, u)]
             if outside and not all(self._absorbs(u, i) for u, i in outside):
                 dims = _target_dims(tuple(v.type.shape))
                 if dims is None:
-                    return False
+                    return None
                 back.append((v, dims))
-        # Operands at the edge, folded.
+        return back
+
+    def _rewrite(self, region: _Region, edge: Dict[int, Value], new_edge: Dict[int, Tuple],
+                 results: List[Tuple[Value, Tuple]], back: List[Tuple[Value, List]]) -> None:
+        """The fold itself: operands at the edge folded, results given their folded
+        shapes, and reshaped back for the users outside that do not absorb them."""
         for n in region.nodes:
             for i, v in enumerate(n.inputs):
                 if v is not None and id(v) in edge:
                     self.graph.set_input(n, i, self._operand(v, new_edge[id(v)]))
-        old_types = {id(v): v.type for v in outs}
-        for v, s in zip(outs, new_out):
+        old_types = {id(v): v.type for v, _ in results}
+        for v, s in results:
             v.type = v.type.with_shape(s)
             v.info = None  # its declared ValueInfoProto has the old shape
         absorbed: Set[int] = set()
-        for v in outs:
+        for v, _ in results:
             for u, i in self.graph.users(v):
-                if (u.id not in region.ids or u.graph is not self.graph) and self._absorbs(u, i):
+                if self._outside(region, u) and self._absorbs(u, i):
                     absorbed.add(id(u))
         for v, dims in back:
             restored = self._reshape(v, dims, old_types[id(v)], f"{v.name}_unfolded")
-            self.graph.replace_all_uses_with(v, restored, keep=lambda u: (u.id in region.ids and u.graph is self.graph)
+            self.graph.replace_all_uses_with(v, restored, keep=lambda u: not self._outside(region, u)
                                              or id(u) in absorbed)
-        self.ctx.stats["regions_folded"] += 1
-        self.ctx.stats["ranks_folded"] += R - len(groups)
-        return True
 
     def _absorbs(self, user: Node, index: int) -> bool:
         """Whether ``user`` reads its operand ``index`` as elements only (a reshape to a

@@ -1,13 +1,11 @@
 """The Verify of MLIR's Broadcastable trait
 (https://mlir.llvm.org/docs/Traits/Broadcastable/) over a whole graph.
 
-Profiles (docs/profiles-and-targets.md):
-- ``mlir``: the trait's table; an inferred ``?`` against a static result dim is allowed.
-- ``strict``: as ``mlir``, but that dynamic-to-static cast is an error.
-- ``tosa``: as ``mlir``, plus every operand has the result's rank (one of unknown rank
-  cannot be proved to have it: ``unranked-operand``).
-- ``xla``: as ``mlir``, plus no implicit broadcasting at all: the operands have one shape
-  (a unidirectional op's broadcasting operands, their target's).
+A profile (``profiles.Profile``, docs/profiles-and-targets.md) adds rules to the trait's
+table: whether an inferred ``?`` may meet a static result dim, equal operand ranks, no
+implicit broadcasting at all (the operands have one shape; a unidirectional op's
+broadcasting operands, their target's), whether an operand of unknown rank passes, a
+highest rank. The verifier reads the record's fields, never its name.
 
 Each op's broadcasting rule comes from ``rules/`` and the model's opset: numpy-style
 (multidirectional or unidirectional), or a legacy rule of opset < 7/8 (``attr``: the
@@ -28,7 +26,7 @@ from ..oprules import OpRule, RuleLookup, builtin_rules
 from ..shapes import (IncompatibleDims, dim_labels, equality_constraint, expand_rank,
                       infer_result_shape, same_shape)
 from .diagnostics import MESSAGES, ConstraintSet, Diagnostic, quoted
-from .profiles import PROFILES, Profile, profile_record
+from .profiles import Profile, profile_record
 
 
 @dataclass
@@ -81,7 +79,7 @@ class _NodeCheck:
         return _Labels(self.operands)
 
     def error(self, code: str, detail: str = "", dim: Optional[int] = None, **fmt) -> None:
-        text = MESSAGES[code].format(**fmt)
+        text = self.profile.messages.get(code, MESSAGES[code]).format(**fmt)
         if detail:
             text = f"{text}: {detail}"
         self.result.violations.append(Diagnostic(
@@ -127,6 +125,15 @@ class _NodeCheck:
                            f"dim {k} is static {a} in the result but dynamic {dim_str(i)} in the broadcast",
                            dim=k, **fmt())
 
+    def check_rank_limit(self, limit: int) -> None:
+        """The first of the operands and the result over ``limit``, once per node."""
+        values = [(f"operand #{i}", s) for i, s in enumerate(self.shapes)] + [("the result", self.result_shape)]
+        for value, s in values:
+            if s is not None and len(s) > limit:
+                self.error("rank-limit", "(" + ", ".join(quoted(s) for s in self.shapes) + f") -> {quoted(self.result_shape)}",
+                           value=value, rank=len(s), limit=limit)
+                return
+
     def _one_rank_symbol(self) -> bool:
         """Whether the operands and the result are all unranked and share one rank
         symbol (``TensorType.rank_of``): equal ranks, proved without knowing them."""
@@ -135,12 +142,14 @@ class _NodeCheck:
         return first is not None and all(t.shape is None and t.rank_of == first for t in types)
 
     def check_ranks(self) -> None:
-        """The target profiles' extra rules (``profiles.Profile``): equal ranks (``tosa``),
-        no implicit broadcast at all (``xla``: each broadcasting operand has exactly its
-        target's shape), an operand of unknown rank that cannot be proved legal."""
+        """The profile's extra rules (``profiles.Profile``): equal ranks, no implicit
+        broadcast at all (each broadcasting operand has exactly its target's shape), an
+        operand of unknown rank that cannot be proved legal, a highest rank."""
+        if self.profile.max_rank is not None:
+            self.check_rank_limit(self.profile.max_rank)
         if self.profile.implicit_broadcast and self._one_rank_symbol():
             return  # every operand and the result: unranked, of one rank (the rank-agnostic rewrite)
-        if self.profile.ranked:
+        if not self.profile.unknown_ranks:
             for i, s in enumerate(self.shapes):
                 if s is None:
                     self.error("unranked-operand",

@@ -20,6 +20,7 @@ MESSAGES = {
     "legacy-axis": "broadcast axis out of range",
     "implicit-broadcast": "operand #{operand} is not the shape of the operation",
     "unranked-operand": "operand #{operand} of unknown rank cannot be proved to have the result's rank",
+    "rank-limit": "{value} has rank {rank}, over the maximum rank {limit}",
     "tosa-level": "failed level check",
 }
 

@@ -2,8 +2,8 @@
 
 Each dialect has one ``LoweringTable``; lowering modules register into it with
 ``@TABLE.register("Add", "Sub")``. Where an ONNX op is one dialect op, the dialect op's
-name comes from the rules (``stablehlo =`` / ``tosa =`` in ``rules/onnx.toml``), not
-from a second table here.
+name comes from the rules (``stablehlo =`` / ``tosa =`` in ``rules/onnx.toml``; a
+comparison's direction from ``direction =``), not from a second table here.
 """
 
 from __future__ import annotations
@@ -57,3 +57,16 @@ def rule_op_names(dialect: str, ops: Iterable[str]) -> Dict[str, str]:
             raise KeyError(f"rules/onnx.toml: op '{op}' names no {dialect} op")
         names[op] = name
     return names
+
+
+def rule_directions(ops: Iterable[str]) -> Dict[str, str]:
+    """The ``stablehlo.compare`` direction of each comparison of ``ops``, as its rule
+    names it (``direction =`` in ``rules/onnx.toml``)."""
+    rules = frontend_rules("onnx")
+    directions = {}
+    for op in ops:
+        direction = rules[op].direction if op in rules else None
+        if direction is None:
+            raise KeyError(f"rules/onnx.toml: op '{op}' names no comparison direction")
+        directions[op] = direction
+    return directions

@@ -10,7 +10,7 @@ import numpy as np
 
 from ....ir.graph import Node
 from ..onnx_attrs import attr, params_are_operands
-from ..registry import Unsupported, rule_op_names
+from ..registry import Unsupported, rule_directions, rule_op_names
 from .emitter import LOWERINGS, TT, Emitter, arg, has_input, result_type
 
 # ONNX ops that are one StableHLO op each (variadic ones a chain of it), the op as
@@ -18,7 +18,7 @@ from .emitter import LOWERINGS, TT, Emitter, arg, has_input, result_type
 _BINARY = rule_op_names("stablehlo", ("Add", "Sub", "Mul", "Div", "Max", "Min", "And", "Or", "Xor",
                                       "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum", "Mean"))
 _NAMES = rule_op_names("stablehlo", ("Pow", "Mod", "BitShift"))
-_COMPARE = {"Equal": "EQ", "Less": "LT", "Greater": "GT", "LessOrEqual": "LE", "GreaterOrEqual": "GE"}
+_COMPARE = rule_directions(("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"))
 
 
 @LOWERINGS.register(*_BINARY)
@@ -89,13 +89,9 @@ def _prelu(cx: Emitter, node: Node):
     return [cx.select(neg, cx.op("stablehlo.multiply", [x, slope], out), x, out)]
 
 
-# Unary ops that are one StableHLO (or CHLO) op.
-_UNARY = {"Exp": "stablehlo.exponential", "Log": "stablehlo.log", "Sqrt": "stablehlo.sqrt",
-          "Neg": "stablehlo.negate", "Abs": "stablehlo.abs", "Tanh": "stablehlo.tanh",
-          "Sigmoid": "stablehlo.logistic", "Floor": "stablehlo.floor", "Ceil": "stablehlo.ceil",
-          "Round": "stablehlo.round_nearest_even", "Sign": "stablehlo.sign", "Not": "stablehlo.not",
-          "BitwiseNot": "stablehlo.not", "Sin": "stablehlo.sine", "Cos": "stablehlo.cosine",
-          "Tan": "stablehlo.tan"}
+# Unary ops that are one StableHLO op.
+_UNARY = rule_op_names("stablehlo", ("Exp", "Log", "Sqrt", "Neg", "Abs", "Tanh", "Sigmoid", "Floor", "Ceil",
+                                     "Round", "Sign", "Not", "BitwiseNot", "Sin", "Cos", "Tan"))
 
 
 @LOWERINGS.register(*_UNARY)

@@ -12,7 +12,7 @@ import numpy as np
 from ....ir.graph import Node
 from ..onnx_attrs import axis_index, softmax_axes
 from ..printer import int_list, is_float
-from ..registry import Unsupported
+from ..registry import Unsupported, rule_op_names
 from .emitter import LOWERINGS, TT, Emitter, RDim, arg, dims_equal, has_input, np_type, result_type
 from ....ir.types import all_static
 
@@ -270,9 +270,11 @@ def _softmax(cx: Emitter, node: Node):
     return [cx.op("stablehlo.divide", [e, _back(cx, s, x, axes)], out)]
 
 
-_REDUCE = {"ReduceSum": ("stablehlo.add", 0), "ReduceMean": ("stablehlo.add", 0),
-           "ReduceMax": ("stablehlo.maximum", -np.inf), "ReduceMin": ("stablehlo.minimum", np.inf),
-           "ReduceProd": ("stablehlo.multiply", 1)}  # (body, its identity)
+# Each reduction's binary ONNX op and its identity; the body's StableHLO op is the
+# binary op's, as rules/onnx.toml names it.
+_REDUCE = {"ReduceSum": ("Add", 0), "ReduceMean": ("Add", 0), "ReduceMax": ("Max", -np.inf),
+           "ReduceMin": ("Min", np.inf), "ReduceProd": ("Mul", 1)}
+_BODY = rule_op_names("stablehlo", {binary for binary, _ in _REDUCE.values()})
 
 
 @LOWERINGS.register(*_REDUCE)
@@ -285,8 +287,8 @@ def _reduce_op(cx: Emitter, node: Node):
             return [x]
         axes = list(range(t.rank))
     axes = sorted({axis_index(a, t.rank) for a in axes})
-    body, init = _REDUCE[node.op]
-    r, red = _reduce_keep(cx, x, axes, init, body)
+    binary, init = _REDUCE[node.op]
+    r, red = _reduce_keep(cx, x, axes, init, _BODY[binary])
     if node.op == "ReduceMean":
         n = cx.broadcast(_count(cx, x, axes, t.elem), red, [], None if red.static else cx.rdims(r))
         r = cx.op("stablehlo.divide", [r, n], red)

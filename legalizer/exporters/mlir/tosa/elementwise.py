@@ -10,6 +10,7 @@ from typing import List, Optional
 import numpy as np
 
 from ....ir.dtypes import numpy_dtype
+from ....ir.graph import Node
 from ..onnx_attrs import attr, axis_index, params_are_operands
 from ..registry import Unsupported, rule_op_names
 from .emitter import FLOATS, INT_RANGE, LOWERINGS, Emitter, T, identity
@@ -18,20 +19,18 @@ from .emitter import FLOATS, INT_RANGE, LOWERINGS, Emitter, T, identity
 _BINARY = rule_op_names("tosa", ("Add", "Sub", "Mul", "Max", "Min", "Equal", "Greater", "GreaterOrEqual",
                                  "And", "Or", "Xor", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Sum"))
 # Div is tosa.intdiv (integers only: a float division is a product with a reciprocal).
-_NAMES = rule_op_names("tosa", ("Div", "Pow"))
-# TOSA has no less-than: the operands swapped.
-_SWAPPED = {"Less": "tosa.greater", "LessOrEqual": "tosa.greater_equal"}
-_UNARY = {"Exp": "tosa.exp", "Log": "tosa.log", "Tanh": "tosa.tanh", "Sigmoid": "tosa.sigmoid",
-          "Abs": "tosa.abs", "Reciprocal": "tosa.reciprocal", "Floor": "tosa.floor", "Ceil": "tosa.ceil",
-          "Erf": "tosa.erf", "Sin": "tosa.sin", "Cos": "tosa.cos", "Not": "tosa.logical_not",
-          "BitwiseNot": "tosa.bitwise_not"}
+_NAMES = rule_op_names("tosa", ("Div", "Pow", "Neg"))
+# TOSA has no less-than: greater (or greater_equal) with the operands swapped.
+_SWAPPED = rule_op_names("tosa", ("Less", "LessOrEqual"))
+_UNARY = rule_op_names("tosa", ("Exp", "Log", "Tanh", "Sigmoid", "Abs", "Reciprocal", "Floor", "Ceil", "Erf",
+                                "Sin", "Cos", "Not", "BitwiseNot"))
 
 
 @LOWERINGS.register(*_BINARY)
-def _binary(e: Emitter) -> List[T]:
-    operands = [e.input(i) for i in range(len(e.node.inputs)) if e.has_input(i)]
+def _binary(e: Emitter, node: Node) -> List[T]:
+    operands = [e.input(i) for i in range(len(node.inputs)) if e.has_input(i)]
     dtype, _ = e.out_type()
-    name = _BINARY[e.node.op_type]
+    name = _BINARY[node.op_type]
     if len(operands) == 1:  # a one-operand Sum/Max/Min
         return [identity(e, operands[0])]
     if len(operands) != 2:
@@ -40,25 +39,25 @@ def _binary(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register(*_SWAPPED)
-def _swapped(e: Emitter) -> List[T]:
-    return [e.binary(_SWAPPED[e.node.op_type], e.input(1), e.input(0), dtype="bool", result=e.result_name())]
+def _swapped(e: Emitter, node: Node) -> List[T]:
+    return [e.binary(_SWAPPED[node.op_type], e.input(1), e.input(0), dtype="bool", result=e.result_name())]
 
 
 @LOWERINGS.register(*_UNARY)
-def _unary(e: Emitter) -> List[T]:
+def _unary(e: Emitter, node: Node) -> List[T]:
     dtype, _ = e.out_type()
-    return [e.unary(_UNARY[e.node.op_type], e.input(0), result=e.result_name(), dtype=dtype)]
+    return [e.unary(_UNARY[node.op_type], e.input(0), result=e.result_name(), dtype=dtype)]
 
 
 @LOWERINGS.register("Neg")
-def _neg(e: Emitter) -> List[T]:
+def _neg(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     zp = e.zp(x.dtype)
-    return [e.op("tosa.negate", [x, zp, zp], x.dtype, x.shape, result=e.result_name())]
+    return [e.op(_NAMES["Neg"], [x, zp, zp], x.dtype, x.shape, result=e.result_name())]
 
 
 @LOWERINGS.register("Div")
-def _div(e: Emitter) -> List[T]:
+def _div(e: Emitter, node: Node) -> List[T]:
     a, b = e.input(0), e.input(1)
     if a.dtype in FLOATS:  # TOSA has no float division: a * (1 / b)
         return [e.binary("tosa.mul", a, e.unary("tosa.reciprocal", b), result=e.result_name())]
@@ -73,12 +72,12 @@ _INTDIV = ("int32", "int64")
 
 
 @LOWERINGS.register("Mod")
-def _mod(e: Emitter) -> List[T]:
+def _mod(e: Emitter, node: Node) -> List[T]:
     """fmod=0: the remainder takes the divisor's sign (Python's %); fmod=1: the
     dividend's (C's fmod). Floats: a - floor(a/b)*b, or a - trunc(a/b)*b; integers:
     a - intdiv(a, b)*b (truncated, C's), then corrected by b where the signs differ."""
     a, b = e.input(0), e.input(1)
-    fmod = int(attr(e.node, "fmod", 0))
+    fmod = int(attr(node, "fmod", 0))
     rank = max(a.rank, b.rank)
     a, b = e.expand_rank(a, rank), e.expand_rank(b, rank)
     if a.dtype in FLOATS:
@@ -136,7 +135,7 @@ def _quant_param(e: Emitter, i: int, x: T, dtype: str, what: str, default=0) -> 
 
 
 @LOWERINGS.register("DequantizeLinear")
-def _dequantize(e: Emitter) -> List[T]:
+def _dequantize(e: Emitter, node: Node) -> List[T]:
     """(cast(x to float) - zero_point) * scale."""
     x = e.input(0)
     dtype, _ = e.out_type()
@@ -151,7 +150,7 @@ def _dequantize(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("QuantizeLinear")
-def _quantize(e: Emitter) -> List[T]:
+def _quantize(e: Emitter, node: Node) -> List[T]:
     """clamp(round(x * (1/scale)) + zero_point, qmin, qmax), cast: tosa.cast from float to
     int32 rounds half to even (and saturates), as ONNX's QuantizeLinear's rounding does.
     ONNX divides by the scale; x * (1/scale) may land an ulp off an exact tie (x = k.5 *
@@ -179,7 +178,7 @@ def _quantize(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Pow")
-def _pow(e: Emitter) -> List[T]:
+def _pow(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     if x.dtype not in FLOATS:
         raise Unsupported("integer Pow (tosa.pow takes floats)")
@@ -220,19 +219,19 @@ def _signed_pow(e: Emitter, x: T, y: T) -> T:
 
 
 @LOWERINGS.register("Sqrt")
-def _sqrt(e: Emitter) -> List[T]:
+def _sqrt(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     return [e.binary(_NAMES["Pow"], x, e.scalar(0.5, x.dtype, x.rank), result=e.result_name())]
 
 
 @LOWERINGS.register("Where")
-def _where(e: Emitter) -> List[T]:
+def _where(e: Emitter, node: Node) -> List[T]:
     return [e.select(e.input(0), e.input(1), e.input(2), result=e.result_name())]
 
 
 @LOWERINGS.register("Mean")
-def _mean(e: Emitter) -> List[T]:
-    operands = [e.input(i) for i in range(len(e.node.inputs)) if e.has_input(i)]
+def _mean(e: Emitter, node: Node) -> List[T]:
+    operands = [e.input(i) for i in range(len(node.inputs)) if e.has_input(i)]
     acc = operands[0]
     for t in operands[1:]:
         acc = e.binary("tosa.add", acc, t)
@@ -242,16 +241,16 @@ def _mean(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Relu")
-def _relu(e: Emitter) -> List[T]:
+def _relu(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     return [e.clamp(x, 0, None, result=e.result_name())]
 
 
 @LOWERINGS.register("Clip")
-def _clip(e: Emitter) -> List[T]:
+def _clip(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    if not params_are_operands(e.graph, e.node):
-        return [e.clamp(x, attr(e.node, "min"), attr(e.node, "max"), result=e.result_name())]
+    if not params_are_operands(e.graph, node):
+        return [e.clamp(x, attr(node, "min"), attr(node, "max"), result=e.result_name())]
     bounds = []
     for i in (1, 2):
         if not e.has_input(i):
@@ -270,51 +269,51 @@ def _clip(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("LeakyRelu")
-def _leaky_relu(e: Emitter) -> List[T]:
+def _leaky_relu(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    alpha = attr(e.node, "alpha", 0.01)
+    alpha = attr(node, "alpha", 0.01)
     ge = e.binary("tosa.greater_equal", x, e.scalar(0.0, x.dtype, x.rank), dtype="bool")
     return [e.select(ge, x, e.mul_scalar(x, alpha), result=e.result_name())]
 
 
 @LOWERINGS.register("PRelu")
-def _prelu(e: Emitter) -> List[T]:
+def _prelu(e: Emitter, node: Node) -> List[T]:
     x, slope = e.input(0), e.input(1)
     ge = e.binary("tosa.greater_equal", x, e.scalar(0.0, x.dtype, x.rank), dtype="bool")
     return [e.select(ge, x, e.binary("tosa.mul", x, slope), result=e.result_name())]
 
 
 @LOWERINGS.register("HardSigmoid", "HardSwish")
-def _hard_sigmoid(e: Emitter) -> List[T]:
+def _hard_sigmoid(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    swish = e.node.op_type == "HardSwish"
-    alpha = 1.0 / 6.0 if swish else attr(e.node, "alpha", 0.2)
-    beta = 0.5 if swish else attr(e.node, "beta", 0.5)
+    swish = node.op_type == "HardSwish"
+    alpha = 1.0 / 6.0 if swish else attr(node, "alpha", 0.2)
+    beta = 0.5 if swish else attr(node, "beta", 0.5)
     y = e.binary("tosa.add", e.mul_scalar(x, alpha), e.scalar(beta, x.dtype, x.rank))
     y = e.clamp(y, 0.0, 1.0, result=None if swish else e.result_name())
     return [e.binary("tosa.mul", x, y, result=e.result_name()) if swish else y]
 
 
 @LOWERINGS.register("Softplus")
-def _softplus(e: Emitter) -> List[T]:
+def _softplus(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     one = e.scalar(1.0, x.dtype, x.rank)
     return [e.unary("tosa.log", e.binary("tosa.add", e.unary("tosa.exp", x), one), result=e.result_name())]
 
 
 @LOWERINGS.register("Elu")
-def _elu(e: Emitter) -> List[T]:
+def _elu(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    alpha = attr(e.node, "alpha", 1.0)
+    alpha = attr(node, "alpha", 1.0)
     neg = e.mul_scalar(e.binary("tosa.sub", e.unary("tosa.exp", x), e.scalar(1.0, x.dtype, x.rank)), alpha)
     gt = e.binary("tosa.greater", x, e.scalar(0.0, x.dtype, x.rank), dtype="bool")
     return [e.select(gt, x, neg, result=e.result_name())]
 
 
 @LOWERINGS.register("Gelu")
-def _gelu(e: Emitter) -> List[T]:
+def _gelu(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    if attr(e.node, "approximate", "none") == "tanh":
+    if attr(node, "approximate", "none") == "tanh":
         cube = e.binary("tosa.mul", e.binary("tosa.mul", x, x), x)
         inner = e.binary("tosa.add", x, e.mul_scalar(cube, 0.044715))
         t = e.unary("tosa.tanh", e.mul_scalar(inner, math.sqrt(2.0 / math.pi)))
@@ -326,19 +325,19 @@ def _gelu(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Identity")
-def _identity_op(e: Emitter) -> List[T]:
+def _identity_op(e: Emitter, node: Node) -> List[T]:
     return [identity(e, e.input(0))]
 
 
 @LOWERINGS.register("Dropout")
-def _dropout(e: Emitter) -> List[Optional[T]]:
+def _dropout(e: Emitter, node: Node) -> List[Optional[T]]:
     if e.used(1):
         raise Unsupported("its mask output is used")
     return [identity(e, e.input(0)), None]
 
 
 @LOWERINGS.register("Cast")
-def _cast(e: Emitter) -> List[T]:
+def _cast(e: Emitter, node: Node) -> List[T]:
     dtype, _ = e.out_type()
     return [e.cast(e.input(0), dtype, result=e.result_name())]
 

@@ -22,11 +22,12 @@ from ....ir.dtypes import MLIR_ELEMENT, MLIR_FLOATS, dtype_of_array, numpy_dtype
 from ....ir.graph import Graph, Node, Value
 from ..printer import TOSA_LITERALS, dense_array, dense_body, scientific_float, shape_text
 from ..printer import tensor_type as printed_type
+from ..driver import OperandFailed
 from ..registry import LoweringTable, Unsupported
 from ....ir.types import all_static
 
-# ONNX op type -> its lowering: ``(e: Emitter) -> [T or None per output]`` (the node
-# being lowered is ``e.node``).
+# ONNX op type -> its lowering: ``(e: Emitter, node) -> [T or None per output]`` (the
+# driver's one rule signature; ``e.node`` is ``node``, which ``e.input(i)`` and the like read).
 LOWERINGS = LoweringTable("tosa")
 
 # IR dtype name -> MLIR element type, of the types TOSA has: MLIR_ELEMENT without the
@@ -40,7 +41,7 @@ INT_RANGE = {"int8": (-2 ** 7, 2 ** 7 - 1), "int16": (-2 ** 15, 2 ** 15 - 1), "i
              "int64": (-2 ** 63, 2 ** 63 - 1)}
 
 
-class Poisoned(Exception):
+class Poisoned(OperandFailed):
     """An operand comes from an op that could not be emitted (and is reported already)."""
 
 

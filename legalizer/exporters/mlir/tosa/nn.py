@@ -10,9 +10,10 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ....ir.dtypes import numpy_dtype
+from ....ir.graph import Node
 from ..onnx_attrs import attr, axis_index, params_are_operands, softmax_axes
 from ..printer import is_splat, shape_text
-from ..registry import Unsupported
+from ..registry import Unsupported, rule_op_names
 from .emitter import LOWERINGS, Emitter, T, broadcast_shape, i64_array, ints, need_const, static
 from .shapes import tile, tosa_pad
 
@@ -30,17 +31,17 @@ def _reduce_axes(e: Emitter, rank: int) -> Optional[List[int]]:
     return sorted(axis_index(a, rank) for a in axes)
 
 
-_REDUCE = {"ReduceSum": "tosa.reduce_sum", "ReduceMax": "tosa.reduce_max", "ReduceMin": "tosa.reduce_min",
-           "ReduceProd": "tosa.reduce_product", "ReduceMean": "tosa.reduce_sum"}
+# Each reduction's TOSA op, as rules/onnx.toml names it (a mean: a sum, then scaled).
+_REDUCE = rule_op_names("tosa", ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"))
 
 
 @LOWERINGS.register(*_REDUCE)
-def _reduce(e: Emitter) -> List[T]:
+def _reduce(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    name = _REDUCE[e.node.op_type]
+    name = _REDUCE[node.op_type]
     axes = _reduce_axes(e, x.rank)
     y = e.reduce(name, x, axes)
-    if e.node.op_type == "ReduceMean" and axes:
+    if node.op_type == "ReduceMean" and axes:
         count = [x.shape[a] for a in axes]
         if not static(count):
             raise Unsupported("the mean over a dynamic dim needs static shapes")
@@ -50,10 +51,10 @@ def _reduce(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("GlobalAveragePool", "GlobalMaxPool")
-def _global_pool(e: Emitter) -> List[T]:
+def _global_pool(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     axes = list(range(2, x.rank))
-    if e.node.op_type == "GlobalMaxPool":
+    if node.op_type == "GlobalMaxPool":
         return [e.reduce("tosa.reduce_max", x, axes)]
     count = [x.shape[a] for a in axes]
     if not static(count):
@@ -72,10 +73,10 @@ def _softmax_last(e: Emitter, x: T, log: bool, result: Optional[str]) -> T:
 
 
 @LOWERINGS.register("Softmax", "LogSoftmax")
-def _softmax(e: Emitter) -> List[T]:
+def _softmax(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    log = e.node.op_type == "LogSoftmax"
-    axes = softmax_axes(e.graph, e.node, x.rank)
+    log = node.op_type == "LogSoftmax"
+    axes = softmax_axes(e.graph, node, x.rank)
     axis = axes[0]
     if len(axes) > 1:
         # opsets < 13 coerce to 2-D at axis: softmax over all of the trailing dims
@@ -100,13 +101,13 @@ def _channel_param(e: Emitter, i: int, rank: int) -> T:
 
 
 @LOWERINGS.register("BatchNormalization")
-def _batch_norm(e: Emitter) -> List[Optional[T]]:
-    if any(e.used(i) for i in range(1, len(e.node.outputs))):
+def _batch_norm(e: Emitter, node: Node) -> List[Optional[T]]:
+    if any(e.used(i) for i in range(1, len(node.outputs))):
         raise Unsupported("training-mode outputs (running mean/var) are used")
-    if attr(e.node, "training_mode", 0):
+    if attr(node, "training_mode", 0):
         raise Unsupported("training mode")
     x = e.input(0)
-    eps = float(attr(e.node, "epsilon", 1e-5))
+    eps = float(attr(node, "epsilon", 1e-5))
     params = [e.const_input(i) for i in range(1, 5)]
     shape = (1, x.shape[1]) + (1,) * (x.rank - 2)
     if all(p is not None for p in params):  # constants: y = x * a + b, folded now
@@ -119,20 +120,20 @@ def _batch_norm(e: Emitter) -> List[Optional[T]]:
         tb = e.const(np.broadcast_to(b.astype(nd), (x.shape[1],)).reshape(shape) if is_splat(b)
                      else b.astype(nd).reshape(shape), x.dtype)
         return [e.binary("tosa.add", e.binary("tosa.mul", x, ta), tb, result=e.result_name())] + \
-            [None] * (len(e.node.outputs) - 1)
+            [None] * (len(node.outputs) - 1)
     scale, bias, mean, var = (_channel_param(e, i, x.rank) for i in range(1, 5))
     inv = e.unary("tosa.rsqrt", e.binary("tosa.add", var, e.scalar(eps, x.dtype, x.rank)))
     y = e.binary("tosa.mul", e.binary("tosa.sub", x, mean), e.binary("tosa.mul", scale, inv))
-    return [e.binary("tosa.add", y, bias, result=e.result_name())] + [None] * (len(e.node.outputs) - 1)
+    return [e.binary("tosa.add", y, bias, result=e.result_name())] + [None] * (len(node.outputs) - 1)
 
 
 @LOWERINGS.register("LayerNormalization")
-def _layer_norm(e: Emitter) -> List[Optional[T]]:
-    if any(e.used(i) for i in range(1, len(e.node.outputs))):
+def _layer_norm(e: Emitter, node: Node) -> List[Optional[T]]:
+    if any(e.used(i) for i in range(1, len(node.outputs))):
         raise Unsupported("its Mean / InvStdDev outputs are used")
     x = e.input(0)
-    axis = axis_index(attr(e.node, "axis", -1), x.rank)
-    eps = float(attr(e.node, "epsilon", 1e-5))
+    axis = axis_index(attr(node, "axis", -1), x.rank)
+    eps = float(attr(node, "epsilon", 1e-5))
     axes = list(range(axis, x.rank))
     count = [x.shape[a] for a in axes]
     if not static(count):
@@ -147,18 +148,18 @@ def _layer_norm(e: Emitter) -> List[Optional[T]]:
     y = e.binary("tosa.mul", y, e.expand_rank(e.input(1), x.rank), result=None if has_bias else e.result_name())
     if has_bias:
         y = e.binary("tosa.add", y, e.expand_rank(e.input(2), x.rank), result=e.result_name())
-    return [y] + [None] * (len(e.node.outputs) - 1)
+    return [y] + [None] * (len(node.outputs) - 1)
 
 
 @LOWERINGS.register("LRN")
-def _lrn(e: Emitter) -> List[T]:
+def _lrn(e: Emitter, node: Node) -> List[T]:
     """x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta; the
     window sum is a 1x1 convolution with a band matrix."""
     x = e.input(0)
     if x.rank != 4 or not isinstance(x.shape[1], int):
         raise Unsupported("LRN needs a 4-D input with a static channel dim")
-    size = int(attr(e.node, "size"))
-    alpha, beta, bias = (float(attr(e.node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    size = int(attr(node, "size"))
+    alpha, beta, bias = (float(attr(node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
     c = x.shape[1]
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     band = np.zeros((c, 1, 1, c), numpy_dtype(x.dtype))
@@ -204,7 +205,7 @@ def _matmul3(e: Emitter, a: T, b: T) -> T:
 
 
 @LOWERINGS.register("MatMul")
-def _matmul(e: Emitter) -> List[T]:
+def _matmul(e: Emitter, node: Node) -> List[T]:
     a, b = e.input(0), e.input(1)
     _, out_shape = e.out_type()
     if a.rank == 1:
@@ -237,16 +238,15 @@ def _matmul(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Gemm")
-def _gemm(e: Emitter) -> List[T]:
+def _gemm(e: Emitter, node: Node) -> List[T]:
     a = e.input(0)
-    node = e.node
-    if a.rank != 2 or e.node.inputs[1].type.rank != 2:
+    if a.rank != 2 or node.inputs[1].type.rank != 2:
         raise Unsupported("Gemm operands must be matrices")
     if attr(node, "transA", 0):
         a = e.transpose(a, [1, 0])
     wb = e.const_input(1)
     if attr(node, "transB", 0):
-        b = e.const(np.asarray(wb).T, e.node.inputs[1].type.dtype or "float") if wb is not None \
+        b = e.const(np.asarray(wb).T, node.inputs[1].type.dtype or "float") if wb is not None \
             else e.transpose(e.input(1), [1, 0])
     else:
         b = e.input(1)
@@ -340,45 +340,26 @@ def _back(e: Emitter, y: T, out_shape: Sequence) -> T:
     return y
 
 
-@LOWERINGS.register("Conv")
-def _conv(e: Emitter) -> List[T]:
-    x = e.input(0)
-    dtype, out_shape = e.out_type()
-    if dtype not in ("float", "float16", "bfloat16"):
-        raise Unsupported(f"{dtype} convolution (only float ones)")
-    w_val = e.node.inputs[1]
-    w_const = e.const_of(w_val)
-    w_shape = tuple(w_val.type.shape) if w_val.type.shape is not None else None
-    if w_shape is None or not static(w_shape):
-        raise Unsupported("the weight's shape must be static")
-    kernel = list(attr(e.node, "kernel_shape", w_shape[2:]))
-    group = int(attr(e.node, "group", 1))
-    one_d = x.rank == 3
-    if x.rank not in (3, 4):
-        raise Unsupported(f"{x.rank - 2}-D convolution (only 1-D and 2-D)")
-    out4 = tuple(out_shape) if not one_d else (out_shape[0], out_shape[1], 1, out_shape[2])
-    x, win = _window(e, x, kernel, out_shape[2:])
-    xh = _nhwc(e, _to_2d(e, x))
-    m = w_shape[0]
-    if w_const is not None:
-        w_arr = np.asarray(w_const)
-        if one_d:
-            w_arr = w_arr.reshape(w_shape[0], w_shape[1], 1, w_shape[2])
-    bias = e.input(2) if e.has_input(2) else e.shared_const(0.0, x.dtype, (m,))
-    zp = e.zp(x.dtype)
-    attrs = {"pad": i64_array(win.pad), "stride": i64_array(win.stride), "dilation": i64_array(win.dilation),
-             "acc_type": _acc_type(x.dtype)}
-    oh, ow = out4[2], out4[3]
-    c_in = xh.shape[3]
+class _ConvWeight:
+    """A Conv's weight (OIHW; a 1-D one's OIW as OI1W) made into the layout a TOSA
+    convolution takes: a constant transposed at emission time, else by TOSA ops."""
 
-    def weight(perm, o_slice=None, reshape=None) -> T:
-        if w_const is not None:
-            arr = w_arr if o_slice is None else w_arr[o_slice]
+    def __init__(self, e: Emitter, w_const: Optional[np.ndarray], w_shape: Tuple, dtype: str, one_d: bool):
+        self.e, self.dtype, self.one_d = e, dtype, one_d
+        self.array = None if w_const is None else np.asarray(w_const)
+        if self.array is not None and one_d:
+            self.array = self.array.reshape(w_shape[0], w_shape[1], 1, w_shape[2])
+
+    def __call__(self, perm, o_slice: Optional[slice] = None, reshape=None) -> T:
+        """The weight (its output channels ``o_slice``, reshaped), permuted by ``perm``."""
+        e = self.e
+        if self.array is not None:
+            arr = self.array if o_slice is None else self.array[o_slice]
             if reshape is not None:
                 arr = arr.reshape(reshape)
-            return e.const(np.transpose(arr, perm), x.dtype)
+            return e.const(np.transpose(arr, perm), self.dtype)
         w = e.input(1)
-        w = e.reshape(w, w.shape[:2] + (1,) + w.shape[2:]) if one_d else w
+        w = e.reshape(w, w.shape[:2] + (1,) + w.shape[2:]) if self.one_d else w
         if o_slice is not None:
             start = [o_slice.start, 0, 0, 0]
             w = e.slice(w, start, [o_slice.stop - o_slice.start] + list(w.shape[1:]))
@@ -386,29 +367,63 @@ def _conv(e: Emitter) -> List[T]:
             w = e.reshape(w, reshape)
         return e.transpose(w, perm)
 
+
+@LOWERINGS.register("Conv")
+def _conv(e: Emitter, node: Node) -> List[T]:
+    x = e.input(0)
+    dtype, out_shape = e.out_type()
+    if dtype not in ("float", "float16", "bfloat16"):
+        raise Unsupported(f"{dtype} convolution (only float ones)")
+    w_val = node.inputs[1]
+    w_shape = tuple(w_val.type.shape) if w_val.type.shape is not None else None
+    if w_shape is None or not static(w_shape):
+        raise Unsupported("the weight's shape must be static")
+    kernel = list(attr(node, "kernel_shape", w_shape[2:]))
+    group = int(attr(node, "group", 1))
+    one_d = x.rank == 3
+    if x.rank not in (3, 4):
+        raise Unsupported(f"{x.rank - 2}-D convolution (only 1-D and 2-D)")
+    out4 = tuple(out_shape) if not one_d else (out_shape[0], out_shape[1], 1, out_shape[2])
+    x, win = _window(e, x, kernel, out_shape[2:])
+    xh = _nhwc(e, _to_2d(e, x))
+    m = w_shape[0]
+    weight = _ConvWeight(e, e.const_of(w_val), w_shape, x.dtype, one_d)
+    bias = e.input(2) if e.has_input(2) else e.shared_const(0.0, x.dtype, (m,))
+    zp = e.zp(x.dtype)
+    attrs = {"pad": i64_array(win.pad), "stride": i64_array(win.stride), "dilation": i64_array(win.dilation),
+             "acc_type": _acc_type(x.dtype)}
+    out_nhwc = (xh.shape[0], out4[2], out4[3], m)
+    c_in = xh.shape[3]
     if group == 1:
-        y = e.op("tosa.conv2d", [xh, weight([0, 2, 3, 1]), bias, zp, zp], x.dtype, (xh.shape[0], oh, ow, m), attrs)
+        y = e.op("tosa.conv2d", [xh, weight([0, 2, 3, 1]), bias, zp, zp], x.dtype, out_nhwc, attrs)
     elif isinstance(c_in, int) and group == c_in and m % c_in == 0:
-        mult = m // c_in
-        w = weight([2, 3, 0, 1], reshape=(c_in, mult) + tuple(kernel if not one_d else [1] + kernel))
-        y = e.op("tosa.depthwise_conv2d", [xh, w, bias, zp, zp], x.dtype, (xh.shape[0], oh, ow, m), attrs)
+        w = weight([2, 3, 0, 1], reshape=(c_in, m // c_in) + tuple(kernel if not one_d else [1] + kernel))
+        y = e.op("tosa.depthwise_conv2d", [xh, w, bias, zp, zp], x.dtype, out_nhwc, attrs)
     else:
-        if not isinstance(c_in, int) or c_in % group or m % group:
-            raise Unsupported(f"group={group} with {c_in} input channels")
-        ci, co = c_in // group, m // group
-        parts = []
-        for g in range(group):
-            xg = e.slice(xh, [0, 0, 0, g * ci], list(xh.shape[:3]) + [ci])
-            bg = e.slice(bias, [g * co], [co]) if bias.shape[0] == m else bias
-            wg = weight([0, 2, 3, 1], o_slice=slice(g * co, (g + 1) * co))
-            parts.append(e.op("tosa.conv2d", [xg, wg, bg, zp, zp], x.dtype, (xh.shape[0], oh, ow, co), attrs))
-        y = e.concat(parts, 3)
+        y = _grouped_conv(e, xh, weight, bias, group, out_nhwc, attrs)
     return [_back(e, y, out_shape)]
 
 
+def _grouped_conv(e: Emitter, xh: T, weight: _ConvWeight, bias: T, group: int, out_nhwc: Tuple,
+                  attrs: dict) -> T:
+    """A convolution of ``group`` groups (not depthwise): one tosa.conv2d per group, on
+    its slice of the input channels, concatenated along the channels."""
+    c_in, m = xh.shape[3], out_nhwc[3]
+    if not isinstance(c_in, int) or c_in % group or m % group:
+        raise Unsupported(f"group={group} with {c_in} input channels")
+    ci, co = c_in // group, m // group
+    zp = e.zp(xh.dtype)
+    parts = []
+    for g in range(group):
+        xg = e.slice(xh, [0, 0, 0, g * ci], list(xh.shape[:3]) + [ci])
+        bg = e.slice(bias, [g * co], [co]) if bias.shape[0] == m else bias
+        wg = weight([0, 2, 3, 1], o_slice=slice(g * co, (g + 1) * co))
+        parts.append(e.op("tosa.conv2d", [xg, wg, bg, zp, zp], xh.dtype, out_nhwc[:3] + (co,), attrs))
+    return e.concat(parts, 3)
+
+
 @LOWERINGS.register("MaxPool", "AveragePool")
-def _pool(e: Emitter) -> List[Optional[T]]:
-    node = e.node
+def _pool(e: Emitter, node: Node) -> List[Optional[T]]:
     if node.op_type == "MaxPool" and e.used(1):
         raise Unsupported("its Indices output is used")
     x = e.input(0)

@@ -9,6 +9,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ....ir.graph import Node
 from ..onnx_attrs import attr, axis_index, params_are_operands
 from ..printer import shape_text
 from ..registry import Unsupported
@@ -16,7 +17,7 @@ from .emitter import LOWERINGS, Emitter, T, ints, need_const, static
 
 
 @LOWERINGS.register("Shape", "Size", "ConstantOfShape")
-def _shape_of_dynamic(e: Emitter) -> List[T]:
+def _shape_of_dynamic(e: Emitter, node: Node) -> List[T]:
     """Reached only when folding could not: the shape is not known at compile time."""
     raise Unsupported("a shape computed at run time needs static shapes (bind the dims with dims=)")
 
@@ -24,22 +25,22 @@ def _shape_of_dynamic(e: Emitter) -> List[T]:
 # -- shape ops ---------------------------------------------------------------------------
 
 @LOWERINGS.register("Reshape", "Unsqueeze", "Squeeze", "Flatten")
-def _reshape(e: Emitter) -> List[T]:
+def _reshape(e: Emitter, node: Node) -> List[T]:
     _, shape = e.out_type()
     return [e.reshape(e.input(0), shape, result=e.result_name())]
 
 
 @LOWERINGS.register("Transpose")
-def _transpose(e: Emitter) -> List[T]:
+def _transpose(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    perm = attr(e.node, "perm") or list(reversed(range(x.rank)))
+    perm = attr(node, "perm") or list(reversed(range(x.rank)))
     return [e.transpose(x, perm, result=e.result_name())]
 
 
 @LOWERINGS.register("Concat")
-def _concat(e: Emitter) -> List[T]:
-    parts = [e.input(i) for i in range(len(e.node.inputs)) if e.has_input(i)]
-    axis = axis_index(attr(e.node, "axis", 0), parts[0].rank)
+def _concat(e: Emitter, node: Node) -> List[T]:
+    parts = [e.input(i) for i in range(len(node.inputs)) if e.has_input(i)]
+    axis = axis_index(attr(node, "axis", 0), parts[0].rank)
     parts = [p for p in parts if p.shape[axis] != 0] or parts[:1]
     return [e.concat(parts, axis, result=e.result_name())]
 
@@ -56,11 +57,11 @@ def _slice_bounds(start: int, end: int, dim: int) -> Tuple[int, int]:
 
 
 @LOWERINGS.register("Slice")
-def _slice(e: Emitter) -> List[T]:
+def _slice(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    if not params_are_operands(e.graph, e.node):
-        starts, ends = attr(e.node, "starts"), attr(e.node, "ends")
-        axes, steps = attr(e.node, "axes"), None
+    if not params_are_operands(e.graph, node):
+        starts, ends = attr(node, "starts"), attr(node, "ends")
+        axes, steps = attr(node, "axes"), None
     else:
         starts = ints(need_const(e, 1, "starts"))
         ends = ints(need_const(e, 2, "ends"))
@@ -79,11 +80,11 @@ def _slice(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Split")
-def _split(e: Emitter) -> List[T]:
+def _split(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    axis = axis_index(attr(e.node, "axis", 0), x.rank)
+    axis = axis_index(attr(node, "axis", 0), x.rank)
     outs, offset = [], 0
-    for i in range(len(e.node.outputs)):
+    for i in range(len(node.outputs)):
         _, shape = e.out_type(i)
         size = shape[axis]
         if not isinstance(size, int):
@@ -98,12 +99,12 @@ def _split(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Gather")
-def _gather(e: Emitter) -> List[T]:
+def _gather(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     indices = e.const_input(1)
     if indices is None:
         raise Unsupported("indices must be a constant (no tosa.gather lowering)")
-    axis = axis_index(attr(e.node, "axis", 0), x.rank)
+    axis = axis_index(attr(node, "axis", 0), x.rank)
     dim = x.shape[axis]
     if not isinstance(dim, int):
         raise Unsupported(f"gathering along dynamic dim {axis} needs static shapes")
@@ -124,7 +125,7 @@ def _gather(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Expand")
-def _expand(e: Emitter) -> List[T]:
+def _expand(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     _, shape = e.out_type()
     x = e.expand_rank(x, len(shape))
@@ -144,7 +145,7 @@ def tile(e: Emitter, x: T, multiples: Sequence[int], shape: Sequence) -> T:
 
 
 @LOWERINGS.register("Tile")
-def _tile_op(e: Emitter) -> List[T]:
+def _tile_op(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
     repeats = ints(need_const(e, 1, "repeats"))
     _, shape = e.out_type()
@@ -152,13 +153,13 @@ def _tile_op(e: Emitter) -> List[T]:
 
 
 @LOWERINGS.register("Pad")
-def _pad(e: Emitter) -> List[T]:
+def _pad(e: Emitter, node: Node) -> List[T]:
     x = e.input(0)
-    mode = attr(e.node, "mode", "constant")
+    mode = attr(node, "mode", "constant")
     if mode != "constant":
         raise Unsupported(f"mode '{mode}' (only constant padding)")
-    if not params_are_operands(e.graph, e.node):
-        pads, value = attr(e.node, "pads"), attr(e.node, "value", 0.0)
+    if not params_are_operands(e.graph, node):
+        pads, value = attr(node, "pads"), attr(node, "value", 0.0)
     else:
         pads = ints(need_const(e, 1, "pads"))
         value = float(np.asarray(e.const_input(2)).reshape(-1)[0]) if e.has_input(2) and e.const_input(2) is not None \

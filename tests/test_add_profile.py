@@ -1,0 +1,142 @@
+"""Adding a deployment target with a profile of its own is one record (issue 23, item 2;
+docs/profiles-and-targets.md): a target whose backend takes rank <= 4, as LiteRT's GPU
+delegate does, registered here at run time with nothing else changed. The verifier
+reports its rank limit in its own words, the existing passes fold a rank-5 chain within
+it (checked on onnxruntime), and the command line's choices, help and errors name it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from helpers import cli_in_process, op_model, save
+from legalizer.targets import TARGETS, Target, register_target, target
+from legalizer.verify import PROFILE_RECORDS, PROFILES, Profile, register_profile
+
+# The new code of the demonstration: these two records, nothing more.
+RANK4 = Profile("rank4", "also every operand at rank <= 4, as LiteRT's GPU delegate", equal_ranks=True,
+                unknown_ranks=False, max_rank=4,
+                messages={"rank-limit": "{value} has rank {rank}; the GPU delegate takes rank <= {limit}"})
+GPU4 = Target("gpu4", RANK4, target("tosa").passes, "a GPU that takes rank <= 4")
+
+
+@pytest.fixture
+def gpu4():
+    register_target(GPU4)  # and its profile
+    yield GPU4
+    del TARGETS["gpu4"], PROFILE_RECORDS["rank4"]
+
+
+def rank5_chain(path):
+    """x (2x3x4) seen at rank 5, scaled there, and read back at rank 2."""
+    shape5 = numpy_helper.from_array(np.array([1, 2, 3, 4, 1]), "shape5")
+    shape2 = numpy_helper.from_array(np.array([6, 4]), "shape2")
+    scale = numpy_helper.from_array(np.linspace(0.5, 2.0, 8, dtype=np.float32).reshape(1, 2, 1, 4, 1), "scale")
+    nodes = [helper.make_node("Reshape", ["x", "shape5"], ["x5"], name="to5"),
+             helper.make_node("Mul", ["x5", "scale"], ["m"], name="mul"),
+             helper.make_node("Reshape", ["m", "shape2"], ["y"], name="to2")]
+    graph = helper.make_graph(nodes, "rank5", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 4])], [shape5, shape2, scale])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_registered_target_brings_its_profile_and_codes(gpu4):
+    assert PROFILE_RECORDS["rank4"] is RANK4 and "rank4" in PROFILES and TARGETS["gpu4"] is GPU4
+    assert RANK4.codes[-3:] == ("operand-rank-mismatch", "unranked-operand", "rank-limit")
+    assert RANK4.broadcasting == "size-1" and GPU4.rank_limit() == 4  # the profile's limit, which rank folding keeps
+    register_target(GPU4)  # the same record again: nothing changes
+    with pytest.raises(ValueError, match="profile 'rank4' is already registered, as another record"):
+        register_profile(Profile("rank4", "another"))
+    with pytest.raises(ValueError, match="target 'tosa' is already registered, as another record"):
+        register_target(Target("tosa", "mlir", ()))
+
+
+def test_every_code_a_profile_reports_has_its_wording(gpu4):
+    from legalizer.verify.diagnostics import MESSAGES
+
+    codes = {c for p in PROFILE_RECORDS.values() for c in p.codes}
+    assert codes | {"tosa-level"} == set(MESSAGES)  # (tosa-level: the emitted TOSA's level check, not a profile's)
+    assert PROFILE_RECORDS["mlir"].codes == ("incompatible-operands", "result-rank-mismatch", "result-incompatible",
+                                             "not-unidirectional", "shape-mismatch", "legacy-axis")
+    assert PROFILE_RECORDS["strict"].codes[-1] == "result-dynamic-to-static"
+    assert PROFILE_RECORDS["xla"].codes[-2:] == ("implicit-broadcast", "unranked-operand")
+
+
+def test_the_profile_reports_a_rank_5_operand_in_its_words(gpu4, tmp_path):
+    model = rank5_chain(tmp_path / "rank5.onnx")
+    code, out, err = cli_in_process(model, "--verify-only", "--profile", "rank4", "--report", tmp_path / "r.json")
+    assert code == 1 and err == "", err
+    assert ("error: node 'mul': 'Mul' op operand #0 has rank 5; the GPU delegate takes rank <= 4:"
+            " ('1x2x3x4x1', '1x2x1x4x1') -> '1x2x3x4x1'") in out.splitlines()
+    assert out.splitlines()[-1] == f"{model}: 1 violation under 'rank4'"
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert [(v["code"], v["node"], v["stage"]) for v in rep["violations"]] == [("rank-limit", "mul", "input")]
+    # under the profiles without a limit, the chain is legal
+    assert cli_in_process(model, "--verify-only", "--profile", "tosa", "-q")[0] == 0
+
+
+def test_the_target_folds_the_chain_within_its_rank(gpu4, tmp_path):
+    model = rank5_chain(tmp_path / "rank5.onnx")
+    out_path = tmp_path / "rank5.legal.onnx"
+    code, out, err = cli_in_process(model, out_path, "--target", "gpu4", "-q", "--report", tmp_path / "r.json")
+    assert code == 0, out + err
+    assert out.splitlines()[-1] == f"{model}: legalized for 'gpu4' -> {out_path}, outputs match on CPUExecutionProvider"
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["target"] == "gpu4" and rep["violations"] == [] and rep["check"]["ok"] is True
+    legal = onnx.shape_inference.infer_shapes(onnx.load(str(out_path)))
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in [*legal.graph.input, *legal.graph.value_info, *legal.graph.output]}
+    shapes.update({t.name: list(t.dims) for t in legal.graph.initializer})
+    assert max(len(s) for s in shapes.values()) <= 4, shapes
+    # the Mul runs at the rank its broadcasting needs, on x itself: 1x2x3x4x1 * 1x2x1x4x1 -> 2x3x4 * 2x1x4
+    mul = next(n for n in legal.graph.node if n.op_type == "Mul")
+    assert [shapes[v] for v in [*mul.input, *mul.output]] == [[2, 3, 4], [2, 1, 4], [2, 3, 4]]
+    import onnxruntime as ort
+
+    x = np.random.default_rng(0).standard_normal([2, 3, 4]).astype(np.float32)
+    before = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    after = ort.InferenceSession(str(out_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(before, after)
+
+
+def test_broadcasting_over_the_limit_that_cannot_fold_is_named_not_written(gpu4, tmp_path):
+    # 2x3x4x5x6 + 2x1x4x1x6: no two adjacent dims are alike in both operands
+    model = save(op_model("Add", ["2x3x4x5x6xf32", "2x1x4x1x6xf32"], "2x3x4x5x6xf32"), tmp_path / "alt.onnx")
+    out_path = tmp_path / "alt.legal.onnx"
+    code, out, err = cli_in_process(model, out_path, "--target", "gpu4", "-q")
+    assert code == 1 and err == "" and not out_path.exists()
+    assert out.splitlines() == [
+        "error: in the output, node 'n0': 'Add' op operand #0 has rank 5; the GPU delegate takes rank <= 4:"
+        " ('2x3x4x5x6', '2x1x4x1x6') -> '2x3x4x5x6'",
+        f"{model}: the legalized model has 1 violation under 'gpu4' (over the rank limit: the broadcasting of 'n0'"
+        " needs more dims than the target takes (rank folding merges only adjacent dims that every operand has"
+        " alike)); nothing written"]
+
+
+def test_the_command_line_offers_them(gpu4, tmp_path):
+    code, out, err = cli_in_process("--help")
+    text = " ".join(out.split())
+    assert code == 0 and err == ""
+    assert "--target tosa|xla|litert-gpu|ethos-u|ethos-u55|gpu4 " in text
+    assert ("Legal form: tosa (equal ranks, size-1 broadcasts), xla (every broadcast explicit: Unsqueeze + Expand),"
+            " gpu4 (a GPU that takes rank <= 4), or a TFLite backend's:") in text
+    assert "--profile mlir|strict|tosa|xla|rank4 " in text
+    assert "or rank4 (also every operand at rank <= 4, as LiteRT's GPU delegate)." in text
+    model = rank5_chain(tmp_path / "rank5.onnx")
+    code, _, err = cli_in_process(model, "--target", "gpu5")
+    assert code == 2 and err == ("legalize: error: --target must be one of tosa, xla, litert-gpu, ethos-u, ethos-u55,"
+                                 " gpu4, not 'gpu5'\n")
+    code, _, err = cli_in_process(model, "--target", "gpu4", "--tosa-level", "8k")
+    assert code == 2 and err == "legalize: error: --tosa-level applies to --target tosa, not --target gpu4\n"
+
+
+def test_unregistered_it_is_gone(tmp_path):
+    """(The fixture's undoing: the other tests see the shipped tables.)"""
+    assert "gpu4" not in TARGETS and "rank4" not in PROFILES
+    code, out, _ = cli_in_process("--help")
+    assert "gpu4" not in out and "rank4" not in out
