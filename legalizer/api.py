@@ -309,13 +309,14 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     from .check.given import as_arrays, refuse_zero_dim
     from .check.ort import check as check_ort
     from .importers.reader import check_external_data, sniff
+    from .formats import FORMATS
     from .pipeline import range_hints, unchecked
 
     for name, size in (dims or {}).items():  # as the command line's --dim
         refuse_zero_dim(name, size)
 
-    if _is_path(original) and sniff(Path(original)) == "pt2":
-        original = load(original, trust_pt2=trust_pt2)  # its ONNX export, and the program as PyTorch runs it
+    if _is_path(original) and not FORMATS.get(sniff(Path(original)), FORMATS["onnx"]).runs_as_file:
+        original = load(original, trust_pt2=trust_pt2)  # a .pt2: its ONNX export, and the program as PyTorch runs it
     for m in (original, legalized):  # onnxruntime reads a path's external data: checked first
         if _is_path(m):
             check_external_data(Path(m))

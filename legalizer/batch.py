@@ -161,10 +161,13 @@ def planned_files(model: Path, output: Path, emit: List[str]) -> List[Path]:
     work: for the collision check, and the names a Ray task may return."""
     from . import emit as emit_mod
 
+    from .formats import FORMATS
+
     try:
-        native = "tflite" if sniff(model) == "tflite" else "onnx"
-    except LegalizeError:  # that model's own error, when it runs
-        native = "tflite" if model.suffix == ".tflite" else "onnx"
+        fmt = FORMATS.get(sniff(model))
+    except LegalizeError:  # that model's own error, when it runs: named by its suffix
+        fmt = next((FORMATS[f] for f, suffix in emit_mod.SUFFIX.items() if suffix == model.suffix), None)
+    native = fmt.written if fmt is not None and fmt.written else FORMATS["onnx"].written
     formats = list(dict.fromkeys(emit)) or [native]
     formats = [f for f in formats if f in emit_mod.SUFFIX]
     return list(emit_mod.emit_paths(output, formats, native).values()) if formats else [output]

@@ -439,10 +439,8 @@ def legalize(
         # The helper (a fresh interpreter) imports what shape inference needs while
         # this process imports the pipeline's libraries.
         bounded.start(("legalizer.importers.onnx_infer",))
-    from .importers.reader import files_read
-    from .outputs import check_distinct, check_output_path
-    from .api import RunOptions, run
-    from .pipeline import default_output, golden_paths, planned_outputs, stages
+    from .api import RunOptions
+    from .pipeline import default_output
 
     _loaded()
     if executor not in EXECUTORS:
@@ -483,10 +481,21 @@ def legalize(
         raise UsageError("--verify-only writes no model: leave out OUTPUT and -o")
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
-    # Fail on a bad output, report or page path before the work, not after it: each can
-    # be written, and each is a file of its own, never an input.
     if not verify_only:
         options.output = output if output is not None else default_output(model)
+    _check_writes(model, options, report, html, overlay, _input_files(input_))
+    raise typer.Exit(_run_one(model, options, report, html, overlay, json_out, quiet, verbose))
+
+
+def _check_writes(model: Path, options, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],
+                  input_files: List[Path]) -> None:
+    """Fail on a bad output, report or page path before the work, not after it: each can
+    be written, and each is a file of its own, never an input."""
+    from .importers.reader import files_read
+    from .outputs import check_distinct, check_output_path
+    from .pipeline import golden_paths, planned_outputs
+
+    force = options.force
     outputs = planned_outputs(model, options)
     models = [model, options.output, *(p for _, p in outputs)]
     for _, path in outputs:
@@ -494,10 +503,10 @@ def legalize(
     if report is not None:
         check_output_path(report, force=True, protect=model)
         outputs.append(("the report (--report)", report))
-    if reduce is not None:
+    if options.reduce is not None:
         from .check.reduce import reduce_files
 
-        for what, path in reduce_files(reduce):
+        for what, path in reduce_files(options.reduce):
             check_output_path(path, force=force, protect=model)
             outputs.append((what, path))
     golden_writes, golden_reads = golden_paths(options)
@@ -510,18 +519,26 @@ def legalize(
         html_report.check_path(html, protect=models)
         outputs.append(("the HTML report (--html)", html))
         options.regions = True
+    against = options.against
     read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs])
-    check_distinct(outputs, read + [("an input array (--input)", f) for f in _input_files(input_)]
-                   + golden_reads)
+    check_distinct(outputs, read + [("an input array (--input)", f) for f in input_files] + golden_reads)
     if overlay is not None:
         from . import overlay as overlays
 
         overlays.check_folder(overlay, model, options.output, force)
-    from .console import Printer, Progress
 
-    printer = Printer(quiet, verbose, json_out, legalizing=not verify_only)
+
+def _run_one(model: Path, options, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],
+             json_out: bool, quiet: bool, verbose: bool) -> int:
+    """Run the job on one model, print what it found and write the report, page and
+    overlays; the exit code."""
+    from .api import run
+    from .console import Printer, Progress
+    from .pipeline import stages
+
+    printer = Printer(quiet, verbose, json_out, legalizing=not options.verify_only)
     progress = Progress(sys.stderr.isatty() and not quiet and not json_out, model.name,
-                         stages=len(stages(options)))
+                        stages=len(stages(options)))
     try:
         res = run(model, options, on_stage=progress)
     except LegalizeError as e:  # bad input: the error line, and a report that says so
@@ -533,13 +550,17 @@ def legalize(
     if report is not None:
         res.report.write(report, protect=model)
     if html is not None:
+        from . import html_report
+
         html_report.write(html, res.report, res.regions, protect=[model, options.output, *res.report.outputs.values()],
                           culprit=res.culprit_picture)
     if overlay is not None:
-        overlays.for_run(overlay, res, model, force=force)
+        from . import overlay as overlays
+
+        overlays.for_run(overlay, res, model, force=options.force)
     if json_out:
         sys.stdout.write(res.report.dumps() + "\n")
-    raise typer.Exit(res.exit_code)
+    return res.exit_code
 
 
 def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_out: bool) -> None:

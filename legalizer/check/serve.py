@@ -79,8 +79,41 @@ def _sandbox(mode: str) -> str:
     from .sandbox import install
 
     tempfile.gettempdir()  # found while a file can be made there (PyTorch asks for it)
-
+    _CUDA.append(_start_cuda())
     return install()[1]
+
+
+# What ``_start_cuda`` did (in words), and its session, kept open for the child's life.
+_CUDA: list = []
+
+
+def _start_cuda() -> str:
+    """CUDA opens its device files (``/dev/nvidia*``) read-write, which the filter
+    refuses: where the machine has an NVIDIA GPU and onnxruntime its CUDA provider, the
+    child starts CUDA (a one-op session, kept) before the filter is installed, and the
+    sessions of the check then use the context and the files it opened. Seen on an H200:
+    without this, CUDA does not start in the filtered child."""
+    if not os.path.exists("/dev/nvidiactl"):
+        return ""
+    try:
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            return ""
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+        model = helper.make_model(helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "cuda", [x], [y]),
+                                  ir_version=7, opset_imports=[helper.make_opsetid("", 13)])  # any onnxruntime takes
+        quiet = ort.SessionOptions()
+        quiet.log_severity_level = 4
+        session = ort.InferenceSession(model.SerializeToString(), quiet, providers=["CUDAExecutionProvider"])
+        session.run(None, {"x": np.zeros(1, np.float32)})
+        _CUDA.append(session)
+        return "started before the filter"
+    except Exception as e:  # noqa: BLE001 - the check then runs on the CPU, and says so
+        return f"did not start before the filter ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
 
 
 def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbox: str):
@@ -104,7 +137,7 @@ def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbo
                 pass
         return None
     if op == "status":
-        return {"sandbox": sandbox, "pid": os.getpid()}
+        return {"sandbox": sandbox, "pid": os.getpid(), "cuda": next((c for c in _CUDA if isinstance(c, str)), "")}
     if op == "drop":
         objects.pop(handle, None)
         return None

@@ -26,6 +26,7 @@ from ..errors import BadInput
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import all_static
 from ..model import Model
+from ..tflite_records import TFLITE_DOMAIN
 from .inputs import dim_key
 from .litert import LiteRTError, LiteRTModel
 
@@ -108,7 +109,7 @@ def _shape_frontier(graph: Graph) -> List[Value]:
     than shape arithmetic reads: the ones worth a constant."""
     shape_only: Set[int] = set()
     for node in graph.ops():
-        if node.graph is not graph or node.domain != "tflite" or len(node.outputs) < 1:
+        if node.graph is not graph or node.domain != TFLITE_DOMAIN or len(node.outputs) < 1:
             continue
         if any(v.type.dtype not in INT_TYPES for v in node.outputs):
             continue

@@ -258,7 +258,7 @@ def _encode(model: Model) -> Tuple[bytes, List[Tuple[int, np.ndarray]]]:
     after it."""
     w = _Writer(model)
     for g in model.graphs:
-        if g.frontend != "tflite":
+        if g.frontend != TFLITE_DOMAIN:
             raise BadInput(f"graph '{g.name}' holds {g.frontend} ops; only a TFLite model can be written as .tflite")
     table = w.model(model)
     size = sum(int(b.fields["data"].size) for b in w.buffers if "data" in b.fields)

@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import BadInput
 from ..ir.graph import Graph, Node, Value
 from ..model import Model
+from .onnx_form import TRANSLATIONS
 from .mlir.driver import Driver
 from .mlir.fold import TOSA_FOLDING
 from .mlir.registry import Unsupported
@@ -43,7 +44,7 @@ __all__ = ["emit_tosa", "LOWERINGS"]
 def emit_tosa(model: Model, *, func_name: str = "main") -> str:
     """TOSA MLIR text of ``model`` (ONNX frontend, legalized for ``tosa``; symbolic dims
     bound where the ops need them static). BadInput names every op that cannot be emitted."""
-    if model.format != "onnx":
+    if model.format in TRANSLATIONS:  # not of ONNX ops
         raise BadInput(f"TOSA export reads an ONNX model, not {model.format} (emit its ONNX form)")
     return _TosaDriver(model.graph, func_name).text()
 

@@ -38,6 +38,7 @@ class Format:
     reduces = False  # --reduce writes its subgraphs
     static_shapes = False  # --static makes its shapes static
     against: Tuple[str, ...] = ()  # the reference formats --against compares it with
+    runs_as_file = True  # a runtime runs its file as it is (a .pt2 is loaded: its ONNX export, and PyTorch)
 
     # -- the inputs the user binds --------------------------------------------------
     def declared(self, model: Model):

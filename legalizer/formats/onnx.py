@@ -136,6 +136,7 @@ class Pt2Format(OnnxFormat):
     name = "pt2"
     title = ".pt2"
     against = ()
+    runs_as_file = False
 
     def proto(self, model: Model):
         return model.torch.onnx

@@ -10,7 +10,7 @@ import onnx
 from onnx import helper
 
 from ...errors import CheckUnavailable
-from ...tflite_records import CUSTOM_DOMAIN
+from ...tflite_records import CUSTOM_DOMAIN, TFLITE_DOMAIN
 from ...ir.graph import Graph, Node, Value
 from ...ir.types import TensorType
 from ...model import Model
@@ -38,7 +38,7 @@ def _boundary_info(v: Value) -> onnx.ValueInfoProto:
 def _op_label(n: Node) -> str:
     if n.domain == CUSTOM_DOMAIN:
         return f"CUSTOM.{n.op_type}"
-    return n.op_type if n.domain == "tflite" else n.op
+    return n.op_type if n.domain == TFLITE_DOMAIN else n.op
 
 
 def _translate(e: Emitter, n: Node) -> None:
@@ -98,7 +98,7 @@ def translate_all(e: Emitter) -> Tuple[List[str], Dict[int, List[str]]]:
 
 def _emitter(model: Union[Model, Graph], opset: Optional[int], subgraph: int) -> Emitter:
     graph = model.graphs[subgraph] if isinstance(model, Model) else model
-    if graph.frontend != "tflite":
+    if graph.frontend != TFLITE_DOMAIN:
         raise ValueError(f"graph '{graph.name}' is not a TFLite graph (frontend {graph.frontend!r})")
     subgraphs = model.graphs if isinstance(model, Model) else [graph]
     if opset is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, Dict, List, Optional
 
-from ...tflite_records import CUSTOM_DOMAIN
+from ...tflite_records import CUSTOM_DOMAIN, TFLITE_DOMAIN
 from ...ir.graph import Node
 from ...oprules import frontend_rules
 from .emitter import Emitter, option
@@ -58,7 +58,7 @@ def _elementwise(onnx_op: str, e: Emitter, n: Node) -> List[str]:
 def translator(n: Node) -> Optional[OpFn]:
     if n.domain == CUSTOM_DOMAIN:
         return CUSTOM_OPS.get(n.op_type)
-    if n.domain != "tflite":
+    if n.domain != TFLITE_DOMAIN:
         return None
     fn = OPS.get(n.op_type)
     if fn is not None:
