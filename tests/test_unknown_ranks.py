@@ -125,3 +125,73 @@ def test_affine_grid_expanded_is_legal_under_tosa_and_computes_the_same(form, tm
     got = __import__("onnxruntime").InferenceSession(str(tmp_path / "m.legal.onnx")).run(None, case.feeds()[0])
     for g, want in zip(got, case.refs[0]):  # and the node test's own reference outputs
         np.testing.assert_allclose(g, want, rtol=case.rtol, atol=case.atol)
+
+
+def squeezed_state(tmp_path, axis, batch="batch"):
+    """PyTorch's export of an LSTM cell's ``h.squeeze(axis)`` (Silero VAD's opset-15
+    decoder): If(Shape(h)[axis] == 1, Squeeze(h, axis), Identity(h)), whose branches
+    differ in rank, then ``+ bias`` (a [hidden] constant). h is LSTM's Y_h: [1 (one
+    direction), batch, hidden]."""
+    rng = np.random.default_rng(3)
+    i, h = 4, 3
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 4 * h, i)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal((1, 4 * h, h)).astype(np.float32), "R"),
+             numpy_helper.from_array(rng.standard_normal(h).astype(np.float32), "bias"),
+             numpy_helper.from_array(np.asarray([axis], np.int64), "axis"),
+             numpy_helper.from_array(np.asarray([1], np.int64), "one")]
+    then = helper.make_graph([helper.make_node("Squeeze", ["Yh", "axis"], ["sq"], name="squeeze")], "then", [],
+                             [helper.make_tensor_value_info("sq", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["Yh"], ["same"], name="keep")], "else", [],
+                              [helper.make_tensor_value_info("same", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["Y", "Yh"], hidden_size=h, name="lstm"),
+             helper.make_node("Shape", ["Yh"], ["shape"], name="shape"),
+             helper.make_node("Gather", ["shape", "axis"], ["dim"], axis=0, name="dim"),
+             helper.make_node("Equal", ["dim", "one"], ["is1"], name="is1"),
+             helper.make_node("If", ["is1"], ["state"], then_branch=then, else_branch=other, name="if"),
+             helper.make_node("Add", ["state", "bias"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, batch, i])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    path = tmp_path / f"squeeze{axis}_{batch}.onnx"
+    onnx.save(m, str(path))
+    return path
+
+
+def _ort(path, feeds):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+def test_an_if_that_squeezes_a_dim_of_size_1_has_the_rank_of_its_taken_branch(tmp_path, target):
+    # Y_h's dim 0 is num_directions, 1: the shapes fix the condition, the Squeeze branch is
+    # taken, the If's result is [batch, 3] and Add's operands broadcast with a known rank.
+    path = squeezed_state(tmp_path, 0)
+    model = legalizer.load(path)
+    (node,) = [n for n in model.graph.ops() if n.op == "If"]
+    assert node.outputs[0].type.shape == ("batch", 3)
+    out = tmp_path / f"{target}.onnx"
+    code, text, err = cli_in_process(path, "-q", "--target", target, "-o", out)
+    assert code == 0, text + err
+    feeds = {"x": np.random.default_rng(4).standard_normal((5, 2, 4)).astype(np.float32)}
+    (want,), (got,) = _ort(path, feeds), _ort(out, feeds)
+    assert want.shape == got.shape == (2, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_squeeze_of_a_symbolic_batch_depends_on_values_and_of_a_batch_of_1_does_not(tmp_path):
+    # Squeeze of dim 1 (batch, Silero's inner If): taken only where batch is 1 at run
+    # time - the rank depends on a value, and the run says so; at a declared batch of 1
+    # the shapes fix it.
+    code, out, err = cli_in_process(squeezed_state(tmp_path, 1), "-q", "--target", "xla")
+    assert code == 1
+    assert "unprovable: an operand of 'add' has a rank no shape inference fixes (it depends on values at run time" in out
+    path, legal = squeezed_state(tmp_path, 1, batch=1), tmp_path / "one.onnx"
+    code, out, err = cli_in_process(path, "-q", "--target", "xla", "-o", legal)
+    assert code == 0, out + err
+    feeds = {"x": np.random.default_rng(5).standard_normal((5, 1, 4)).astype(np.float32)}
+    (want,), (got,) = _ort(path, feeds), _ort(legal, feeds)
+    assert want.shape == got.shape == (1, 3)  # Squeeze(1) of [1, 1, 3], then + [3]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -22,6 +22,7 @@ from ..ir.graph import OP, Graph, Node
 from ..ir.types import Shape, TensorType
 from ..oprules import RuleLookup, builtin_rules
 from .broadcast import IncompatibleDims, infer_result_shape
+from .conditions import condition, known_value
 
 Rule = Callable[[Node, Sequence[Shape]], Shape]
 _RULES: Dict[str, Rule] = {}
@@ -118,7 +119,17 @@ def _squeeze(node: Node, shapes: Sequence[Shape]) -> Shape:
     n = len(axes) if axes is not None else (_length(shapes[1]) if len(shapes) > 1 else None)
     if x is None or n is None or (node.op_type == "Squeeze" and n == 0):  # no axes: every 1 goes
         return None
-    return _unknown(len(x) + (n if node.op_type == "Unsqueeze" else -n))
+    rank = len(x) + (n if node.op_type == "Unsqueeze" else -n)
+    if axes is None and len(node.inputs) > 1:
+        known = known_value(node.inputs[1])
+        axes = known.reshape(-1).tolist() if known is not None and None not in known.reshape(-1).tolist() else None
+    if axes is not None and rank >= 0:  # the dims too, where the axes are constant
+        at = sorted(a % (rank if node.op_type == "Unsqueeze" else len(x)) for a in axes)
+        if node.op_type == "Squeeze":
+            return tuple(d for k, d in enumerate(x) if k not in at)
+        rest = iter(x)
+        return tuple(1 if k in at else next(rest) for k in range(rank))
+    return _unknown(rank)
 
 
 @_rule("MatMul")
@@ -223,10 +234,16 @@ _RESULTS_RULES["com.microsoft.DynamicQuantizeLSTM"] = _recurrent
 
 
 def _branches(node: Node) -> List[Shape]:
-    """An If's results: a rank both branches agree on, the dims they agree on."""
+    """An If's results: the branch's where the shapes fix the condition
+    (``conditions``: PyTorch's squeeze of a dim of known size), else a rank both
+    branches agree on, the dims they agree on."""
     then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
     if not isinstance(then, Graph) or not isinstance(other, Graph):
         return []
+    taken = condition(node.inputs[0]) if node.inputs else None
+    if taken is not None:
+        return [n.inputs[0].type.shape if n.inputs and n.inputs[0] is not None else None
+                for n in (then if taken else other).outputs]
     out = []
     for a, b in zip(then.outputs, other.outputs):
         sa, sb = (n.inputs[0].type.shape if n.inputs and n.inputs[0] is not None else None for n in (a, b))
