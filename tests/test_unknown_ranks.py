@@ -29,36 +29,62 @@ def value_ranked(tmp_path):
     return path
 
 
-def test_the_rank_agnostic_rewrite_makes_it_legal_under_tosa(tmp_path):
-    # Add(u: rank len(s), c: [3]): every operand becomes Reshape(v, Concat(ones(R - rank v),
-    # Shape(v))) with R = Max(Size(Shape(u)), 1): one rank symbol, which the verifier proves.
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+def test_the_rank_agnostic_rewrite_makes_it_legal(tmp_path, target):
+    # tosa: Add(u: rank len(s), c: [3]): every operand becomes Reshape(v, Concat(ones(R -
+    # rank v), Shape(v))) with R = Max(Size(Shape(u)), 1): one rank symbol, which the
+    # verifier proves. xla: t = Expand(c, Shape(u)), u' = Expand(u, Shape(t)): one shape
+    # symbol, nothing broadcast.
     path = value_ranked(tmp_path)
     m = legalizer.load(path)
-    legalizer.legalize(m, "tosa")
+    legalizer.legalize(m, target)
     (add,) = [n for n in m.graph.ops() if n.op == "Add"]
     types = [v.type for v in add.inputs] + [add.outputs[0].type]
-    assert {(t.shape, t.rank_of) for t in types} == {(None, "rank(y)")}
-    assert [v.producer.op for v in add.inputs] == ["Reshape", "Reshape"]
-    assert legalizer.verify(m.graph, "tosa").violations == []
+    if target == "tosa":
+        assert {(t.shape, t.rank_of, t.shape_of) for t in types} == {(None, "rank(y)", None)}
+        assert [v.producer.op for v in add.inputs] == ["Reshape", "Reshape"]
+    else:
+        assert {(t.shape, t.rank_of, t.shape_of) for t in types} == {(None, "shape(y)", "shape(y)")}
+        assert [v.producer.op for v in add.inputs] == ["Expand", "Expand"]
+        assert add.inputs[1].producer.inputs[0].name == "c"  # Expand(c, Shape(u))
+    assert legalizer.verify(m.graph, target).violations == []
     # u of rank 0 to 4 (s's length): each run gives the original's outputs
     for k in (0, 1, 2, 4):
         np.save(tmp_path / "s.npy", np.full(k, 2, np.int64))
-        code, out, err = cli_in_process(path, "-q", "--force", "--input", f"s={tmp_path / 's.npy'}")
+        code, out, err = cli_in_process(path, "-q", "--force", "--target", target, "--input", f"s={tmp_path / 's.npy'}")
         assert code == 0, out + err
 
 
-def test_the_cli_says_the_rank_depends_on_values(tmp_path):
-    code, out, err = cli_in_process(value_ranked(tmp_path), "-q", "--target", "xla")
+def value_ranked_prelu(tmp_path):
+    """PRelu(u, slope): slope broadcasts onto u, whose rank is a value (s's length)."""
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["u"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+         helper.make_node("PRelu", ["u", "slope"], ["y"], name="prelu")], "g",
+        [helper.make_tensor_value_info("s", TensorProto.INT64, ["K"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.arange(3, dtype=np.float32), "slope")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "prelu.onnx"
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+def test_the_cli_says_the_rank_depends_on_values(tmp_path, target):
+    # PRelu's slope broadcasts one way, onto an operand of a rank no inference fixes:
+    # no rank-agnostic rewrite covers it, and the run says why.
+    code, out, err = cli_in_process(value_ranked_prelu(tmp_path), "-q", "--target", target)
     assert code == 1
-    assert ("the legalized model has 1 violation under 'xla' (unprovable: an operand of 'add' has a rank no shape"
-            " inference fixes (it depends on values at run time, or comes from an op no inference knows));"
+    assert (f"the legalized model has 1 violation under '{target}' (unprovable: an operand of 'prelu' has a rank no"
+            " shape inference fixes (it depends on values at run time, or comes from an op no inference knows));"
             " nothing written") in out
     assert "legalize bug" not in out + err
 
 
 def test_the_api_says_so_too(tmp_path):
-    with pytest.raises(NotLegal, match="unprovable: an operand of 'add' has a rank no shape inference fixes"):
-        legalizer.legalize(onnx.load(str(value_ranked(tmp_path))), "xla")
+    with pytest.raises(NotLegal, match="unprovable: an operand of 'prelu' has a rank no shape inference fixes"):
+        legalizer.legalize(onnx.load(str(value_ranked_prelu(tmp_path))), "xla")
 
 
 def _contrib_model(tmp_path, nodes, inputs, inits, name):
@@ -109,15 +135,16 @@ def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypa
     assert not (tmp_path / "sym_shape_infer_temp.onnx").exists()
 
 
+@pytest.mark.parametrize("target", ["tosa", "xla"])
 @pytest.mark.parametrize("form", ["2d", "2d_align_corners", "3d", "3d_align_corners"])
-def test_affine_grid_expanded_is_legal_under_tosa_and_computes_the_same(form, tmp_path):
+def test_affine_grid_expanded_is_legal_and_computes_the_same(form, target, tmp_path):
     import onnx_suite as suite
 
     case = suite.case_by_name(f"test_affine_grid_{form}_expanded")
     path = tmp_path / "m.onnx"
     onnx.save(case.model, str(path))
     np.savez(tmp_path / "in.npz", **case.feeds()[0])
-    code, out, err = cli_in_process(path, "-q", "--input", tmp_path / "in.npz", "--require-check",
+    code, out, err = cli_in_process(path, "-q", "--target", target, "--input", tmp_path / "in.npz", "--require-check",
                                     "--report", tmp_path / "r.json")
     assert code == 0, out + err
     rep = __import__("json").loads((tmp_path / "r.json").read_text())
@@ -181,17 +208,21 @@ def test_an_if_that_squeezes_a_dim_of_size_1_has_the_rank_of_its_taken_branch(tm
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_a_squeeze_of_a_symbolic_batch_depends_on_values_and_of_a_batch_of_1_does_not(tmp_path):
+@pytest.mark.parametrize("target", ["tosa", "xla"])
+def test_a_squeeze_of_a_symbolic_batch_keeps_an_unknown_rank_which_the_rewrite_covers(tmp_path, target):
     # Squeeze of dim 1 (batch, Silero's inner If): taken only where batch is 1 at run
-    # time - the rank depends on a value, and the run says so; at a declared batch of 1
-    # the shapes fix it.
-    code, out, err = cli_in_process(squeezed_state(tmp_path, 1), "-q", "--target", "xla")
-    assert code == 1
-    assert "unprovable: an operand of 'add' has a rank no shape inference fixes (it depends on values at run time" in out
-    path, legal = squeezed_state(tmp_path, 1, batch=1), tmp_path / "one.onnx"
-    code, out, err = cli_in_process(path, "-q", "--target", "xla", "-o", legal)
+    # time - the If's rank depends on a value; the rank-agnostic rewrite makes the Add
+    # legal for either rank, and each gives the original's outputs.
+    path, legal = squeezed_state(tmp_path, 1), tmp_path / "legal.onnx"
+    (node,) = [n for n in legalizer.load(path).graph.ops() if n.op == "If"]
+    assert node.outputs[0].type.shape is None
+    code, out, err = cli_in_process(path, "-q", "--target", target, "-o", legal)
     assert code == 0, out + err
-    feeds = {"x": np.random.default_rng(5).standard_normal((5, 1, 4)).astype(np.float32)}
-    (want,), (got,) = _ort(path, feeds), _ort(legal, feeds)
-    assert want.shape == got.shape == (1, 3)  # Squeeze(1) of [1, 1, 3], then + [3]
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    for batch, shape in ((1, (1, 3)), (2, (1, 2, 3))):
+        feeds = {"x": np.random.default_rng(5).standard_normal((5, batch, 4)).astype(np.float32)}
+        (want,), (got,) = _ort(path, feeds), _ort(legal, feeds)
+        assert want.shape == got.shape == shape
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # at a declared batch of 1 the shapes fix the condition: [1, 3], nothing to rewrite
+    (node,) = [n for n in legalizer.load(squeezed_state(tmp_path, 1, batch=1)).graph.ops() if n.op == "If"]
+    assert node.outputs[0].type.shape == (1, 3)

@@ -9,12 +9,12 @@ from .equalize_ranks import equalize_ranks
 from .fold_ranks import fold_ranks
 from .explicit_broadcast import explicit_broadcast, lower_broadcast_in_dim, needs_explicit_broadcast
 from .legacy_broadcast import legacy_broadcast
-from .rank_agnostic import rank_agnostic
+from .rank_agnostic import rank_agnostic, rank_agnostic_expand
 from .split_variadic import split_variadic
 
 # legacy_broadcast runs before these, in legalizer.transform (it may raise the opset).
 TOSA_PIPELINE = (split_variadic, fold_ranks, equalize_ranks, rank_agnostic, dead_code_elimination)
-XLA_PIPELINE = (split_variadic, fold_ranks, explicit_broadcast, lower_broadcast_in_dim, dead_code_elimination)
+XLA_PIPELINE = (split_variadic, fold_ranks, rank_agnostic_expand, explicit_broadcast, lower_broadcast_in_dim, dead_code_elimination)
 # Deployment targets (TFLite): BROADCAST_TO folded into its consumers before the ranks fold
 # (the consumer's region then folds with it), the rest copied at the folded rank after.
 # Vela: regions that broadcast or batch fold to their lowest rank too (fold_for_npu).

@@ -27,6 +27,8 @@ from ..ir.graph import CONST, OP, Value
 # A partly known int vector: an object array whose unknown elements are None.
 Known = Optional[np.ndarray]
 _EVAL: Dict[str, Callable] = {}
+_CONSTANT_ATTRS = {"value_int": np.int64, "value_ints": np.int64, "value_float": np.float32,
+                   "value_floats": np.float32}
 MAX_DEPTH = 16  # conditions are a few ops deep; deeper is not one of these
 
 
@@ -126,9 +128,14 @@ def known_value(v: Optional[Value], depth: int = 0) -> Known:
         return a if a.size <= 64 else None
     if node.kind != OP or v.index != 0:
         return None
-    if node.op == "Constant" and "value" in node.attrs:
-        a = attribute_array(node, "value")
-        return a if a.size <= 64 else None
+    if node.op == "Constant" and len(node.attrs) == 1:
+        (name, attr), = node.attrs.items()
+        if name == "value":
+            a = attribute_array(node, "value")
+            return a if a.size <= 64 else None
+        if name in _CONSTANT_ATTRS:  # how exporters write scalars: value_int, value_ints, ...
+            return np.asarray(helper.get_attribute_value(attr), _CONSTANT_ATTRS[name])
+        return None
     fn = _EVAL.get(node.op)
     if fn is None:
         return None

@@ -116,13 +116,13 @@ def _expand(node: Node, shapes: Sequence[Shape]) -> Shape:
 def _squeeze(node: Node, shapes: Sequence[Shape]) -> Shape:
     x = shapes[0] if shapes else None
     axes = _attr(node, "axes")
+    if axes is None and len(node.inputs) > 1:  # opset 13: an operand, most often a constant
+        known = known_value(node.inputs[1])
+        axes = known.reshape(-1).tolist() if known is not None and None not in known.reshape(-1).tolist() else None
     n = len(axes) if axes is not None else (_length(shapes[1]) if len(shapes) > 1 else None)
     if x is None or n is None or (node.op_type == "Squeeze" and n == 0):  # no axes: every 1 goes
         return None
     rank = len(x) + (n if node.op_type == "Unsqueeze" else -n)
-    if axes is None and len(node.inputs) > 1:
-        known = known_value(node.inputs[1])
-        axes = known.reshape(-1).tolist() if known is not None and None not in known.reshape(-1).tolist() else None
     if axes is not None and rank >= 0:  # the dims too, where the axes are constant
         at = sorted(a % (rank if node.op_type == "Unsqueeze" else len(x)) for a in axes)
         if node.op_type == "Squeeze":

@@ -140,6 +140,9 @@ class _NodeCheck:
         target's shape), an operand of unknown rank that cannot be proved legal."""
         if self.profile.implicit_broadcast and self._one_rank_symbol():
             return  # every operand and the result: unranked, of one rank (the rank-agnostic rewrite)
+        types = [v.type for v in self.operands] + [self.node.outputs[0].type]
+        if types[0].shape_of is not None and all(t.shape is None and t.shape_of == types[0].shape_of for t in types):
+            return  # ... of one shape (its xla form): nothing is broadcast
         if self.profile.ranked:
             for i, s in enumerate(self.shapes):
                 if s is None:
