@@ -619,7 +619,8 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
     res.ops_after = _op_counts(model)
     if spec.backend is not None:  # each op the backend still refuses, in its words
         tool = report.target_rules["profile"]["backend"]
-        report.warnings.extend(f"node '{r['node']}' ({r['op']}): {tool} refuses it: {'; '.join(r['reasons'])}"
+        report.warnings.extend(f"node '{r['node']}' ({r['op']}{', as ' + r['as'] if 'as' in r else ''}): {tool} refuses"
+                               f" it: {'; '.join(r['reasons'])}"
                                for r in report.target_rules["refused_after"])
     with _timed(timings, "verify", on_stage, nodes=_nodes(model)):
         out_result = verify_model(model, TARGETS[options.target].profile, stage="output")
