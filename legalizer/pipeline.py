@@ -154,22 +154,23 @@ def _nodes(model: Model) -> int:
     return sum(len(g) for g in model.graphs)
 
 
-def _specialize(path: Path, model: Model, options: RunOptions, dims: Dict[str, int], report: Report) -> None:
+def _specialize(path: Path, model: Model, options: RunOptions, dims: Dict[str, int], report: Report) -> bool:
     """``--static``, or dims bound for a target whose backend takes static shapes only:
-    the model's shapes made static (``check.static_shapes``)."""
+    the model's shapes made static (``check.static_shapes``). Whether any dim was bound."""
     wanted = options.static or (TARGETS[options.target].backend is not None and bool(dims))
     if not wanted:
-        return
+        return False
     if model.format != "tflite":
         if options.static:
             raise UsageError(f"--static makes a TFLite model's shapes static; {path} is {model.format}")
-        return
+        return False
     from .check.static_shapes import specialize_tflite
 
     done = specialize_tflite(model, path, dims)
     if done.bound:
         report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
                                + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")
+    return bool(done.bound)
 
 
 def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = False,
@@ -597,7 +598,18 @@ def _run(path: Path, options: RunOptions, on_stage: Optional[StageCallback]) -> 
     model.constraints = result.constraints  # what the report lists, for emitters to assert
     with _timed(timings, "passes", on_stage, nodes=_nodes(model)):
         refused_before = spec.refused(model.graphs, options.level)
-        _specialize(path, model, options, dims, report)
+        if _specialize(path, model, options, dims, report):
+            # the runtime constraints were on dims now static: those at the bound sizes
+            # (none, or a broadcast the sizes break)
+            bound = verify_model(model, profile, options.assume_dynamic_not_one)
+            model.constraints = bound.constraints
+            report.constraints = bound.constraints.to_json()
+            if bound.violations:
+                for d in bound.violations:
+                    d.stage = "input"
+                    report.violations.append(d.to_json())
+                res.exit_code = EXIT_VIOLATIONS
+                return res
         before = None
         if options.regions:
             from .regions import snapshot
