@@ -226,3 +226,29 @@ def test_a_squeeze_of_a_symbolic_batch_keeps_an_unknown_rank_which_the_rewrite_c
     # at a declared batch of 1 the shapes fix the condition: [1, 3], nothing to rewrite
     (node,) = [n for n in legalizer.load(squeezed_state(tmp_path, 1, batch=1)).graph.ops() if n.op == "If"]
     assert node.outputs[0].type.shape == (1, 3)
+
+
+def test_xla_expands_the_three_operands_of_a_where(tmp_path):
+    # Where(cond [2,1,1], u: rank len(s), c [3]): t = Expand(u, Shape(cond)), then
+    # Expand(c, Shape(t)) has the full broadcast shape S, and cond and u are Expand(., S).
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["u"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+         helper.make_node("Where", ["cond", "u", "c"], ["y"], name="where")], "g",
+        [helper.make_tensor_value_info("s", TensorProto.INT64, ["K"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray([True, False]).reshape(2, 1, 1), "cond"),
+         numpy_helper.from_array(np.arange(3, dtype=np.float32) + 5, "c")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path, out = tmp_path / "where.onnx", tmp_path / "where.legal.onnx"
+    onnx.save(m, str(path))
+    code, text, err = cli_in_process(path, "-q", "--target", "xla", "-o", out, "--no-check")
+    assert code == 0, text + err
+    legal = legalizer.load(out)
+    (where,) = [n for n in legal.graph.ops() if n.op == "Where"]
+    assert [v.producer.op for v in where.inputs] == ["Expand", "Expand", "Expand"]
+    for shape, want in (([], (2, 1, 3)), ([2, 3], (2, 2, 3)), ([1, 4, 1], (2, 4, 3))):  # u's shape: s
+        feeds = {"s": np.asarray(shape, np.int64)}
+        (a,), (b,) = _ort(path, feeds), _ort(out, feeds)
+        assert a.shape == b.shape == want
+        np.testing.assert_array_equal(a, b)

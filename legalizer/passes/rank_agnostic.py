@@ -116,8 +116,8 @@ def rank_agnostic_expand(graph: Graph, ctx: PassContext) -> bool:
             out.type = TensorType(out.type.dtype, None, symbol, symbol)
         operands = list(node.inputs)
         t = operands[0]
-        for v in operands[1:]:
-            t = b.expand(v, b.shape_of(t), typed(v))
+        for k, v in enumerate(operands[1:], 2):  # t: the first k operands broadcast (the last: all)
+            t = b.expand(v, b.shape_of(t), typed(v) if k == len(operands) else TensorType(v.type.dtype))
         shape = b.shape_of(t)
         for i, v in enumerate(operands[:-1]):
             graph.set_input(node, i, b.expand(v, shape, typed(v)))
