@@ -135,5 +135,7 @@ def _two_sided(node: Node, lookup: RuleLookup) -> bool:
     result = node.outputs[0].type.shape
     if result is None or any(v is None or v.type.shape is None for v in node.inputs):
         return False
+    # Vela compares the shapes as they are: [4,8,8] does not match an OFM [1,4,8,8]
+    # ("Op has ifm_shape=[4, 8, 8], ifm2_shape=[1, 1, 8, 8] and ofm_shape=[1, 4, 8, 8]")
     result = tuple(result)
-    return all((1,) * (len(result) - len(v.type.shape)) + tuple(v.type.shape) != result for v in node.inputs)
+    return all(tuple(v.type.shape) != result for v in node.inputs)
