@@ -118,7 +118,12 @@ def _broken(node: Node, op: Optional[str], be: Backend, lookup: RuleLookup) -> I
         yield "rank", be.rank_reason
     if be.dynamic_dims == "first" and any(s is None or not all_static(s[1:]) for s in shapes):
         yield "dynamic", be.dynamic_reason
-    if be.batch_one and op not in RESHAPE_LIKE and any(s is not None and len(s) == 4 and s[0] != 1 for s in shapes):
+    # Vela checks the input feature maps (IFM, and IFM2 of a binary elementwise op), not
+    # weights nor results; a dynamic batch is compiled at the tensor's shape (1, where
+    # converters write -1 in shape_signature): only a static batch other than 1 is refused
+    ifms = [v.type.shape for v in node.inputs[:2 if _binary(node, lookup) else 1] if v is not None]
+    if be.batch_one and op not in RESHAPE_LIKE and \
+            any(s is not None and len(s) == 4 and isinstance(s[0], int) and s[0] != 1 for s in ifms):
         yield "batch", be.batch_reason
     if be.one_sided and len(node.inputs) == 2 and _two_sided(node, lookup):
         yield "one_sided", be.one_sided_reason
@@ -128,9 +133,15 @@ def _broken(node: Node, op: Optional[str], be: Backend, lookup: RuleLookup) -> I
         yield "shape_operand", be.shape_reason
 
 
-def _two_sided(node: Node, lookup: RuleLookup) -> bool:
+def _binary(node: Node, lookup: RuleLookup) -> bool:
+    """A numpy-broadcasting op of two operands (Vela's IFM and IFM2)."""
     found = lookup(node)
-    if found is None or found[1] != "numpy" or found[0].broadcast != "multidirectional":
+    return found is not None and found[1] == "numpy" and found[0].broadcast == "multidirectional" \
+        and len(node.inputs) == 2
+
+
+def _two_sided(node: Node, lookup: RuleLookup) -> bool:
+    if not _binary(node, lookup):
         return False
     result = node.outputs[0].type.shape
     if result is None or any(v is None or v.type.shape is None for v in node.inputs):
