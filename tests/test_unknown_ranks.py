@@ -252,3 +252,43 @@ def test_xla_expands_the_three_operands_of_a_where(tmp_path):
         (a,), (b,) = _ort(path, feeds), _ort(out, feeds)
         assert a.shape == b.shape == want
         np.testing.assert_array_equal(a, b)
+
+
+def declared_result(tmp_path, c_shape):
+    """y = ConstantOfShape(s) + c, y declared rank 3 (Silero VAD's opset-15 stateN =
+    Concat(...) + a scalar, declared [2, batch, 128])."""
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["u"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+         helper.make_node("Add", ["u", "c"], ["y"], name="add")], "g",
+        [helper.make_tensor_value_info("s", TensorProto.INT64, ["K"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])],
+        [numpy_helper.from_array(np.full(c_shape, 0.5, np.float32), "c")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / f"declared{len(c_shape)}.onnx"
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.mark.parametrize("target", ["mlir", "tosa", "xla"])
+def test_a_declared_result_rank_ranks_the_one_unranked_operand(tmp_path, target):
+    # c is a scalar: the broadcast rank 3 is u's. The input verifies (no 'rank 3 vs 0'),
+    # and the legalized model computes the original's outputs.
+    path = declared_result(tmp_path, ())
+    (add,) = [n for n in legalizer.load(path).graph.ops() if n.op == "Add"]
+    assert add.inputs[0].type.shape == (None, None, None)
+    out = tmp_path / f"{target}.onnx"
+    args = ("--verify-only",) if target == "mlir" else ("--target", target, "-o", out)
+    code, text, err = cli_in_process(path, "-q", *args, "--no-check")
+    assert code == 0, text + err
+    if target != "mlir":
+        feeds = {"s": np.asarray([2, 1, 3], np.int64)}
+        (want,), (got,) = _ort(path, feeds), _ort(out, feeds)
+        assert want.shape == got.shape == (2, 1, 3)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_operand_of_the_results_rank_leaves_the_other_unranked(tmp_path):
+    # c has rank 3 too: u may have any rank up to 3, nothing is inferred
+    (add,) = [n for n in legalizer.load(declared_result(tmp_path, (1, 1, 3))).graph.ops() if n.op == "Add"]
+    assert add.inputs[0].type.shape is None

@@ -284,6 +284,30 @@ def infer_ranks(graph: Graph) -> int:
             if many is not None and node.inputs and node.inputs[0] is not None:
                 results = many(node, shapes)
         made += _given_values(node.outputs, results, _body_dtypes(node))
+    back = _from_results(graph, lookup)
+    return made + back + (infer_ranks(graph) if back else 0)
+
+
+def _from_results(graph: Graph, lookup: RuleLookup) -> int:
+    """Backwards, from a broadcasting op's ranked result (a declared graph output):
+    the broadcast rank is the largest operand rank, so where one operand is unranked
+    and every other has a lower rank than the result, that operand has the result's
+    (Silero VAD's ``stateN = Concat(...) + scalar``, declared rank 3)."""
+    made = 0
+    for node in graph.nodes():
+        if node.kind != OP or not node.outputs or node.outputs[0].type.shape is None or \
+                all(v is None or v.type.shape is not None for v in node.inputs):
+            continue
+        found = lookup(node)
+        if found is None or found[1] != "numpy" or found[0].broadcast != "multidirectional":
+            continue
+        rule, rank = found[0], len(node.outputs[0].type.shape)
+        operands = [v for i, v in enumerate(node.inputs)
+                    if v is not None and (rule.operands is None or i in rule.operands)]
+        unranked = [v for v in operands if v.type.shape is None]
+        if len(unranked) == 1 and unranked[0].name and \
+                all(v.type.shape is None or len(v.type.shape) < rank for v in operands):
+            made += _given_values(unranked, [_unknown(rank)])
     return made
 
 
