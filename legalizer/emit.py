@@ -181,6 +181,8 @@ def level_diagnostics(model: Model, made: Dict[str, object], target: str, level:
                 what, node = "graph input", names.get(v.tensor, v.tensor)
             elif v.op == "return":
                 what, node = "graph output", v.tensor.lstrip("%")
+            elif v.op == "block":
+                what, node = "block argument", v.tensor.lstrip("%")
             else:
                 what, node = f"'{v.op}' value", v.tensor.lstrip("%")
             bound = f"2**{v.bound}" if v.limit == "MAX_LOG2_SIZE" else str(v.bound)

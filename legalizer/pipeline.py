@@ -226,8 +226,8 @@ def _rewrite(job: Run) -> None:
         if not job.fmt.static_shapes:
             if options.static:
                 raise UsageError(f"--static makes a TFLite model's shapes static; {job.path} is {job.fmt.name}")
-        else:
-            job.fmt.specialize(job)
+        elif job.fmt.specialize(job) and _constraints_at_bound_sizes(job):
+            return
     before = None
     if options.regions:
         from .regions import snapshot
@@ -246,8 +246,25 @@ def _rewrite(job: Run) -> None:
     job.res.ops_after = _op_counts(model)
     if spec.backend is not None:  # each op the backend still refuses, in its words
         tool = report.target_rules["profile"]["backend"]
-        report.warnings.extend(f"node '{r['node']}' ({r['op']}): {tool} refuses it: {'; '.join(r['reasons'])}"
-                               for r in report.target_rules["refused_after"])
+        report.warnings.extend(f"node '{r['node']}' ({r['op']}{', as ' + r['as'] if 'as' in r else ''}): {tool} refuses"
+                               f" it: {'; '.join(r['reasons'])}" for r in report.target_rules["refused_after"])
+
+
+def _constraints_at_bound_sizes(job: Run) -> bool:
+    """After the shapes were made static: the runtime constraints were on dims now static,
+    so they are those at the bound sizes (none, or a broadcast the sizes break: then the
+    model violates the trait, and the job ends)."""
+    bound = verify_model(job.model, job.profile, job.options.assume_dynamic_not_one)
+    job.model.constraints = bound.constraints
+    job.report.constraints = bound.constraints.to_json()
+    if not bound.violations:
+        return False
+    for d in bound.violations:
+        d.stage = "input"
+        job.report.violations.append(d.to_json())
+    job.res.exit_code = EXIT_VIOLATIONS
+    job.done = True
+    return True
 
 
 def _verify_output(job: Run) -> None:

@@ -189,8 +189,8 @@ for _t in (
     Target("tosa", "tosa", ("split_variadic", "fold_ranks", "equalize_ranks", "rank_agnostic", "dead_code_elimination"),
            "equal ranks, size-1 broadcasts", dialects=("tosa",), dialect="TOSA", broadcasting="size-1",
            levels=MappingProxyType(LEVELS), default_level=DEFAULT_LEVEL),
-    Target("xla", "xla", ("split_variadic", "fold_ranks", "explicit_broadcast", "lower_broadcast_in_dim",
-                          "dead_code_elimination"),
+    Target("xla", "xla", ("split_variadic", "fold_ranks", "rank_agnostic_expand", "explicit_broadcast",
+                          "lower_broadcast_in_dim", "dead_code_elimination"),
            "every broadcast explicit: Unsqueeze + Expand", min_opset=9, dialects=("stablehlo", "stablehlo-bytecode"),
            dialect="StableHLO", broadcasting="none"),
     # Backends that take TFLite (rules/backends.toml): every tensor at rank <= 4, operands

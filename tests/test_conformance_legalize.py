@@ -111,14 +111,11 @@ def test_a_sample_of_the_corpus_is_legalized_legal_and_equal(tmp_path):
         assert c["original_runs"] is False and c["legalized_runs"] and c["outputs_equal"] is True, c
 
 
-# Cases whose legal form cannot be proved legal (issue 16, item 5): affine_grid's
-# expanded function picks its 2-D or 3-D form with an If on Size(size), a condition no
-# rank rule evaluates, so ConstantOfShape's rank stays unknown. Under tosa the
-# rank-agnostic rewrite (passes.rank_agnostic) gives the Adds it feeds one rank symbol;
-# xla has no such rewrite, and there they stay unranked-operand (tests/test_ranks.py shows
-# them illegal at run time before the rewrite).
-AFFINE_GRID = {f"test_affine_grid_{form}_expanded" for form in ("2d", "2d_align_corners", "3d", "3d_align_corners")}
-UNPROVABLE_BY_CONFIG = {"tosa": set(), "xla": AFFINE_GRID, "xla-strict": AFFINE_GRID}
+# Cases whose legal form cannot be proved legal (issue 16, item 5): none. affine_grid's
+# expanded function picks its 2-D or 3-D form with an If on Size(size), which the shapes
+# fix (shapes.conditions); what stays unranked gets the rank-agnostic rewrites
+# (passes.rank_agnostic): one rank symbol under tosa, Expand to one shape under xla.
+UNPROVABLE_BY_CONFIG: dict = {"tosa": set(), "xla": set(), "xla-strict": set()}
 
 
 def failures(run):

@@ -81,3 +81,17 @@ def test_subgraph_capture_orders_outer_graph():
     inner = [n for n in m.graph.walk() if n.label == "inner_add"][0]
     assert inner.inputs[0] is m.graph.value("x2")
     assert inner.graph.parent is m.graph
+
+
+def test_fresh_names_go_on_from_the_last_suffix_and_skip_taken_ones():
+    # (a pass naming thousands of values after one shared constant stays linear)
+    g = Graph("g")
+    x = g.add_node(Node(INPUT, "", outputs=[Value("c", TensorType("float32", (2,)))])).output
+    g.add_op("Relu", [x], [TensorType("float32", (2,))], name="taken", output_names=["c_3"])
+    made = []
+    for _ in range(4):
+        name = g.fresh_name("c")
+        g.add_op("Relu", [x], [TensorType("float32", (2,))], name=name, output_names=[name])
+        made.append(name)
+    assert made == ["c_1", "c_2", "c_4", "c_5"]
+    assert g.fresh_name("other") == "other"

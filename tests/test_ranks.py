@@ -97,13 +97,13 @@ def node_tests():
                 if t.name.startswith(("test_rms_normalization_", "test_affine_grid_")) and t.name.endswith("_expanded")}
 
 
-# affine_grid chooses its 2-D or 3-D form with an If on Size(size): a condition known at
-# compile time, but no rank rule evaluates values, so ConstantOfShape's rank stays
-# unknown. Under tosa the rank-agnostic rewrite gives what it feeds one rank symbol:
-# legal, and legal at run time too. xla has no such rewrite: the run-time shapes show
-# its form is not legal (implicit broadcasts).
-STILL_UNRANKED = {"tosa": (), "xla": ("test_affine_grid_",)}
-AT_RUN_TIME = {"xla": "implicit-broadcast"}
+# affine_grid chooses its 2-D or 3-D form with an If on Size(size): a condition the
+# shapes fix (shapes.conditions), so the If has its taken branch's rank. What stays
+# unranked (a Squeeze without axes of a symbolic dim, a ConstantOfShape of a computed
+# length) gets the rank-agnostic rewrites: one rank symbol under tosa, one shape symbol
+# (Expand) under xla - legal, and legal at run time too.
+STILL_UNRANKED = {"tosa": (), "xla": ()}
+AT_RUN_TIME: dict = {}
 
 
 @pytest.mark.parametrize("target", ["tosa", "xla"])

@@ -108,3 +108,14 @@ def test_gqa_repeat_kv_on_the_u85_is_one_broadcasting_mul(tmp_path):
     assert [(p.op, p.target) for p in before.cpu_placements()] == [("BROADCAST_TO", "CPU")]
     assert [p.op for p in after.placements if p.cycles] == ["MUL"]
     assert (before.cycles_total, after.cycles_total) == (1790.0, 789.0)
+
+
+@pytest.mark.needs("vela")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_u55_rules_refuse_what_the_legacy_core_leaves_on_the_cpu(tmp_path, name):
+    """The table's verdict on each original is Vela's: the same ops, by output tensor
+    (a mixed-rank ADD [4,8,8] + [1,1,8,8] -> [1,4,8,8] too: Vela compares shapes as
+    they are)."""
+    src, _, rep = _legalize(tmp_path, name, "ethos-u55")
+    legacy = vela.compile_tflite(str(src), "legacy")
+    assert {r["node"] for r in rep["target_rules"]["refused_before"]} == set(legacy.refused()), legacy.cpu_placements()

@@ -250,3 +250,23 @@ def test_pruned_weights_are_densified_at_compile_time(tmp_path):
         assert after.ok, after.message
         for key, want in run_tflite(str(src), feeds).items():
             np.testing.assert_allclose(after.outputs[key], want, rtol=1e-5, atol=1e-5)
+
+
+def _two_dynamic(tmp_path):
+    """z = x + y, both [batch, 4] with their own dynamic batch: a runtime constraint
+    (x[0] and y[0] broadcast) until --static makes both 1."""
+    t = [tensor("x", "float32", [1, 4], shape_signature=[-1, 4]), tensor("y", "float32", [1, 4], shape_signature=[-1, 4]),
+         tensor("z", "float32", [1, 4], shape_signature=[-1, 4])]
+    src = tmp_path / "two.tflite"
+    src.write_bytes(build_tflite(t, [op("ADD", [0, 1], [2], "AddOptions", fused_activation_function=0)], [0, 1], [2]))
+    return src
+
+
+@pytest.mark.parametrize("static, constraints", [(False, ["x[0] == y[0] or x[0] == 1 or y[0] == 1"]), (True, [])])
+def test_static_drops_the_constraints_on_the_dims_it_made_static(tmp_path, static, constraints):
+    src = _two_dynamic(tmp_path)
+    res = run(src, RunOptions(target="litert-gpu", output=tmp_path / "two.legal.tflite", static=static))
+    assert res.exit_code == 0, res.report.to_json()
+    rep = res.report.to_json()
+    assert [c["text"] for c in rep["constraints"]] == constraints
+    assert rep["check"]["ok"]

@@ -94,7 +94,8 @@ def test_a_graph_input_over_the_level_exits_1_naming_it(tmp_path):
             " (1x2x1x2x1x2x3xf32) has rank 7, over MAX_RANK = 6 of TOSA level 8K") in out
     assert ("'return' op failed level check: graph output 'y' (1x2x1x2x1x2x3xf32) has rank 7, over MAX_RANK = 6"
             " of TOSA level 8K") in out
-    assert "the TOSA module is over its level" in out
+    assert "the TOSA module is over its level: 2 tensors over the limits" in out
+    assert out.count("failed level check") == 2  # each tensor once, not again as the reshapes' operands
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in7.onnx", "r.json"]  # nothing written
     rep = json.loads((tmp_path / "r.json").read_text())
     assert {v["code"] for v in rep["violations"]} == {"tosa-level"}
@@ -137,7 +138,8 @@ SIZE_MODULE = """module {
 
 def test_size_over_max_log2_size_is_named():
     found = [(v.op, v.tensor, v.limit, v.detail) for v in level_violations(SIZE_MODULE, LEVELS["8k"])]
-    assert ("tosa.abs", "%0", "MAX_LOG2_SIZE", "8589934592 bytes") in found
+    assert found == [("func.func", "%arg0", "MAX_LOG2_SIZE", "8589934592 bytes"),
+                     ("return", "%0", "MAX_LOG2_SIZE", "8589934592 bytes")]  # %0 is the graph output
     assert level_violations(SIZE_MODULE, LEVELS["none"]) == []
     small = SIZE_MODULE.replace("65536x32768", "16384x32768")  # 2**31 bytes: one over
     assert {v.limit for v in level_violations(small, LEVELS["8k"])} == {"MAX_LOG2_SIZE"}
@@ -184,3 +186,29 @@ def test_an_onnx_concat_of_65_tensors_is_not_written_as_tosa(tmp_path):
             " MAX_TENSOR_LIST_SIZE = 64 of TOSA level 8K") in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cat.onnx"]
     assert cli_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")[0] == 0
+
+
+RANK7_USES = """module {
+  func.func @main(%arg0: tensor<720xf32>) -> tensor<720xf32> {
+    %s = tosa.const_shape {values = dense<[2, 3, 1, 4, 5, 1, 6]> : tensor<7xindex>} : () -> !tosa.shape<7>
+    %h = tosa.reshape %arg0, %s : (tensor<720xf32>, !tosa.shape<7>) -> tensor<2x3x1x4x5x1x6xf32>
+    %a = tosa.abs %h : (tensor<2x3x1x4x5x1x6xf32>) -> tensor<2x3x1x4x5x1x6xf32>
+    %b = tosa.add %h, %a : (tensor<2x3x1x4x5x1x6xf32>, tensor<2x3x1x4x5x1x6xf32>) -> tensor<2x3x1x4x5x1x6xf32>
+    %t = tosa.const_shape {values = dense<[720]> : tensor<1xindex>} : () -> !tosa.shape<1>
+    %y = tosa.reshape %b, %t : (tensor<2x3x1x4x5x1x6xf32>, !tosa.shape<1>) -> tensor<720xf32>
+    return %y : tensor<720xf32>
+  }
+}
+"""
+
+
+def test_each_tensor_over_the_level_is_named_once_where_it_is_defined():
+    # %h is used by two ops, %a and %b by one more each: three tensors, three violations.
+    found = [(v.op, v.tensor, v.detail, v.line) for v in level_violations(RANK7_USES, LEVELS["8k"])]
+    assert found == [("tosa.reshape", "%h", "rank 7", 4), ("tosa.abs", "%a", "rank 7", 5),
+                     ("tosa.add", "%b", "rank 7", 6)]
+    # a returned result is named as the graph output, once
+    returned = RANK7_USES.replace("-> tensor<720xf32> {", "-> tensor<2x3x1x4x5x1x6xf32> {").replace(
+        "return %y : tensor<720xf32>", "return %b : tensor<2x3x1x4x5x1x6xf32>")
+    found = [(v.op, v.tensor) for v in level_violations(returned, LEVELS["8k"])]
+    assert found == [("tosa.reshape", "%h"), ("tosa.abs", "%a"), ("return", "%b")]

@@ -102,32 +102,54 @@ def _check_list(line: str, level: Level, op: str, tensor: str, k: int, out: List
                                   level.max_tensor_list_size, "", k))
 
 
+def _results(line: str, name: str) -> List[tuple]:
+    """The SSA names and types an op line defines: ``%x = op ... : (...) -> T`` defines
+    ``%x : T``; ``%x:2 = ...`` defines ``%x#0``, ``%x#1``. The operands' types are those
+    of values defined elsewhere, which are checked there."""
+    head, _, tail = line.rpartition("->")
+    bodies = _TENSOR.findall(tail if head else line)
+    if len(bodies) == 1:
+        return [(name, bodies[0])]
+    return [(f"{name}#{i}", b) for i, b in enumerate(bodies)]
+
+
 def level_violations(text: str, level: Level) -> List[LevelViolation]:
-    """Every tensor type of the emitted module ``text`` over ``level``'s rank or size
-    limits, once per (op line, tensor), and every tensor list (a concat's operands) over
-    its length limit; an argument or result as its SSA name."""
+    """Every tensor of the emitted module ``text`` over ``level``'s rank or size limits,
+    once each: where it is defined (a function or block argument, an op's result), or,
+    for a result the function returns, as that graph output; and every tensor list (a
+    concat's operands) over its length limit. An argument is named by its SSA name."""
     out: List[LevelViolation] = []
     if level.max_rank is None and level.max_log2_size is None and level.max_tensor_list_size is None:
         return out
+    defined: Dict[str, int] = {}  # SSA name -> index of its violation in ``out``
+
+    def check(body: str, op: str, tensor: str, k: int) -> None:
+        n = len(out)
+        _check_type(body, level, op, tensor, k, out)
+        if len(out) > n:
+            defined[tensor] = n
+
     for k, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if line.startswith("func.func"):
+        if line.startswith("func.func") or line.startswith("^"):
+            op = "func.func" if line.startswith("func.func") else "block"
             for name, body in _ARG.findall(line.split("->")[0]):
-                _check_type(body, level, "func.func", name, k, out)
+                check(body, op, name, k)
             continue
         m = _RESULT.match(line)
         if m is None:
             if line.startswith("return"):
-                for body in _TENSOR.findall(line):
-                    _check_type(body, level, "return", line.split()[1].rstrip(","), k, out)
+                names = [t.strip() for t in line[len("return"):].split(":")[0].split(",")]
+                for name, body in zip(names, _TENSOR.findall(line)):
+                    if name in defined:  # a result the graph returns: named as that output
+                        v = out[defined[name]]
+                        if v.op != "func.func":
+                            v.op = "return"
+                            v.line = k
+                    else:
+                        check(body, "return", name, k)
             continue
         _check_list(line, level, m.group(2), m.group(1), k, out)
-        seen = set()
-        for body in _TENSOR.findall(line):
-            if body in seen:
-                continue
-            seen.add(body)
-            _check_type(body, level, m.group(2), m.group(1), k, out)
+        for name, body in _results(line, m.group(1)):
+            check(body, m.group(2), name, k)
     return out
-
-

@@ -80,12 +80,14 @@ class TfliteFormat(Format):
             loc.note = "compared on LiteRT, where the outputs match: those that differ are the ONNX form's"
         return loc
 
-    def specialize(self, run) -> None:
+    def specialize(self, run) -> bool:
         """``--static``, or dims bound for a static-shape target: the shapes made static
-        and the shape arithmetic that became constant folded (``check.static_shapes``)."""
+        and the shape arithmetic that became constant folded (``check.static_shapes``).
+        Whether any dim was bound."""
         from ..check.static_shapes import specialize_tflite
 
         done = specialize_tflite(run.model, run.path, run.dims)
         if done.bound:
             run.report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
                                        + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")
+        return bool(done.bound)

@@ -155,6 +155,7 @@ class Graph:
         self._inputs: List[Node] = []
         self._outputs: List[Node] = []
         self._names: Dict[str, Value] = {}
+        self._fresh: Dict[str, int] = {}  # base name -> the last suffix fresh_name gave it
         self._order: Optional[List[int]] = None  # cached topological order
         # Nodes removed since it was computed that no node used: still in it, to be
         # filtered out (their removal changes nothing else in it).
@@ -304,9 +305,12 @@ class Graph:
         """A value name not used in this graph or any enclosing one."""
         if self.value(base) is None:
             return base
-        for i in itertools.count(1):
+        # from the last suffix given: a pass that names many values after one (a shared
+        # constant's) would otherwise try every earlier suffix again, quadratic in them
+        for i in itertools.count(self._fresh.get(base, 0) + 1):
             cand = f"{base}_{i}"
             if self.value(cand) is None:
+                self._fresh[base] = i
                 return cand
         raise AssertionError
 

@@ -50,6 +50,9 @@ class TensorType:
     # alike (the rank-agnostic rewrite gives a node's operands and result one); None:
     # nothing known.
     rank_of: Optional[str] = None
+    # Likewise a symbol naming its shape (the xla form of that rewrite gives a node's
+    # operands and result one shape); implies equal ranks.
+    shape_of: Optional[str] = None
 
     @property
     def rank(self) -> Optional[int]:

@@ -1,4 +1,5 @@
-"""``tosa`` target, where an operand's rank stays unknown: the rank-agnostic rewrite.
+"""``tosa`` and ``xla`` targets, where an operand's rank stays unknown: the
+rank-agnostic rewrites (``xla``'s: ``rank_agnostic_expand``, below).
 
 A broadcasting op whose operand has no known rank (its rank depends on values at run
 time: a ``ConstantOfShape`` of a computed shape, an ``If`` whose branches differ) cannot
@@ -16,7 +17,7 @@ model is left as it is, and stays unprovable.
 
 from __future__ import annotations
 
-from typing import List
+from typing import Iterator, List
 
 import numpy as np
 from onnx import helper, numpy_helper
@@ -28,6 +29,7 @@ from .base import PassContext
 from .rewrite import add_const
 
 MIN_OPSET = 14
+EXPAND_OPSET = 8  # xla's form: Expand
 
 
 class _Builder:
@@ -47,6 +49,14 @@ class _Builder:
         shape = self.op("Shape", [v], TensorType("int64", (None,)), "shape")
         return self.op("Size", [shape], TensorType("int64", ()), "rank")
 
+    def shape_of(self, v: Value) -> Value:
+        return self.op("Shape", [v], TensorType("int64", (None,) if v.type.shape is None else (len(v.type.shape),)),
+                       "bshape")
+
+    def expand(self, v: Value, shape: Value, out: TensorType) -> Value:
+        self.ctx.stats["broadcasts_made_explicit"] += 1
+        return self.op("Expand", [v, shape], out, "expanded")
+
     def to_rank(self, v: Value, rank: Value, out: TensorType) -> Value:
         """``v`` with 1-dims in front up to ``rank`` (an int64 scalar)."""
         pad = self.op("Sub", [rank, self.rank_of(v)], TensorType("int64", ()), "pad")
@@ -61,23 +71,19 @@ class _Builder:
         return self.op("Reshape", [v, target], out, "ranked", allowzero=1)
 
 
-def rank_agnostic(graph: Graph, ctx: PassContext) -> bool:
-    """Give every operand of unknown rank of a numpy-broadcasting op the broadcast rank
-    (module docstring)."""
-    if graph.frontend != "onnx" or graph.opset_for("") < MIN_OPSET:
-        return False
+def _unranked_users(graph: Graph, ctx: PassContext) -> Iterator[Node]:
+    """The numpy-broadcasting ops of ``graph`` with an operand of unknown rank, in order."""
     # Most graphs have every value ranked: one look at each result, then at the users
     # of those that are not (the ops to rewrite are among them).
     unranked = [v for n in graph.unordered_nodes() for v in n.outputs if v.type.shape is None]
     if not unranked:
-        return False
+        return
     users = {u.id: u for v in unranked if v.producer.graph is graph for u, _ in graph.users(v) if u.graph is graph}
     if graph.owner is not None:  # a subgraph: unranked values of the enclosing graphs, used here
         users.update((n.id, n) for n in graph.unordered_nodes()
                      if any(v is not None and v.type.shape is None and v.producer is not None
                             and v.producer.graph is not graph for v in n.inputs))
     lookup = RuleLookup(graph, ctx.rules)
-    changed = False
     for node in sorted(users.values(), key=lambda n: n.id):
         if node.kind != OP or not node.outputs or \
                 not any(v is not None and v.type.shape is None for v in node.inputs):
@@ -86,6 +92,47 @@ def rank_agnostic(graph: Graph, ctx: PassContext) -> bool:
         if found is None or found[1] != "numpy" or found[0].broadcast != "multidirectional" \
                 or found[0].operands is not None or any(v is None for v in node.inputs):
             continue
+        yield node
+
+
+def rank_agnostic_expand(graph: Graph, ctx: PassContext) -> bool:
+    """``xla``'s form of the rewrite: no implicit broadcast, so every operand of such an
+    op becomes ``Expand(v, S)``, ``S`` the broadcast shape, made at run time by Expand
+    itself: ``t = Expand(b, Shape(a))`` has the shape of ``a`` and ``b`` broadcast, and
+    so on for each further operand; ``S = Shape(t)``. Every operand then has the
+    result's shape: the result's type where it is known, else one shape symbol shared
+    with the result (``TensorType.shape_of``), by which the verifier proves them equal."""
+    if graph.frontend != "onnx" or graph.opset_for("") < EXPAND_OPSET:
+        return False
+    changed = False
+    for node in list(_unranked_users(graph, ctx)):
+        b = _Builder(graph, node, ctx)
+        out = node.outputs[0]
+        if out.type.shape is not None:
+            typed = lambda v: TensorType(v.type.dtype, out.type.shape)  # noqa: E731
+        else:
+            symbol = f"shape({out.name})"
+            typed = lambda v: TensorType(v.type.dtype, None, symbol, symbol)  # noqa: E731
+            out.type = TensorType(out.type.dtype, None, symbol, symbol)
+        operands = list(node.inputs)
+        t = operands[0]
+        for k, v in enumerate(operands[1:], 2):  # t: the first k operands broadcast (the last: all)
+            t = b.expand(v, b.shape_of(t), typed(v) if k == len(operands) else TensorType(v.type.dtype))
+        shape = b.shape_of(t)
+        for i, v in enumerate(operands[:-1]):
+            graph.set_input(node, i, b.expand(v, shape, typed(v)))
+        graph.set_input(node, len(operands) - 1, t)
+        changed = True
+    return changed
+
+
+def rank_agnostic(graph: Graph, ctx: PassContext) -> bool:
+    """Give every operand of unknown rank of a numpy-broadcasting op the broadcast rank
+    (module docstring)."""
+    if graph.frontend != "onnx" or graph.opset_for("") < MIN_OPSET:
+        return False
+    changed = False
+    for node in list(_unranked_users(graph, ctx)):
         b = _Builder(graph, node, ctx)
         out = node.outputs[0]
         if out.type.shape is not None:  # the result's rank is the broadcast rank

@@ -22,6 +22,7 @@ from ..ir.graph import OP, Graph, Node
 from ..ir.types import Shape, TensorType
 from ..oprules import RuleLookup, builtin_rules
 from .broadcast import IncompatibleDims, infer_result_shape
+from .conditions import condition, known_value
 
 Rule = Callable[[Node, Sequence[Shape]], Shape]
 _RULES: Dict[str, Rule] = {}
@@ -115,10 +116,20 @@ def _expand(node: Node, shapes: Sequence[Shape]) -> Shape:
 def _squeeze(node: Node, shapes: Sequence[Shape]) -> Shape:
     x = shapes[0] if shapes else None
     axes = _attr(node, "axes")
+    if axes is None and len(node.inputs) > 1:  # opset 13: an operand, most often a constant
+        known = known_value(node.inputs[1])
+        axes = known.reshape(-1).tolist() if known is not None and None not in known.reshape(-1).tolist() else None
     n = len(axes) if axes is not None else (_length(shapes[1]) if len(shapes) > 1 else None)
     if x is None or n is None or (node.op_type == "Squeeze" and n == 0):  # no axes: every 1 goes
         return None
-    return _unknown(len(x) + (n if node.op_type == "Unsqueeze" else -n))
+    rank = len(x) + (n if node.op_type == "Unsqueeze" else -n)
+    if axes is not None and rank >= 0:  # the dims too, where the axes are constant
+        at = sorted(a % (rank if node.op_type == "Unsqueeze" else len(x)) for a in axes)
+        if node.op_type == "Squeeze":
+            return tuple(d for k, d in enumerate(x) if k not in at)
+        rest = iter(x)
+        return tuple(1 if k in at else next(rest) for k in range(rank))
+    return _unknown(rank)
 
 
 @_rule("MatMul")
@@ -223,10 +234,16 @@ _RESULTS_RULES["com.microsoft.DynamicQuantizeLSTM"] = _recurrent
 
 
 def _branches(node: Node) -> List[Shape]:
-    """An If's results: a rank both branches agree on, the dims they agree on."""
+    """An If's results: the branch's where the shapes fix the condition
+    (``conditions``: PyTorch's squeeze of a dim of known size), else a rank both
+    branches agree on, the dims they agree on."""
     then, other = node.attrs.get("then_branch"), node.attrs.get("else_branch")
     if not isinstance(then, Graph) or not isinstance(other, Graph):
         return []
+    taken = condition(node.inputs[0]) if node.inputs else None
+    if taken is not None:
+        return [n.inputs[0].type.shape if n.inputs and n.inputs[0] is not None else None
+                for n in (then if taken else other).outputs]
     out = []
     for a, b in zip(then.outputs, other.outputs):
         sa, sb = (n.inputs[0].type.shape if n.inputs and n.inputs[0] is not None else None for n in (a, b))
@@ -267,6 +284,30 @@ def infer_ranks(graph: Graph) -> int:
             if many is not None and node.inputs and node.inputs[0] is not None:
                 results = many(node, shapes)
         made += _given_values(node.outputs, results, _body_dtypes(node))
+    back = _from_results(graph, lookup)
+    return made + back + (infer_ranks(graph) if back else 0)
+
+
+def _from_results(graph: Graph, lookup: RuleLookup) -> int:
+    """Backwards, from a broadcasting op's ranked result (a declared graph output):
+    the broadcast rank is the largest operand rank, so where one operand is unranked
+    and every other has a lower rank than the result, that operand has the result's
+    (Silero VAD's ``stateN = Concat(...) + scalar``, declared rank 3)."""
+    made = 0
+    for node in graph.nodes():
+        if node.kind != OP or not node.outputs or node.outputs[0].type.shape is None or \
+                all(v is None or v.type.shape is not None for v in node.inputs):
+            continue
+        found = lookup(node)
+        if found is None or found[1] != "numpy" or found[0].broadcast != "multidirectional":
+            continue
+        rule, rank = found[0], len(node.outputs[0].type.shape)
+        operands = [v for i, v in enumerate(node.inputs)
+                    if v is not None and (rule.operands is None or i in rule.operands)]
+        unranked = [v for v in operands if v.type.shape is None]
+        if len(unranked) == 1 and unranked[0].name and \
+                all(v.type.shape is None or len(v.type.shape) < rank for v in operands):
+            made += _given_values(unranked, [_unknown(rank)])
     return made
 
 

@@ -149,6 +149,9 @@ class _NodeCheck:
             self.check_rank_limit(self.profile.max_rank)
         if self.profile.implicit_broadcast and self._one_rank_symbol():
             return  # every operand and the result: unranked, of one rank (the rank-agnostic rewrite)
+        types = [v.type for v in self.operands] + [self.node.outputs[0].type]
+        if types[0].shape_of is not None and all(t.shape is None and t.shape_of == types[0].shape_of for t in types):
+            return  # ... of one shape (its xla form): nothing is broadcast
         if not self.profile.unknown_ranks:
             for i, s in enumerate(self.shapes):
                 if s is None:

@@ -1,0 +1,122 @@
+"""ONNX input with a TFLite backend's target (--target litert-gpu/ethos-u/ethos-u55): the
+backend's rules judge each ONNX op as the TFLite op the rules table says it converts to
+(rules/tflite.toml's ``onnx``: Expand as BROADCAST_TO, Unsqueeze as EXPAND_DIMS, Add as
+ADD, ...), before and after; rank folding applies as for TFLite, the TFLite-only forms
+(BROADCAST_TO into its consumer, EXPAND_DIMS as RESHAPE) do not, and what stays refused
+is named with the backend's reason. The written model computes what the original does."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from legalizer.verify.backend_rules import converts_to
+from tests.helpers import cli_in_process
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(11)
+
+
+def _save(path, nodes, inputs, outputs, inits):
+    g = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def gqa(tmp_path):
+    """GQA's repeat_kv as PyTorch exports it (k [1,2,8,4] -> Unsqueeze -> Expand to 3
+    copies -> Reshape [1,6,8,4]), times q, then a rank-5 bias add between reshapes."""
+    ints = lambda name, v: numpy_helper.from_array(np.asarray(v, np.int64), name)  # noqa: E731
+    return _save(tmp_path / "gqa.onnx", [
+        helper.make_node("Unsqueeze", ["k", "ax2"], ["k5"], name="unsq"),
+        helper.make_node("Expand", ["k5", "rep"], ["kx"], name="repeat_kv"),
+        helper.make_node("Reshape", ["kx", "s4"], ["k4"], name="merge"),
+        helper.make_node("Mul", ["q", "k4"], ["m"], name="mul"),
+        helper.make_node("Reshape", ["m", "s5"], ["m5"], name="to5"),
+        helper.make_node("Add", ["m5", "b5"], ["a5"], name="add5"),
+        helper.make_node("Reshape", ["a5", "s4"], ["y"], name="back")],
+        [helper.make_tensor_value_info("q", F, [1, 6, 8, 4]), helper.make_tensor_value_info("k", F, [1, 2, 8, 4])],
+        [helper.make_tensor_value_info("y", F, [1, 6, 8, 4])],
+        [ints("ax2", [2]), ints("rep", [1, 2, 3, 8, 4]), ints("s4", [1, 6, 8, 4]), ints("s5", [1, 2, 3, 8, 4]),
+         numpy_helper.from_array(RNG.standard_normal([1, 1, 3, 1, 4]).astype(np.float32), "b5")])
+
+
+def rank6_chain(tmp_path):
+    """x [96] -> Reshape to rank 6 -> Add (a rank-6 constant broadcast along two dims)
+    -> Relu -> Reshape [4, 24]: every op over the delegates' rank 4, all foldable."""
+    return _save(tmp_path / "r6.onnx", [
+        helper.make_node("Reshape", ["x", "s6"], ["h"], name="to6"),
+        helper.make_node("Add", ["h", "c"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "so"], ["y"], name="back")],
+        [helper.make_tensor_value_info("x", F, [96])], [helper.make_tensor_value_info("y", F, [4, 24])],
+        [numpy_helper.from_array(np.asarray([2, 1, 3, 2, 4, 2], np.int64), "s6"),
+         numpy_helper.from_array(np.asarray([4, 24], np.int64), "so"),
+         numpy_helper.from_array(RNG.standard_normal([1, 1, 3, 1, 4, 2]).astype(np.float32), "c")])
+
+
+def _run(path, target, tmp_path):
+    out, rep = tmp_path / f"{target}.onnx", tmp_path / f"{target}.json"
+    code, text, err = cli_in_process(path, "--target", target, "-o", out, "--report", rep)
+    assert code == 0, text + err
+    feeds = {i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in onnx.load(str(path)).graph.input}
+    run = lambda p: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)  # noqa: E731
+    for got, want in zip(run(out), run(path)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    rules = json.loads(rep.read_text())["target_rules"]
+    listed = lambda k: [(r["node"], r["op"], r.get("as"), r["reasons"]) for r in rules[k]]  # noqa: E731
+    return listed("refused_before"), listed("refused_after"), text + err
+
+
+def test_the_rules_table_maps_onnx_ops_to_the_tflite_ops_they_convert_to():
+    mapped = converts_to()
+    assert {k: mapped[k] for k in ("Expand", "Unsqueeze", "Squeeze", "Reshape", "Shape", "Tile", "Add", "Relu")} == {
+        "Expand": "BROADCAST_TO", "Unsqueeze": "EXPAND_DIMS", "Squeeze": "SQUEEZE", "Reshape": "RESHAPE",
+        "Shape": "SHAPE", "Tile": "TILE", "Add": "ADD", "Relu": "RELU"}
+
+
+RANK = "Tensor dimensions must be less than 5."
+UNSUPPORTED = "Operation is not supported."
+
+
+def test_litert_gpu_names_what_the_delegate_refuses_in_an_onnx_model(tmp_path):
+    before, after, out = _run(gqa(tmp_path), "litert-gpu", tmp_path)
+    assert before == [("unsq", "Unsqueeze", "EXPAND_DIMS", [UNSUPPORTED, RANK]),
+                      ("repeat_kv", "Expand", "BROADCAST_TO", [UNSUPPORTED, RANK]),
+                      ("merge", "Reshape", "RESHAPE", [RANK]), ("to5", "Reshape", "RESHAPE", [RANK]),
+                      ("add5", "Add", "ADD", [RANK]), ("back", "Reshape", "RESHAPE", [RANK])]
+    # the rank-5 add between reshapes folds to rank 4; repeat_kv's ops stay (ONNX has no
+    # TFLite-only forms) and are named with the delegate's reasons
+    assert after == before[:3]
+    assert ("warning: node 'repeat_kv' (Expand, as BROADCAST_TO): LiteRT GPU delegate refuses it:"
+            f" {UNSUPPORTED}; {RANK}") in out
+
+
+U55_RANK = "Input(s) and Output tensors must not be greater than 4D"
+U55_BATCH = "IFM Tensor batch size must be 1"
+
+
+@pytest.mark.parametrize("target,reason,left", [
+    ("litert-gpu", RANK, []),
+    # the legacy core's batch of 1: the TFLite pipeline folds the batch (fold_for_npu),
+    # which works on TFLite ops only; on ONNX the folded add keeps a batch of 2
+    ("ethos-u55", U55_RANK, [("add", "Add", "ADD", [U55_BATCH]), ("relu", "Relu", "RELU", [U55_BATCH])])])
+def test_a_rank6_chain_folds_to_what_the_backend_takes(tmp_path, target, reason, left):
+    before, after, _ = _run(rank6_chain(tmp_path), target, tmp_path)
+    assert [(n, a, r) for n, _, a, r in before] == [("to6", "RESHAPE", [reason]), ("add", "ADD", [reason]),
+                                                    ("relu", "RELU", [reason]), ("back", "RESHAPE", [reason])]
+    assert after == left
+    ranks = {len(v.type.tensor_type.shape.dim) for v in onnx.shape_inference.infer_shapes(
+        onnx.load(str(tmp_path / f"{target}.onnx"))).graph.value_info}
+    assert max(ranks) <= 4
+
+
+def test_ethos_u_takes_all_but_the_broadcast_to(tmp_path):
+    before, after, _ = _run(gqa(tmp_path), "ethos-u", tmp_path)
+    assert before == after == [("repeat_kv", "Expand", "BROADCAST_TO", ["Unsupported opType"])]
