@@ -11,7 +11,6 @@ from onnx import TensorProto, helper, numpy_helper
 import legalizer
 from legalizer.api import NotLegal
 from needs import require
-from tests.helpers import cli_in_process
 
 
 def value_ranked(tmp_path):
@@ -29,7 +28,7 @@ def value_ranked(tmp_path):
     return path
 
 
-def test_the_rank_agnostic_rewrite_makes_it_legal_under_tosa(tmp_path):
+def test_the_rank_agnostic_rewrite_makes_it_legal_under_tosa(tmp_path, legalize_in_process):
     # Add(u: rank len(s), c: [3]): every operand becomes Reshape(v, Concat(ones(R - rank v),
     # Shape(v))) with R = Max(Size(Shape(u)), 1): one rank symbol, which the verifier proves.
     path = value_ranked(tmp_path)
@@ -43,12 +42,12 @@ def test_the_rank_agnostic_rewrite_makes_it_legal_under_tosa(tmp_path):
     # u of rank 0 to 4 (s's length): each run gives the original's outputs
     for k in (0, 1, 2, 4):
         np.save(tmp_path / "s.npy", np.full(k, 2, np.int64))
-        code, out, err = cli_in_process(path, "-q", "--force", "--input", f"s={tmp_path / 's.npy'}")
+        code, out, err = legalize_in_process(path, "-q", "--force", "--input", f"s={tmp_path / 's.npy'}")
         assert code == 0, out + err
 
 
-def test_the_cli_says_the_rank_depends_on_values(tmp_path):
-    code, out, err = cli_in_process(value_ranked(tmp_path), "-q", "--target", "xla")
+def test_the_cli_says_the_rank_depends_on_values(tmp_path, legalize_in_process):
+    code, out, err = legalize_in_process(value_ranked(tmp_path), "-q", "--target", "xla")
     assert code == 1
     assert ("the legalized model has 1 violation under 'xla' (unprovable: an operand of 'add' has a rank no shape"
             " inference fixes (it depends on values at run time, or comes from an op no inference knows));"
@@ -93,7 +92,8 @@ def dq_lstm(tmp_path):
 
 
 @pytest.mark.parametrize("make,operand", [(gelu, ("batch", 3, 4)), (dq_lstm, (1, "batch", 3))], ids=["gelu", "dqlstm"])
-def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypatch, make, operand):
+def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypatch, make, operand,
+                                                              legalize_in_process):
     if make is gelu:  # onnxruntime's symbolic inference; DynamicQuantizeLSTM has a rank rule of ours
         require("sympy")
     path = make(tmp_path)
@@ -101,7 +101,7 @@ def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypa
     (add,) = [n for n in model.graph.ops() if n.op == "Add"]
     assert add.inputs[0].type.shape == operand
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli_in_process(path, "-q", "--report", tmp_path / "r.json")
+    code, out, err = legalize_in_process(path, "-q", "--report", tmp_path / "r.json")
     assert code == 0, out + err
     rep = __import__("json").loads((tmp_path / "r.json").read_text())
     assert rep["check"]["ok"] and rep["stats"]["reshapes_inserted"] + rep["stats"]["constants_folded"] == 1
@@ -110,15 +110,15 @@ def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("form", ["2d", "2d_align_corners", "3d", "3d_align_corners"])
-def test_affine_grid_expanded_is_legal_under_tosa_and_computes_the_same(form, tmp_path):
+def test_affine_grid_expanded_is_legal_under_tosa_and_computes_the_same(form, tmp_path, legalize_in_process):
     import onnx_suite as suite
 
     case = suite.case_by_name(f"test_affine_grid_{form}_expanded")
     path = tmp_path / "m.onnx"
     onnx.save(case.model, str(path))
     np.savez(tmp_path / "in.npz", **case.feeds()[0])
-    code, out, err = cli_in_process(path, "-q", "--input", tmp_path / "in.npz", "--require-check",
-                                    "--report", tmp_path / "r.json")
+    code, out, err = legalize_in_process(path, "-q", "--input", tmp_path / "in.npz", "--require-check",
+                                         "--report", tmp_path / "r.json")
     assert code == 0, out + err
     rep = __import__("json").loads((tmp_path / "r.json").read_text())
     assert rep["check"]["ok"] and rep["violations"] == []
