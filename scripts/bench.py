@@ -18,7 +18,7 @@ are what to quote (absolute times drift on shared machines). Per model:
                        original's (median of interleaved runs, 1 thread); ONNX models
 
 Models (generated ones cached in .cache/bench/, git-ignored, rebuilt when missing):
-the sample transformer at depth (24 layers of scripts/make_models.py's TransformerBlock,
+the sample transformer at depth (24 layers of tests/sample_models.py's TransformerBlock,
 width 512, ~300 MB of weights, torch.onnx.export(dynamo=True)); a synthetic chain of
 --nodes mixed-rank elementwise ops (default 1,000,000); the onnx wheel's
 light models; the TFLite sample models of models/tflite/.
@@ -159,15 +159,15 @@ def wheel_model(name: str) -> Path:
 
 
 def transformer_model(layers: int = 24, width: int = 512) -> Path:
-    """scripts/make_models.py's TransformerBlock, ``layers`` deep at ``width`` (heads of
+    """tests/sample_models.py's TransformerBlock, ``layers`` deep at ``width`` (heads of
     64, MLP 4x), exported with torch.onnx.export(dynamo=True): symbolic batch and seq."""
     path = CACHE / f"transformer_{layers}x{width}.dynamo.onnx"
     if path.exists():
         return path
     import torch
 
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from make_models import TORCH_OPSET, _strip, _torch_modules
+    sys.path.append(str(ROOT / "tests"))
+    from sample_models import TORCH_OPSET, _torch_modules, strip
     from legalizer.importers.pytorch import quiet_torch
 
     block, _ = _torch_modules()["transformer_block"]
@@ -195,7 +195,7 @@ def transformer_model(layers: int = 24, width: int = 512) -> Path:
     import onnx
 
     tmp = path.with_suffix(".tmp")
-    onnx.save(_strip(program.model_proto), str(tmp))
+    onnx.save(strip(program.model_proto), str(tmp))
     tmp.replace(path)
     return path
 

@@ -16,6 +16,9 @@ only (nothing is downloaded at run time but packages from PyPI):
   bytecode from each real TFLite model above (``tosa_<its name>.mlirbc``): third-party
   TOSA that tests/test_corpus.py reads and compares ``--against`` its .tflite.
 
+Which models, the cache, and how one model is run are tests/corpus_models.py's (the
+tests run the same); this script builds the corpus and prints its tables.
+
 Each model is cached in ``.cache/corpus/`` (git-ignored) beside a manifest
 ``<name>.json`` (source, package versions, dims) and is built only when missing.
 
@@ -29,7 +32,6 @@ Each model is cached in ``.cache/corpus/`` (git-ignored) beside a manifest
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import os
 import subprocess
@@ -38,107 +40,21 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / ".cache" / "corpus"
-TARGETS = ("tosa", "xla")
+sys.path.append(str(ROOT / "tests"))
+# The corpus's table and one model's run: shared with tests/test_corpus.py.
+from corpus_models import (CACHE, TARGETS, WHEELS, against_row, cached, check_options,  # noqa: E402
+                           legalize_row, model_path, select, source_of)
 
-# package==version -> {corpus name: the model's path inside the wheel}. Versions are
-# pinned and the wheel's platform fixed (below), so every machine builds the same corpus.
-WHEELS: Dict[str, Dict[str, str]] = {
-    "silero-vad==6.2.3": {
-        "wheel_silero_vad": "silero_vad/data/silero_vad.onnx",
-        "wheel_silero_vad_16k_op15": "silero_vad/data/silero_vad_16k_op15.onnx",
-        "wheel_silero_vad_half": "silero_vad/data/silero_vad_half.onnx",
-        "wheel_silero_vad_op18_ifless": "silero_vad/data/silero_vad_op18_ifless.onnx",
-    },
-    "faster-whisper==1.2.1": {"wheel_faster_whisper_silero_vad_v6": "faster_whisper/assets/silero_vad_v6.onnx"},
-    "magika==1.0.3": {"wheel_magika": "magika/models/standard_v3_3/model.onnx"},
-    "rapidocr==3.10.0": {
-        "wheel_rapidocr_cls": "rapidocr/models/ch_ppocr_mobile_v2.0_cls_mobile.onnx",
-        "wheel_rapidocr_det": "rapidocr/models/PP-OCRv6_det_small.onnx",
-        "wheel_rapidocr_rec": "rapidocr/models/PP-OCRv6_rec_small.onnx",
-    },
-    "nudenet==3.4.2": {"wheel_nudenet_320n": "nudenet/320n.onnx"},
-    "mediapipe==0.10.21": {
-        f"wheel_mediapipe_{Path(p).stem}": f"mediapipe/modules/{p}" for p in (
-            "face_detection/face_detection_short_range.tflite",
-            "face_detection/face_detection_full_range_sparse.tflite",
-            "face_landmark/face_landmark.tflite",
-            "face_landmark/face_landmark_with_attention.tflite",
-            "hand_landmark/hand_landmark_lite.tflite",
-            "hand_landmark/hand_landmark_full.tflite",
-            "holistic_landmark/hand_recrop.tflite",
-            "iris_landmark/iris_landmark.tflite",
-            "palm_detection/palm_detection_lite.tflite",
-            "palm_detection/palm_detection_full.tflite",
-            "pose_detection/pose_detection.tflite",
-            "pose_landmark/pose_landmark_full.tflite",
-            "selfie_segmentation/selfie_segmentation.tflite",
-            "selfie_segmentation/selfie_segmentation_landscape.tflite",
-        )},
-}
 # The wheel pip downloads, whatever machine builds the corpus (mediapipe has no
 # pure-Python wheel).
 WHEEL_PLATFORM = ["--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
                   "--implementation", "cp", "--abi", "cp311", "--only-binary", ":all:"]
 
 
-def _hf_names() -> List[str]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from corpus_hf import MODELS
-
-    return list(MODELS)
-
-
-def _keras_names() -> List[str]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from corpus_keras import APPLICATIONS
-
-    return [f"keras_{a.lower()}{s}" for a in APPLICATIONS for s in ("", "_int8")]
-
-
-# The converter's outputs: TOSA bytecode of each TFLite model of the corpus.
-CONVERTED = "tosa_"
 CONVERTER_VERSION = "2026.2.0"
-
-
-def corpus() -> Dict[str, str]:
-    """Every corpus model's name -> its file's suffix, in build order."""
-    names = {n: ".onnx" for n in _hf_names()}
-    names.update({n: ".tflite" for n in _keras_names()})
-    for models in WHEELS.values():
-        names.update({n: Path(p).suffix for n, p in models.items()})
-    names.update({f"{CONVERTED}{n}": ".mlirbc" for n, suffix in list(names.items()) if suffix == ".tflite"})
-    return names
-
-
-def source_of(name: str) -> Optional[str]:
-    """The TFLite model a converter output (``tosa_<name>``) was converted from, else None."""
-    return name[len(CONVERTED):] if name.startswith(CONVERTED) else None
-
-
-def select(only: Iterable[str]) -> List[str]:
-    """The corpus names matching any of the ``--only`` patterns (fnmatch, or a plain
-    substring); all of them with none."""
-    only = list(only)
-    names = list(corpus())
-    if not only:
-        return names
-    return [n for n in names if any(fnmatch.fnmatch(n, p) or p in n for p in only)]
-
-
-def model_path(name: str, cache: Path = CACHE) -> Path:
-    return cache / f"{name}{corpus()[name]}"
-
-
-def cached(cache: Path = CACHE, names: Optional[Iterable[str]] = None) -> List[Path]:
-    """The corpus models built in ``cache`` (model file and manifest both there)."""
-    if not cache.is_dir():
-        return []
-    return [model_path(n, cache) for n in (select([]) if names is None else names)
-            if model_path(n, cache).is_file() and (cache / f"{n}.json").is_file()]
 
 
 def _write_manifest(cache: Path, name: str, manifest: dict) -> None:
@@ -351,116 +267,6 @@ def build(names: List[str], cache: Path = CACHE, rebuild: bool = False) -> Dict[
 
 
 # ---- the table --------------------------------------------------------------------
-def legalize_row(path: Path, target: str, out_dir: Path, extra: Iterable[str] = ()) -> dict:
-    """Run the main job (``legalize MODEL --target T``, with the check) in a process of
-    its own and read its JSON report: the exit code, the counts, and whether the check
-    ran fully and matched."""
-    out = out_dir / f"{path.stem}.{target}.legal{path.suffix}"
-    report = out_dir / f"{path.stem}.{target}.json"
-    cmd = [sys.executable, "-m", "legalizer.cli", str(path), str(out), "--target", target, "--force", "-q",
-           "--report", str(report), *extra]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    row = {"exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
-           "stderr": proc.stderr.strip()}
-    try:
-        rep = json.loads(report.read_text())
-    except (OSError, ValueError):
-        return row
-    check = rep.get("check") or {}
-    ran = [b for b in check.get("bindings", []) if not b.get("skipped")]
-    row.update(
-        legalized=proc.returncode == 0 and out.exists(),
-        reshapes=rep.get("stats", {}).get("reshapes_inserted", 0),
-        folded=rep.get("stats", {}).get("constants_folded", 0),
-        broadcasts=rep.get("stats", {}).get("broadcasts_made_explicit", 0),
-        check_ran=bool(check.get("ran")),
-        in_part=bool(check.get("ran")) and bool(check.get("error")),
-        matched=bool(check.get("ran")) and bool(check.get("ok")),
-        bindings=[b.get("dims", {}) for b in ran],
-        tried=len(check.get("bindings", [])),
-        searched=(check.get("search") or {}).get("tried", 0),
-        warnings=rep.get("warnings", []),
-        violations=[v.get("message", "") for v in rep.get("violations", [])],
-        error=check.get("error") or rep.get("error") or _first_miss(check))
-    return row
-
-
-# What ``--against`` is given for a converter output whose comparison with its TFLite
-# model needs it, and why. IREE's llvm-cpu kernels and LiteRT's (XNNPACK) differ in
-# summation order and in their activations' approximations; through a deep network the
-# difference passes the check's default tolerances (rtol 1e-4, atol 1e-5), never these.
-KERNELS_DIFFER = "IREE's and LiteRT's kernels differ by up to ~2% through the network's depth"
-AGAINST_NEEDS: Dict[str, dict] = {
-    "tosa_wheel_mediapipe_palm_detection_lite": {"rtol": 2e-2, "atol": 5e-3, "why": KERNELS_DIFFER},
-    "tosa_wheel_mediapipe_palm_detection_full": {"rtol": 2e-2, "atol": 5e-3, "why": KERNELS_DIFFER},
-    "tosa_wheel_mediapipe_pose_landmark_full": {"rtol": 2e-2, "atol": 5e-3, "why": KERNELS_DIFFER},
-}
-
-
-def against_row(path: Path, out_dir: Path) -> dict:
-    """``legalize M.mlirbc --verify-only --against`` the .tflite it was converted from,
-    in a process of its own, and its JSON report: the exit code, the error line (exit 2),
-    whether the comparison ran fully and matched, and which results differ."""
-    reference = path.with_name(f"{source_of(path.stem)}.tflite")
-    report = out_dir / f"{path.stem}.against.json"
-    need = AGAINST_NEEDS.get(path.stem, {})
-    cmd = [sys.executable, "-m", "legalizer.cli", str(path), "--verify-only", "--against", str(reference), "-q",
-           "--report", str(report), *(a for k in ("rtol", "atol") if k in need for a in (f"--{k}", str(need[k])))]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("legalize: ")]  # not the runtimes' INFO lines
-    row = {"exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1), "error": errors,
-           "stdout": proc.stdout.strip(), "reference": reference.name}
-    try:
-        check = json.loads(report.read_text()).get("check") or {}
-    except (OSError, ValueError):
-        return row
-    row.update(ran=bool(check.get("ran")) and not check.get("error"), matched=bool(check.get("ok")),
-               provider=check.get("provider"),
-               differ=sorted({o["name"] for b in check.get("bindings", []) for o in b.get("outputs", [])
-                              if not o["ok"]}))
-    return row
-
-
-def _first_miss(check: dict) -> Optional[str]:
-    """The first output that differs, as the check words it."""
-    for b in check.get("bindings", []):
-        for o in b.get("outputs", []):
-            if not o["ok"]:
-                return f"{o['name']}: {o.get('detail') or 'max abs err %.3g, max rel err %.3g' % (o['max_abs_err'], o['max_rel_err'])}"
-    return None
-
-
-# Models whose original runs only at values the check would not synthesize: what the
-# main job is given for them, and why. Each is what the model truly needs, not a way
-# around a failure of legalize. Sizes are not given where the check's binding search
-# finds them (the audio encoders' sample counts, silero-vad's windows, the sides of
-# rapidocr's detector and nudenet): the table shows what it found.
-SILERO_SR = "a sample rate its If accepts (16 kHz)"
-CHECK_NEEDS: Dict[str, dict] = {
-    "wheel_silero_vad": {"inputs": {"sr": 16000}, "why": SILERO_SR},
-    "wheel_silero_vad_16k_op15": {"inputs": {"sr": 16000}, "why": SILERO_SR},
-    "wheel_silero_vad_op18_ifless": {"inputs": {"sr": 16000}, "why": SILERO_SR},
-}
-
-
-def check_options(path: Path, work: Path) -> List[str]:
-    """The main job's extra options for the model at ``path`` (CHECK_NEEDS): ``--dim``
-    for each size, ``--input`` with an .npy written into ``work`` for each value."""
-    need = CHECK_NEEDS.get(path.stem, {})
-    args = []
-    for dim, size in need.get("dims", {}).items():
-        args += ["--dim", f"{dim}={size}"]
-    for name, value in need.get("inputs", {}).items():
-        import numpy as np
-
-        npy = work / f"{path.stem}.{name}.npy"
-        np.save(npy, np.asarray(value, np.int64))
-        args += ["--input", f"{name}={npy}"]
-    return args
-
-
 def _bindings_cell(row: dict) -> str:
     if not row.get("bindings"):
         return f"0 of {row.get('tried', 0)}"

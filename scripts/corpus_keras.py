@@ -22,26 +22,18 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-# application -> the input side. 64 where the application allows it (its minimum is 32):
-# small enough that conversion and the check take seconds, large enough that every
-# downsampling stage keeps a spatial dim.
-APPLICATIONS = {
-    "MobileNetV2": 64,
-    "MobileNetV3Small": 64,
-    "MobileNetV3Large": 64,
-    "EfficientNetB0": 64,
-    "ResNet50": 64,
-    "DenseNet121": 64,
-    "NASNetMobile": 64,
-    "ConvNeXtTiny": 64,
-}
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "tests"))
+# application -> the input side: tests/corpus_models.py (standard library only, so this
+# venv reads it too), which also names the models.
+from corpus_models import KERAS_APPLICATIONS as APPLICATIONS, keras_name  # noqa: E402
+
 CLASSES = 10  # a small head: the 1000-class one only adds weights
 CALIBRATION = 8  # representative images for full-int8 quantization
 
 
 def _application(name: str):
-    return {f"keras_{app.lower()}{suffix}": (app, suffix == "_int8")
-            for app in APPLICATIONS for suffix in ("", "_int8")}.get(name)
+    return {keras_name(app, int8): (app, int8) for app in APPLICATIONS for int8 in (False, True)}.get(name)
 
 
 def convert(name: str, out_dir: Path) -> dict:

@@ -29,6 +29,7 @@ from onnx import numpy_helper
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.append(str(ROOT / "tests"))  # corpus_models: the corpus's table
 
 from legalizer.check.ort import ATOL, RTOL, check  # noqa: E402
 from legalizer.check.reduce import _outer_names  # noqa: E402
@@ -104,7 +105,7 @@ def tflite_faults(path: Path, n: int, work: Path):
 
 def needs(path: Path):
     try:
-        from corpus import CHECK_NEEDS
+        from corpus_models import CHECK_NEEDS
     except ImportError:
         return {}, {}
     need = CHECK_NEEDS.get(path.stem, {})
@@ -156,7 +157,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     paths = [ROOT / "models" / s for s in SAMPLES]
     if args.corpus:
-        from corpus import cached
+        from corpus_models import cached
 
         paths += cached()
     if args.only:

@@ -23,3 +23,32 @@ def pytest_runtest_setup(item):
             if reason is not None:
                 item.add_marker(pytest.mark.skip(reason=reason))
                 return
+
+
+# The tests' one way to run the command and one way to build a model. tests/helpers.py
+# holds them, for the module-level helpers of a test file, which cannot take fixtures;
+# imported when a test asks, so that collecting the tests imports no model library.
+@pytest.fixture
+def legalize():
+    """``legalize ARGS`` in a process of its own -> subprocess.CompletedProcess
+    (``helpers.cli_process``: cwd, env, isolated, prelude, timeout)."""
+    from helpers import cli_process
+
+    return cli_process
+
+
+@pytest.fixture
+def legalize_in_process():
+    """``legalize ARGS`` in this process -> (exit status, stdout, stderr)
+    (``helpers.cli_in_process``: a test may patch a stage first)."""
+    from helpers import cli_in_process
+
+    return cli_in_process
+
+
+@pytest.fixture
+def onnx_model():
+    """An ONNX model of graph "g" from nodes, inputs, outputs (``helpers.make_model``)."""
+    from helpers import make_model
+
+    return make_model

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import assert_clean, legalize, lines
+from helpers import assert_clean, cli_process, lines
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,13 +17,13 @@ pytestmark = pytest.mark.needs("iree")
 def _emitted_tosa(src: Path, tmp_path: Path) -> Path:
     local = tmp_path / src.name
     local.write_bytes(src.read_bytes())
-    p = legalize(local, "--emit", "tosa", "-q", "--no-check")
+    p = cli_process(local, "--emit", "tosa", "-q", "--no-check")
     assert p.returncode == 0, p.stderr
     return tmp_path / f"{local.stem}.legal.tosa.mlir"
 
 
 @pytest.mark.parametrize("name", ["mobilenet_like.tflite", "dynamic_broadcast.tflite", "transformer_like.tflite"])
-def test_module_matches_the_tflite_it_came_from(name, tmp_path):
+def test_module_matches_the_tflite_it_came_from(name, tmp_path, legalize):
     require("litert")
     module = _emitted_tosa(ROOT / "models/tflite" / name, tmp_path)
     p = legalize(module, "--verify-only", "--against", ROOT / "models/tflite" / name)
@@ -33,7 +33,7 @@ def test_module_matches_the_tflite_it_came_from(name, tmp_path):
     assert any(ln.startswith("PASSED | Output: 'result #0'") for ln in lines(p.stdout))
 
 
-def test_module_against_onnx(tmp_path):
+def test_module_against_onnx(tmp_path, legalize):
     module = _emitted_tosa(ROOT / "models/mlp_bias.onnx", tmp_path)
     p = legalize(module, "--verify-only", "--against", ROOT / "models/mlp_bias.onnx", "-q")
     assert_clean(p)
@@ -41,7 +41,7 @@ def test_module_against_onnx(tmp_path):
     assert lines(p.stdout)[-1].endswith("results match (IREE llvm-cpu vs onnxruntime)")
 
 
-def test_a_different_model_is_a_mismatch_exit_1(tmp_path):
+def test_a_different_model_is_a_mismatch_exit_1(tmp_path, legalize):
     require("litert")
     module = _emitted_tosa(ROOT / "models/tflite/broadcast_add.tflite", tmp_path)
     p = legalize(module, "--verify-only", "--against", ROOT / "models/tflite/broadcast_sub.tflite")
@@ -51,7 +51,7 @@ def test_a_different_model_is_a_mismatch_exit_1(tmp_path):
     assert any(ln.startswith("FAILED | Output: 'result #0'") for ln in lines(p.stdout))
 
 
-def test_dynamic_batch_is_bound_before_iree_compiles(tmp_path):
+def test_dynamic_batch_is_bound_before_iree_compiles(tmp_path, legalize):
     """A module whose @main takes tensor<?x8x16xf32> (the transformer sample with a
     dynamic batch, in legalize's TOSA form): IREE compiled the ? as it was and failed to
     run it ("transient buffer has not been committed"). Bound to each of the check's
@@ -91,7 +91,7 @@ ADD_MODULE = """func.func @main(%arg0: tensor<?x4xf32>, %arg1: tensor<1x4xf32>) 
 """
 
 
-def test_against_pairs_onnx_with_onnx_and_tflite_with_tflite_only(tmp_path):
+def test_against_pairs_onnx_with_onnx_and_tflite_with_tflite_only(tmp_path, legalize):
     p = legalize(ROOT / "models/mlp_bias.onnx", "--verify-only", "--against", ROOT / "models/tflite/broadcast_add.tflite")
     assert_clean(p)
     assert p.returncode == 2
@@ -103,7 +103,7 @@ def test_against_pairs_onnx_with_onnx_and_tflite_with_tflite_only(tmp_path):
 
 
 @pytest.mark.needs("litert", "tosa-opt")
-def test_the_converters_text_compares_as_its_bytecode_does():
+def test_the_converters_text_compares_as_its_bytecode_does(legalize):
     """models/tosa_converter/mobilenet_like.mlir, in the TOSA syntax IREE's parser does not
     take: given to IREE in tosa-opt's generic form, it compares and matches (it printed
     'the comparison did not run: TOSA text does not parse' and exited 0)."""
@@ -115,7 +115,7 @@ def test_the_converters_text_compares_as_its_bytecode_does():
             f"{path}: legal under 'tosa', results match (IREE llvm-cpu vs LiteRT)"]), p.stderr
 
 
-def test_a_comparison_that_cannot_run_is_exit_2_with_mlirs_whole_diagnostic(tmp_path):
+def test_a_comparison_that_cannot_run_is_exit_2_with_mlirs_whole_diagnostic(tmp_path, legalize):
     """IREE's verifier refuses what legalize reads (an f32 -> i32 tosa.abs): exit 2, every
     line of MLIR's diagnostic on the one error line, its newlines and the module's
     control characters escaped, the markup of a string printed as text."""

@@ -6,14 +6,11 @@ temporary file either."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,20 +20,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from legalizer import outputs
+from helpers import cli_command
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
-
-
-def _main(args) -> int:
-    from legalizer.cli import main
-
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        try:
-            main([str(a) for a in args])
-        except SystemExit as e:
-            return e.code
-    return 0
 
 
 @pytest.fixture
@@ -67,23 +54,23 @@ def _assert_all_renamed(tmp_path: Path, renames, expected):
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left
 
 
-def test_onnx_model_mlir_text_and_report_are_renamed_into_place(tmp_path, renames):
+def test_onnx_model_mlir_text_and_report_are_renamed_into_place(tmp_path, renames, legalize_in_process):
     src = tmp_path / "m.onnx"
     src.write_bytes((MODELS / "mlp_bias.onnx").read_bytes())
     out, rep = tmp_path / "m.legal.onnx", tmp_path / "r.json"
-    assert _main([src, "--emit", "onnx", "--emit", "tosa", "--report", rep]) == 0
+    assert legalize_in_process(src, "--emit", "onnx", "--emit", "tosa", "--report", rep)[0] == 0
     _assert_all_renamed(tmp_path, renames, [out, tmp_path / "m.legal.tosa.mlir", rep])
 
 
-def test_tflite_model_its_onnx_form_and_batch_report_are_renamed_into_place(tmp_path, renames):
+def test_tflite_model_its_onnx_form_and_batch_report_are_renamed_into_place(tmp_path, renames, legalize_in_process):
     src = tmp_path / "b.tflite"
     src.write_bytes((MODELS / "tflite" / "broadcast_add.tflite").read_bytes())
     rep = tmp_path / "r.json"
-    assert _main([src, "--emit", "tflite", "--emit", "onnx", "--report", rep]) == 0
+    assert legalize_in_process(src, "--emit", "tflite", "--emit", "onnx", "--report", rep)[0] == 0
     _assert_all_renamed(tmp_path, renames, [tmp_path / "b.legal.tflite", tmp_path / "b.legal.onnx", rep])
 
 
-def test_external_data_is_renamed_into_place(tmp_path, renames):
+def test_external_data_is_renamed_into_place(tmp_path, renames, legalize_in_process):
     w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
     g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
@@ -94,13 +81,13 @@ def test_external_data_is_renamed_into_place(tmp_path, renames):
     onnx.save_model(m, str(tmp_path / "in" / "m.onnx"), save_as_external_data=True, location="m.bin",
                     size_threshold=0)
     out = tmp_path / "m.legal.onnx"
-    assert _main([tmp_path / "in" / "m.onnx", "-o", out]) == 0
+    assert legalize_in_process(tmp_path / "in" / "m.onnx", "-o", out)[0] == 0
     (data,) = tmp_path.glob("m.legal.onnx.*.data")  # <output name>.<16 hex digits>.data
     assert re.fullmatch(r"m\.legal\.onnx\.[0-9a-f]{16}\.data", data.name)
     _assert_all_renamed(tmp_path, renames, [out, data])
 
 
-def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch, legalize_in_process):
     """The rename itself fails (a full disk, say): no output, no temporary file."""
     src = tmp_path / "m.onnx"
     src.write_bytes((MODELS / "mlp_bias.onnx").read_bytes())
@@ -110,7 +97,7 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(outputs.os, "replace", fail)
     monkeypatch.setattr(outputs.os, "link", fail)
-    assert _main([src]) == 2
+    assert legalize_in_process(src)[0] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
@@ -151,7 +138,7 @@ def test_killed_while_writing(tmp_path, sig):
     src = _big_model(tmp_path / "big.onnx")
     before = src.read_bytes()
     out = tmp_path / "big.legal.onnx"
-    p = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(src), "-q"], cwd=ROOT,
+    p = subprocess.Popen(cli_command(src, "-q"), cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".big.legal.onnx.*.tmp")):  # the write has begun
@@ -169,12 +156,11 @@ def test_killed_while_writing(tmp_path, sig):
         assert sorted(x.name for x in tmp_path.iterdir()) == ["big.onnx"]
 
 
-def test_a_stop_lost_in_a_destructor_still_stops_before_the_commit(tmp_path, monkeypatch):
+def test_a_stop_lost_in_a_destructor_still_stops_before_the_commit(tmp_path, monkeypatch, legalize_in_process):
     """A ^C that lands while a destructor runs cannot raise (Python reports it as
     ignored and goes on): the run still stops before its output takes its name, exit
     130, with no traceback."""
     from legalizer import cli
-    from tests.helpers import cli_in_process
 
     class StoppedInDestructor:
         def __del__(self):
@@ -191,10 +177,10 @@ def test_a_stop_lost_in_a_destructor_still_stops_before_the_commit(tmp_path, mon
     monkeypatch.setattr(onnx_writer, "temp_beside", temp_beside)
     src = tmp_path / "m.onnx"
     shutil.copy(MODELS / "mlp_bias.onnx", src)
-    code, out, err = cli_in_process(src, tmp_path / "out.onnx", "--no-check")
+    code, out, err = legalize_in_process(src, tmp_path / "out.onnx", "--no-check")
     assert (code, err.strip()) == (130, "legalize: interrupted")
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
     monkeypatch.undo()
-    code, _, _ = cli_in_process(src, tmp_path / "out.onnx", "--no-check")  # a new run starts afresh
+    code, _, _ = legalize_in_process(src, tmp_path / "out.onnx", "--no-check")  # a new run starts afresh
     assert code == 0 and (tmp_path / "out.onnx").exists()

@@ -8,12 +8,9 @@ truncations and byte mutations of real models holds every outcome to the contrac
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
-import subprocess
-import sys
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,20 +22,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from helpers import vi
+from helpers import cli_process, make_model, vi
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 MLP = MODELS / "mlp_bias.onnx"
 F = TensorProto.FLOAT
-
-
-def _model(nodes, inputs, outputs, value_info=(), opsets=(("", 17),)) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, outputs, value_info=list(value_info))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
-    m.ir_version = 8
-    return m
 
 
 def _bytes(m: onnx.ModelProto) -> bytes:
@@ -50,42 +40,42 @@ def _relu(x="x", y="y", name="n0", **kw):
 
 
 def cycle() -> bytes:
-    return _bytes(_model([helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
-                          helper.make_node("Add", ["a", "x"], ["b"], name="n2")],
-                         [vi("x", F, [2])], [vi("b", F, [2])]))
+    return _bytes(make_model([helper.make_node("Add", ["x", "b"], ["a"], name="n1"),
+                              helper.make_node("Add", ["a", "x"], ["b"], name="n2")],
+                             [vi("x", F, [2])], [vi("b", F, [2])]))
 
 
 def dangling() -> bytes:
-    return _bytes(_model([helper.make_node("Add", ["x", "nowhere"], ["y"], name="n1")],
-                         [vi("x", F, [2])], [vi("y", F, [2])]))
+    return _bytes(make_model([helper.make_node("Add", ["x", "nowhere"], ["y"], name="n1")],
+                             [vi("x", F, [2])], [vi("y", F, [2])]))
 
 
 def duplicate_output() -> bytes:
-    return _bytes(_model([_relu(name="n1"), _relu(name="n2")], [vi("x", F, [2])], [vi("y", F, [2])]))
+    return _bytes(make_model([_relu(name="n1"), _relu(name="n2")], [vi("x", F, [2])], [vi("y", F, [2])]))
 
 
 def output_redefines_input() -> bytes:
-    return _bytes(_model([_relu(y="x")], [vi("x", F, [2])], [vi("x", F, [2])]))
+    return _bytes(make_model([_relu(y="x")], [vi("x", F, [2])], [vi("x", F, [2])]))
 
 
 def unknown_onnx_op() -> bytes:
-    return _bytes(_model([helper.make_node("Frobnicate", ["x"], ["y"], name="n0")],
-                         [vi("x", F, [2])], [vi("y", F, [2])]))
+    return _bytes(make_model([helper.make_node("Frobnicate", ["x"], ["y"], name="n0")],
+                             [vi("x", F, [2])], [vi("y", F, [2])]))
 
 
 def domain_not_imported() -> bytes:
-    return _bytes(_model([helper.make_node("Frobnicate", ["x"], ["y"], name="n0", domain="com.example")],
-                         [vi("x", F, [2])], [vi("y", F, [2])]))
+    return _bytes(make_model([helper.make_node("Frobnicate", ["x"], ["y"], name="n0", domain="com.example")],
+                             [vi("x", F, [2])], [vi("y", F, [2])]))
 
 
 def no_opset_import() -> bytes:
-    m = _model([_relu()], [vi("x", F, [2])], [vi("y", F, [2])])
+    m = make_model([_relu()], [vi("x", F, [2])], [vi("y", F, [2])])
     del m.opset_import[:]
     return _bytes(m)
 
 
 def unnamed_graph_output() -> bytes:
-    return _bytes(_model([_relu()], [vi("x", F, [2])], [vi("", F, [2])]))
+    return _bytes(make_model([_relu()], [vi("x", F, [2])], [vi("", F, [2])]))
 
 
 def no_graph() -> bytes:
@@ -96,15 +86,15 @@ def no_graph() -> bytes:
 
 def invalid_utf8_op_type() -> bytes:
     # proto2 accepts any bytes in a string field; Python then sees bytes, not str.
-    data = _bytes(_model([_relu()], [vi("x", F, [2])], [vi("y", F, [2])]))
+    data = _bytes(make_model([_relu()], [vi("x", F, [2])], [vi("y", F, [2])]))
     assert data.count(b"Relu") == 1
     return data.replace(b"Relu", b"R\xbalu")
 
 
 def control_chars_in_name() -> bytes:
     # A dangling name with a newline in it: the error must still be one line.
-    return _bytes(_model([helper.make_node("Add", ["x", "bad\nname"], ["y"], name="n1")],
-                         [vi("x", F, [2])], [vi("y", F, [2])]))
+    return _bytes(make_model([helper.make_node("Add", ["x", "bad\nname"], ["y"], name="n1")],
+                             [vi("x", F, [2])], [vi("y", F, [2])]))
 
 
 def truncated(fraction: float) -> Callable[[], bytes]:
@@ -279,9 +269,7 @@ def _run(case: Case, d: Path) -> dict:
     model = [str(input_path)] if input_path is not None else args[:1]
     rest = args if input_path is not None else args[1:]
     before = _tree(d)
-    p = subprocess.run([sys.executable, "-m", "legalizer.cli", *model, "--verify-only", *rest],
-                       capture_output=True, text=True, timeout=300,
-                       env={k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")})
+    p = cli_process(*model, "--verify-only", *rest)
     return {"proc": p, "before": before, "after": _tree(d)}
 
 
@@ -310,19 +298,6 @@ def test_bad_input(results, name):
 
 # -- an in-process sweep: every outcome keeps the contract -----------------------------
 
-def _main(path: Path):
-    from legalizer.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(path), "--verify-only", "-q"])
-            code = 0
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
-
-
 def _assert_contract(code, out: str, err: str, what: str) -> None:
     err_lines = err.splitlines()
     if code == 2:
@@ -347,7 +322,7 @@ SWEEP = [pytest.param(True, id="sample"), pytest.param(False, id="rest", marks=p
 
 
 @pytest.mark.parametrize("in_sample", SWEEP)
-def test_every_truncation(tmp_path, in_sample):
+def test_every_truncation(tmp_path, in_sample, legalize_in_process):
     path = tmp_path / "t.onnx"
     for src in _sources(tmp_path):
         step = max(1, len(src) // 150)
@@ -356,13 +331,13 @@ def test_every_truncation(tmp_path, in_sample):
             if (i % 5 == 0 or i == len(cuts) - 1) != in_sample:
                 continue
             path.write_bytes(src[:n])
-            code, out, err = _main(path)
+            code, out, err = legalize_in_process(path, "--verify-only", "-q")
             _assert_contract(code, out, err, f"truncated at {n}/{len(src)}")
             assert "internal error" not in err
 
 
 @pytest.mark.parametrize("in_sample", SWEEP)
-def test_byte_mutations(tmp_path, in_sample):
+def test_byte_mutations(tmp_path, in_sample, legalize_in_process):
     path = tmp_path / "m.onnx"
     for k, src in enumerate(_sources(tmp_path)):
         for seed in range(30) if in_sample else range(30, 150):
@@ -371,6 +346,6 @@ def test_byte_mutations(tmp_path, in_sample):
             for _ in range(int(rng.integers(1, 4))):
                 data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))
             path.write_bytes(bytes(data))
-            code, out, err = _main(path)
+            code, out, err = legalize_in_process(path, "--verify-only", "-q")
             _assert_contract(code, out, err, f"source {k}, seed {seed}")
             assert "internal error" not in err, (k, seed, err)

@@ -10,27 +10,16 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from legalizer import batch
 from legalizer.pipeline import RunOptions
+from helpers import assert_clean
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
-
-
-def legalize(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS")}
-    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=ROOT)
-
-
-def clean(p: subprocess.CompletedProcess) -> None:
-    assert "Traceback" not in p.stdout + p.stderr and "internal error" not in p.stderr
 
 
 @pytest.fixture
@@ -49,10 +38,10 @@ def _files(d: Path):
     return sorted(str(p.relative_to(d)) for p in d.rglob("*"))
 
 
-def test_folder_one_line_per_model_in_order_and_worst_exit(folder):
+def test_folder_one_line_per_model_in_order_and_worst_exit(folder, legalize):
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     p = legalize(folder, "-q")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2  # bad.onnx; the others still ran
     out = p.stdout.splitlines()
     assert out[-1] == ("legalize: 4 models: 2 legalized, 1 with violations or a mismatch (exit 1), "
@@ -69,61 +58,60 @@ def test_folder_one_line_per_model_in_order_and_worst_exit(folder):
     assert all((folder / n).read_bytes() == b for n, b in before.items())
 
 
-def test_jobs_give_the_same_output(folder):
+def test_jobs_give_the_same_output(folder, legalize):
     (folder / "bad.onnx").unlink()
     p1 = legalize(folder, "-j", "1", "--no-check")
     for f in folder.glob("*.legal.*"):
         f.unlink()
     p2 = legalize(folder, "-j", "3", "--no-check")
-    clean(p1), clean(p2)
+    assert_clean(p1), assert_clean(p2)
     assert p1.returncode == p2.returncode == 1
     assert p1.stdout == p2.stdout and p1.stderr == p2.stderr
 
 
-def test_all_pass_is_exit_0_and_a_violation_is_exit_1(folder):
+def test_all_pass_is_exit_0_and_a_violation_is_exit_1(folder, legalize):
     (folder / "bad.onnx").unlink()
     p = legalize(folder / "good.onnx", folder / "net.tflite", "-j", "2", "-q")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.splitlines()[-1].startswith("legalize: 2 models: 2 legalized, 0 ")
     p = legalize(folder / "good.onnx", folder / "violating.onnx", folder / "net.tflite", "-q", "--force")
     assert p.returncode == 1
 
 
-def test_two_paths_alone_are_model_and_output(folder, tmp_path):
+def test_two_paths_alone_are_model_and_output(folder, tmp_path, legalize):
     p = legalize(folder / "good.onnx", tmp_path / "out.onnx", "-q")
     assert p.returncode == 0 and (tmp_path / "out.onnx").exists()
     assert "models:" not in p.stdout
 
 
-def test_output_folder(folder, tmp_path):
+def test_output_folder(folder, tmp_path, legalize):
     out = tmp_path / "legal"
     out.mkdir()
     p = legalize(folder / "good.onnx", folder / "net.tflite", "-o", out, "-q")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 0, p.stderr
     assert _files(out) == ["good.legal.onnx", "net.legal.tflite"]
     assert not list(folder.glob("*.legal.*"))
 
 
 @pytest.mark.parametrize("spelled", ["legal/", "legal", "new/legal/"])
-def test_output_folder_is_made_as_mkdir_p_would(folder, tmp_path, spelled):
+def test_output_folder_is_made_as_mkdir_p_would(folder, tmp_path, spelled, legalize):
     """``-o legal/`` (the README's and --help's command) makes the folder, parents too."""
-    p = subprocess.run([sys.executable, "-m", "legalizer.cli", str(folder / "good.onnx"), str(folder / "net.tflite"),
-                        "-o", spelled, "-q"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    clean(p)
+    p = legalize(folder / "good.onnx", folder / "net.tflite", "-o", spelled, "-q", cwd=tmp_path)
+    assert_clean(p)
     assert p.returncode == 0, p.stderr
     assert _files(tmp_path / spelled) == ["good.legal.onnx", "net.legal.tflite"]
     assert not list(folder.glob("*.legal.*"))
 
 
 @pytest.mark.parametrize("what", ["file", "under a file"])
-def test_output_must_be_a_folder(folder, tmp_path, what):
+def test_output_must_be_a_folder(folder, tmp_path, what, legalize):
     taken = tmp_path / "out.onnx"
     taken.write_bytes(b"x")
     out = taken if what == "file" else taken / "sub"
     p = legalize(folder, "-o", out)
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == [
         f"legalize: error: {out}: exists and is not a folder; with several models, -o names the folder to write"
@@ -132,36 +120,36 @@ def test_output_must_be_a_folder(folder, tmp_path, what):
     assert not list(folder.glob("*.legal.*")) and taken.read_bytes() == b"x"
 
 
-def test_a_folder_is_not_made_when_the_batch_is_refused(folder, tmp_path):
+def test_a_folder_is_not_made_when_the_batch_is_refused(folder, tmp_path, legalize):
     """A usage error found before the work (here two models writing one file) leaves
     no folder behind."""
     (tmp_path / "b").mkdir()
     shutil.copy(folder / "good.onnx", tmp_path / "b" / "good.onnx")
     out = tmp_path / "new" / "legal"
     p = legalize(folder / "good.onnx", tmp_path / "b" / "good.onnx", "-o", f"{out}/")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2 and "would both be written to" in p.stderr
     assert not (tmp_path / "new").exists()
 
 
-def test_two_models_writing_one_file_are_refused_before_any_work(tmp_path):
+def test_two_models_writing_one_file_are_refused_before_any_work(tmp_path, legalize):
     for sub in ("a", "b"):
         (tmp_path / sub).mkdir()
         shutil.copy(MODELS / "mlp_bias.onnx", tmp_path / sub / "m.onnx")
     out = tmp_path / "out"
     out.mkdir()
     p = legalize(tmp_path / "a", tmp_path / "b", "-o", out)
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2 and "would both be written to" in p.stderr and len(p.stderr.splitlines()) == 1
     assert list(out.iterdir()) == []
 
 
-def test_force(folder):
+def test_force(folder, legalize):
     (folder / "bad.onnx").unlink()
     (folder / "violating.onnx").unlink()
     (folder / "good.legal.onnx").write_bytes(b"old")
     p = legalize(folder, "-q")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2  # good.onnx: its output exists; net.tflite still done
     assert p.stderr.splitlines() == [f"legalize: error: {folder / 'good.legal.onnx'}: already exists "
                                      "(use --force to replace it)"]
@@ -170,10 +158,10 @@ def test_force(folder):
     assert p.returncode == 0 and (folder / "good.legal.onnx").read_bytes() != b"old"
 
 
-def test_report_and_json_are_one_list(folder, tmp_path):
+def test_report_and_json_are_one_list(folder, tmp_path, legalize):
     rep = tmp_path / "all.json"
     p = legalize(folder, "--verify-only", "--report", rep, "--json")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2
     listed = json.loads(p.stdout)  # stdout is the JSON only
     assert [e["input"] for e in listed] == [str(folder / n) for n in ("bad.onnx", "good.onnx", "net.tflite",
@@ -206,10 +194,10 @@ def test_folder_skips_outputs_and_hidden_files(tmp_path):
     assert batch.expand([d / "a.onnx", d, d / "sub"], False) == [d / "a.onnx", d / "sub" / "b.tflite"]
 
 
-def test_a_folder_without_models_is_a_usage_error(tmp_path):
+def test_a_folder_without_models_is_a_usage_error(tmp_path, legalize):
     (tmp_path / "notes.txt").write_text("hi\n")
     p = legalize(tmp_path)
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == [f"legalize: error: {tmp_path}: is a directory with no model files in it "
                                      "(*.onnx, *.tflite)"]
@@ -246,11 +234,11 @@ def test_a_dying_worker_stops_only_its_model(folder, monkeypatch, capsys):
     assert outcomes[0].worker["pid"] != outcomes[1].worker["pid"]
 
 
-def test_html_folder_gets_one_page_per_model(folder, tmp_path):
+def test_html_folder_gets_one_page_per_model(folder, tmp_path, legalize):
     pages = tmp_path / "pages"
     pages.mkdir()
     p = legalize(folder / "good.onnx", folder / "violating.onnx", "-j", "2", "--html", pages, "-q")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 1  # the violating model
     assert _files(pages) == ["good.legal.html", "violating.legal.html"]
     good = (pages / "good.legal.html").read_text()
@@ -258,9 +246,9 @@ def test_html_folder_gets_one_page_per_model(folder, tmp_path):
     assert "violat" in (pages / "violating.legal.html").read_text().lower()
 
 
-def test_html_with_several_models_must_be_a_folder_and_pages_must_not_collide(folder, tmp_path):
+def test_html_with_several_models_must_be_a_folder_and_pages_must_not_collide(folder, tmp_path, legalize):
     p = legalize(folder, "--html", tmp_path / "r.html")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2
     assert p.stderr.splitlines() == [f"legalize: error: {tmp_path / 'r.html'}: with several models, --html must "
                                      "name an existing folder (one page per model)"]
@@ -268,13 +256,13 @@ def test_html_with_several_models_must_be_a_folder_and_pages_must_not_collide(fo
         (tmp_path / sub).mkdir()
         shutil.copy(MODELS / "mlp_bias.onnx", tmp_path / sub / "m.onnx")
     p = legalize(tmp_path / "a", tmp_path / "b", "--verify-only", "--html", tmp_path)
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 2 and p.stderr.splitlines() == [
         "legalize: error: --html: two models would write the same page (m.legal.html): run them separately"]
     assert not list(tmp_path.glob("*.html"))
 
 
-def test_file_links_out_of_the_folder_are_skipped_with_a_warning(tmp_path):
+def test_file_links_out_of_the_folder_are_skipped_with_a_warning(tmp_path, legalize):
     """``tenant/stolen.onnx -> ../private/secret.onnx``: the private model is not read,
     nor written into the outputs; a link that stays inside the folder is a model."""
     tenant, private = tmp_path / "tenant", tmp_path / "private"
@@ -285,7 +273,7 @@ def test_file_links_out_of_the_folder_are_skipped_with_a_warning(tmp_path):
     (tenant / "sub").mkdir()
     (tenant / "sub" / "alias.onnx").symlink_to(Path("..") / "good.onnx")  # inside: the same model, once
     p = legalize(tenant, "-j", "1", "--no-check")
-    clean(p)
+    assert_clean(p)
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines() == [
         f"legalize: warning: {tenant / 'stolen.onnx'}: links to a file outside the folder given; skipped"]

@@ -4,8 +4,6 @@ accepts; the user can give shapes (--input-shape) and arrays (--input FILE.npz);
 --require-check fails a run whose check did not run fully."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,31 +15,20 @@ import legalizer
 from legalizer import pipeline
 from legalizer.check import search as search_mod
 from legalizer.check.search import graph_sizes, sizes_in_error, sizes_in_name
+from helpers import cli_process, make_model
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def legalize(*args):
-    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
-
-
-def _model(nodes, inputs, outputs, inits=(), extra_opsets=()):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), *extra_opsets])
-    m.ir_version = 8
-    return m
-
-
 def window_model():
     """Audio framed into windows of 512 samples: [batch, samples] -> [batch, -1, 512],
     plus a rank-1 bias (legalize reshapes it). onnxruntime rejects samples=3."""
-    return _model([helper.make_node("Reshape", ["x", "frame"], ["frames"]),
-                   helper.make_node("Add", ["frames", "bias"], ["y"], name="add_bias")],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "samples"])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                  [numpy_helper.from_array(np.array([0, -1, 512], np.int64), "frame"),
+    return make_model([helper.make_node("Reshape", ["x", "frame"], ["frames"]),
+                       helper.make_node("Add", ["frames", "bias"], ["y"], name="add_bias")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "samples"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                      [numpy_helper.from_array(np.array([0, -1, 512], np.int64), "frame"),
                    numpy_helper.from_array(np.linspace(-1, 1, 512, dtype=np.float32), "bias")])
 
 
@@ -57,17 +44,17 @@ def conv_stack_model():
         prev = f"c{i}"
     nodes.append(helper.make_node("Add", [prev, "bias"], ["y"], name="add_bias"))
     inits.append(numpy_helper.from_array(rng.standard_normal((4, 1)).astype(np.float32), "bias"))
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, "time"])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 1, "time"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
 
 
 def gemm_model():
     """A Gemm whose weight needs 400 features: onnxruntime's error names the size
     ("W: {400,8} K: 3"); no reshape, slice or kernel in the graph does."""
-    return _model([helper.make_node("Gemm", ["x", "w"], ["g"]), helper.make_node("Add", ["g", "b"], ["y"])],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "features"])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                  [numpy_helper.from_array(np.full((400, 8), 0.01, np.float32), "w"),
+    return make_model([helper.make_node("Gemm", ["x", "w"], ["g"]), helper.make_node("Add", ["g", "b"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "features"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                      [numpy_helper.from_array(np.full((400, 8), 0.01, np.float32), "w"),
                    numpy_helper.from_array(np.arange(8, dtype=np.float32), "b")])
 
 
@@ -81,14 +68,14 @@ def padded_window_model():
     state = helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 0, 128])
     for dim in [*x.type.tensor_type.shape.dim, state.type.tensor_type.shape.dim[1]]:
         dim.Clear()  # neither a size nor a name: keys x[0], x[1], state[1]
-    return _model([helper.make_node("Pad", ["x", "pads"], ["padded"], mode="reflect"),
-                   helper.make_node("Reshape", ["padded", "frame"], ["frames"]),
-                   helper.make_node("ReduceSum", ["state", "zero"], ["s"], keepdims=0),
-                   helper.make_node("Unsqueeze", ["s", "one"], ["s1"]),
-                   helper.make_node("Concat", ["frames", "s1"], ["h"], axis=1),
-                   helper.make_node("Add", ["h", "bias"], ["y"], name="add_bias")],
-                  [x, state], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                  [numpy_helper.from_array(np.array([0, 0, 0, 64], np.int64), "pads"),
+    return make_model([helper.make_node("Pad", ["x", "pads"], ["padded"], mode="reflect"),
+                       helper.make_node("Reshape", ["padded", "frame"], ["frames"]),
+                       helper.make_node("ReduceSum", ["state", "zero"], ["s"], keepdims=0),
+                       helper.make_node("Unsqueeze", ["s", "one"], ["s1"]),
+                       helper.make_node("Concat", ["frames", "s1"], ["h"], axis=1),
+                       helper.make_node("Add", ["h", "bias"], ["y"], name="add_bias")],
+                      [x, state], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                      [numpy_helper.from_array(np.array([0, 0, 0, 64], np.int64), "pads"),
                    numpy_helper.from_array(np.array([0, -1, 128], np.int64), "frame"),
                    numpy_helper.from_array(np.array([0], np.int64), "zero"),
                    numpy_helper.from_array(np.array([1], np.int64), "one"),
@@ -97,14 +84,14 @@ def padded_window_model():
 
 def always_failing_model():
     """Range with a step computed as 0 at run time: the original fails at every size."""
-    return _model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
-                   helper.make_node("Mul", ["s", "zero"], ["step"]),
-                   helper.make_node("Range", ["start", "limit", "step"], ["r"]),
-                   helper.make_node("Add", ["x", "b"], ["y"])],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+    return make_model([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                       helper.make_node("Mul", ["s", "zero"], ["step"]),
+                       helper.make_node("Range", ["start", "limit", "step"], ["r"]),
+                       helper.make_node("Add", ["x", "b"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
                    helper.make_tensor_value_info("r", TensorProto.FLOAT, None)],
-                  [numpy_helper.from_array(np.array(0, np.float32), "zero"),
+                      [numpy_helper.from_array(np.array(0, np.float32), "zero"),
                    numpy_helper.from_array(np.array(0, np.float32), "start"),
                    numpy_helper.from_array(np.array(10, np.float32), "limit"),
                    numpy_helper.from_array(np.ones(1, np.float32), "b")])
@@ -112,12 +99,12 @@ def always_failing_model():
 
 def custom_op_model():
     """An op of a domain onnxruntime does not know: the original does not load."""
-    m = _model([helper.make_node("Mystery", ["x"], ["z"], domain="com.example"),
-                helper.make_node("Add", ["z", "b"], ["y"])],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-               [numpy_helper.from_array(np.ones(4, np.float32), "b")],
-               extra_opsets=[helper.make_opsetid("com.example", 1)])
+    m = make_model([helper.make_node("Mystery", ["x"], ["z"], domain="com.example"),
+                    helper.make_node("Add", ["z", "b"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+                   [numpy_helper.from_array(np.ones(4, np.float32), "b")],
+                   domains=[("com.example", 1)])
     m.graph.value_info.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4]))
     return m
 
@@ -129,7 +116,7 @@ def save(model, tmp_path, name):
 
 
 def run_json(*args):
-    p = legalize(*args, "--json")
+    p = cli_process(*args, "--json")
     assert p.returncode == 0, p.stderr
     return p, json.loads(p.stdout)
 
@@ -322,14 +309,14 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,line", BAD)
-def test_bad_values_are_one_line_and_exit_2(tmp_path, args, line):
+def test_bad_values_are_one_line_and_exit_2(tmp_path, args, line, legalize):
     src = save(conv_stack_model(), tmp_path, "convs.onnx")
     p = legalize(src, *args)
     assert p.returncode == 2 and p.stderr.strip() == line and p.stdout == ""
     assert sorted(f.name for f in tmp_path.iterdir()) == ["convs.onnx"]
 
 
-def test_bad_arrays_are_one_line_and_exit_2(tmp_path):
+def test_bad_arrays_are_one_line_and_exit_2(tmp_path, legalize):
     src = save(conv_stack_model(), tmp_path, "convs.onnx")
     np.savez(tmp_path / "other.npz", y=np.zeros((1, 1, 64), np.float32))
     np.savez(tmp_path / "rank.npz", x=np.zeros((1, 64), np.float32))
@@ -358,7 +345,7 @@ def test_bad_arrays_are_one_line_and_exit_2(tmp_path):
         legalizer.check(src, legalizer.legalize(onnx.load(str(src))), input_shapes={"x": (1, 64)})
 
 
-def test_npz_bombs_are_refused_before_they_inflate(tmp_path):
+def test_npz_bombs_are_refused_before_they_inflate(tmp_path, legalize):
     """An archive read by its zip directory and its arrays' headers first (issue 24):
     3 MB that inflate to 320 MiB, and a header that declares 2^40 floats."""
     import io
@@ -385,7 +372,7 @@ def test_npz_bombs_are_refused_before_they_inflate(tmp_path):
 
 # -- --require-check ------------------------------------------------------------------
 
-def test_require_check_fails_a_run_whose_original_cannot_run(tmp_path):
+def test_require_check_fails_a_run_whose_original_cannot_run(tmp_path, legalize):
     src = save(custom_op_model(), tmp_path, "custom.onnx")
     p = legalize(src, "-q")
     assert p.returncode == 0 and (tmp_path / "custom.legal.onnx").exists()
@@ -418,19 +405,18 @@ def test_require_check_fails_when_the_search_finds_nothing(tmp_path, monkeypatch
     assert any(w.startswith("the numeric check did not run: the original model fails") for w in res.report.warnings)
 
 
-def test_require_check_passes_a_check_that_ran_through_the_search(tmp_path):
+def test_require_check_passes_a_check_that_ran_through_the_search(tmp_path, legalize):
     src = save(window_model(), tmp_path, "window.onnx")
     p = legalize(src, "--require-check", "-q")
     assert p.returncode == 0, p.stdout
     assert legalizer.check(src, tmp_path / "window.legal.onnx", provider="cpu", require_check=True).ok
 
 
-def test_the_docs_session_of_the_search(tmp_path):
+def test_the_docs_session_of_the_search(tmp_path, legalize):
     text = (ROOT / "docs" / "getting-started.md").read_text()
     block = text.split("```text\n$ legalize audio.onnx\n...\n", 1)[1].split("```", 1)[0].splitlines()
     save(window_model(), tmp_path, "audio.onnx")
-    p = subprocess.run([sys.executable, "-m", "legalizer.cli", "audio.onnx"], capture_output=True, text=True,
-                       cwd=tmp_path, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=300)
+    p = legalize("audio.onnx", cwd=tmp_path, isolated=True, env={"COLUMNS": None})
     assert p.returncode == 0, p.stderr
     assert len(block) == 5
     assert p.stdout.replace("CUDAExecutionProvider", "CPUExecutionProvider").splitlines()[-5:] == block

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 import onnx
@@ -19,12 +19,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from helpers import vi
+import sample_models
+from helpers import assert_clean, cli_command, cli_env, lines, make_model, save, vi
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
-sys.path.insert(0, str(ROOT / "scripts"))
-import make_models  # noqa: E402
 
 STAT_KEYS = ["nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
              "broadcasts_made_explicit", "constants_folded", "runtime_broadcast_checks",
@@ -32,43 +31,6 @@ STAT_KEYS = ["nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
 REPORT_KEYS = ["schema", "tool_version", "input", "output", "format", "outputs", "target",
                "profile", "stats", "violations", "constraints", "check", "timings_s", "warnings"]
 VIOLATION_KEYS = ["code", "node", "op", "message", "operand_shapes", "result_shape", "stage", "dim", "graph"]
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    for k in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES"):
-        env.pop(k, None)
-    return env
-
-
-def legalize(*args, cwd: Optional[Path] = None, timeout: float = 300,
-             env_columns: Optional[int] = None) -> subprocess.CompletedProcess:
-    env = _env()
-    if env_columns is not None:
-        env["COLUMNS"] = str(env_columns)
-    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=timeout)
-
-
-def lines(text: str) -> List[str]:
-    return [ln for ln in text.splitlines() if ln.strip()]
-
-
-def assert_clean(p: subprocess.CompletedProcess) -> None:
-    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout
-    assert "internal error" not in p.stderr
-
-
-def _model(nodes, inputs, outputs, value_info=(), inits=(), opsets=(("", 17),)) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits), value_info=list(value_info))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
-    m.ir_version = 8
-    return m
-
-
-def _save(m: onnx.ModelProto, path: Path) -> Path:
-    path.write_bytes(m.SerializeToString())
-    return path
 
 
 def custom_domain_model(t_shape, n_frob: int = 1) -> onnx.ModelProto:
@@ -79,8 +41,8 @@ def custom_domain_model(t_shape, n_frob: int = 1) -> onnx.ModelProto:
         prev = f"t{i}"
     nodes.append(helper.make_node("Add", [prev, "x"], ["y"], name="add"))
     infos = [vi(f"t{i}", TensorProto.FLOAT, t_shape) for i in range(n_frob)]
-    return _model(nodes, [vi("x", TensorProto.FLOAT, [2, 3])], [vi("y", TensorProto.FLOAT, None)], infos,
-                  opsets=(("", 17), ("com.example", 1)))
+    return make_model(nodes, [vi("x", TensorProto.FLOAT, [2, 3])], [vi("y", TensorProto.FLOAT, None)],
+                      value_info=infos, domains=[("com.example", 1)])
 
 
 def check_report(rep: dict, *, input: str, profile: str = "mlir") -> None:
@@ -120,7 +82,7 @@ def check_report(rep: dict, *, input: str, profile: str = "mlir") -> None:
 
 @pytest.mark.parametrize("name, code", [("mlp_bias.onnx", 0), ("dynamic_broadcast.onnx", 0),
                                         ("incompatible_add.onnx", 1)])
-def test_exit_code_and_verdict(name, code):
+def test_exit_code_and_verdict(name, code, legalize):
     p = legalize(MODELS / name, "--verify-only")
     assert_clean(p)
     assert p.returncode == code, p.stderr
@@ -130,7 +92,7 @@ def test_exit_code_and_verdict(name, code):
     assert ("legal under 'mlir'" in verdict) == (code == 0)
 
 
-def test_incompatible_broadcast_is_a_diagnostic_not_a_crash():
+def test_incompatible_broadcast_is_a_diagnostic_not_a_crash(legalize):
     # onnx's strict shape inference rejects this model; we must report it, exit 1.
     p = legalize(MODELS / "incompatible_add.onnx", "--verify-only")
     assert_clean(p)
@@ -141,7 +103,7 @@ def test_incompatible_broadcast_is_a_diagnostic_not_a_crash():
 
 
 @pytest.mark.parametrize("profile, code", [("mlir", 0), ("strict", 0), ("tosa", 1)])
-def test_profiles(profile, code):
+def test_profiles(profile, code, legalize):
     # The biases are rank 1 against rank-2 results: legal except under tosa.
     p = legalize(MODELS / "mlp_bias.onnx", "--verify-only", "--profile", profile)
     assert_clean(p)
@@ -151,17 +113,17 @@ def test_profiles(profile, code):
         assert any("operands don't have matching ranks" in ln for ln in lines(p.stdout))
 
 
-def test_variants_from_make_models(tmp_path):
-    for name, make in make_models.MODELS.items():
-        path = _save(make(), tmp_path / name)
+def test_variants_from_make_models(tmp_path, legalize):
+    for name, make in sample_models.MODELS.items():
+        path = save(make(), tmp_path / name)
         p = legalize(path, "--verify-only", "-q")
         assert_clean(p)
         assert p.returncode == (1 if name == "incompatible_add.onnx" else 0), p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("name", ["weights.bin", "model", "model.txt", "model.tflite"])
-def test_model_recognized_by_content_not_extension(tmp_path, name):
-    path = _save(make_models.mlp_bias(), tmp_path / name)
+def test_model_recognized_by_content_not_extension(tmp_path, name, legalize):
+    path = save(sample_models.mlp_bias(), tmp_path / name)
     p = legalize(path, "--verify-only")
     assert_clean(p)
     assert p.returncode == 0, p.stderr
@@ -175,15 +137,15 @@ def test_entry_point():
     if exe is None:
         pytest.skip("no legalize entry point installed")
     p = subprocess.run([str(exe), str(MODELS / "incompatible_add.onnx"), "--verify-only", "-q"],
-                       capture_output=True, text=True, env=_env(), timeout=120)
+                       capture_output=True, text=True, env=cli_env(), timeout=120)
     assert p.returncode == 1 and p.stderr == ""
     assert len(lines(p.stdout)) == 2
 
 
-def test_help():
+def test_help(legalize):
     import re
 
-    p = legalize("--help", env_columns=120)
+    p = legalize("--help", env={"COLUMNS": "120"})
     assert p.returncode == 0 and p.stderr == ""
     text = p.stdout
     # A manual: the choices and value forms in the option list, and examples whose every
@@ -201,8 +163,8 @@ def test_help():
 # -- custom ops ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n_frob", [1, 3])
-def test_custom_domain_op_is_opaque_with_one_warning(tmp_path, n_frob):
-    path = _save(custom_domain_model([2, 3], n_frob), tmp_path / "custom.onnx")
+def test_custom_domain_op_is_opaque_with_one_warning(tmp_path, n_frob, legalize):
+    path = save(custom_domain_model([2, 3], n_frob), tmp_path / "custom.onnx")
     p = legalize(path, "--verify-only")
     assert_clean(p)
     assert p.returncode == 0, p.stdout
@@ -212,9 +174,9 @@ def test_custom_domain_op_is_opaque_with_one_warning(tmp_path, n_frob):
     assert lines(p.stdout)[-1] == f"{path}: legal under 'mlir'"
 
 
-def test_custom_domain_op_declared_type_feeds_the_verifier(tmp_path):
+def test_custom_domain_op_declared_type_feeds_the_verifier(tmp_path, legalize):
     # The Add downstream of the opaque op uses its declared type, 4x5, against x: 2x3.
-    path = _save(custom_domain_model([4, 5]), tmp_path / "custom_bad.onnx")
+    path = save(custom_domain_model([4, 5]), tmp_path / "custom_bad.onnx")
     p = legalize(path, "--verify-only")
     assert_clean(p)
     assert p.returncode == 1
@@ -228,7 +190,7 @@ def test_custom_domain_op_declared_type_feeds_the_verifier(tmp_path):
 
 @pytest.mark.parametrize("name, code", [("mlp_bias.onnx", 0), ("dynamic_broadcast.onnx", 0),
                                         ("incompatible_add.onnx", 1)])
-def test_report_schema(tmp_path, name, code):
+def test_report_schema(tmp_path, name, code, legalize):
     src = shutil.copy(MODELS / name, tmp_path / name)
     before = Path(src).read_bytes()
     out = tmp_path / "out"
@@ -244,7 +206,7 @@ def test_report_schema(tmp_path, name, code):
     assert (len(rep["violations"]) > 0) == (code == 1)
 
 
-def test_report_contents(tmp_path):
+def test_report_contents(tmp_path, legalize):
     p = legalize(MODELS / "incompatible_add.onnx", "--verify-only", "--report", tmp_path / "r.json")
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["stats"]["nodes_in"] == 1 and rep["stats"]["elementwise_nodes"] == 1
@@ -262,7 +224,7 @@ def test_report_contents(tmp_path):
     assert rep["stats"]["nodes_in"] == 3 and rep["stats"]["elementwise_nodes"] == 3
 
 
-def test_report_replaces_an_existing_report(tmp_path):
+def test_report_replaces_an_existing_report(tmp_path, legalize):
     r = tmp_path / "r.json"
     r.write_text("old")
     p = legalize(MODELS / "mlp_bias.onnx", "--verify-only", "--report", r, "-q")
@@ -272,7 +234,7 @@ def test_report_replaces_an_existing_report(tmp_path):
 
 
 @pytest.mark.parametrize("name, code", [("mlp_bias.onnx", 0), ("incompatible_add.onnx", 1)])
-def test_json_stdout_is_the_report_only(tmp_path, name, code):
+def test_json_stdout_is_the_report_only(tmp_path, name, code, legalize):
     p = legalize(MODELS / name, "--verify-only", "--json", "--report", tmp_path / "r.json")
     assert_clean(p)
     assert p.returncode == code
@@ -285,7 +247,7 @@ def test_json_stdout_is_the_report_only(tmp_path, name, code):
 
 
 @pytest.mark.parametrize("content", [b"", b"not a model at all", None], ids=["empty", "text", "missing"])
-def test_json_and_report_of_bad_input(tmp_path, content):
+def test_json_and_report_of_bad_input(tmp_path, content, legalize):
     # A pipeline reading --json or --report gets a report that says what went wrong.
     path = tmp_path / "m.onnx"
     if content is not None:
@@ -301,8 +263,8 @@ def test_json_and_report_of_bad_input(tmp_path, content):
     assert sorted(os.listdir(tmp_path)) == sorted(["r.json"] + (["m.onnx"] if content is not None else []))
 
 
-def test_json_with_quiet_and_warnings(tmp_path):
-    path = _save(custom_domain_model([2, 3]), tmp_path / "c.onnx")
+def test_json_with_quiet_and_warnings(tmp_path, legalize):
+    path = save(custom_domain_model([2, 3]), tmp_path / "c.onnx")
     p = legalize(path, "--verify-only", "--json")
     assert p.returncode == 0
     check_report(json.loads(p.stdout), input=str(path))
@@ -314,7 +276,7 @@ def test_json_with_quiet_and_warnings(tmp_path):
 
 # -- -q and -v -------------------------------------------------------------------------
 
-def test_quiet():
+def test_quiet(legalize):
     p = legalize(MODELS / "mlp_bias.onnx", "--verify-only", "-q")
     assert (p.returncode, lines(p.stdout), p.stderr) == (0, [f"{MODELS / 'mlp_bias.onnx'}: legal under 'mlir'"], "")
     p = legalize(MODELS / "incompatible_add.onnx", "--verify-only", "-q")
@@ -326,7 +288,7 @@ def test_quiet():
     assert len(lines(p.stdout)) == 1 and "constraint" not in p.stdout
 
 
-def test_verbose_prints_ir_and_constraints():
+def test_verbose_prints_ir_and_constraints(legalize):
     p = legalize(MODELS / "mlp_bias.onnx", "--verify-only", "-v")
     assert_clean(p)
     assert p.returncode == 0
@@ -343,14 +305,14 @@ def test_verbose_prints_ir_and_constraints():
 def big_file_model() -> onnx.ModelProto:
     """Few nodes, a 2 MiB initializer: large by file size."""
     w = numpy_helper.from_array(np.zeros((512, 1024), np.float32), "w")
-    return _model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
-                  [vi("x", TensorProto.FLOAT, [1, 1024])], [vi("y", TensorProto.FLOAT, [512, 1024])], inits=[w])
+    return make_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+                      [vi("x", TensorProto.FLOAT, [1, 1024])], [vi("y", TensorProto.FLOAT, [512, 1024])], inits=[w])
 
 
 def many_nodes_model(n: int = 20_500) -> onnx.ModelProto:
     """A chain of n Relu nodes: large by node count, under 1 MiB."""
     nodes = [helper.make_node("Relu", [f"v{i}" if i else "x"], [f"v{i + 1}"]) for i in range(n)]
-    return _model(nodes, [vi("x", TensorProto.FLOAT, [4])], [vi(f"v{n}", TensorProto.FLOAT, [4])])
+    return make_model(nodes, [vi("x", TensorProto.FLOAT, [4])], [vi(f"v{n}", TensorProto.FLOAT, [4])])
 
 
 def run_on_tty(args) -> tuple:
@@ -358,8 +320,8 @@ def run_on_tty(args) -> tuple:
     import pty
 
     master, slave = pty.openpty()
-    env = dict(_env(), TERM="xterm", COLUMNS="120")
-    p = subprocess.Popen([sys.executable, "-m", "legalizer.cli", *map(str, args)], stdin=subprocess.DEVNULL,
+    env = cli_env({"TERM": "xterm", "COLUMNS": "120"})
+    p = subprocess.Popen(cli_command(*args), stdin=subprocess.DEVNULL,
                          stdout=subprocess.PIPE, stderr=slave, env=env)
     os.close(slave)
     chunks: List[bytes] = []
@@ -388,8 +350,8 @@ pytestmark_tty = pytest.mark.skipif(sys.platform == "win32", reason="needs a pse
 @pytest.fixture(scope="module")
 def big_models(tmp_path_factory):
     d = tmp_path_factory.mktemp("big")
-    return {"file": _save(big_file_model(), d / "big_file.onnx"),
-            "nodes": _save(many_nodes_model(), d / "many_nodes.onnx")}
+    return {"file": save(big_file_model(), d / "big_file.onnx"),
+            "nodes": save(many_nodes_model(), d / "many_nodes.onnx")}
 
 
 @pytestmark_tty
@@ -428,26 +390,27 @@ def test_no_progress_on_a_small_model():
     assert code == 0 and term.strip() == ""
 
 
-def test_no_progress_when_stderr_is_not_a_terminal(big_models):
+def test_no_progress_when_stderr_is_not_a_terminal(big_models, legalize):
     p = legalize(big_models["file"], "--verify-only")
     assert p.returncode == 0 and p.stderr == ""
 
 
-def test_names_are_printed_literally(tmp_path):
+def test_names_are_printed_literally(tmp_path, legalize):
     # rich markup in a path, control characters in a node name: printed as they are
     # (escaped), one line each, never interpreted.
     d = tmp_path / "d[" / "]x"  # the path reads 'd[/]x'
     d.mkdir(parents=True)
-    path = _save(make_models.mlp_bias(), d / "[red]m[bold].onnx")
+    path = save(sample_models.mlp_bias(), d / "[red]m[bold].onnx")
     p = legalize(path, "--verify-only")
     assert_clean(p)
     assert p.returncode == 0 and p.stderr == ""
     assert lines(p.stdout)[0] == f"{path} (onnx, profile mlir)"
     assert lines(p.stdout)[-1] == f"{path}: legal under 'mlir'"
 
-    m = _model([helper.make_node("Add", ["x", "b"], ["y"], name="bad[/]\nnode :smile:")],
-               [vi("x", TensorProto.FLOAT, [3, 4]), vi("b", TensorProto.FLOAT, [2])], [vi("y", TensorProto.FLOAT, None)])
-    path = _save(m, tmp_path / "n.onnx")
+    m = make_model([helper.make_node("Add", ["x", "b"], ["y"], name="bad[/]\nnode :smile:")],
+                   [vi("x", TensorProto.FLOAT, [3, 4]), vi("b", TensorProto.FLOAT, [2])],
+                   [vi("y", TensorProto.FLOAT, None)])
+    path = save(m, tmp_path / "n.onnx")
     p = legalize(path, "--verify-only", "-q", "--report", tmp_path / "r.json")
     assert_clean(p)
     assert p.returncode == 1 and p.stderr == ""
@@ -456,7 +419,7 @@ def test_names_are_printed_literally(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["violations"][0]["node"] == "bad[/]\nnode :smile:"
 
 
-def test_report_has_the_usual_permissions(tmp_path):
+def test_report_has_the_usual_permissions(tmp_path, legalize):
     umask = os.umask(0o022)
     os.umask(umask)
     r = tmp_path / "r.json"

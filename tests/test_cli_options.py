@@ -18,7 +18,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from helpers import cli_in_process
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -236,33 +235,33 @@ NEEDS = {("add.mlirbc",): "mlir"}
 
 
 @pytest.mark.parametrize("args,line", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_a_bad_option_or_combination_is_one_line_exit_2_and_writes_nothing(work, args, line):
+def test_a_bad_option_or_combination_is_one_line_exit_2_and_writes_nothing(work, args, line, legalize_in_process):
     if tuple(args) in NEEDS:
         require(NEEDS[tuple(args)])
     before = _tree(work)
-    code, out, err = cli_in_process(*args)
+    code, out, err = legalize_in_process(*args)
     assert (code, err.splitlines()) == (2, [f"legalize: error: {line}"])
     assert out == ""
     assert _tree(work) == before
 
 
 @pytest.mark.needs("iree", "litert")
-def test_a_tosa_modules_dims_are_its_references(work):
+def test_a_tosa_modules_dims_are_its_references(work, legalize_in_process):
     """With --against, a --dim binds a dim of the reference as its runtime declares it
     (input[axis]); any other name is refused, naming the reference and its dims."""
-    code, out, err = cli_in_process("dyn.mlirbc", "--verify-only", "--against", "dyn.tflite", "--dim", "a[0]=2")
+    code, out, err = legalize_in_process("dyn.mlirbc", "--verify-only", "--against", "dyn.tflite", "--dim", "a[0]=2")
     assert (code, err.splitlines()) == (2, [f"legalize: error: --dim a[0]=2: dyn.tflite has no dynamic dim 'a[0]';"
                                             f" its dims are: {DYN_TFLITE_DIMS}"])
-    code, out, err = cli_in_process("dyn.mlirbc", "--verify-only", "--against", "dyn.tflite", "--dim", "x[0]=5",
-                                    "--json", "-q")
+    code, out, err = legalize_in_process("dyn.mlirbc", "--verify-only", "--against", "dyn.tflite", "--dim", "x[0]=5",
+                                         "--json", "-q")
     assert code == 0, err
     bindings = json.loads(out)["check"]["bindings"]
     assert bindings and all(b["dims"]["x[0]"] == 5 for b in bindings) and all(b["ok"] for b in bindings)
 
 
 @pytest.mark.needs("torch")
-def test_a_pt2_dim_is_a_symbol_of_its_export(work):
-    code, out, err = cli_in_process("mlp.pt2", "--dim", "nope=3")
+def test_a_pt2_dim_is_a_symbol_of_its_export(work, legalize_in_process):
+    code, out, err = legalize_in_process("mlp.pt2", "--dim", "nope=3")
     assert code == 2 and out == ""
     [line] = err.splitlines()
     assert line.startswith("legalize: error: --dim nope=3: the model has no dynamic dim 'nope'; its dims are: ")
@@ -272,28 +271,28 @@ def test_a_pt2_dim_is_a_symbol_of_its_export(work):
                                                   "i64.npy", "f64.npy"])
 
 
-def test_a_dim_that_binds_is_the_one_the_check_uses(work):
-    code, out, err = cli_in_process("mlp_bias.onnx", "--dim", "N=5", "--rtol", "y:1e-3", "--rtol", "1e-5", "--json",
-                                    "-q")
+def test_a_dim_that_binds_is_the_one_the_check_uses(work, legalize_in_process):
+    code, out, err = legalize_in_process("mlp_bias.onnx", "--dim", "N=5", "--rtol", "y:1e-3", "--rtol", "1e-5",
+                                         "--json", "-q")
     assert code == 0, err
     bindings = json.loads(out)["check"]["bindings"]
     assert [(b["dims"], b["ok"], b["source"], b.get("skipped")) for b in bindings] == [({"N": 5}, True, "user", None)]
 
 
 @pytest.mark.needs("litert")
-def test_a_tflite_dim_is_input_axis(work):
-    code, out, err = cli_in_process("dyn.tflite", "--dim", "w[1]=6", "--json", "-q")
+def test_a_tflite_dim_is_input_axis(work, legalize_in_process):
+    code, out, err = legalize_in_process("dyn.tflite", "--dim", "w[1]=6", "--json", "-q")
     assert code == 0, err
     bindings = json.loads(out)["check"]["bindings"]
     assert bindings and all(b["dims"]["w[1]"] == 6 and b["ok"] for b in bindings)
 
 
-def test_a_batch_binding_binds_where_the_model_has_it(work):
+def test_a_batch_binding_binds_where_the_model_has_it(work, legalize_in_process):
     """In a batch, --dim binds the models that have that dim, --input-shape and --input
     the models that have that input; the others run without it, and say so in a warning
     (and their report)."""
-    code, out, err = cli_in_process("mlp_bias.onnx", "dyn.onnx", "-j", "2", "--dim", "M=1", "--input", "x=x.npy",
-                                    "--report", "r.json")
+    code, out, err = legalize_in_process("mlp_bias.onnx", "dyn.onnx", "-j", "2", "--dim", "M=1", "--input", "x=x.npy",
+                                         "--report", "r.json")
     assert code == 0, err
     no_m = "--dim M=1: the model has no dynamic dim 'M' (its dims are: N): not used here"
     no_x = "--input x: the model has no input 'x' (its inputs: 'a', 'b', 'c', 'd', 'e', 'f'): not used here"
@@ -316,12 +315,12 @@ def _empty_model(path: Path, x_shape) -> Path:
     return path
 
 
-def test_a_check_of_empty_outputs_is_not_a_pass(tmp_path):
+def test_a_check_of_empty_outputs_is_not_a_pass(tmp_path, legalize_in_process):
     """A model whose inputs are empty (a static size-0 dim: no option can refuse it)
     compares no element: the binding is skipped, the check did not run, and with
     --require-check the run fails with nothing written."""
     src = _empty_model(tmp_path / "empty.onnx", [0, 3])
-    code, out, err = cli_in_process(src, "--json", "-q")
+    code, out, err = legalize_in_process(src, "--json", "-q")
     assert code == 0, err
     check = json.loads(out)["check"]
     why = "no element was compared: every output is empty at each binding tried"
@@ -330,7 +329,7 @@ def test_a_check_of_empty_outputs_is_not_a_pass(tmp_path):
     assert err.splitlines() == [f"{src}: legalized for 'tosa' -> {tmp_path / 'empty.legal.onnx'} (not checked: {why})"]
     assert "PASSED" not in out + err
     (tmp_path / "empty.legal.onnx").unlink()
-    code, out, err = cli_in_process(src, "--require-check", "-q")
+    code, out, err = legalize_in_process(src, "--require-check", "-q")
     assert code == 1
     assert out.splitlines() == [f"{src}: the check is required (--require-check) and the numeric check did not run:"
                                 f" {why}; nothing written"]
@@ -351,10 +350,10 @@ def test_the_library_refuses_what_the_command_refuses(tmp_path):
 
 
 @pytest.mark.parametrize("verify_only", [False, True])
-def test_reduce_with_nothing_to_reduce_says_so(work, verify_only):
+def test_reduce_with_nothing_to_reduce_says_so(work, verify_only, legalize_in_process):
     """--reduce on a legal model whose check passes writes nothing, and says why."""
     args = ["--verify-only"] if verify_only else []
-    code, out, err = cli_in_process("mlp_bias.onnx", *args, "--reduce", "r.onnx", "--json")
+    code, out, err = legalize_in_process("mlp_bias.onnx", *args, "--reduce", "r.onnx", "--json")
     assert code == 0, err
     why = "--reduce: nothing written: no violation, and no differing output, was found"
     assert json.loads(out)["warnings"] == [why]
@@ -363,11 +362,11 @@ def test_reduce_with_nothing_to_reduce_says_so(work, verify_only):
 
 
 @pytest.mark.parametrize("given", ["x=empty.npy", "empty.npz"])
-def test_an_empty_input_array_is_data_and_empty_outputs_are_no_pass(work, given):
+def test_an_empty_input_array_is_data_and_empty_outputs_are_no_pass(work, given, legalize_in_process):
     """An empty --input array is data (a shape of length 0 is one); where it makes every
     output empty, nothing was compared: not PASSED, the check did not run."""
     np.savez(work / "empty.npz", x=np.zeros((0, 16), np.float32))
-    code, out, err = cli_in_process("mlp_bias.onnx", "--input", given, "--force", "--json", "-q")
+    code, out, err = legalize_in_process("mlp_bias.onnx", "--input", given, "--force", "--json", "-q")
     assert code == 0, err
     check = json.loads(out)["check"]
     assert (check["ran"], check["ok"]) == (False, False)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from onnx import TensorProto as T, helper
 
 from needs import require
-from test_cli import _env, assert_clean, legalize, lines
+from helpers import assert_clean, cli_command, cli_env, lines
 
 
 def _loop_forever(path: Path) -> Path:
@@ -39,7 +38,7 @@ def _loop_forever(path: Path) -> Path:
     return path
 
 
-def test_a_loop_of_1e15_trips_ends_at_the_time_limit(tmp_path):
+def test_a_loop_of_1e15_trips_ends_at_the_time_limit(tmp_path, legalize):
     model = _loop_forever(tmp_path / "loop.onnx")
     t0 = time.monotonic()
     p = legalize(model, tmp_path / "out.onnx", "--run-timeout", "2", timeout=120)
@@ -56,7 +55,7 @@ def test_a_loop_of_1e15_trips_ends_at_the_time_limit(tmp_path):
     assert not (tmp_path / "req.onnx").exists()
 
 
-def test_a_loop_of_1e15_trips_under_against_is_exit_2(tmp_path):
+def test_a_loop_of_1e15_trips_under_against_is_exit_2(tmp_path, legalize):
     model = _loop_forever(tmp_path / "loop.onnx")
     legal = tmp_path / "loop.legal.onnx"
     legal.write_bytes(model.read_bytes())
@@ -70,8 +69,8 @@ def test_a_loop_of_1e15_trips_under_against_is_exit_2(tmp_path):
 
 def test_sigterm_stops_a_run_within_a_second_and_leaves_nothing(tmp_path):
     model = _loop_forever(tmp_path / "loop.onnx")
-    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(model), str(tmp_path / "out.onnx")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(cli_command(model, tmp_path / "out.onnx"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     try:
         # the run reaches the check: its child exists and runs the model
         deadline = time.monotonic() + 120
@@ -127,7 +126,7 @@ def _gather_ref(path: Path) -> Path:
 
 
 @pytest.mark.needs("iree")
-def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path):
+def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path, legalize):
     """IREE does not check a gather's index: at 2e9 it reads far outside the buffer and
     the process dies of SIGSEGV (legalize did, exit 139, no message). The child dies;
     legalize says so in one line and exits 2; no "results match"."""
@@ -168,7 +167,7 @@ def test_the_child_answers_in_plain_values_only():
         wire.decode(short)
 
 
-def test_run_limits_are_checked_before_the_work(tmp_path):
+def test_run_limits_are_checked_before_the_work(tmp_path, legalize):
     model = _loop_forever(tmp_path / "loop.onnx")
     for flag, value, want in [("--run-memory", "lots", "--run-memory must be a size such as 4G or 512M, not 'lots'"),
                               ("--run-memory", "0", "--run-memory must be a size such as 4G or 512M, not '0'"),
@@ -179,7 +178,7 @@ def test_run_limits_are_checked_before_the_work(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["loop.onnx"]
 
 
-def test_a_run_past_its_memory_is_one_line(tmp_path):
+def test_a_run_past_its_memory_is_one_line(tmp_path, legalize):
     """A model that asks for more than --run-memory: onnxruntime's allocation fails in
     the child, and the check does not run, saying why."""
     # Expand to 1e5 x 1e4 float32 (4 GB) from a 1-element input
@@ -200,15 +199,15 @@ def test_a_run_past_its_memory_is_one_line(tmp_path):
     assert os.path.exists(tmp_path / "o.onnx")
 
 
-def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path):
+def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path, legalize):
     """SIGKILL gives a run no chance to clean up: its temporary output stays, named
     with its host and process; its child dies with it. The next run that writes into
     the folder removes it (and keeps a live process's temporary file)."""
     from legalizer.outputs import temp_name
 
     model = _loop_forever(tmp_path / "loop.onnx")
-    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(model), str(tmp_path / "out.onnx")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    proc = subprocess.Popen(cli_command(model, tmp_path / "out.onnx"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env())
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not _children(proc.pid):

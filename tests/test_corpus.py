@@ -1,4 +1,5 @@
-"""The main job on the real-model corpus (scripts/corpus.py, cached in .cache/corpus/):
+"""The main job on the real-model corpus (tests/corpus_models.py; scripts/corpus.py builds
+it in .cache/corpus/):
 every cached model, ``legalize MODEL --target tosa`` and ``--target xla`` with the
 check, in a process of its own. Each must exit 0 with its check run fully (not "ran in
 part") and matching, except:
@@ -23,15 +24,10 @@ Without a built corpus the tests skip, saying how to build it. The default run t
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import corpus  # noqa: E402
-from needs import require  # noqa: E402
+import corpus_models as corpus
+from needs import require
 
 MODELS = [p for p in corpus.cached() if not corpus.source_of(p.stem)]
 CONVERTED = [p for p in corpus.cached() if corpus.source_of(p.stem)]

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from legalizer.emit import emit_paths
-from test_cli import assert_clean, legalize, lines
+from helpers import assert_clean, lines
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ def test_paths_beside_the_output_stem():
     assert emit_paths(Path("m.legal.tflite"), ["onnx"], "tflite") == {"onnx": Path("m.legal.onnx")}
 
 
-def test_tflite_model_emitted_as_onnx_too(tmp_path):
+def test_tflite_model_emitted_as_onnx_too(tmp_path, legalize):
     require("litert")
     from legalizer.check.litert import run_tflite
 
@@ -49,7 +49,7 @@ def test_tflite_model_emitted_as_onnx_too(tmp_path):
     (["--emit", "pdf"], "--emit must be one of onnx, tflite, stablehlo, stablehlo-bytecode, tosa, not 'pdf'"),
     (["--emit", "stablehlo-bytecode"], "--emit stablehlo-bytecode writes the xla form: add --target xla"),
 ])
-def test_emit_usage_errors(args, message, tmp_path):
+def test_emit_usage_errors(args, message, tmp_path, legalize):
     src = tmp_path / "m.onnx"
     src.write_bytes((ROOT / "models/mlp_bias.onnx").read_bytes())
     p = legalize(src, *args)
@@ -59,7 +59,7 @@ def test_emit_usage_errors(args, message, tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["m.onnx"]
 
 
-def test_emit_without_the_native_format_still_checks_and_writes_only_what_was_asked(tmp_path):
+def test_emit_without_the_native_format_still_checks_and_writes_only_what_was_asked(tmp_path, legalize):
     src = tmp_path / "t.tflite"
     src.write_bytes((ROOT / "models/tflite/broadcast_add.tflite").read_bytes())
     p = legalize(src, "--emit", "onnx", "-q")
@@ -68,7 +68,7 @@ def test_emit_without_the_native_format_still_checks_and_writes_only_what_was_as
     assert sorted(x.name for x in tmp_path.iterdir()) == ["t.legal.onnx", "t.tflite"]
 
 
-def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tmp_path):
+def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tmp_path, legalize):
     require("jax")
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
@@ -90,7 +90,7 @@ def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tm
         np.testing.assert_array_equal(got, want)
 
 
-def test_stablehlo_bytecode_of_a_chlo_op_is_one_clear_line(tmp_path):
+def test_stablehlo_bytecode_of_a_chlo_op_is_one_clear_line(tmp_path, legalize):
     require("jax")
     src = tmp_path / "t.onnx"
     src.write_bytes((ROOT / "models/transformer_block.dynamo.onnx").read_bytes())
@@ -106,7 +106,7 @@ def test_stablehlo_bytecode_of_a_chlo_op_is_one_clear_line(tmp_path):
                                           (["--emit", "tosa"], "emit TOSA (made from its ONNX form)"),
                                           (["--target", "xla", "--emit", "stablehlo"],
                                            "emit StableHLO (made from its ONNX form)")])
-def test_tflite_op_without_onnx_form_writes_nothing(tmp_path, emit, dialect):
+def test_tflite_op_without_onnx_form_writes_nothing(tmp_path, emit, dialect, legalize):
     # Every extra format is made before the model's own is written: no partial result.
     from test_tflite import custom_op_model
 

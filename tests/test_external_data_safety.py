@@ -27,8 +27,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from helpers import cli_in_process
 from legalizer.errors import BadInput
+from helpers import make_model
 
 F = TensorProto.FLOAT
 W = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
@@ -73,18 +73,14 @@ def _external(t: TensorProto, location: str, offset: Optional[str] = None,
     return t
 
 
-def _model(nodes, inits=(), inputs=None, sparse=()) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs or [helper.make_tensor_value_info("x", F, [2, 3])],
-                          [helper.make_tensor_value_info("y", F, [2, 3])], list(inits),
-                          sparse_initializer=list(sparse))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+# Every model here: x [2, 3] in, y [2, 3] out.
+X = helper.make_tensor_value_info("x", F, [2, 3])
+Y = helper.make_tensor_value_info("y", F, [2, 3])
 
 
 def initializer_model(location: str, offset=None, length=None) -> onnx.ModelProto:
     w = _external(numpy_helper.from_array(W, "w"), location, offset, length)
-    return _model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [w])
+    return make_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [X], [Y], [w])
 
 
 def subgraph_model(location: str) -> onnx.ModelProto:
@@ -93,24 +89,23 @@ def subgraph_model(location: str) -> onnx.ModelProto:
                                [helper.make_tensor_value_info("t", F, [2, 3])], [w])
     else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],
                                [helper.make_tensor_value_info("e", F, [2, 3])])
-    return _model([helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
-                  inputs=[helper.make_tensor_value_info("x", F, [2, 3]),
-                          helper.make_tensor_value_info("cond", TensorProto.BOOL, [])])
+    return make_model([helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+                      [X, helper.make_tensor_value_info("cond", TensorProto.BOOL, [])], [Y])
 
 
 def constant_model(location: str) -> onnx.ModelProto:
     """y = x + c, c a Constant node whose value [3] is external: legalizing for tosa
     folds its rank expansion, which reads it."""
     c = _external(numpy_helper.from_array(W[0], "cv"), location)
-    return _model([helper.make_node("Constant", [], ["c"], name="const", value=c),
-                   helper.make_node("Add", ["x", "c"], ["y"], name="add")])
+    return make_model([helper.make_node("Constant", [], ["c"], name="const", value=c),
+                       helper.make_node("Add", ["x", "c"], ["y"], name="add")], [X], [Y])
 
 
 def sparse_model(location: str) -> onnx.ModelProto:
     values = _external(numpy_helper.from_array(W.reshape(-1), "sw"), location)
     indices = numpy_helper.from_array(np.arange(6, dtype=np.int64), "sw_idx")
     st = helper.make_sparse_tensor(values, indices, [2, 3])
-    return _model([helper.make_node("Add", ["x", "sw"], ["y"], name="add")], sparse=[st])
+    return make_model([helper.make_node("Add", ["x", "sw"], ["y"], name="add")], [X], [Y], sparse=[st])
 
 
 def _layout(tmp_path: Path) -> Dict[str, Path]:
@@ -154,7 +149,7 @@ def _files_holding(root: Path, data: bytes, skip: Tuple[Path, ...]) -> List[Path
 
 
 @pytest.mark.parametrize("case", ESCAPES)
-def test_a_location_outside_the_model_folder_is_refused_before_anything_is_read(case, tmp_path):
+def test_a_location_outside_the_model_folder_is_refused_before_anything_is_read(case, tmp_path, legalize_in_process):
     build, location, what, why = ESCAPES[case]
     d = _layout(tmp_path)
     location = location.format(secret=d["secret"])
@@ -162,7 +157,7 @@ def test_a_location_outside_the_model_folder_is_refused_before_anything_is_read(
     onnx.save_model(build(location), str(src))
     out = d["out"] / "m.onnx"
     with _recording_opens() as opened:
-        code, stdout, stderr = cli_in_process(src, "-o", out, "--target", "tosa")
+        code, stdout, stderr = legalize_in_process(src, "-o", out, "--target", "tosa")
     assert code == 2, (stdout, stderr)
     assert stderr.splitlines() == [f"legalize: error: {src}: {what}: external data location '{location}' {why}"]
     assert stdout == ""
@@ -218,12 +213,12 @@ SPANS = {  # (offset, length) of initializer w [2, 3] float in w.bin (24 bytes) 
 
 
 @pytest.mark.parametrize("case", SPANS)
-def test_an_offset_or_length_that_is_not_a_span_of_the_file_is_bad_input(case, tmp_path):
+def test_an_offset_or_length_that_is_not_a_span_of_the_file_is_bad_input(case, tmp_path, legalize_in_process):
     (offset, length), why = SPANS[case]
     d = _layout(tmp_path)
     src = d["model"] / "m.onnx"
     onnx.save_model(initializer_model("nowhere.bin" if case == "missing file" else "w.bin", offset, length), str(src))
-    code, stdout, stderr = cli_in_process(src, "-o", d["out"] / "m.onnx", "--target", "xla")
+    code, stdout, stderr = legalize_in_process(src, "-o", d["out"] / "m.onnx", "--target", "xla")
     assert (code, stdout) == (2, ""), stderr
     assert stderr.splitlines() == [f"legalize: error: {src}: initializer 'w': {why}"]
     assert os.listdir(d["out"]) == []
@@ -240,7 +235,7 @@ def _run_ort(path: Path, feeds) -> List[np.ndarray]:
 @pytest.mark.parametrize("build", [initializer_model, constant_model, subgraph_model],
                          ids=["initializer", "constant node", "subgraph"])
 def test_data_in_a_subfolder_of_the_model_folder_still_works_from_any_working_folder(build, tmp_path,
-                                                                                     monkeypatch):
+                                                                                     monkeypatch, legalize_in_process):
     """With a decoy at the same relative path under the working folder: the data is read
     from the model's folder (a Constant's value was read from the working folder)."""
     src_dir, out_dir, cwd = tmp_path / "model", tmp_path / "out", tmp_path / "cwd"
@@ -254,7 +249,7 @@ def test_data_in_a_subfolder_of_the_model_folder_still_works_from_any_working_fo
     onnx.save_model(m, str(src))
     monkeypatch.chdir(cwd)
     out = out_dir / "m.onnx"
-    code, stdout, stderr = cli_in_process(src, "-o", out, "--target", "tosa")
+    code, stdout, stderr = legalize_in_process(src, "-o", out, "--target", "tosa")
     assert code == 0, (stdout, stderr)
     assert stdout.splitlines()[-1].endswith("outputs match on CPUExecutionProvider"), stdout
     # A Constant's value is folded (read) into an inline constant of the new rank.
@@ -293,7 +288,7 @@ def _patched(data: bytes, old: int, new: int) -> bytes:
 
 @pytest.mark.parametrize("field, value", [("offset", 2**40), ("size", 2**62), ("offset", 2**64 - 1)],
                          ids=["offset past the end", "size past the end", "largest offset"])
-def test_a_tflite_buffer_outside_the_file_is_bad_input(field, value, tmp_path):
+def test_a_tflite_buffer_outside_the_file_is_bad_input(field, value, tmp_path, legalize_in_process):
     from test_tflite import _buffer_layout, _offset_model
 
     data, _, _ = _offset_model()
@@ -302,7 +297,7 @@ def test_a_tflite_buffer_outside_the_file_is_bad_input(field, value, tmp_path):
     offset, size = (value, size) if field == "offset" else (offset, value)
     src = tmp_path / "m.tflite"
     src.write_bytes(bad)
-    code, stdout, stderr = cli_in_process(src, "-o", tmp_path / "out.tflite")
+    code, stdout, stderr = legalize_in_process(src, "-o", tmp_path / "out.tflite")
     assert (code, stdout) == (2, ""), stderr
     assert stderr.splitlines() == [f"legalize: error: {src}: tensor 'd': buffer 2 lies past the end of the file"
                                    f" (bytes {offset}..{offset + size}, the file has {len(bad)})"]

@@ -26,13 +26,6 @@ def const(name, array):
     return numpy_helper.from_array(np.asarray(array), name)
 
 
-def model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
-
-
 def fold(proto, max_rank=6, pipeline=None, profile="mlir", dims=None):
     """Fold (and with ``pipeline`` legalize) ``proto``; verify, run both on onnxruntime."""
     m = import_model(proto)
@@ -66,7 +59,7 @@ def reshape_chain(shape7, inner, outer_shape, opset=17):
     return nodes, inits
 
 
-def test_rank7_chain_folds_to_one_dim_and_reshapes_go():
+def test_rank7_chain_folds_to_one_dim_and_reshapes_go(onnx_model):
     shape7 = [2, 3, 1, 4, 5, 1, 6]
     nodes, inits = reshape_chain(shape7, [
         helper.make_node("Add", ["h0", "c"], ["h1"], name="add"),
@@ -74,7 +67,7 @@ def test_rank7_chain_folds_to_one_dim_and_reshapes_go():
         helper.make_node("Mul", ["h2", "k"], ["h3"], name="mul"),
     ], [720])
     inits += [const("c", RNG.standard_normal(shape7).astype(np.float32)), const("k", np.float32(0.5))]
-    m, out, ctx = fold(model(nodes, [vi("x", [720])], [vi("y", [720])], inits))
+    m, out, ctx = fold(onnx_model(nodes, [vi("x", [720])], [vi("y", [720])], inits))
     assert ops(m, "Add")[0].outputs[0].type.shape == (720,)
     assert ops(m, "Add")[0].inputs[1].type.shape == (720,)  # the constant, reshaped at compile time
     assert ops(m, "Mul")[0].inputs[1].type.shape == (1,)
@@ -85,7 +78,7 @@ def test_rank7_chain_folds_to_one_dim_and_reshapes_go():
     assert ctx.stats["regions_folded"] == 1 and ctx.stats["ranks_folded"] == 6
 
 
-def test_rank5_chain_with_a_broadcast_keeps_the_broadcast_dims_apart():
+def test_rank5_chain_with_a_broadcast_keeps_the_broadcast_dims_apart(onnx_model):
     # [2,3,4,5,6] + [1,1,4,5,6] * [2,3,1,1,1]: dims 0-1 and 2-4 merge: rank 2.
     shape5 = [2, 3, 4, 5, 6]
     nodes, inits = reshape_chain(shape5, [
@@ -94,7 +87,7 @@ def test_rank5_chain_with_a_broadcast_keeps_the_broadcast_dims_apart():
         helper.make_node("Mul", ["h2", "g"], ["h3"], name="mul"),
     ], [6, 120])
     inits += [const("b", RNG.standard_normal([4, 5, 6]).astype(np.float32))]
-    m, out, ctx = fold(model(nodes, [vi("x", [6, 120]), vi("g", [2, 3, 1, 1, 1])], [vi("y", [6, 120])], inits),
+    m, out, ctx = fold(onnx_model(nodes, [vi("x", [6, 120]), vi("g", [2, 3, 1, 1, 1])], [vi("y", [6, 120])], inits),
                        max_rank=4)
     add, mul = ops(m, "Add")[0], ops(m, "Mul")[0]
     assert add.outputs[0].type.shape == (6, 120)
@@ -104,11 +97,11 @@ def test_rank5_chain_with_a_broadcast_keeps_the_broadcast_dims_apart():
     assert max_rank(m) == 2
 
 
-def test_broadcasting_rank5_mul_of_two_runtime_operands():
+def test_broadcasting_rank5_mul_of_two_runtime_operands(onnx_model):
     # Both operands broadcast: a:[4,1,3,5,1] * b:[1,2,3,5,7] -> [4,2,3,5,7]; dims 2-3 merge.
     a, b = [4, 1, 3, 5, 1], [1, 2, 3, 5, 7]
-    proto = model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")],
-                  [vi("a", a), vi("b", b)], [vi("y", [4, 2, 3, 5, 7])])
+    proto = onnx_model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")],
+                       [vi("a", a), vi("b", b)], [vi("y", [4, 2, 3, 5, 7])])
     m, out, ctx = fold(proto, max_rank=4)
     mul = ops(m, "Mul")[0]
     assert mul.outputs[0].type.shape == (4, 2, 15, 7)
@@ -118,9 +111,9 @@ def test_broadcasting_rank5_mul_of_two_runtime_operands():
     assert back.op_type == "Reshape"
 
 
-def test_under_the_limit_nothing_changes_and_zero_folds_everything():
-    proto = model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")],
-                  [vi("a", [2, 3, 4]), vi("b", [2, 3, 4])], [vi("y", [2, 3, 4])])
+def test_under_the_limit_nothing_changes_and_zero_folds_everything(onnx_model):
+    proto = onnx_model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")],
+                       [vi("a", [2, 3, 4]), vi("b", [2, 3, 4])], [vi("y", [2, 3, 4])])
     m = import_model(proto)
     assert not fold_ranks(m.graph, PassContext(max_rank=3))
     assert not fold_ranks(m.graph, PassContext())  # no limit: nothing to do
@@ -128,13 +121,13 @@ def test_under_the_limit_nothing_changes_and_zero_folds_everything():
     assert ops(m, "Mul")[0].outputs[0].type.shape == (24,)
 
 
-def test_symbolic_dims_merge_where_provably_equal():
+def test_symbolic_dims_merge_where_provably_equal(onnx_model):
     # x:[N,3,4,5,6] + c:[4,5,6]: c is 1 at dims 0-1 and full at 2-4, x full everywhere:
     # groups N*3 | 4*5*6 (N is the same size in every value: it merges).
-    proto = model([helper.make_node("Add", ["x", "c"], ["h"], name="add"),
-                   helper.make_node("Tanh", ["h"], ["y"], name="tanh")],
-                  [vi("x", ["N", 3, 4, 5, 6])], [vi("y", ["N", 3, 4, 5, 6])],
-                  [const("c", RNG.standard_normal([4, 5, 6]).astype(np.float32))])
+    proto = onnx_model([helper.make_node("Add", ["x", "c"], ["h"], name="add"),
+                        helper.make_node("Tanh", ["h"], ["y"], name="tanh")],
+                       [vi("x", ["N", 3, 4, 5, 6])], [vi("y", ["N", 3, 4, 5, 6])],
+                       [const("c", RNG.standard_normal([4, 5, 6]).astype(np.float32))])
     m, out, ctx = fold(proto, max_rank=4, dims={"N": 2})
     add = ops(m, "Add")[0]
     assert add.outputs[0].type.shape == ("N*3", 120)
@@ -142,33 +135,33 @@ def test_symbolic_dims_merge_where_provably_equal():
     assert ops(m, "Tanh")[0].outputs[0].type.shape == ("N*3", 120)
 
 
-def test_symbolic_dims_multiply_into_a_symbol():
-    proto = model([helper.make_node("Add", ["x", "z"], ["y"], name="add")],
-                  [vi("x", ["N", 2, 2, 2, 2]), vi("z", ["N", 2, 2, 2, 2])], [vi("y", ["N", 2, 2, 2, 2])])
+def test_symbolic_dims_multiply_into_a_symbol(onnx_model):
+    proto = onnx_model([helper.make_node("Add", ["x", "z"], ["y"], name="add")],
+                       [vi("x", ["N", 2, 2, 2, 2]), vi("z", ["N", 2, 2, 2, 2])], [vi("y", ["N", 2, 2, 2, 2])])
     m, out, ctx = fold(proto, max_rank=4, dims={"N": 3})
     assert ops(m, "Add")[0].outputs[0].type.shape == ("N*16",)
 
 
-def test_a_dynamic_dim_that_may_be_one_is_never_merged():
+def test_a_dynamic_dim_that_may_be_one_is_never_merged(onnx_model):
     # a:[?,3,4,5,6] + b:[7,3,4,5,6]: '?' may be 1 (broadcast) or 7: dim 0 stays alone.
-    proto = model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
-                  [vi("a", ["M", 3, 4, 5, 6]), vi("b", [7, 3, 4, 5, 6])], [vi("y", [7, 3, 4, 5, 6])])
+    proto = onnx_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+                       [vi("a", ["M", 3, 4, 5, 6]), vi("b", [7, 3, 4, 5, 6])], [vi("y", [7, 3, 4, 5, 6])])
     for size in (1, 7):
         m, out, ctx = fold(proto, max_rank=4, dims={"M": size})
         add = ops(m, "Add")[0]
         assert add.inputs[0].type.shape == ("M", 360) and add.outputs[0].type.shape == (7, 360)
 
 
-def test_two_unknown_dims_in_one_reshape_leave_the_region_alone():
-    proto = model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
-                  [vi("a", ["M", 3, "K", 5, 6]), vi("b", [1, 3, 1, 5, 6])], [vi("y", ["M", 3, "K", 5, 6])])
+def test_two_unknown_dims_in_one_reshape_leave_the_region_alone(onnx_model):
+    proto = onnx_model([helper.make_node("Add", ["a", "b"], ["y"], name="add")],
+                       [vi("a", ["M", 3, "K", 5, 6]), vi("b", [1, 3, 1, 5, 6])], [vi("y", ["M", 3, "K", 5, 6])])
     m = import_model(proto)
     assert not fold_ranks(m.graph, PassContext(max_rank=4))
     assert ops(m, "Add")[0].outputs[0].type.shape == ("M", 3, "K", 5, 6)
 
 
 @pytest.mark.parametrize("profile", ["tosa", "xla"])
-def test_targets_pipelines_fold_and_then_legalize(profile):
+def test_targets_pipelines_fold_and_then_legalize(profile, onnx_model):
     pipeline = target(profile).pipeline()
     shape7 = [2, 1, 3, 2, 2, 1, 5]
     nodes, inits = reshape_chain(shape7, [
@@ -176,20 +169,21 @@ def test_targets_pipelines_fold_and_then_legalize(profile):
         helper.make_node("Sub", ["h1", "d"], ["h2"], name="sub"),
     ], [12, 10])
     inits += [const("c", RNG.standard_normal([2, 2, 1, 5]).astype(np.float32))]
-    proto = model(nodes, [vi("x", [12, 10]), vi("d", [5])], [vi("y", [12, 10])], inits)
+    proto = onnx_model(nodes, [vi("x", [12, 10]), vi("d", [5])], [vi("y", [12, 10])], inits)
     m, out, ctx = fold(proto, pipeline=pipeline, profile=profile)
     assert max_rank(m) <= 6
     # dims 2x3 (c and d are 1 there) | 2x2 (d is 1) | 5; the 1s go
     assert ops(m, "Add")[0].outputs[0].type.shape == (6, 4, 5)
 
 
-def test_a_result_used_outside_the_region_is_reshaped_back():
+def test_a_result_used_outside_the_region_is_reshaped_back(onnx_model):
     # h (rank 5) feeds the region and a ReduceSum: the ReduceSum reads the unfolded value.
-    proto = model([helper.make_node("Add", ["a", "b"], ["h"], name="add"),
-                   helper.make_node("ReduceSum", ["h", "axes"], ["r"], keepdims=0, name="sum"),
-                   helper.make_node("Neg", ["h"], ["y"], name="neg")],
-                  [vi("a", [2, 3, 4, 5, 6]), vi("b", [2, 3, 4, 5, 6])], [vi("y", [2, 3, 4, 5, 6]), vi("r", [3, 4, 5, 6])],
-                  [const("axes", np.asarray([0], np.int64))])
+    proto = onnx_model([helper.make_node("Add", ["a", "b"], ["h"], name="add"),
+                        helper.make_node("ReduceSum", ["h", "axes"], ["r"], keepdims=0, name="sum"),
+                        helper.make_node("Neg", ["h"], ["y"], name="neg")],
+                       [vi("a", [2, 3, 4, 5, 6]), vi("b", [2, 3, 4, 5, 6])],
+                       [vi("y", [2, 3, 4, 5, 6]), vi("r", [3, 4, 5, 6])],
+                       [const("axes", np.asarray([0], np.int64))])
     m, out, ctx = fold(proto, max_rank=4)
     (red,) = ops(m, "ReduceSum")
     assert red.inputs[0].type.shape == (2, 3, 4, 5, 6) and red.inputs[0].producer.op == "Reshape"
@@ -198,10 +192,6 @@ def test_a_result_used_outside_the_region_is_reshaped_back():
 
 @pytest.mark.needs("litert")
 def test_a_tflite_rank5_chain_folds_and_litert_agrees(tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import tflite_build as tb
     from legalizer.check.tflite import check_tflite
     from legalizer.exporters.tflite import to_tflite
@@ -232,11 +222,11 @@ def test_a_tflite_rank5_chain_folds_and_litert_agrees(tmp_path):
     assert res.ran and res.ok, res.to_json()
 
 
-def test_the_api_folds_within_the_tosa_level_and_none_keeps_the_ranks():
+def test_the_api_folds_within_the_tosa_level_and_none_keeps_the_ranks(onnx_model):
     shape7 = [2, 3, 1, 4, 5, 1, 6]
     nodes, inits = reshape_chain(shape7, [helper.make_node("Add", ["h0", "c"], ["h1"], name="add")], [720])
     inits += [const("c", RNG.standard_normal(shape7).astype(np.float32))]
-    proto = model(nodes, [vi("x", [720])], [vi("y", [720])], inits)
+    proto = onnx_model(nodes, [vi("x", [720])], [vi("y", [720])], inits)
     ranks = lambda p: {len(v.type.tensor_type.shape.dim) for v in onnx.shape_inference.infer_shapes(p).graph.value_info}  # noqa: E731
     assert max(ranks(legalizer.legalize(proto, "tosa"))) <= 6
     assert max(ranks(legalizer.legalize(proto, "tosa", level="none"))) == 7

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import cli_in_process
 from needs import polygraphy_command
 from legalizer.check import polygraphy_json
 from legalizer.check.golden import read_inputs, read_outputs
@@ -98,7 +97,7 @@ def _polygraphy() -> str:
 
 @pytest.mark.parametrize("model", [MLP, DYN], ids=["mlp_bias", "dynamic_broadcast"])
 @pytest.mark.needs("polygraphy")
-def test_polygraphy_run_saved_data_replayed_by_legalize(tmp_path, model):
+def test_polygraphy_run_saved_data_replayed_by_legalize(tmp_path, model, legalize_in_process):
     """``polygraphy run --save-inputs/--save-outputs`` on a real model, replayed: the
     legalized model matches the stored outputs (Polygraphy passes too), and a reference
     with one sample's output moved by 1e-3 fails both, on that sample."""
@@ -108,7 +107,7 @@ def test_polygraphy_run_saved_data_replayed_by_legalize(tmp_path, model):
                         "--save-outputs", str(o)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     legal, rep = tmp_path / "m.legal.onnx", tmp_path / "r.json"
-    code, out, err = cli_in_process(model, legal, "--load-inputs", i, "--load-outputs", o, "--report", rep)
+    code, out, err = legalize_in_process(model, legal, "--load-inputs", i, "--load-outputs", o, "--report", rep)
     assert code == 0, err
     check = _report(rep)["check"]
     assert check["ok"] and [b["sample"] for b in check["bindings"]] == [0, 1, 2]
@@ -125,8 +124,8 @@ def test_polygraphy_run_saved_data_replayed_by_legalize(tmp_path, model):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(raw))
     legal2 = tmp_path / "m2.legal.onnx"
-    code, out, err = cli_in_process(model, legal2, "--load-inputs", i, "--load-outputs", bad, "--report", rep,
-                                    "--no-localize")
+    code, out, err = legalize_in_process(model, legal2, "--load-inputs", i, "--load-outputs", bad, "--report", rep,
+                                         "--no-localize")
     assert code == 1 and not legal2.exists()
     check = _report(rep)["check"]
     assert [b["ok"] for b in check["bindings"]] == [True, False, True]
@@ -144,10 +143,10 @@ def test_polygraphy_run_saved_data_replayed_by_legalize(tmp_path, model):
 
 
 @pytest.mark.needs("polygraphy")
-def test_legalize_saved_data_replayed_by_polygraphy(tmp_path):
+def test_legalize_saved_data_replayed_by_polygraphy(tmp_path, legalize_in_process):
     exe = _polygraphy()
     i, o, legal = tmp_path / "si.json", tmp_path / "so.json", tmp_path / "m.legal.onnx"
-    code, out, err = cli_in_process(DYN, legal, "--save-inputs", i, "--save-outputs", o)
+    code, out, err = legalize_in_process(DYN, legal, "--save-inputs", i, "--save-outputs", o)
     assert code == 0, err
     name, ref, others = read_outputs(o)
     assert (name, others) == ("original-onnxrt", ["legalized-onnxrt"])
@@ -158,7 +157,7 @@ def test_legalize_saved_data_replayed_by_polygraphy(tmp_path):
     assert f"Passed: {len(ref)}/{len(ref)} iterations" in p.stdout + p.stderr
 
 
-def test_npz_round_trip_and_several_samples(tmp_path):
+def test_npz_round_trip_and_several_samples(tmp_path, legalize_in_process):
     samples = _mlp_samples(3)
     expected = _mlp_reference(samples)
     i, o = tmp_path / "i.npz", tmp_path / "o.npz"
@@ -166,8 +165,8 @@ def test_npz_round_trip_and_several_samples(tmp_path):
     np.savez(o, **{f"{k}/y": e["y"] for k, e in enumerate(expected)})
     rep = tmp_path / "r.json"
     si, so = tmp_path / "saved_i.npz", tmp_path / "saved_o.npz"
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o,
-                                    "--report", rep, "--save-inputs", si, "--save-outputs", so)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o,
+                                         "--report", rep, "--save-inputs", si, "--save-outputs", so)
     assert code == 0, err
     check = _report(rep)["check"]
     # each sample binds the batch dim by its own array
@@ -183,15 +182,15 @@ def test_npz_round_trip_and_several_samples(tmp_path):
     assert sum(entry["histogram"]["counts"]) == entry["total"]
 
 
-def test_data_loader_script_yields_the_samples(tmp_path):
+def test_data_loader_script_yields_the_samples(tmp_path, legalize_in_process):
     script = tmp_path / "loader.py"
     script.write_text("import numpy as np\n"
                       "def feeds():\n"
                       "    for n in (1, 5):\n"
                       "        yield {'x': np.full((n, 16), 0.5, np.float32)}\n")
     rep = tmp_path / "r.json"
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--data-loader-script", f"{script}:feeds",
-                                    "--report", rep, "-v")
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--data-loader-script", f"{script}:feeds",
+                                         "--report", rep, "-v")
     assert code == 0, err
     check = _report(rep)["check"]
     assert [(b["sample"], b["dims"]) for b in check["bindings"]] == [(0, {"N": 1}), (1, {"N": 5})]
@@ -199,17 +198,17 @@ def test_data_loader_script_yields_the_samples(tmp_path):
     assert "abs err histogram:" in out
 
 
-def test_data_loader_script_failure_is_one_line(tmp_path):
+def test_data_loader_script_failure_is_one_line(tmp_path, legalize_in_process):
     script = tmp_path / "loader.py"
     script.write_text("def load_data():\n    raise RuntimeError('no data here')\n    yield {}\n")
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--data-loader-script", script)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--data-loader-script", script)
     assert code == 2 and err.strip().count("\n") == 0
     assert "the script failed: RuntimeError: no data here" in err
     assert not (tmp_path / "m.legal.onnx").exists()
 
 
-def test_help_says_the_script_runs():
-    code, out, err = cli_in_process("--help")
+def test_help_says_the_script_runs(legalize_in_process):
+    code, out, err = legalize_in_process("--help")
     assert "RUNS the script's code" in " ".join(out.split())
 
 
@@ -234,7 +233,7 @@ def _json_inputs(tmp_path, payload: bytes, name="x") -> Path:
     ("object", "holds Python objects (dtype object), which are never unpickled"),
     ("not_base64", "the array is not base64"),
 ])
-def test_bad_json_inputs_are_refused_before_inflating(tmp_path, case, words):
+def test_bad_json_inputs_are_refused_before_inflating(tmp_path, case, words, legalize_in_process):
     good = _npy(np.zeros((2, 4), np.float32))
     if case == "truncated":
         f = _json_inputs(tmp_path, good[:-16])
@@ -246,13 +245,13 @@ def test_bad_json_inputs_are_refused_before_inflating(tmp_path, case, words):
     else:
         f = tmp_path / "in.json"
         f.write_text(json.dumps([{"x": {"array": "***", "polygraphy_class": "ndarray"}}]))
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", f)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", f)
     assert code == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert f"--load-inputs {f}: iteration 0, input 'x': {words}" in err
     assert not (tmp_path / "m.legal.onnx").exists()
 
 
-def test_npz_bomb_is_refused_by_its_declared_size(tmp_path):
+def test_npz_bomb_is_refused_by_its_declared_size(tmp_path, legalize_in_process):
     f = tmp_path / "bomb.npz"
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
         with z.open("x.npy", "w", force_zip64=True) as m:
@@ -261,7 +260,7 @@ def test_npz_bomb_is_refused_by_its_declared_size(tmp_path):
             for _ in range(80):  # 1.25 GiB of zeros, a few MB on disk
                 m.write(chunk)
     assert f.stat().st_size < 16 << 20
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", f)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", f)
     assert code == 2 and "array 'x' inflates to 1.25 GiB, more than the check takes (1 GiB)" in err
 
 
@@ -278,7 +277,7 @@ def test_npz_bomb_is_refused_by_its_declared_size(tmp_path):
     (["--save-inputs", "{i}", "--load-inputs", "{i}", "--force"], "is the loaded inputs (--load-inputs) and the saved inputs"),
     (["--input", "x={x}", "--load-inputs", "{i}"], "--input and --load-inputs (or --data-loader-script) both"),
 ])
-def test_golden_usage_errors(tmp_path, args, words):
+def test_golden_usage_errors(tmp_path, args, words, legalize_in_process):
     model = tmp_path / "m.onnx"
     shutil.copy(MLP, model)
     i, o, x = tmp_path / "i.json", tmp_path / "o.json", tmp_path / "x.npy"
@@ -286,32 +285,32 @@ def test_golden_usage_errors(tmp_path, args, words):
     o.write_text(polygraphy_json.dump_runs([("r", _mlp_reference(_mlp_samples(1)))]))
     np.save(x, _mlp_samples(1)[0]["x"])
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    code, out, err = cli_in_process(model, *[a.format(i=i, o=o, x=x, model=model) for a in args])
+    code, out, err = legalize_in_process(model, *[a.format(i=i, o=o, x=x, model=model) for a in args])
     assert code == 2 and err.count("\n") == 1 and words in err, err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
-def test_stored_outputs_must_fit_the_model(tmp_path):
+def test_stored_outputs_must_fit_the_model(tmp_path, legalize_in_process):
     samples = _mlp_samples(2)
     i, o = tmp_path / "i.json", tmp_path / "o.json"
     i.write_text(polygraphy_json.dump_inputs(samples))
     o.write_text(polygraphy_json.dump_runs([("r", [{"z": np.zeros(1)}, {"z": np.zeros(1)}])]))
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o)
     assert code == 2 and "none of its outputs (z) is an output of the model (its outputs: y)" in err
     o.write_text(polygraphy_json.dump_runs([("r", _mlp_reference(samples[:1]))]))
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o)
     assert code == 2 and "--load-outputs holds 1 samples, but the inputs 2" in err
 
 
-def test_a_sample_that_does_not_fit_the_model_is_named(tmp_path):
+def test_a_sample_that_does_not_fit_the_model_is_named(tmp_path, legalize_in_process):
     i = tmp_path / "i.json"
     i.write_text(polygraphy_json.dump_inputs([{"x": np.zeros((1, 16), np.float32)},
                                               {"x": np.zeros((1, 5), np.float32)}]))
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i)
     assert code == 2 and "sample 1: input array 'x' (1x5): dim 1 is 5, but input 'x' is declared 'Nx16'" in err
 
 
-def test_saved_files_are_written_even_when_the_check_fails(tmp_path):
+def test_saved_files_are_written_even_when_the_check_fails(tmp_path, legalize_in_process):
     """A failed check is what gets replayed elsewhere: its inputs and outputs are saved."""
     samples = _mlp_samples(2)
     expected = _mlp_reference(samples)
@@ -320,8 +319,8 @@ def test_saved_files_are_written_even_when_the_check_fails(tmp_path):
     i.write_text(polygraphy_json.dump_inputs(samples))
     o.write_text(polygraphy_json.dump_runs([("device", expected)]))
     so = tmp_path / "so.json"
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o,
-                                    "--save-outputs", so, "--no-localize")
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o,
+                                         "--save-outputs", so, "--no-localize")
     assert code == 1 and not (tmp_path / "m.legal.onnx").exists()
     name, ref, others = read_outputs(so)
     assert (name, others) == ("device", ["legalized-onnxrt"])
@@ -329,7 +328,7 @@ def test_saved_files_are_written_even_when_the_check_fails(tmp_path):
 
 
 @pytest.mark.needs("polygraphy")
-def test_polygraphy_per_iteration_folders_are_read(tmp_path):
+def test_polygraphy_per_iteration_folders_are_read(tmp_path, legalize_in_process):
     """``polygraphy run --save-inputs DIR --save-outputs DIR`` (paths without a suffix)
     writes one JSON file per iteration: legalize reads the folders in name order."""
     exe = _polygraphy()
@@ -339,8 +338,8 @@ def test_polygraphy_per_iteration_folders_are_read(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert len(list(i.glob("*.json"))) == len(list(o.glob("*.json"))) == 2
     rep = tmp_path / "r.json"
-    code, out, err = cli_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o,
-                                    "--report", rep)
+    code, out, err = legalize_in_process(MLP, tmp_path / "m.legal.onnx", "--load-inputs", i, "--load-outputs", o,
+                                         "--report", rep)
     assert code == 0, err
     check = _report(rep)["check"]
     assert check["ok"] and [b["sample"] for b in check["bindings"]] == [0, 1]
@@ -349,13 +348,13 @@ def test_polygraphy_per_iteration_folders_are_read(tmp_path):
         sorted(i.glob("*.json"))[1].read_text(), 1 << 30)[0]["x"])
 
 
-def test_library_check_over_stored_samples(tmp_path):
+def test_library_check_over_stored_samples(tmp_path, legalize_in_process):
     import legalizer
 
     samples = _mlp_samples(2)
     expected = _mlp_reference(samples)
     legal = tmp_path / "m.legal.onnx"
-    assert cli_in_process(MLP, legal, "-q")[0] == 0
+    assert legalize_in_process(MLP, legal, "-q")[0] == 0
     result = legalizer.check(MLP, legal, samples=samples)
     assert result.ok and [b.sample for b in result.bindings] == [0, 1] and result.samples["count"] == 2
     o = tmp_path / "o.json"
@@ -371,7 +370,7 @@ def test_library_check_over_stored_samples(tmp_path):
 
 
 @pytest.mark.needs("litert")
-def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path):
+def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path, legalize_in_process):
     """A TFLite model's check (LiteRT, and onnxruntime on its ONNX form) fed by a data
     loader script, its runs saved and replayed as the reference."""
     model = ROOT / "models" / "tflite" / "broadcast_add.tflite"  # x: 2x3x4x5, y: 5
@@ -381,8 +380,8 @@ def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path):
                       "    for k in range(3):\n"
                       "        yield {'x': np.full((2, 3, 4, 5), k, np.float32), 'y': np.arange(5, dtype=np.float32)}\n")
     rep, si, so = tmp_path / "r.json", tmp_path / "si.npz", tmp_path / "so.json"
-    code, out, err = cli_in_process(model, tmp_path / "b.legal.tflite", "--data-loader-script", script,
-                                    "--report", rep, "--save-inputs", si, "--save-outputs", so)
+    code, out, err = legalize_in_process(model, tmp_path / "b.legal.tflite", "--data-loader-script", script,
+                                         "--report", rep, "--save-inputs", si, "--save-outputs", so)
     assert code == 0, err
     check = _report(rep)["check"]
     assert [b["sample"] for b in check["bindings"]] == [0, 1, 2] and check["samples"]["count"] == 3
@@ -392,15 +391,15 @@ def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path):
     assert (name, others) == ("original-litert", ["legalized-litert"]) and len(ref) == 3
     np.testing.assert_array_equal(ref[1]["out0"], np.full((2, 3, 4, 5), 1, np.float32) + np.arange(5, dtype=np.float32))
     # replayed: the saved reference passes; one sample's output moved by 1e-3 fails that sample
-    code, out, err = cli_in_process(model, tmp_path / "c.legal.tflite", "--load-inputs", si, "--load-outputs", so,
-                                    "--report", rep)
+    code, out, err = legalize_in_process(model, tmp_path / "c.legal.tflite", "--load-inputs", si, "--load-outputs", so,
+                                         "--report", rep)
     assert code == 0, err
     assert _report(rep)["check"]["reference"] == "so.json (original-litert)"
     ref[2]["out1"] = ref[2]["out1"] + np.float32(1e-3)
     bad = tmp_path / "bad.json"
     bad.write_text(polygraphy_json.dump_runs([("device", ref)]))
-    code, out, err = cli_in_process(model, tmp_path / "d.legal.tflite", "--load-inputs", si, "--load-outputs", bad,
-                                    "--report", rep, "--no-localize")
+    code, out, err = legalize_in_process(model, tmp_path / "d.legal.tflite", "--load-inputs", si, "--load-outputs", bad,
+                                         "--report", rep, "--no-localize")
     assert code == 1 and not (tmp_path / "d.legal.tflite").exists()
     check = _report(rep)["check"]
     assert [b["ok"] for b in check["bindings"]] == [True, True, False]

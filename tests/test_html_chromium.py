@@ -15,13 +15,13 @@ import json
 import os
 import select
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from legalizer.html_report import STYLE
+from helpers import cli_process
 from needs import browser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,8 +186,7 @@ def _load(browser: Chromium, page: Path) -> None:
 
 
 def _legalize(*args) -> None:
-    p = subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True, text=True,
-                       cwd=ROOT, timeout=300)
+    p = cli_process(*args)
     assert p.returncode == 0, p.stderr
 
 
@@ -220,10 +219,9 @@ def test_transformer_report_renders(browser, tmp_path, target):
     (tmp_path / f"report_{target}.png").write_bytes(png)
 
 
-def test_report_with_violations_renders(browser, tmp_path):
+def test_report_with_violations_renders(browser, tmp_path, legalize):
     page = tmp_path / "bad.html"
-    p = subprocess.run([sys.executable, "-m", "legalizer.cli", str(MODELS / "incompatible_add.onnx"), "--verify-only",
-                        "--html", str(page)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    p = legalize(MODELS / "incompatible_add.onnx", "--verify-only", "--html", page)
     assert p.returncode == 1
     _load(browser, page)
     got = browser.evaluate("({rows: document.querySelectorAll('#violations tbody tr').length,"

@@ -5,8 +5,6 @@ never a golden file. The page in a real browser: tests/test_html_chromium.py."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -29,11 +27,6 @@ SVG = "{http://www.w3.org/2000/svg}"
 VOID = {"meta", "br", "hr", "img", "input", "link", "wbr"}
 # A node name no page may show raw: markup, an entity, quotes, a control character.
 NASTY = 'n<script>alert("x")</script>&amp;\'\x01'
-
-
-def legalize_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
 
 
 class Page(HTMLParser):
@@ -95,9 +88,9 @@ def _self_contained(page: str) -> None:
     assert set(re.findall(r"https?://[^\s\"'<>]+", page)) <= {"http://www.w3.org/2000/svg"}
 
 
-def test_transformer_page(tmp_path):
+def test_transformer_page(tmp_path, legalize):
     out, page_path, report = tmp_path / "x.onnx", tmp_path / "report.html", tmp_path / "r.json"
-    p = legalize_cli(MODELS / "transformer_block.dynamo.onnx", "-o", out, "--html", page_path, "--report", report)
+    p = legalize(MODELS / "transformer_block.dynamo.onnx", "-o", out, "--html", page_path, "--report", report)
     assert p.returncode == 0, p.stderr
     page = page_path.read_text(encoding="utf-8")
     parsed = Page(page)
@@ -153,10 +146,10 @@ def _nasty_model(path: Path) -> Path:
     return path
 
 
-def test_names_are_escaped(tmp_path):
+def test_names_are_escaped(tmp_path, legalize):
     model = _nasty_model(tmp_path / "nasty.onnx")
     page_path = tmp_path / "nasty.html"
-    p = legalize_cli(model, "-o", tmp_path / "out.onnx", "--html", page_path)
+    p = legalize(model, "-o", tmp_path / "out.onnx", "--html", page_path)
     assert p.returncode == 0, p.stderr
     page = page_path.read_text(encoding="utf-8")
     _self_contained(page)  # no <script> from the node name
@@ -211,11 +204,11 @@ def test_library_pictures_are_capped(tmp_path):
         assert [g.get("data-name") for g in nodes(after, "inserted") if "op" in g.get("class").split()] == ["b_r3"]
 
 
-def test_xla_dynamic_regions(tmp_path):
+def test_xla_dynamic_regions(tmp_path, legalize):
     """xla's runtime shape computations (Shape, Gather, Where, Concat) are inserted nodes too."""
     page_path = tmp_path / "dyn.html"
-    p = legalize_cli(MODELS / "dynamic_broadcast.onnx", "--target", "xla", "-o", tmp_path / "d.onnx", "--html",
-                     page_path, "--no-check")
+    p = legalize(MODELS / "dynamic_broadcast.onnx", "--target", "xla", "-o", tmp_path / "d.onnx", "--html",
+                 page_path, "--no-check")
     assert p.returncode == 0, p.stderr
     page = page_path.read_text(encoding="utf-8")
     assert "not checked: --no-check" in page
@@ -225,9 +218,9 @@ def test_xla_dynamic_regions(tmp_path):
     assert {"Expand", "Shape", "Gather", "Where", "Concat"} <= ops
 
 
-def test_verify_only_page_shows_the_violations(tmp_path):
+def test_verify_only_page_shows_the_violations(tmp_path, legalize):
     page_path = tmp_path / "bad.html"
-    p = legalize_cli(MODELS / "incompatible_add.onnx", "--verify-only", "--html", page_path)
+    p = legalize(MODELS / "incompatible_add.onnx", "--verify-only", "--html", page_path)
     assert p.returncode == 1
     page = page_path.read_text(encoding="utf-8")
     assert "verdict bad" in page and "<code>bad_add</code>" in page
@@ -236,26 +229,26 @@ def test_verify_only_page_shows_the_violations(tmp_path):
     assert not svgs(page)
 
 
-def test_html_never_replaces_a_model(tmp_path):
+def test_html_never_replaces_a_model(tmp_path, legalize):
     model = tmp_path / "m.onnx"
     model.write_bytes((MODELS / "mlp_bias.onnx").read_bytes())
     data = model.read_bytes()
     for args in (["-o", tmp_path / "o.onnx", "--html", model], ["-o", tmp_path / "o.onnx", "--html", tmp_path / "o.onnx"]):
-        p = legalize_cli(model, *args)
+        p = legalize(model, *args)
         assert p.returncode == 2
         assert len(p.stderr.strip().splitlines()) == 1 and "cannot replace a model file" in p.stderr
         assert not (tmp_path / "o.onnx").exists()
     assert model.read_bytes() == data
 
 
-def test_html_is_replaced_atomically(tmp_path):
+def test_html_is_replaced_atomically(tmp_path, legalize):
     page_path = tmp_path / "r.html"
     page_path.write_text("old")
-    p = legalize_cli(MODELS / "mlp_bias.onnx", "-o", tmp_path / "o.onnx", "--html", page_path, "--no-check")
+    p = legalize(MODELS / "mlp_bias.onnx", "-o", tmp_path / "o.onnx", "--html", page_path, "--no-check")
     assert p.returncode == 0, p.stderr
     assert page_path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     assert sorted(f.name for f in tmp_path.iterdir()) == ["o.onnx", "r.html"]  # no temporary left
-    p = legalize_cli(MODELS / "mlp_bias.onnx", "--verify-only", "--html", tmp_path / "nodir" / "r.html")
+    p = legalize(MODELS / "mlp_bias.onnx", "--verify-only", "--html", tmp_path / "nodir" / "r.html")
     assert p.returncode == 2 and "does not exist" in p.stderr
 
 

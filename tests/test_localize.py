@@ -21,7 +21,7 @@ import legalizer
 from legalizer.check.localize import Localization, Step, bisect, by_content, loc_name
 from legalizer.check.probes import Probe
 from legalizer.check.reduce import ddmin
-from test_cli import assert_clean, legalize, lines
+from helpers import assert_clean, cli_process, lines
 from needs import require
 from slow import sample
 
@@ -71,7 +71,7 @@ DIVERGENCE_KEYS = ["value", "node", "op", "max_abs_err", "max_rel_err", "mismatc
 
 @pytest.mark.parametrize("name", ["mlp_bias.onnx", "small_cnn.dynamo.onnx", "transformer_block.dynamo.onnx",
                                   "transformer_block.torchscript.onnx"])
-def test_localize_names_the_node_that_reads_a_perturbed_weight(name, tmp_path):
+def test_localize_names_the_node_that_reads_a_perturbed_weight(name, tmp_path, legalize):
     bad, readers, weight = _perturbed_onnx(ROOT / "models" / name, tmp_path / "bad.onnx")
     p = legalize(bad, "--verify-only", "--against", ROOT / "models" / name, "--localize",
                  "--report", tmp_path / "r.json")
@@ -89,7 +89,7 @@ def test_localize_names_the_node_that_reads_a_perturbed_weight(name, tmp_path):
     assert lines(p.stdout)[-1] == f"{bad}: legal under 'mlir', results DIFFER (CPUExecutionProvider)"
 
 
-def test_the_same_model_against_itself_matches_and_nothing_differs(tmp_path):
+def test_the_same_model_against_itself_matches_and_nothing_differs(tmp_path, legalize):
     model = ROOT / "models/mlp_bias.onnx"
     p = legalize(model, "--verify-only", "--against", model, "--localize", "--report", tmp_path / "r.json")
     assert_clean(p)
@@ -99,7 +99,7 @@ def test_the_same_model_against_itself_matches_and_nothing_differs(tmp_path):
     assert "localize: no intermediate value differs (all 6 matched values agree)" in lines(p.stdout)
 
 
-def test_against_without_localize_names_no_culprit(tmp_path):
+def test_against_without_localize_names_no_culprit(tmp_path, legalize):
     bad, _, _ = _perturbed_onnx(ROOT / "models/mlp_bias.onnx", tmp_path / "bad.onnx")
     p = legalize(bad, "--verify-only", "--against", ROOT / "models/mlp_bias.onnx", "--report", tmp_path / "r.json")
     assert p.returncode == 1
@@ -109,7 +109,7 @@ def test_against_without_localize_names_no_culprit(tmp_path):
 
 @pytest.mark.parametrize("name,weight", [("transformer_like.tflite", "up_w"), ("mobilenet_like.tflite", "pw_w"),
                                          ("mobilenet_like_int8.tflite", "pw_w")])
-def test_tflite_against_tflite_localizes_on_litert(name, weight, tmp_path):
+def test_tflite_against_tflite_localizes_on_litert(name, weight, tmp_path, legalize):
     require("litert")
     bad, readers = _perturbed_tflite(TFLITE / name, tmp_path / "bad.tflite", weight)
     p = legalize(bad, "--verify-only", "--against", TFLITE / name, "--localize", "--report", tmp_path / "r.json")
@@ -195,8 +195,8 @@ def test_no_localize_turns_it_off(monkeypatch, tmp_path):
 def _against(stem: str, tmp_path: Path, *extra):
     require("iree")
     require("litert")
-    p = legalize(CONVERTER / f"{stem}.mlirbc", "--verify-only", "--against", TFLITE / f"{stem}.tflite",
-                 "--localize", "--report", tmp_path / "r.json", *extra)
+    p = cli_process(CONVERTER / f"{stem}.mlirbc", "--verify-only", "--against", TFLITE / f"{stem}.tflite",
+                    "--localize", "--report", tmp_path / "r.json", *extra)
     assert_clean(p)
     assert p.returncode == 1, p.stdout + p.stderr
     return p, _report(tmp_path / "r.json")["check"]
@@ -238,7 +238,7 @@ def test_converter_transformer_is_its_gelu(tmp_path):
     assert check["localize"]["runs"] == 2  # one IREE run with every value, one LiteRT run
 
 
-def test_a_module_with_location_names_is_matched_by_them(tmp_path):
+def test_a_module_with_location_names_is_matched_by_them(tmp_path, legalize):
     """An intermediate value named by its op's loc is matched to the reference tensor
     of that name, though its content agrees with none: it is the culprit, not the
     result computed from it."""
@@ -317,7 +317,7 @@ def test_ddmin_finds_a_minimal_failing_subset():
     assert kept == [items[3], items[11]] and tests < 40
 
 
-def test_reduce_onnx_writes_one_node_that_still_differs(tmp_path):
+def test_reduce_onnx_writes_one_node_that_still_differs(tmp_path, legalize):
     ref = ROOT / "models/transformer_block.dynamo.onnx"
     bad, readers, _ = _perturbed_onnx(ref, tmp_path / "bad.onnx")
     out = tmp_path / "small.onnx"
@@ -358,7 +358,7 @@ def test_reduce_tosa_keeps_the_converter_ops_that_differ(stem, nodes, tmp_path):
     assert not close  # the part alone still differs from the reference
 
 
-def test_reduce_a_violation_to_its_node(tmp_path):
+def test_reduce_a_violation_to_its_node(tmp_path, legalize):
     out = tmp_path / "v.onnx"
     p = legalize(ROOT / "models/incompatible_add.onnx", "--verify-only", "--reduce", out)
     assert_clean(p)
@@ -371,7 +371,7 @@ def test_reduce_a_violation_to_its_node(tmp_path):
     assert first and first[0] in lines(again.stdout)
 
 
-def test_reduce_refuses_what_it_cannot_write(tmp_path):
+def test_reduce_refuses_what_it_cannot_write(tmp_path, legalize):
     p = legalize(TFLITE / "broadcast_add.tflite", "--verify-only", "--reduce", tmp_path / "x.tflite")
     assert p.returncode == 2
     assert lines(p.stderr) == ["legalize: error: --reduce writes ONNX or TOSA MLIR subgraphs: a tflite model is not"
@@ -384,7 +384,7 @@ def test_reduce_refuses_what_it_cannot_write(tmp_path):
 
 # -- tolerances and statistics ---------------------------------------------------------------
 
-def test_per_output_tolerances_as_polygraphy_writes_them(tmp_path):
+def test_per_output_tolerances_as_polygraphy_writes_them(tmp_path, legalize):
     bad, _, _ = _perturbed_onnx(ROOT / "models/mlp_bias.onnx", tmp_path / "bad.onnx")
     ref = ROOT / "models/mlp_bias.onnx"
     p = legalize(bad, "--verify-only", "--against", ref, "--atol", "y:10", "--atol", "1e-6", "-q")
@@ -397,7 +397,7 @@ def test_per_output_tolerances_as_polygraphy_writes_them(tmp_path):
     assert lines(p.stderr) == ["legalize: error: --rtol expects a non-negative number or OUTPUT:NUMBER, not 'y:much'"]
 
 
-def test_error_statistics_per_output(tmp_path):
+def test_error_statistics_per_output(tmp_path, legalize):
     bad, _, _ = _perturbed_onnx(ROOT / "models/mlp_bias.onnx", tmp_path / "bad.onnx")
     p = legalize(bad, "--verify-only", "--against", ROOT / "models/mlp_bias.onnx", "-v", "--report",
                  tmp_path / "r.json", "--html", tmp_path / "r.html")

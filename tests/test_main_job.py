@@ -4,8 +4,6 @@ legal, checks it on onnxruntime, and writes nothing when anything fails."""
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +19,13 @@ MODELS = ROOT / "models"
 WHEEL = Path(onnx.__file__).parent / "backend" / "test" / "data"
 
 
-def legalize(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
-
-
 def copy_model(name: str, tmp_path: Path) -> Path:
     dst = tmp_path / name
     shutil.copy(MODELS / name, dst)
     return dst
 
 
-def test_default_output_is_legal_and_checked(tmp_path):
+def test_default_output_is_legal_and_checked(tmp_path, legalize):
     src = copy_model("mlp_bias.onnx", tmp_path)
     before = src.read_bytes()
     p = legalize(src, "--report", tmp_path / "r.json")
@@ -61,7 +54,7 @@ def test_default_output_is_legal_and_checked(tmp_path):
                                         ort.get_available_providers() else "CPUExecutionProvider")
 
 
-def test_existing_output_needs_force_and_input_is_never_overwritten(tmp_path):
+def test_existing_output_needs_force_and_input_is_never_overwritten(tmp_path, legalize):
     src = copy_model("mlp_bias.onnx", tmp_path)
     out = tmp_path / "o.onnx"
     out.write_bytes(b"keep me")
@@ -76,7 +69,7 @@ def test_existing_output_needs_force_and_input_is_never_overwritten(tmp_path):
     assert src.read_bytes() == before
 
 
-def test_violating_model_is_not_legalized(tmp_path):
+def test_violating_model_is_not_legalized(tmp_path, legalize):
     src = copy_model("incompatible_add.onnx", tmp_path)
     p = legalize(src)
     assert p.returncode == 1
@@ -84,7 +77,7 @@ def test_violating_model_is_not_legalized(tmp_path):
     assert p.stdout.splitlines()[-1] == f"{src}: 1 violation under 'mlir'; not legalized, nothing written"
 
 
-def test_dim_binding_and_given_inputs(tmp_path):
+def test_dim_binding_and_given_inputs(tmp_path, legalize):
     src = copy_model("mlp_bias.onnx", tmp_path)
     x = np.linspace(-1, 1, 5 * 16, dtype=np.float32).reshape(5, 16)
     np.save(tmp_path / "x.npy", x)
@@ -99,7 +92,7 @@ def test_dim_binding_and_given_inputs(tmp_path):
     assert p3.returncode == 2 and "--dim expects NAME=SIZE" in p3.stderr
 
 
-def test_no_check(tmp_path):
+def test_no_check(tmp_path, legalize):
     src = copy_model("mlp_bias.onnx", tmp_path)
     p = legalize(src, "--no-check", "--json", "-q")
     assert p.returncode == 0
@@ -126,7 +119,7 @@ def test_numeric_mismatch_exits_1_and_writes_nothing(tmp_path, monkeypatch):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["mlp_bias.onnx"]
 
 
-def test_original_that_onnxruntime_cannot_run_is_reported_as_such(tmp_path):
+def test_original_that_onnxruntime_cannot_run_is_reported_as_such(tmp_path, legalize):
     # Gemm-6 (legacy broadcast): onnxruntime has no kernel; legalize raises the model to
     # opset 7, so the output runs, but there is nothing to compare it with.
     src = tmp_path / "addmm.onnx"
@@ -141,7 +134,7 @@ def test_original_that_onnxruntime_cannot_run_is_reported_as_such(tmp_path):
     ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def test_cuda_provider_without_cuda_is_a_clear_error(tmp_path):
+def test_cuda_provider_without_cuda_is_a_clear_error(tmp_path, legalize):
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("onnxruntime here has CUDA; test_cuda_check covers it")
     src = copy_model("mlp_bias.onnx", tmp_path)
@@ -153,7 +146,7 @@ def test_cuda_provider_without_cuda_is_a_clear_error(tmp_path):
 
 @pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
                     reason="needs onnxruntime-gpu with a CUDA device (see CONTRIBUTING.md's GPU set-up)")
-def test_cuda_check(tmp_path):
+def test_cuda_check(tmp_path, legalize):
     src = copy_model("mlp_bias.onnx", tmp_path)
     p = legalize(src, "--provider", "cuda", "--json")
     assert p.returncode == 0, p.stderr
@@ -161,7 +154,7 @@ def test_cuda_check(tmp_path):
 
 
 @pytest.mark.parametrize("strict, emitted, elided", [(False, 2, 0), (True, 0, 2)])
-def test_xla_target_counts_runtime_checks(tmp_path, strict, emitted, elided):
+def test_xla_target_counts_runtime_checks(tmp_path, strict, emitted, elided, legalize):
     src = copy_model("dynamic_broadcast.onnx", tmp_path)
     args = [src, "--target", "xla", "--json", "-q"] + (["--assume-dynamic-not-one"] if strict else [])
     p = legalize(*args)

@@ -11,16 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_in_process
 from legalizer.extras import install_hint
 
 ROOT = Path(__file__).resolve().parent.parent
 CONVERTER = ROOT / "models" / "tosa_converter"
 TFLITE = ROOT / "models" / "tflite"
 HINT = install_hint("mlir")
-
-
-_main = cli_in_process  # ``legalize ARGS`` in this process, where the iree modules are blocked
 
 
 @pytest.fixture
@@ -42,10 +38,10 @@ INPUTS = {
 
 @pytest.mark.parametrize("against", [False, True], ids=["verify-only", "against"])
 @pytest.mark.parametrize("kind", list(INPUTS))
-def test_without_mlirs_parser_every_mlir_input_names_the_extra(no_iree, kind, against):
+def test_without_mlirs_parser_every_mlir_input_names_the_extra(no_iree, kind, against, legalize_in_process):
     path, what = INPUTS[kind]
     args = [path, "--verify-only"] + (["--against", TFLITE / f"{path.stem}.tflite"] if against else [])
-    code, out, err = _main(*args)
+    code, out, err = legalize_in_process(*args)
     assert (code, out) == (2, "")
     assert err.splitlines() == [f"legalize: error: {path}: {what} needs MLIR's parser (the mlir extra: {HINT})"]
 
@@ -59,13 +55,13 @@ def test_without_mlirs_parser_the_api_says_the_same(no_iree):
 
 
 @pytest.mark.needs("mlir")
-def test_without_tosa_opt_the_converters_syntax_names_the_extra(monkeypatch):
+def test_without_tosa_opt_the_converters_syntax_names_the_extra(monkeypatch, legalize_in_process):
     from legalizer.importers import mlir_tool
 
     monkeypatch.setattr(mlir_tool, "find_tosa_opt", lambda: None)
     path = CONVERTER / "mobilenet_like.mlir"
     for args in ([path, "--verify-only"], [path, "--verify-only", "--against", TFLITE / "mobilenet_like.tflite"]):
-        code, out, err = _main(*args)
+        code, out, err = legalize_in_process(*args)
         assert (code, out) == (2, "")
         assert err.splitlines() == [
             f"legalize: error: {path}:4:28: custom op 'tosa.const_shape' expected 'values' (a TOSA syntax IREE's"

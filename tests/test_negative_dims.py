@@ -16,7 +16,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from helpers import cli_in_process
 from legalizer.check.ort import SMALL
 
 F = TensorProto.FLOAT
@@ -59,12 +58,12 @@ def _dims(vi) -> List:
 
 
 @pytest.mark.parametrize("target", ["tosa", "xla"])
-def test_a_minus_one_dim_is_legalized_and_checked_as_a_dynamic_dim(target, tmp_path):
+def test_a_minus_one_dim_is_legalized_and_checked_as_a_dynamic_dim(target, tmp_path, legalize_in_process):
     src = tmp_path / "m.onnx"
     onnx.save_model(paddle_style_model(), str(src))
     out = tmp_path / "m.legal.onnx"
     report = tmp_path / "report.json"
-    code, stdout, stderr = cli_in_process(src, "-o", out, "--target", target, "--report", report)
+    code, stdout, stderr = legalize_in_process(src, "-o", out, "--target", target, "--report", report)
     assert code == 0, (stdout, stderr)
     assert stderr.splitlines() == WARNINGS  # each place once, nothing else
     assert stdout.splitlines()[-1] == f"{src}: legalized for '{target}' -> {out}, outputs match on CPUExecutionProvider"
@@ -88,11 +87,12 @@ def test_a_minus_one_dim_is_legalized_and_checked_as_a_dynamic_dim(target, tmp_p
                                rtol=1e-6)
 
 
-def test_the_dim_option_binds_an_anonymous_minus_one_dim(tmp_path):
+def test_the_dim_option_binds_an_anonymous_minus_one_dim(tmp_path, legalize_in_process):
     src = tmp_path / "m.onnx"
     onnx.save_model(paddle_style_model(), str(src))
     report = tmp_path / "report.json"
-    code, stdout, stderr = cli_in_process(src, "-o", tmp_path / "out.onnx", "--dim", "x[0]=7", "--report", report, "-q")
+    code, stdout, stderr = legalize_in_process(src, "-o", tmp_path / "out.onnx", "--dim", "x[0]=7", "--report", report,
+                                               "-q")
     assert code == 0, (stdout, stderr)
     assert [b["dims"] for b in json.loads(report.read_text())["check"]["bindings"]] == [{"x[0]": 7}]
 
@@ -107,7 +107,7 @@ def test_the_library_reads_a_negative_dim_as_an_anonymous_dim():
     assert _dims(legal.graph.input[0]) == [-1, 4, 3]
 
 
-def test_any_negative_size_is_dynamic_and_verify_only_says_so(tmp_path):
+def test_any_negative_size_is_dynamic_and_verify_only_says_so(tmp_path, legalize_in_process):
     """-3 too (what the bad-input tests used to refuse): legal under 'mlir'."""
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="n0")], "g",
                           [helper.make_tensor_value_info("x", F, [2, -3])], [helper.make_tensor_value_info("y", F, [2, 3])])
@@ -115,7 +115,7 @@ def test_any_negative_size_is_dynamic_and_verify_only_says_so(tmp_path):
     m.ir_version = 8
     src = tmp_path / "m.onnx"
     onnx.save_model(m, str(src))
-    code, stdout, stderr = cli_in_process(src, "--verify-only")
+    code, stdout, stderr = legalize_in_process(src, "--verify-only")
     assert code == 0, (stdout, stderr)
     assert stderr.splitlines() == ["legalize: warning: graph input 'x' dim 1 is -3: read as a dynamic dim"]
     assert stdout.splitlines()[-1] == f"{src}: legal under 'mlir'"

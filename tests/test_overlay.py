@@ -12,7 +12,6 @@ import onnx
 import pytest
 from onnx import TensorProto as T, helper, numpy_helper
 
-from helpers import cli_in_process
 from needs import require
 from legalizer.explorer_ids import onnx_ids, tflite_ids
 
@@ -130,10 +129,10 @@ def _loads_with_node_data_builder(path: Path) -> None:
     assert json.loads(ndb.ModelNodeData(graphsData=graphs).to_json_string()) == data
 
 
-def test_overlay_of_a_legalized_model(tmp_path):
+def test_overlay_of_a_legalized_model(tmp_path, legalize_in_process):
     model = _save(bias_model(), tmp_path / "bias.onnx")
     out = tmp_path / "ov"
-    code, _, err = cli_in_process(model, "--overlay", out, "--localize")
+    code, _, err = legalize_in_process(model, "--overlay", out, "--localize")
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == [
         "bias.abs-error.json", "bias.legal.abs-error.json", "bias.legal.rel-error.json", "bias.legal.verdict.json",
@@ -157,13 +156,14 @@ def test_overlay_of_a_legalized_model(tmp_path):
             assert set(results) <= set(theirs[gid])
 
 
-def test_overlay_of_a_violation_and_of_constraints(tmp_path):
+def test_overlay_of_a_violation_and_of_constraints(tmp_path, legalize_in_process):
     out = tmp_path / "ov"
-    code, _, _ = cli_in_process(ROOT / "models" / "incompatible_add.onnx", tmp_path / "x.onnx", "--overlay", out)
+    code, _, _ = legalize_in_process(ROOT / "models" / "incompatible_add.onnx", tmp_path / "x.onnx", "--overlay", out)
     assert code == 1
     assert _results(out / "incompatible_add.verdict.json") == {
         "incompatible_add": {"bad_add": {"value": "violation: incompatible-operands", "bgColor": "#f28b82"}}}
-    code, _, _ = cli_in_process(ROOT / "models" / "dynamic_broadcast.onnx", tmp_path / "d.legal.onnx", "--overlay", out)
+    code, _, _ = legalize_in_process(ROOT / "models" / "dynamic_broadcast.onnx", tmp_path / "d.legal.onnx",
+                                     "--overlay", out)
     assert code == 0
     assert _results(out / "dynamic_broadcast.constraints.json")["dynamic_broadcast"]["sub_N_M"] == {
         "value": "M == N or M == 1 or N == 1", "bgColor": "#e6c9a8"}
@@ -181,12 +181,12 @@ def _scaled(bias: float, path: Path) -> Path:
     return _save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-def test_error_overlay_makes_the_culprit_the_hottest_node(tmp_path):
+def test_error_overlay_makes_the_culprit_the_hottest_node(tmp_path, legalize_in_process):
     """Two models that differ in the Add's constant, compared with --against and
     localized: the Add (unnamed: the adapter's ``node``) has the largest relative error."""
     old, new = _scaled(0.5, tmp_path / "old.onnx"), _scaled(0.75, tmp_path / "new.onnx")
     out = tmp_path / "ov"
-    code, stdout, _ = cli_in_process(new, "--verify-only", "--against", old, "--localize", "--overlay", out)
+    code, stdout, _ = legalize_in_process(new, "--verify-only", "--against", old, "--localize", "--overlay", out)
     assert code == 1 and "culprit: node 'a' (Add)" in stdout
     abs_err = _results(out / "new.abs-error.json")["g"]
     assert abs_err == {"scale": {"value": 0.0}, "node": {"value": 0.25}, "act": {"value": 0.25}}
@@ -196,10 +196,10 @@ def test_error_overlay_makes_the_culprit_the_hottest_node(tmp_path):
     _loads_with_node_data_builder(out / "new.rel-error.json")
 
 
-def test_overlay_tflite(tmp_path):
+def test_overlay_tflite(tmp_path, legalize_in_process):
     src = ROOT / "models" / "tflite" / "broadcast_add.tflite"
     out = tmp_path / "ov"
-    code, _, err = cli_in_process(src, tmp_path / "b.legal.tflite", "--overlay", out, "--no-check")
+    code, _, err = legalize_in_process(src, tmp_path / "b.legal.tflite", "--overlay", out, "--no-check")
     assert code == 0, err
     before, after = _results(out / "broadcast_add.verdict.json"), _results(out / "b.legal.verdict.json")
     assert set(before) == set(after) == {"broadcast_add"}
@@ -210,25 +210,25 @@ def test_overlay_tflite(tmp_path):
     assert set(after["broadcast_add"]) <= ids
 
 
-def test_overlay_folder_usage_errors(tmp_path):
+def test_overlay_folder_usage_errors(tmp_path, legalize_in_process):
     model = _save(bias_model(), tmp_path / "bias.onnx")
     (tmp_path / "afile").write_text("x")
-    code, _, err = cli_in_process(model, "--overlay", tmp_path / "afile")
+    code, _, err = legalize_in_process(model, "--overlay", tmp_path / "afile")
     assert code == 2 and "--overlay names a folder (made if missing), not a file" in err
     assert not (tmp_path / "bias.legal.onnx").exists()
     (tmp_path / "ov").mkdir()
     (tmp_path / "ov" / "bias.verdict.json").write_text("{}")
-    code, _, err = cli_in_process(model, "--overlay", tmp_path / "ov")
+    code, _, err = legalize_in_process(model, "--overlay", tmp_path / "ov")
     assert code == 2 and "bias.verdict.json: already exists (use --force to replace it)" in err
     assert (tmp_path / "ov" / "bias.verdict.json").read_text() == "{}"
 
 
-def test_library_overlays_from_a_report_file(tmp_path):
+def test_library_overlays_from_a_report_file(tmp_path, legalize_in_process):
     import legalizer
 
     model = _save(bias_model(), tmp_path / "bias.onnx")
     report = tmp_path / "r.json"
-    code, _, err = cli_in_process(model, "--report", report)
+    code, _, err = legalize_in_process(model, "--report", report)
     assert code == 0, err
     data = legalizer.overlays(model, report, tmp_path / "bias.legal.onnx")
     assert sorted(data) == ["input", "output"] and sorted(data["output"]) == ["verdict"]
@@ -256,10 +256,10 @@ def if_loop_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_overlay_lands_in_if_branches_and_loop_bodies(tmp_path):
+def test_overlay_lands_in_if_branches_and_loop_bodies(tmp_path, legalize_in_process):
     model = _save(if_loop_model(), tmp_path / "sub.onnx")
     out = tmp_path / "ov"
-    code, _, err = cli_in_process(model, "--overlay", out)
+    code, _, err = legalize_in_process(model, "--overlay", out)
     assert code == 0, err
     before = _results(out / "sub.verdict.json")
     assert before == {"main": {"node/then_branch/node": {"value": "rewritten: reshape inserted", "bgColor": "#fdd663"}},

@@ -33,21 +33,14 @@ def legalize_proto(model: onnx.ModelProto):
     return m, out, ctx, compared
 
 
-def model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
-
-
 def vi(name, shape, t=F):
     return helper.make_tensor_value_info(name, t, shape)
 
 
 @pytest.mark.parametrize("opset", [11, 17])
-def test_activation_operand_gets_unsqueeze(opset):
-    m = model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
-              [vi("x", ["N", 3, 4]), vi("b", [4])], [vi("y", ["N", 3, 4])], opset=opset)
+def test_activation_operand_gets_unsqueeze(opset, onnx_model):
+    m = onnx_model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
+                   [vi("x", ["N", 3, 4]), vi("b", [4])], [vi("y", ["N", 3, 4])], opset=opset)
     ir, out, ctx, compared = legalize_proto(m)
     assert ctx.stats["reshapes_inserted"] == 1 and ctx.stats["constants_folded"] == 0
     (unsq,) = [n for n in out.graph.node if n.op_type == "Unsqueeze"]
@@ -57,31 +50,31 @@ def test_activation_operand_gets_unsqueeze(opset):
     assert {b["N"] for b in (c.dims for c in compared)} == {1, 3}
 
 
-def test_constants_fold_and_old_ones_go():
+def test_constants_fold_and_old_ones_go(onnx_model):
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
              numpy_helper.from_array(np.array(2.0, np.float32), "s")]
-    m = model([helper.make_node("Add", ["x", "b"], ["t"], name="add"),
-               helper.make_node("Mul", ["t", "s"], ["y"], name="mul")],
-              [vi("x", ["N", 4])], [vi("y", ["N", 4])], inits)
+    m = onnx_model([helper.make_node("Add", ["x", "b"], ["t"], name="add"),
+                    helper.make_node("Mul", ["t", "s"], ["y"], name="mul")],
+                   [vi("x", ["N", 4])], [vi("y", ["N", 4])], inits)
     ir, out, ctx, _ = legalize_proto(m)
     assert ctx.stats["constants_folded"] == 2 and ctx.stats["reshapes_inserted"] == 0
     assert {t.name: list(t.dims) for t in out.graph.initializer} == {"b_r2": [1, 4], "s_r2": [1, 1]}
     assert [n.op_type for n in out.graph.node] == ["Add", "Mul"]
 
 
-def test_shared_operand_expanded_once():
-    m = model([helper.make_node("Add", ["x", "b"], ["t"], name="a1"),
-               helper.make_node("Sub", ["t", "b"], ["y"], name="a2")],
-              [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])])
+def test_shared_operand_expanded_once(onnx_model):
+    m = onnx_model([helper.make_node("Add", ["x", "b"], ["t"], name="a1"),
+                    helper.make_node("Sub", ["t", "b"], ["y"], name="a2")],
+                   [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])])
     _, out, ctx, _ = legalize_proto(m)
     assert ctx.stats["reshapes_inserted"] == 1
     assert [n.op_type for n in out.graph.node] == ["Unsqueeze", "Add", "Sub"]
 
 
-def test_where_ternary_and_bool_condition():
-    m = model([helper.make_node("Where", ["c", "x", "z"], ["y"], name="w")],
-              [vi("c", [4], TensorProto.BOOL), vi("x", [2, 1, 4]), vi("z", ["K", 1])], [vi("y", [2, "K", 4])])
+def test_where_ternary_and_bool_condition(onnx_model):
+    m = onnx_model([helper.make_node("Where", ["c", "x", "z"], ["y"], name="w")],
+                   [vi("c", [4], TensorProto.BOOL), vi("x", [2, 1, 4]), vi("z", ["K", 1])], [vi("y", [2, "K", 4])])
     ir, out, ctx, compared = legalize_proto(m)
     assert ctx.stats["reshapes_inserted"] == 2
     w = [n for n in ir.graph.ops() if n.op == "Where"][0]
@@ -89,20 +82,20 @@ def test_where_ternary_and_bool_condition():
     assert len(compared) == 2
 
 
-def test_prelu_slope_unidirectional():
+def test_prelu_slope_unidirectional(onnx_model):
     slope = numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32).reshape(3, 1, 1), "slope")
-    m = model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")],
-              [vi("x", ["N", 3, 5, 5])], [vi("y", ["N", 3, 5, 5])], [slope])
+    m = onnx_model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")],
+                   [vi("x", ["N", 3, 5, 5])], [vi("y", ["N", 3, 5, 5])], [slope])
     ir, out, ctx, _ = legalize_proto(m)
     assert ctx.stats["constants_folded"] == 1
     assert [list(t.dims) for t in out.graph.initializer] == [[1, 3, 1, 1]]
 
 
 @pytest.mark.parametrize("op,n", [("Sum", 3), ("Max", 4), ("Min", 3), ("Mean", 3)])
-def test_variadic_split_into_binary_chain(op, n):
+def test_variadic_split_into_binary_chain(op, n, onnx_model):
     shapes = [["N", 1, 4], [4], [3, 1], [1]][:n]
-    m = model([helper.make_node(op, [f"x{i}" for i in range(n)], ["y"], name="v")],
-              [vi(f"x{i}", s) for i, s in enumerate(shapes)], [vi("y", ["N", 3, 4])])
+    m = onnx_model([helper.make_node(op, [f"x{i}" for i in range(n)], ["y"], name="v")],
+                   [vi(f"x{i}", s) for i, s in enumerate(shapes)], [vi("y", ["N", 3, 4])])
     ir, out, ctx, compared = legalize_proto(m)
     ops = [n_.op_type for n_ in out.graph.node if n_.op_type != "Unsqueeze"]
     binary = {"Sum": "Add", "Mean": "Add"}.get(op, op)
@@ -112,28 +105,28 @@ def test_variadic_split_into_binary_chain(op, n):
     assert len(compared) == 2
 
 
-def test_subgraph_nodes_legalized():
+def test_subgraph_nodes_legalized(onnx_model):
     then = helper.make_graph([helper.make_node("Add", ["x", "b"], ["t"], name="inner")], "then", [],
                              [vi("t", [2, 3])])
     other = helper.make_graph([helper.make_node("Sub", ["x", "b"], ["e"], name="inner_else")], "else", [],
                               [vi("e", [2, 3])])
-    m = model([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
-              [vi("c", [], TensorProto.BOOL), vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])])
+    m = onnx_model([helper.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+                   [vi("c", [], TensorProto.BOOL), vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])])
     ir, out, ctx, _ = legalize_proto(m)
     assert ctx.stats["reshapes_inserted"] == 2
     branches = {a.name: [n.op_type for n in a.g.node] for a in out.graph.node[0].attribute}
     assert branches == {"then_branch": ["Unsqueeze", "Add"], "else_branch": ["Unsqueeze", "Sub"]}
 
 
-def test_unranked_operand_rank_taken_from_result():
+def test_unranked_operand_rank_taken_from_result(onnx_model):
     # Mul(<*>, <5>) -> <2x3x5> (onnx.shape_inference leaves a computed-axes ReduceMean
     # unranked): the result's rank is the broadcast rank, so W becomes 1x1x5.
     w = numpy_helper.from_array(np.arange(5, dtype=np.float32), "w")
     axes = helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([2], np.int64)))
-    m = model([axes, helper.make_node("Identity", ["x"], ["xi"]),
-               helper.make_node("ReduceMean", ["xi", "axes"], ["r"], keepdims=1),
-               helper.make_node("Mul", ["r", "w"], ["y"], name="mul")],
-              [vi("x", [2, 3, 5])], [vi("y", [2, 3, 5])], [w], opset=18)
+    m = onnx_model([axes, helper.make_node("Identity", ["x"], ["xi"]),
+                    helper.make_node("ReduceMean", ["xi", "axes"], ["r"], keepdims=1),
+                    helper.make_node("Mul", ["r", "w"], ["y"], name="mul")],
+                   [vi("x", [2, 3, 5])], [vi("y", [2, 3, 5])], [w], opset=18)
     ir = import_model(m)
     r = [n for n in ir.graph.ops() if n.op == "ReduceMean"][0].output
     r.type = r.type.with_shape(None)  # as onnx leaves it when the axes are computed
@@ -154,29 +147,30 @@ def test_unranked_operand_rank_taken_from_result():
     assert check(m, legalizer.to_onnx(ir), provider="cpu", profile="tosa").ok
 
 
-def test_constant_op_operands_fold_like_initializers():
+def test_constant_op_operands_fold_like_initializers(onnx_model):
     # TorchScript exports scalars as Constant ops: they fold at compile time too, and
     # the Constant nodes they came from go.
     c = helper.make_node("Constant", [], ["half"], value_float=0.5)
     t = helper.make_node("Constant", [], ["bias"], value=numpy_helper.from_array(np.arange(4, dtype=np.float32)))
-    m = model([c, t, helper.make_node("Mul", ["x", "half"], ["h"], name="mul"),
-               helper.make_node("Add", ["bias", "h"], ["y"], name="add")],
-              [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])])
+    m = onnx_model([c, t, helper.make_node("Mul", ["x", "half"], ["h"], name="mul"),
+                    helper.make_node("Add", ["bias", "h"], ["y"], name="add")],
+                   [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])])
     _, out, ctx, _ = legalize_proto(m)
     assert ctx.stats["constants_folded"] == 2 and ctx.stats["reshapes_inserted"] == 0
     assert [n.op_type for n in out.graph.node] == ["Mul", "Add"]
     assert {t.name: list(t.dims) for t in out.graph.initializer} == {"half_r3": [1, 1, 1], "bias_r3": [1, 1, 4]}
 
 
-def test_xla_raises_the_opset_only_when_it_broadcasts():
+def test_xla_raises_the_opset_only_when_it_broadcasts(onnx_model):
     # An opset-8 model whose Add needs no broadcast stays at opset 8 under xla; one that
     # broadcasts is raised to 9 (Expand, Where) and keeps its declared interface.
-    same = model([helper.make_node("Add", ["x", "x"], ["y"], name="add")], [vi("x", [2, 3])], [vi("y", [2, 3])], opset=8)
+    same = onnx_model([helper.make_node("Add", ["x", "x"], ["y"], name="add")], [vi("x", [2, 3])], [vi("y", [2, 3])],
+                      opset=8)
     m = import_model(same)
     legalizer.legalize(m, "xla")
     assert legalizer.to_onnx(m).opset_import[0].version == 8
-    bcast = model([helper.make_node("Add", ["x", "b"], ["y"], name="add")], [vi("x", ["N", 3]), vi("b", [3])],
-                  [vi("y", ["N", 3])], opset=8)
+    bcast = onnx_model([helper.make_node("Add", ["x", "b"], ["y"], name="add")], [vi("x", ["N", 3]), vi("b", [3])],
+                       [vi("y", ["N", 3])], opset=8)
     m = import_model(bcast)
     res = legalizer.legalize(m, "xla").legalized
     out = legalizer.to_onnx(m)
@@ -185,7 +179,7 @@ def test_xla_raises_the_opset_only_when_it_broadcasts():
     assert check(bcast, out, provider="cpu").ok
 
 
-def test_debug_mode_names_the_pass_that_broke_the_graph(monkeypatch):
+def test_debug_mode_names_the_pass_that_broke_the_graph(monkeypatch, onnx_model):
     import dataclasses
 
     from legalizer import targets
@@ -197,19 +191,20 @@ def test_debug_mode_names_the_pass_that_broke_the_graph(monkeypatch):
         return True
 
     monkeypatch.setitem(targets.TARGETS, "tosa", dataclasses.replace(targets.TARGETS["tosa"], passes=(bad_pass,)))
-    m = import_model(model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
-                           [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])]))
+    m = import_model(onnx_model([helper.make_node("Add", ["x", "b"], ["y"], name="add")],
+                                [vi("x", [2, 3]), vi("b", [3])], [vi("y", [2, 3])]))
     with pytest.raises(AssertionError, match="after pass bad_pass: .*'Add' op operands don't have broadcast"):
         legalizer.legalize(m, "tosa", debug=True)
 
 
 @pytest.mark.parametrize("target", ["tosa", "xla"])
-def test_split_variadic_output_used_inside_a_subgraph(target):
+def test_split_variadic_output_used_inside_a_subgraph(target, onnx_model):
     then = helper.make_graph([helper.make_node("Neg", ["s"], ["t"])], "then", [], [vi("t", [2, 3])])
     other = helper.make_graph([helper.make_node("Abs", ["s"], ["e"])], "else", [], [vi("e", [2, 3])])
-    m = model([helper.make_node("Sum", ["a", "b", "c"], ["s"], name="sum"),
-               helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other)],
-              [vi("cond", [], TensorProto.BOOL), vi("a", [2, 3]), vi("b", [3]), vi("c", [2, 1])], [vi("y", [2, 3])])
+    m = onnx_model([helper.make_node("Sum", ["a", "b", "c"], ["s"], name="sum"),
+                    helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then, else_branch=other)],
+                   [vi("cond", [], TensorProto.BOOL), vi("a", [2, 3]), vi("b", [3]), vi("c", [2, 1])],
+                   [vi("y", [2, 3])])
     ir = import_model(m)
     legalizer.legalize(ir, target)
     assert legalizer.verify(ir.graph, target).violations == []
@@ -218,12 +213,12 @@ def test_split_variadic_output_used_inside_a_subgraph(target):
     assert check(m, out, provider="cpu").ok
 
 
-def test_ai_onnx_domain_is_the_default_domain():
+def test_ai_onnx_domain_is_the_default_domain(onnx_model):
     # A node whose domain is spelled "ai.onnx" reads the default opset (17), not opset 1:
     # PRelu keeps numpy's rule (slope on the last axis), not PRelu-6's per-channel one.
     slope = numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32), "slope")
-    m = model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu", domain="ai.onnx")],
-              [vi("x", [2, 3, 3])], [vi("y", [2, 3, 3])], [slope])
+    m = onnx_model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu", domain="ai.onnx")],
+                   [vi("x", [2, 3, 3])], [vi("y", [2, 3, 3])], [slope])
     ir = import_model(m)
     legalizer.legalize(ir, "tosa")
     prelu = [n for n in ir.graph.ops() if n.op == "PRelu"][0]

@@ -13,8 +13,6 @@ import io
 import json
 import os
 import pickle
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -36,11 +34,14 @@ SYMBOL = "Symbol('s77', positive=True, integer=True)"  # mlp.pt2's batch dim
 MARKER = "MARKER"
 
 
-def _cli(*args, cwd, pythonpath=()):
-    code = "import sys; from legalizer.cli import main; main(sys.argv[1:])"
-    path = os.pathsep.join([str(ROOT), *map(str, pythonpath)])
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": path, "COLUMNS": "120"}, timeout=600)
+# How the command runs here: a bare environment (this checkout on PYTHONPATH, 120
+# columns), ``python -c`` calling ``main``, time for torch to import.
+BARE = {"isolated": True, "prelude": "", "timeout": 600}
+
+
+def _on_path(folder: Path) -> dict:
+    """``folder`` on PYTHONPATH after this checkout (where a hostile archive's modules lie)."""
+    return {"PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
 
 
 def _rewrite(dst: Path, replace=None, add=None) -> Path:
@@ -167,10 +168,10 @@ def _hostile(kind, tmp_path):
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
-def test_hostile_pt2_is_refused_and_runs_nothing(tmp_path, kind):
+def test_hostile_pt2_is_refused_and_runs_nothing(tmp_path, kind, legalize):
     archive, marker, mods = _hostile(kind, tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    p = _cli(archive, cwd=tmp_path, pythonpath=[mods])
+    p = legalize(archive, cwd=tmp_path, env=_on_path(mods), **BARE)
     assert p.returncode == 2, p.stdout + p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1, p.stderr
@@ -186,26 +187,26 @@ TRUSTED_EXIT = {"sample_inputs": 0, "pickled_weight": 2, "opaque_constant": 2, "
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
-def test_trust_pt2_loads_with_torch_as_it_is(tmp_path, kind):
+def test_trust_pt2_loads_with_torch_as_it_is(tmp_path, kind, legalize):
     """The payloads are real: with --trust-pt2, torch.export.load runs each."""
     archive, marker, mods = _hostile(kind, tmp_path)
-    p = _cli(archive, "--verify-only", "--trust-pt2", cwd=tmp_path, pythonpath=[mods])
+    p = legalize(archive, "--verify-only", "--trust-pt2", cwd=tmp_path, env=_on_path(mods), **BARE)
     assert marker.exists(), p.stderr
     assert p.returncode == TRUSTED_EXIT[kind], p.stdout + p.stderr
     assert "Traceback" not in p.stderr
 
 
-def test_native_code_is_refused(tmp_path):
+def test_native_code_is_refused(tmp_path, legalize):
     """An AOTInductor package is a shared library the loader opens."""
     archive = _rewrite(tmp_path / "model.pt2", add={"data/aotinductor/model/model.so": b"\x7fELF"})
-    p = _cli(archive, cwd=tmp_path)
+    p = legalize(archive, cwd=tmp_path, **BARE)
     assert p.returncode == 2
     assert p.stderr.splitlines() == [f"legalize: error: {archive}: its archive holds compiled native code"
                                      f" (data/aotinductor/model/model.so), which torch's loader opens; {HINT}"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt2"]
 
 
-def test_a_call_that_is_not_a_tensor_op_is_refused(tmp_path):
+def test_a_call_that_is_not_a_tensor_op_is_refused(tmp_path, legalize):
     """The check runs the program: a node may call tensor ops, not a function that
     imports a module by name."""
     target = "torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch"
@@ -213,27 +214,27 @@ def test_a_call_that_is_not_a_tensor_op_is_refused(tmp_path):
             "outputs": [], "metadata": {}, "is_hop_single_tensor_return": None, "name": "call"}
     archive = _rewrite(tmp_path / "model.pt2", {"models/model.json": _edit_json(
         lambda doc: doc["graph_module"]["graph"]["nodes"].insert(0, node))})
-    p = _cli(archive, cwd=tmp_path)
+    p = legalize(archive, cwd=tmp_path, **BARE)
     assert p.returncode == 2
     assert p.stderr.splitlines() == [f"legalize: error: {archive}: its archive calls '{target}'"
                                      f" (models/model.json), which is not a tensor op; {HINT}"]
 
 
-def test_pre_27_format_is_refused(tmp_path):
+def test_pre_27_format_is_refused(tmp_path, legalize):
     """torch reads the old zip layout with a fallback to unsafe unpickling."""
     archive = tmp_path / "old.pt2"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("old/version", "8.20")
         z.writestr("old/serialized_exported_program.json", "{}")
         z.writestr("old/serialized_example_inputs.pt", pickle.dumps(_RunsCode(tmp_path / "MARKER")))
-    p = _cli(archive, cwd=tmp_path)
+    p = legalize(archive, cwd=tmp_path, **BARE)
     assert p.returncode == 2
     assert p.stderr.splitlines() == [f"legalize: error: {archive}: its archive is in the pre-2.7 torch.export format,"
                                      f" which torch loads with unsafe unpickling; {HINT}"]
     assert not (tmp_path / "MARKER").exists()
 
 
-def test_a_pickled_plain_tensor_needs_no_trust(tmp_path):
+def test_a_pickled_plain_tensor_needs_no_trust(tmp_path, legalize):
     """A weight stored as a pickle that the safe unpickler reads (a tensor) is not
     refused: only what needs the unsafe path is."""
     with zipfile.ZipFile(SAMPLE) as z:
@@ -247,7 +248,7 @@ def test_a_pickled_plain_tensor_needs_no_trust(tmp_path):
     weight = torch.nn.Parameter(torch.ones(n))
     archive = _rewrite(tmp_path / "model.pt2", {"data/weights/model_weights_config.json": _edit_json(mark),
                                                 "data/weights/weight_0": lambda _: _torch_saved(weight)})
-    p = _cli(archive, "--verify-only", cwd=tmp_path)
+    p = legalize(archive, "--verify-only", cwd=tmp_path, **BARE)
     assert p.returncode == 0, p.stderr
     model = legalizer.load(archive)
     assert torch.equal(model.torch.program.state_dict["bias"], torch.ones(n))
@@ -354,7 +355,7 @@ def test_bounded_powers_pass(text):
     assert pt2_safety.sympy_risk(text, "m") is None
 
 
-def test_inflating_member_is_refused_before_it_is_read(tmp_path):
+def test_inflating_member_is_refused_before_it_is_read(tmp_path, legalize):
     """A weight member deflated from 4 MiB... that inflates to 256 MiB: refused from the
     zip directory's sizes, with no memory spent on it."""
     archive = tmp_path / "model.pt2"
@@ -365,7 +366,7 @@ def test_inflating_member_is_refused_before_it_is_read(tmp_path):
             else:
                 zout.writestr(info, zin.read(info.filename))
     assert archive.stat().st_size < 1 << 20
-    p = _cli(archive, cwd=tmp_path)
+    p = legalize(archive, cwd=tmp_path, **BARE)
     assert p.returncode == 2, p.stdout + p.stderr
     member = next(n for n in zipfile.ZipFile(archive).namelist() if n.endswith("weight_1"))
     size = zipfile.ZipFile(archive).getinfo(member).compress_size

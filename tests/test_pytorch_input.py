@@ -13,6 +13,7 @@ import onnx
 import pytest
 
 import legalizer
+import sample_models
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,21 +22,20 @@ SCRIPT = ROOT / "scripts" / "make_models.py"
 PT2 = ["transformer_block.pt2", "mlp.pt2", "small_cnn.pt2"]
 
 
-def _cli(*args, cwd=None, pre=""):
-    code = f"{pre}import sys; from legalizer.cli import main; main(sys.argv[1:])"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "COLUMNS": "120"},
-                          timeout=600)
+# How the command runs here: a bare environment (this checkout on PYTHONPATH, 120
+# columns), ``python -c`` calling ``main``, time for torch to import.
+BARE = {"isolated": True, "prelude": "", "timeout": 600}
 
 
 def _max_err(check: dict) -> float:
     return max(o["max_abs_err"] for b in check["bindings"] if not b.get("skipped") for o in b["outputs"])
 
 
-def test_pt2_without_torch_is_one_line_exit_2(tmp_path):
+def test_pt2_without_torch_is_one_line_exit_2(tmp_path, legalize):
     """No torch: exit 2, one line naming the extra, nothing written."""
     shutil.copy(MODELS / "mlp.pt2", tmp_path / "mlp.pt2")
-    p = _cli(tmp_path / "mlp.pt2", pre="import sys; sys.modules['torch'] = None; ")
+    p = legalize(tmp_path / "mlp.pt2", isolated=True, prelude="import sys; sys.modules['torch'] = None; ",
+                 timeout=600)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr
@@ -51,11 +51,11 @@ def test_pt2_extra_is_the_pyproject_one():
 
 @pytest.mark.parametrize("name", PT2)
 @pytest.mark.parametrize("target", ["tosa", "xla"])
-def test_pt2_cli_checked_against_ort_and_torch(tmp_path, name, target):
+def test_pt2_cli_checked_against_ort_and_torch(tmp_path, name, target, legalize):
     require("torch")
     src = tmp_path / name
     shutil.copy(MODELS / name, src)
-    p = _cli(src, "--target", target, "--report", tmp_path / "r.json", "--provider", "cpu")
+    p = legalize(src, "--target", target, "--report", tmp_path / "r.json", "--provider", "cpu", **BARE)
     assert p.returncode == 0, p.stdout + p.stderr
     out = tmp_path / name.replace(".pt2", ".legal.onnx")
     assert out.exists()
@@ -94,7 +94,7 @@ def test_pt2_symbolic_dims_follow_the_program(tmp_path):
     assert {x[0], x[1]} <= program_syms
 
 
-def test_pt2_with_torch_corrupt_archive_is_exit_2(tmp_path):
+def test_pt2_with_torch_corrupt_archive_is_exit_2(tmp_path, legalize):
     require("torch")
     import zipfile
 
@@ -102,7 +102,7 @@ def test_pt2_with_torch_corrupt_archive_is_exit_2(tmp_path):
     with zipfile.ZipFile(bad, "w") as z:
         z.writestr("model/archive_format", "pt2")
         z.writestr("model/archive_version", "0")
-    p = _cli(bad, "--verify-only")
+    p = legalize(bad, "--verify-only", **BARE)
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "torch.export" in p.stderr, p.stderr
 
@@ -112,12 +112,7 @@ def test_module_api_round_trip():
     place, checked against its export and PyTorch."""
     require("torch")
     import torch
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import make_models
-    finally:
-        sys.path.pop(0)
-    make, inputs = make_models._torch_modules()["transformer_block"]
+    make, inputs = sample_models._torch_modules()["transformer_block"]
     torch.manual_seed(0)
     module = make().eval()
     args, names, dynamic = inputs()
@@ -150,13 +145,8 @@ def test_module_without_example_inputs_is_bad_input():
 
 def test_pt2_samples_rerun_byte_identical(tmp_path):
     require("torch")
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import make_models
-    finally:
-        sys.path.pop(0)
-    if make_models.version_mismatch():
-        pytest.skip(f"{make_models.version_mismatch()}: the committed .pt2 files were made with the pinned versions")
+    if sample_models.version_mismatch():
+        pytest.skip(f"{sample_models.version_mismatch()}: the committed .pt2 files were made with the pinned versions")
     out = subprocess.run([sys.executable, str(SCRIPT), "--only", "pt2", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -12,14 +12,13 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from legalizer import batch, ray_batch
 from legalizer.pipeline import RunOptions
+from helpers import assert_clean, cli_process
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,18 +53,11 @@ def cluster():
         ray.shutdown()
 
 
-def legalize(*args, address=None, extra_env=None, timeout: float = 600, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS", "RAY_ADDRESS")}
-    env["PYTHONPATH"] = str(ROOT)  # this checkout's legalizer, wherever the command runs
-    if address is not None:
-        env["RAY_ADDRESS"] = address
-    env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=timeout, cwd=cwd)
-
-
-def clean(p: subprocess.CompletedProcess) -> None:
-    assert "Traceback" not in p.stdout + p.stderr and "internal error" not in p.stderr, p.stderr[-2000:]
+def _ray(address=None, timeout: float = 600, **env) -> dict:
+    """The arguments of a ``legalize`` run here: this checkout's legalizer on PYTHONPATH
+    wherever the command runs, Ray's address (none inherited), more ``env`` on top, and
+    time for Ray to start."""
+    return {"env": {"RAY_ADDRESS": address, "PYTHONPATH": str(ROOT), **env}, "timeout": timeout}
 
 
 def outputs(d: Path) -> dict:
@@ -96,9 +88,9 @@ def run_both(cluster, tmp_path, target: Path, *args, out: Path = None):
     remove_outputs(out or target)  # (a copy of models/ may hold the README set-up's own run's output)
     for executor in ("local", "ray"):
         rep = tmp_path / f"{executor}.json"
-        p = legalize(target, "--executor", executor, "--report", rep, *args,
-                     address=cluster["address"] if executor == "ray" else None)
-        clean(p)
+        p = cli_process(target, "--executor", executor, "--report", rep, *args,
+                        **_ray(cluster["address"] if executor == "ray" else None))
+        assert_clean(p)
         runs[executor] = (p, rep, outputs(out or target))
         remove_outputs(out or target)
     return runs
@@ -128,7 +120,7 @@ def test_sample_models_on_ray_are_the_local_executors(cluster, tmp_path):
     assert p.stderr.splitlines() == [f"legalize: error: {d / 'bad.onnx'}: is a text file, not an ONNX model"]
 
 
-def test_corpus_models_on_ray_into_an_output_folder(cluster, tmp_path):
+def test_corpus_models_on_ray_into_an_output_folder(cluster, tmp_path, legalize):
     found = [CORPUS / name for name in CORPUS_MODELS if (CORPUS / name).is_file()]
     if not found:
         pytest.skip(f"the corpus is not built ({CORPUS} has none of {CORPUS_MODELS}): python scripts/corpus.py")
@@ -138,8 +130,8 @@ def test_corpus_models_on_ray_into_an_output_folder(cluster, tmp_path):
     for executor in ("local", "ray"):
         rep = tmp_path / f"{executor}.json"
         p = legalize(*found, "-o", out, "--html", pages, "--executor", executor, "--report", rep,
-                     address=cluster["address"] if executor == "ray" else None)
-        clean(p)
+                     **_ray(cluster["address"] if executor == "ray" else None))
+        assert_clean(p)
         # the pages carry the run's timings: compared by name only
         runs[executor] = (p, rep, {**outputs(out), **{f"pages/{n}": "page" for n in outputs(pages)}})
         for f in [*out.iterdir(), *pages.iterdir()]:
@@ -150,7 +142,7 @@ def test_corpus_models_on_ray_into_an_output_folder(cluster, tmp_path):
     assert not list(CORPUS.glob("*.legal.*"))
 
 
-def test_emit_html_and_existing_outputs_on_ray(cluster, tmp_path):
+def test_emit_html_and_existing_outputs_on_ray(cluster, tmp_path, legalize):
     """--emit onnx (a TFLite model's ONNX form only: its own format written aside), one
     page per model, and an existing output without --force: that model's error only."""
     d = tmp_path / "d"
@@ -166,8 +158,8 @@ def test_emit_html_and_existing_outputs_on_ray(cluster, tmp_path):
         (d / "cnn.legal.onnx").write_bytes(b"old")
         rep = tmp_path / f"{executor}.json"
         p = legalize(d, "--emit", "onnx", "--html", pages, "--executor", executor, "--report", rep,
-                     address=cluster["address"] if executor == "ray" else None)
-        clean(p)
+                     **_ray(cluster["address"] if executor == "ray" else None))
+        assert_clean(p)
         assert (d / "cnn.legal.onnx").read_bytes() == b"old"
         runs[executor] = (p, rep, {**outputs(d), **{f"pages/{n}": "page" for n in outputs(pages)}})
         remove_outputs(d)
@@ -182,7 +174,7 @@ def test_emit_html_and_existing_outputs_on_ray(cluster, tmp_path):
                                "pages/net.legal.html", "pages/violating.legal.html"]
 
 
-def test_relative_paths_name_the_same_files_on_the_workers(cluster, tmp_path):
+def test_relative_paths_name_the_same_files_on_the_workers(cluster, tmp_path, legalize):
     """The tasks run in the command's working folder: a relative path reads and names
     the same model, and the outputs land beside it (-j 1: one task at a time)."""
     (tmp_path / "d").mkdir()
@@ -191,8 +183,8 @@ def test_relative_paths_name_the_same_files_on_the_workers(cluster, tmp_path):
     seen = {}
     for executor in ("local", "ray"):
         p = legalize("d", "-q", "-j", "1", "--executor", executor, cwd=tmp_path,
-                     address=cluster["address"] if executor == "ray" else None)
-        clean(p)
+                     **_ray(cluster["address"] if executor == "ray" else None))
+        assert_clean(p)
         seen[executor] = (p.returncode, p.stdout, p.stderr, outputs(tmp_path))
         remove_outputs(tmp_path)
     assert seen["ray"] == seen["local"]
@@ -201,7 +193,7 @@ def test_relative_paths_name_the_same_files_on_the_workers(cluster, tmp_path):
     assert sorted(written) == ["d/a.legal.onnx", "d/b.legal.tflite"]
 
 
-def test_an_output_folder_is_made_and_dims_bind_where_present_on_ray(cluster, tmp_path):
+def test_an_output_folder_is_made_and_dims_bind_where_present_on_ray(cluster, tmp_path, legalize):
     """-o legal/new/ is made (as mkdir -p would) before the tasks write into it, and a
     --dim binds the model that has it, on Ray as locally."""
     (tmp_path / "d").mkdir()
@@ -210,8 +202,8 @@ def test_an_output_folder_is_made_and_dims_bind_where_present_on_ray(cluster, tm
     seen = {}
     for executor in ("local", "ray"):
         p = legalize("d", "-o", f"legal-{executor}/new/", "--dim", "M=1", "--executor", executor, cwd=tmp_path,
-                     address=cluster["address"] if executor == "ray" else None)
-        clean(p)
+                     **_ray(cluster["address"] if executor == "ray" else None))
+        assert_clean(p)
         assert p.returncode == 0, p.stderr
         seen[executor] = (p.stderr, sorted(outputs(tmp_path / f"legal-{executor}")))
     assert seen["ray"] == seen["local"] == (
@@ -274,10 +266,10 @@ def test_a_file_the_run_does_not_plan_is_refused(tmp_path, name):
     assert (d / DATA).read_bytes() == b"w"
 
 
-def test_cuda_needs_a_gpu_in_the_cluster(cluster, tmp_path):
+def test_cuda_needs_a_gpu_in_the_cluster(cluster, tmp_path, legalize):
     shutil.copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
-    p = legalize(tmp_path / "m.onnx", "--executor", "ray", "--provider", "cuda", address=cluster["address"])
-    clean(p)
+    p = legalize(tmp_path / "m.onnx", "--executor", "ray", "--provider", "cuda", **_ray(cluster["address"]))
+    assert_clean(p)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == ["legalize: error: --provider cuda with --executor ray: the Ray cluster has no"
                                      " GPU for the tasks"]
@@ -285,24 +277,24 @@ def test_cuda_needs_a_gpu_in_the_cluster(cluster, tmp_path):
 
 
 @pytest.mark.needs("ray")
-def test_an_unreachable_cluster_is_one_line(tmp_path):
+def test_an_unreachable_cluster_is_one_line(tmp_path, legalize):
     shutil.copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
-    p = legalize(tmp_path / "m.onnx", "--executor", "ray", address="127.0.0.1:9", timeout=120)
-    clean(p)
+    p = legalize(tmp_path / "m.onnx", "--executor", "ray", **_ray("127.0.0.1:9", timeout=120))
+    assert_clean(p)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == ["legalize: error: --executor ray: cannot reach the Ray cluster at"
                                      " RAY_ADDRESS=127.0.0.1:9: Connection refused"]
 
 
-def test_without_the_extra_ray_is_one_line(tmp_path):
+def test_without_the_extra_ray_is_one_line(tmp_path, legalize):
     """Ray not importable (a module that raises ImportError shadows it): one line naming
     the extra, exit 2, nothing run."""
     shadow = tmp_path / "shadow"
     (shadow / "ray").mkdir(parents=True)
     (shadow / "ray" / "__init__.py").write_text("raise ImportError('No module named ray (simulated)')\n")
     shutil.copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
-    p = legalize(tmp_path, "--executor", "ray", extra_env={"PYTHONPATH": f"{shadow}{os.pathsep}{ROOT}"})
-    clean(p)
+    p = legalize(tmp_path, "--executor", "ray", **_ray(PYTHONPATH=f"{shadow}{os.pathsep}{ROOT}"))
+    assert_clean(p)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.splitlines() == ["legalize: error: --executor ray needs Ray: install the ray extra"
                                      " (pip install 'legalizer[ray]')"]

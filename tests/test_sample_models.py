@@ -1,12 +1,11 @@
-"""The sample models exported from PyTorch (models/*.dynamo.onnx, *.torchscript.onnx,
-made by scripts/make_models.py): each is a valid ONNX model that onnxruntime runs, legal
-under the mlir profile, with the rank-changing broadcasts the tosa target must fix; the
-dynamo ones have symbolic input dims; and the committed files are what the script makes
-(when the pinned torch is installed)."""
+"""The sample models exported from PyTorch (models/*.dynamo.onnx, *.torchscript.onnx:
+tests/sample_models.py's, written by scripts/make_models.py): each is a valid ONNX model
+that onnxruntime runs, legal under the mlir profile, with the rank-changing broadcasts
+the tosa target must fix; the dynamo ones have symbolic input dims; and the committed
+files are what the script makes (when the pinned torch is installed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import legalizer
 from legalizer.check import ort as ort_check
 from legalizer.pipeline import is_output
+import sample_models
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,15 +25,7 @@ MODELS = ROOT / "models"
 SCRIPT = ROOT / "scripts" / "make_models.py"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("make_models", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # imports onnx and numpy only; torch lazily
-    return mod
-
-
-make_models = _load_script()
-TORCH_MODELS = make_models.TORCH_MODELS
+TORCH_MODELS = sample_models.TORCH_MODELS
 
 # What each model's inputs look like: the symbols (dynamo) or static shapes (torchscript).
 INPUTS = {
@@ -143,7 +135,7 @@ def test_runs_on_onnxruntime(name):
 @pytest.mark.slow  # re-exports every torch sample model
 def test_rerun_is_byte_identical(tmp_path):
     require("torch")  # to re-export the sample models
-    mismatch = make_models.version_mismatch()
+    mismatch = sample_models.version_mismatch()
     if mismatch:
         pytest.skip(f"{mismatch}: the committed models were exported with the pinned versions")
     # A fresh process, as a user runs it (the exporters keep global state).
@@ -161,4 +153,4 @@ def test_pins_match_pyproject():
     import tomllib
     with open(ROOT / "pyproject.toml", "rb") as f:
         extra = tomllib.load(f)["project"]["optional-dependencies"]["torch"]
-    assert sorted(extra) == sorted(f"{k}=={v}" for k, v in make_models.PINNED.items())
+    assert sorted(extra) == sorted(f"{k}=={v}" for k, v in sample_models.PINNED.items())

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 import onnx
@@ -27,8 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from legalizer import bounded
 from legalizer.check import ort as ort_check
-from helpers import cli_in_process
-from test_cli import assert_clean, legalize, lines
+from helpers import assert_clean, cli_command, lines, make_model
 from needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,28 +36,13 @@ CAP = 2 * 10**9  # the address-space limit of the resource cases: 2 GB
 DATA_NAME = r"\.[0-9a-f]{16}\.data"  # <output name>.<16 hex digits>.data
 
 
-def _main(args) -> Tuple[int, str, str]:
-    return cli_in_process(*args)
-
-
-def _capped(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``legalize ARGS`` in a process limited to ``CAP`` bytes of address space."""
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
-
-    return subprocess.run([sys.executable, "-m", "legalizer.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout, preexec_fn=limit)
+def _cap_address_space():
+    """Run in the child before it starts: its address space limited to ``CAP`` bytes."""
+    resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
 
 def _files(folder: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
-
-
-def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
-    m = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
-                          opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -71,10 +55,10 @@ def _external(folder: Path, w: np.ndarray) -> Path:
     """``y = x + w`` with ``w`` external (``w.bin``), in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     n = w.shape[-1]
-    m = _model([helper.make_node("Add", ["x", "w"], ["a"]), helper.make_node("Mul", ["a", "w"], ["y"])],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(w.shape))],
-               [numpy_helper.from_array(w, "w")])
+    m = make_model([helper.make_node("Add", ["x", "w"], ["a"]), helper.make_node("Mul", ["a", "w"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(w.shape))],
+                   [numpy_helper.from_array(w, "w")])
     onnx.save_model(m, str(folder / "m.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
     return folder / "m.onnx"
 
@@ -129,8 +113,9 @@ def _syscall_module(marker: Path) -> str:
 
 
 def _identity(path: Path) -> Path:
-    m = _model([helper.make_node("Identity", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = make_model([helper.make_node("Identity", ["x"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
     path.write_bytes(m.SerializeToString())
     return path
 
@@ -151,7 +136,7 @@ def test_the_syscall_payload_runs_when_iree_is_given_it(tmp_path):
     assert marker.exists()
 
 
-def test_against_refuses_a_module_that_would_run_a_syscall(tmp_path):
+def test_against_refuses_a_module_that_would_run_a_syscall(tmp_path, legalize):
     require("iree")
     marker = tmp_path / "marker"
     module = tmp_path / "evil.mlir"
@@ -177,7 +162,7 @@ def test_against_refuses_a_module_that_would_run_a_syscall(tmp_path):
                    '  "llvm.inline_asm"() <{asm_string = "syscall", constraints = "", has_side_effects}> : () -> ()\n'
                    '  return %a : tensor<4xf32>\n}\n', "op 'llvm.inline_asm'"),
 ])
-def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused):
+def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused, legalize):
     require("iree")
     module = tmp_path / "m.mlir"
     module.write_text(body.replace("MARKER", str(tmp_path / "marker.o")))
@@ -187,7 +172,7 @@ def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused):
     assert lines(p.stderr) == [f"legalize: error: {module}: {REFUSED}{refused}"]
 
 
-def test_against_compiles_tosa_with_the_attributes_of_its_producer(tmp_path):
+def test_against_compiles_tosa_with_the_attributes_of_its_producer(tmp_path, legalize):
     """What is refused is not TOSA: a module with TensorFlow's discardable attributes
     (dropped before IREE sees it) is compiled, run and compared."""
     require("iree")
@@ -206,7 +191,7 @@ def test_against_compiles_tosa_with_the_attributes_of_its_producer(tmp_path):
 
 # ---- outputs: never an input or another output, never a special file ---------------------
 
-def test_report_html_and_emit_paths_must_be_their_own(tmp_path):
+def test_report_html_and_emit_paths_must_be_their_own(tmp_path, legalize):
     src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
     out = tmp_path / "o.onnx"
     cases = [
@@ -228,7 +213,7 @@ def test_report_html_and_emit_paths_must_be_their_own(tmp_path):
         assert _files(tmp_path) == before  # nothing written, nothing replaced
 
 
-def test_batch_report_and_outputs_must_not_be_inputs_or_each_other(tmp_path):
+def test_batch_report_and_outputs_must_not_be_inputs_or_each_other(tmp_path, legalize):
     a = _copy(MODELS / "mlp_bias.onnx", tmp_path / "a" / "q.onnx")
     other = _copy(MODELS / "mlp_bias.onnx", tmp_path / "a" / "q.legal.onnx")  # another model of the batch
     before = _files(tmp_path / "a")
@@ -245,7 +230,7 @@ def test_batch_report_and_outputs_must_not_be_inputs_or_each_other(tmp_path):
     assert _files(tmp_path / "a") == before and not list((tmp_path / "out").iterdir())
 
 
-def test_a_device_or_a_fifo_is_never_replaced(tmp_path):
+def test_a_device_or_a_fifo_is_never_replaced(tmp_path, legalize):
     src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
     null = tmp_path / "null.onnx"
     null.symlink_to(os.devnull)  # as root, `legalize m.onnx /dev/null --force` made /dev/null a file
@@ -263,7 +248,7 @@ def test_a_device_or_a_fifo_is_never_replaced(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
-def test_a_report_that_cannot_be_written_fails_before_the_work(tmp_path):
+def test_a_report_that_cannot_be_written_fails_before_the_work(tmp_path, legalize):
     src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
     report = Path("/proc/self/r.json")  # no file can be made there, not even by root
     p = legalize(src, tmp_path / "o.onnx", "--report", report, "-q")
@@ -275,7 +260,7 @@ def test_a_report_that_cannot_be_written_fails_before_the_work(tmp_path):
 
 # ---- outputs: no run loses or mixes another's ----------------------------------------------
 
-def test_the_second_of_two_runs_without_force_fails(tmp_path, monkeypatch):
+def test_the_second_of_two_runs_without_force_fails(tmp_path, monkeypatch, legalize_in_process):
     """Both find the output free before the work; the one that finishes second gets
     exit 2 and the first one's file stays."""
     src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
@@ -287,13 +272,13 @@ def test_the_second_of_two_runs_without_force_fails(tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ort_check, "check", the_other_run_finishes_first)
-    code, _, err = _main([src, out, "-q"])
+    code, _, err = legalize_in_process(src, out, "-q")
     assert (code, lines(err)) == (2, [f"legalize: error: {out}: already exists (use --force to replace it)"])
     assert out.read_bytes() == b"the other run's model"
     assert sorted(os.listdir(tmp_path)) == ["m.onnx", "o.onnx"]  # no temporary left
 
 
-def test_two_force_runs_with_external_data_never_mix(tmp_path, monkeypatch):
+def test_two_force_runs_with_external_data_never_mix(tmp_path, monkeypatch, legalize_in_process):
     """Run B writes the same output while run A checks its own: what is left is A's
     model with A's data (it finished last), and B's data is gone with B's model."""
     wa = np.full((8, 8), 2.0, np.float32)
@@ -306,12 +291,12 @@ def test_two_force_runs_with_external_data_never_mix(tmp_path, monkeypatch):
     def meanwhile(*args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
-            assert _main([b, out, "--force", "-q"])[0] == 0
+            assert legalize_in_process(b, out, "--force", "-q")[0] == 0
             assert np.array_equal(_ort(out, np.ones(8, np.float32)), (1 + wb) * wb)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ort_check, "check", meanwhile)
-    code, _, err = _main([a, out, "--force", "-q"])
+    code, _, err = legalize_in_process(a, out, "--force", "-q")
     assert code == 0, err
     x = np.arange(8, dtype=np.float32)
     np.testing.assert_array_equal(_ort(out, x), (x + wa) * wa)
@@ -325,7 +310,7 @@ def _big_external(folder: Path, seed: int) -> Path:
 
 
 def _stop_during_the_check(src: Path, out: Path, sig: int, *args) -> subprocess.CompletedProcess:
-    p = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(src), str(out), "-q", *args], cwd=ROOT,
+    p = subprocess.Popen(cli_command(src, out, "-q", *args), cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     # the model's temporary file is made once its data is written, just before the check
@@ -340,10 +325,10 @@ def _stop_during_the_check(src: Path, out: Path, sig: int, *args) -> subprocess.
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_a_force_run_stopped_during_its_check_leaves_the_previous_output(tmp_path, sig):
+def test_a_force_run_stopped_during_its_check_leaves_the_previous_output(tmp_path, sig, legalize_in_process):
     out = tmp_path / "out" / "m.onnx"
     out.parent.mkdir()
-    code, _, err = _main([_big_external(tmp_path / "p", 0), out, "--no-check", "-q"])
+    code, _, err = legalize_in_process(_big_external(tmp_path / "p", 0), out, "--no-check", "-q")
     assert code == 0, err
     previous = _files(out.parent)
     p = _stop_during_the_check(_big_external(tmp_path / "n", 1), out, sig, "--force")
@@ -370,12 +355,12 @@ def _mul_bomb(path: Path, shape_op: bool = False) -> Path:
     ``shape_op``: with ``Shape(x)`` as a second output, a value data propagation reads
     (without one, legalize does not run data propagation at all)."""
     n = 1 << 62
-    m = _model([helper.make_node("Mul", ["x", "z"], ["y"])]
-               + ([helper.make_node("Shape", ["x"], ["s"])] if shape_op else []),
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n]),
+    m = make_model([helper.make_node("Mul", ["x", "z"], ["y"])]
+                   + ([helper.make_node("Shape", ["x"], ["s"])] if shape_op else []),
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n]),
                 helper.make_tensor_value_info("z", TensorProto.FLOAT, [n])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-               + ([helper.make_tensor_value_info("s", TensorProto.INT64, None)] if shape_op else []))
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+                   + ([helper.make_tensor_value_info("s", TensorProto.INT64, None)] if shape_op else []))
     path.write_bytes(m.SerializeToString())
     return path
 
@@ -408,17 +393,17 @@ def test_a_crash_in_the_bounded_helper_is_contained():
     assert bounded.call(_echo, b"abc", memory=1 << 28, timeout=60) == b"cba"  # a new helper
 
 
-def test_the_mul_bomb_is_legalized_under_2gb(tmp_path):
+def test_the_mul_bomb_is_legalized_under_2gb(tmp_path, legalize):
     bomb = _mul_bomb(tmp_path / "bomb.onnx", shape_op=True)
-    p = _capped(bomb, "--no-check")
+    p = legalize(bomb, "--no-check", preexec_fn=_cap_address_space)
     assert_clean(p)
     assert p.returncode == 0, p.stderr
     assert lines(p.stderr) == ["legalize: warning: ONNX shape inference with data propagation ran out of its memory"
                                " (1 GiB or more); shapes were inferred without it"]
 
 
-def test_the_mul_bomb_without_a_shape_op_skips_data_propagation(tmp_path):
-    p = _capped(_mul_bomb(tmp_path / "bomb.onnx"), "--no-check")
+def test_the_mul_bomb_without_a_shape_op_skips_data_propagation(tmp_path, legalize):
+    p = legalize(_mul_bomb(tmp_path / "bomb.onnx"), "--no-check", preexec_fn=_cap_address_space)
     assert_clean(p)
     assert p.returncode == 0, p.stderr
     assert lines(p.stderr) == []
@@ -451,11 +436,11 @@ def _nested_regions_bytecode(path: Path, depth: int) -> Path:
     return path
 
 
-def test_deeply_nested_bytecode_is_bad_input_under_2gb(tmp_path):
+def test_deeply_nested_bytecode_is_bad_input_under_2gb(tmp_path, legalize):
     require("iree")
     path = _nested_regions_bytecode(tmp_path / "deep.mlirbc", 20_000)
     assert 100_000 < path.stat().st_size < 1_000_000
-    p = _capped(path, "--verify-only")
+    p = legalize(path, "--verify-only", preexec_fn=_cap_address_space)
     assert_clean(p)
     assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}: regions nested deeper than 64 levels"
                                                     " (at 'x.nest'); legalize reads no deeper"])
@@ -467,17 +452,17 @@ def test_deeply_nested_bytecode_is_bad_input_under_2gb(tmp_path):
     ("regions", 'func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n' + '"x.nest"() ({\n' * 20_000
      + '}) : () -> ()\n' * 20_000 + '  return %a : tensor<2xf32>\n}\n', "65:13"),
 ])
-def test_deeply_nested_text_is_bad_input_under_2gb(tmp_path, what, text, where):
+def test_deeply_nested_text_is_bad_input_under_2gb(tmp_path, what, text, where, legalize):
     path = tmp_path / "deep.mlir"
     path.write_text(text)
-    p = _capped(path, "--verify-only")
+    p = legalize(path, "--verify-only", preexec_fn=_cap_address_space)
     assert_clean(p)
     assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}:{where}: brackets nest deeper than 128"
                                                     " levels (regions, attributes or types); legalize reads no deeper"])
 
 
 @pytest.mark.needs("iree")
-def test_nesting_within_the_bound_is_read(tmp_path):
+def test_nesting_within_the_bound_is_read(tmp_path, legalize):
     path = tmp_path / "ok.mlir"
     path.write_text('func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n  "x.op"() {deep = ' + "[" * 126 + "1"
                     + "]" * 126 + '} : () -> ()\n  return %a : tensor<2xf32>\n}\n')
@@ -486,13 +471,13 @@ def test_nesting_within_the_bound_is_read(tmp_path):
     assert p.returncode == 0 and lines(p.stdout) == [f"{path}: legal under 'tosa'"]
 
 
-def test_an_oversized_sum_is_bad_input_under_2gb(tmp_path):
+def test_an_oversized_sum_is_bad_input_under_2gb(tmp_path, legalize):
     path = tmp_path / "sum.onnx"
-    m = _model([helper.make_node("Sum", ["x"] * 1_000_000, ["y"], name="big_sum")],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = make_model([helper.make_node("Sum", ["x"] * 1_000_000, ["y"], name="big_sum")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
     path.write_bytes(m.SerializeToString())
-    p = _capped(path, "-q")
+    p = legalize(path, "-q", preexec_fn=_cap_address_space)
     assert_clean(p)
     assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {path}: node 'big_sum': 'Sum' op has 1,000,000"
                                                     " operands; legalize reads at most 65,536 per node"])
@@ -501,7 +486,7 @@ def test_an_oversized_sum_is_bad_input_under_2gb(tmp_path):
 
 # ---- every file the run reads is an input (issue 24, item 3) ------------------------------
 
-def test_no_output_may_be_a_file_the_run_reads(tmp_path):
+def test_no_output_may_be_a_file_the_run_reads(tmp_path, legalize):
     """External data, --input arrays and the reduction's side files: each refused as an
     output before any work, with nothing written or replaced."""
     model = _external(tmp_path, np.arange(4, dtype=np.float32))
@@ -524,7 +509,7 @@ def test_no_output_may_be_a_file_the_run_reads(tmp_path):
         assert _files(tmp_path) == before
 
 
-def test_reduce_side_files_are_checked_before_the_work(tmp_path):
+def test_reduce_side_files_are_checked_before_the_work(tmp_path, legalize):
     src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
     ref = _copy(MODELS / "mlp_bias.onnx", tmp_path / "ref.onnx")
     red = tmp_path / "r.onnx"

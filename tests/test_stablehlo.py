@@ -328,8 +328,8 @@ def test_every_runtime_constraint_is_one_shape_assertion(strict):
     assert _assertion_messages(given) == _assertion_messages(found)
 
 
-def test_emit_stablehlo_writes_every_runtime_constraint(tmp_path):
-    from test_cli import assert_clean, legalize
+def test_emit_stablehlo_writes_every_runtime_constraint(tmp_path, legalize):
+    from helpers import assert_clean
 
     for flags, strict in (((), False), (("--assume-dynamic-not-one",), True)):
         out = tmp_path / f"m{int(strict)}.onnx"
@@ -458,8 +458,8 @@ def test_unsupported_ops_are_all_listed_in_one_error():
                             "NonMaxSuppression (node 'nms')")
 
 
-def test_unlowerable_ops_are_one_line_naming_their_nodes_and_nothing_is_written(tmp_path):
-    from test_cli import assert_clean, legalize, lines
+def test_unlowerable_ops_are_one_line_naming_their_nodes_and_nothing_is_written(tmp_path, legalize):
+    from helpers import assert_clean, lines
 
     vi = helper.make_tensor_value_info
     nodes = [helper.make_node("Det", ["m"], ["d"], name="det_0"),

@@ -18,14 +18,13 @@ from legalizer.ir.graph import OP
 from legalizer.pipeline import RunOptions, is_output, run, verify_model
 from legalizer.tflite_schema import FbTable, read, serialize
 
-from test_cli import assert_clean, legalize, lines
+import tflite_build
+import tflite_models
+from helpers import assert_clean, cli_process, lines
+from needs import has
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = sorted(p for p in (ROOT / "models" / "tflite").glob("*.tflite") if not is_output(p))
-sys.path.insert(0, str(ROOT / "scripts"))
-import tflite_build  # noqa: E402
-import tflite_models  # noqa: E402
-from needs import has  # noqa: E402
 
 needs_litert = pytest.mark.needs("litert")
 
@@ -147,7 +146,7 @@ def test_signatures_follow_their_tensors(tmp_path):
         assert [tensors[i] for i in ins] == [n.output.name for n in g.inputs]
 
 
-def test_cli_on_tflite(tmp_path):
+def test_cli_on_tflite(tmp_path, legalize):
     src = tmp_path / "m.tflite"
     src.write_bytes((ROOT / "models/tflite/mobilenet_like.tflite").read_bytes())
     p = legalize(src, "-q")
@@ -222,7 +221,7 @@ BAD = {
 def _assert_bad(src: Path, expect: str, *args: str) -> None:
     """``legalize SRC ARGS`` is bad input: exit 2, one line naming the file, nothing written."""
     before = sorted(p.name for p in src.parent.iterdir()), src.read_bytes()
-    p = legalize(src, *args)
+    p = cli_process(src, *args)
     assert_clean(p)
     assert p.returncode == 2, p.stdout + p.stderr
     (line,) = p.stderr.splitlines()
@@ -240,7 +239,7 @@ def test_bad_tflite_is_one_line_and_exit_2(case, verify_only, tmp_path):
 
 
 @pytest.mark.parametrize("cut", [9, 40, 200, 500])
-def test_truncated_tflite(cut, tmp_path):
+def test_truncated_tflite(cut, tmp_path, legalize):
     src = tmp_path / "cut.tflite"
     src.write_bytes((ROOT / "models/tflite/broadcast_add.tflite").read_bytes()[:cut])
     p = legalize(src, "--verify-only")
@@ -408,7 +407,7 @@ def test_offset_buffers_are_written_back_by_offset(tmp_path):
 
 
 @needs_litert
-def test_legalized_offset_model_runs_on_litert(tmp_path):
+def test_legalized_offset_model_runs_on_litert(tmp_path, legalize):
     from legalizer.check.litert import run_tflite
 
     data, c, d = _offset_model()

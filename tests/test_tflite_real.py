@@ -21,7 +21,7 @@ from legalizer.exporters.tflite import to_tflite
 from legalizer.exporters.tflite_onnx import tflite_to_onnx
 from legalizer.pipeline import RunOptions, run
 from legalizer.tflite_schema import read, serialize
-from test_cli import assert_clean, legalize
+from helpers import assert_clean
 
 needs_litert = pytest.mark.needs("litert")
 RNG = np.random.default_rng(3)
@@ -148,7 +148,7 @@ BAD_SPARSITY = {
 
 
 @pytest.mark.parametrize("case", BAD_SPARSITY)
-def test_bad_sparsity_is_one_line_and_exit_2(case, tmp_path):
+def test_bad_sparsity_is_one_line_and_exit_2(case, tmp_path, legalize):
     mutate, expect = BAD_SPARSITY[case]
     t = read(__import__("tflite").Model.GetRootAs(tb.sparse_model(), 0), "Model")
     mutate(t)

@@ -11,7 +11,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from legalizer.check.tosa_validate import validate
 from legalizer.exporters.tosa_level import LEVELS, level_violations
-from tests.helpers import cli_in_process
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(1)
@@ -48,9 +47,10 @@ def rank7_input(tmp_path):
                  [numpy_helper.from_array(RNG.standard_normal([3]).astype(np.float32), "c")])
 
 
-def test_a_rank7_reshape_inside_is_folded_and_the_check_passes(tmp_path):
+def test_a_rank7_reshape_inside_is_folded_and_the_check_passes(tmp_path, legalize_in_process):
     path = rank7_inside(tmp_path)
-    code, out, err = cli_in_process(path, "--emit", "onnx", "--emit", "tosa", "--report", tmp_path / "r.json", "-q")
+    code, out, err = legalize_in_process(path, "--emit", "onnx", "--emit", "tosa", "--report", tmp_path / "r.json",
+                                         "-q")
     assert code == 0, out + err
     text = (tmp_path / "r7.legal.tosa.mlir").read_text()
     assert level_violations(text, LEVELS["8k"]) == []
@@ -67,17 +67,17 @@ def test_a_rank7_reshape_inside_is_folded_and_the_check_passes(tmp_path):
 
 
 @pytest.mark.needs("tosa-opt")
-def test_tosa_opt_accepts_the_folded_module_at_level_8k(tmp_path):
+def test_tosa_opt_accepts_the_folded_module_at_level_8k(tmp_path, legalize_in_process):
     path = rank7_inside(tmp_path)
-    assert cli_in_process(path, "--emit", "tosa", "-q", "--no-check")[0] == 0
+    assert legalize_in_process(path, "--emit", "tosa", "-q", "--no-check")[0] == 0
     ok, error = validate((tmp_path / "r7.legal.tosa.mlir").read_text())
     assert ok, error
 
 
 @pytest.mark.needs("tosa-opt")
-def test_level_none_keeps_rank7_and_tosa_opt_then_refuses_it_at_8k(tmp_path):
+def test_level_none_keeps_rank7_and_tosa_opt_then_refuses_it_at_8k(tmp_path, legalize_in_process):
     path = rank7_inside(tmp_path)
-    code, out, err = cli_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")
+    code, out, err = legalize_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")
     assert code == 0, out + err
     text = (tmp_path / "r7.legal.tosa.mlir").read_text()
     assert "tensor<2x3x1x4x5x1x6xf32>" in text
@@ -86,9 +86,9 @@ def test_level_none_keeps_rank7_and_tosa_opt_then_refuses_it_at_8k(tmp_path):
     assert [v.limit for v in level_violations(text, LEVELS["8k"])][:1] == ["MAX_RANK"]
 
 
-def test_a_graph_input_over_the_level_exits_1_naming_it(tmp_path):
+def test_a_graph_input_over_the_level_exits_1_naming_it(tmp_path, legalize_in_process):
     path = rank7_input(tmp_path)
-    code, out, err = cli_in_process(path, "--emit", "onnx", "--emit", "tosa", "--report", tmp_path / "r.json")
+    code, out, err = legalize_in_process(path, "--emit", "onnx", "--emit", "tosa", "--report", tmp_path / "r.json")
     assert code == 1
     assert ("error: in the output, node 'x': 'func.func' op failed level check: graph input 'x'"
             " (1x2x1x2x1x2x3xf32) has rank 7, over MAX_RANK = 6 of TOSA level 8K") in out
@@ -102,17 +102,17 @@ def test_a_graph_input_over_the_level_exits_1_naming_it(tmp_path):
     assert {v["stage"] for v in rep["violations"]} == {"output"}
 
 
-def test_level_none_writes_the_rank7_module(tmp_path):
+def test_level_none_writes_the_rank7_module(tmp_path, legalize_in_process):
     path = rank7_input(tmp_path)
-    code, out, err = cli_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")
+    code, out, err = legalize_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")
     assert code == 0, out + err
     assert "tensor<1x2x1x2x1x2x3xf32>" in (tmp_path / "in7.legal.tosa.mlir").read_text()
 
 
-def test_the_onnx_form_alone_is_not_level_checked(tmp_path):
+def test_the_onnx_form_alone_is_not_level_checked(tmp_path, legalize_in_process):
     # The level is TOSA's: an ONNX output of the tosa form is written (its inside folded).
     path = rank7_input(tmp_path)
-    code, out, err = cli_in_process(path, "-q")
+    code, out, err = legalize_in_process(path, "-q")
     assert code == 0, out + err
 
 
@@ -120,9 +120,9 @@ def test_the_onnx_form_alone_is_not_level_checked(tmp_path):
     (("--tosa-level", "16k"), "unknown level '16k' of target 'tosa'; expected one of 8k, none"),
     (("--tosa-level", "8k", "--target", "xla"), "--tosa-level applies to --target tosa, not --target xla"),
 ])
-def test_bad_levels_are_usage_errors(tmp_path, args, message):
+def test_bad_levels_are_usage_errors(tmp_path, args, message, legalize_in_process):
     path = rank7_input(tmp_path)
-    code, out, err = cli_in_process(path, *args)
+    code, out, err = legalize_in_process(path, *args)
     assert code == 2
     assert message in err
 
@@ -177,15 +177,15 @@ def test_tosa_opt_agrees_on_the_tensor_list_limit():
     assert ok, error
 
 
-def test_an_onnx_concat_of_65_tensors_is_not_written_as_tosa(tmp_path):
+def test_an_onnx_concat_of_65_tensors_is_not_written_as_tosa(tmp_path, legalize_in_process):
     path = _save(tmp_path / "cat.onnx", [helper.make_node("Concat", ["x"] * 65, ["y"], axis=0, name="cat")],
                  [helper.make_tensor_value_info("x", F, [1, 2])], [helper.make_tensor_value_info("y", F, [65, 2])])
-    code, out, err = cli_in_process(path, "--emit", "onnx", "--emit", "tosa", "-q")
+    code, out, err = legalize_in_process(path, "--emit", "onnx", "--emit", "tosa", "-q")
     assert code == 1
     assert ("'tosa.concat' op failed level check: 'tosa.concat' value 'y' has a list of 65 tensors, over"
             " MAX_TENSOR_LIST_SIZE = 64 of TOSA level 8K") in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cat.onnx"]
-    assert cli_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")[0] == 0
+    assert legalize_in_process(path, "--emit", "tosa", "--tosa-level", "none", "-q")[0] == 0
 
 
 RANK7_USES = """module {

@@ -15,7 +15,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from helpers import cli_in_process
 from legalizer.check import iree_run as iree_run_module
 from legalizer.check.ort import synthesize
 from legalizer.emit import bind_dims
@@ -728,10 +727,10 @@ def test_an_alias_bomb_is_refused_from_its_text():
 
 
 @pytest.mark.needs("mlir")
-def test_an_alias_bomb_is_one_line_and_exit_2(tmp_path):
+def test_an_alias_bomb_is_one_line_and_exit_2(tmp_path, legalize_in_process):
     path = tmp_path / "bomb.mlir"
     path.write_text(_doubling(40))
-    code, out, err = cli_in_process(path, "--verify-only")
+    code, out, err = legalize_in_process(path, "--verify-only")
     assert code == 2 and err.splitlines() == [
         f"legalize: error: {path}: alias #a17 expands to 109,051,899 bytes of text, more than the limit of 67,108,864"
         " (64 times the file, or 64 MiB); legalize reads no such module"], err

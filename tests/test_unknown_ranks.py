@@ -9,9 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
+from helpers import cli_in_process
 from legalizer.api import NotLegal
 from needs import require
-from tests.helpers import cli_in_process
 
 
 def value_ranked(tmp_path):
@@ -119,7 +119,8 @@ def dq_lstm(tmp_path):
 
 
 @pytest.mark.parametrize("make,operand", [(gelu, ("batch", 3, 4)), (dq_lstm, (1, "batch", 3))], ids=["gelu", "dqlstm"])
-def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypatch, make, operand):
+def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypatch, make, operand,
+                                                              legalize_in_process):
     if make is gelu:  # onnxruntime's symbolic inference; DynamicQuantizeLSTM has a rank rule of ours
         require("sympy")
     path = make(tmp_path)
@@ -127,7 +128,7 @@ def test_contrib_results_get_ranks_and_the_model_is_legalized(tmp_path, monkeypa
     (add,) = [n for n in model.graph.ops() if n.op == "Add"]
     assert add.inputs[0].type.shape == operand
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli_in_process(path, "-q", "--report", tmp_path / "r.json")
+    code, out, err = legalize_in_process(path, "-q", "--report", tmp_path / "r.json")
     assert code == 0, out + err
     rep = __import__("json").loads((tmp_path / "r.json").read_text())
     assert rep["check"]["ok"] and rep["stats"]["reshapes_inserted"] + rep["stats"]["constants_folded"] == 1

@@ -2,8 +2,6 @@
 diagnostics, tables, check lines, batch output) shows their control characters
 escaped, never raw, so a model cannot drive the user's terminal."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -63,10 +61,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_no_raw_control_characters_reach_the_terminal(models, case, tmp_path):
+def test_no_raw_control_characters_reach_the_terminal(models, case, tmp_path, legalize):
     names, flags, code = CASES[case]
-    p = subprocess.run([sys.executable, "-m", "legalizer.cli", *(str(models[n]) for n in names), *flags],
-                       capture_output=True, cwd=ROOT)
+    p = legalize(*(models[n] for n in names), *flags, text=False)
     assert p.returncode == code, p.stderr.decode(errors="replace")
     for stream in (p.stdout, p.stderr):
         text = stream.decode("utf-8")

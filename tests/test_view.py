@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -17,7 +16,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from helpers import cli_in_process
+from helpers import cli_command
 from test_overlay import bias_model, _save
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +40,7 @@ class Viewer:
 
     def __init__(self, *args):
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", "view", *map(str, args), "--no-browser"],
+        self.proc = subprocess.Popen(cli_command("view", *args, "--no-browser"),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                      start_new_session=True)
         self.url, self.lines = None, []
@@ -108,10 +107,10 @@ def test_view_serves_both_models_with_their_overlays(tmp_path):
 
 
 @pytest.mark.needs("viewer")
-def test_view_of_a_report(tmp_path):
+def test_view_of_a_report(tmp_path, legalize_in_process):
     model = _save(bias_model(), tmp_path / "bias.onnx")
     report = tmp_path / "r.json"
-    assert cli_in_process(model, "--report", report)[0] == 0
+    assert legalize_in_process(model, "--report", report)[0] == 0
     v = Viewer(model, "--report", report, "--port", _free_port())
     try:
         data = json.loads(parse_qs(urlparse(v.url).query)["data"][0])
@@ -121,29 +120,29 @@ def test_view_of_a_report(tmp_path):
         v.stop()
 
 
-def test_view_without_the_extra_is_one_line(tmp_path, monkeypatch):
+def test_view_without_the_extra_is_one_line(tmp_path, monkeypatch, legalize_in_process):
     import legalizer.view as view
 
     monkeypatch.setattr(view, "available", lambda: False)
     model = _save(bias_model(), tmp_path / "bias.onnx")
-    code, out, err = cli_in_process("view", model)
+    code, out, err = legalize_in_process("view", model)
     assert code == 2
     assert err == "legalize: error: legalize view needs the viewer extra: pip install 'legalizer[viewer]'\n"
 
 
-def test_a_model_file_named_view_is_dot_slash_view(tmp_path, monkeypatch):
+def test_a_model_file_named_view_is_dot_slash_view(tmp_path, monkeypatch, legalize_in_process):
     monkeypatch.chdir(tmp_path)
     _save(bias_model(), tmp_path / "view")
-    code, out, err = cli_in_process("./view", "view.legal.onnx", "-q")
+    code, out, err = legalize_in_process("./view", "view.legal.onnx", "-q")
     assert code == 0, err
     assert (tmp_path / "view.legal.onnx").exists()
 
 
 @pytest.mark.needs("viewer")
-def test_view_bad_input(tmp_path):
-    code, out, err = cli_in_process("view", tmp_path / "missing.onnx")
+def test_view_bad_input(tmp_path, legalize_in_process):
+    code, out, err = legalize_in_process("view", tmp_path / "missing.onnx")
     assert code == 2 and err.endswith("missing.onnx: no such file\n")
     model = _save(bias_model(), tmp_path / "bias.onnx")
     (tmp_path / "r.json").write_text("[1, 2]")
-    code, out, err = cli_in_process("view", model, "--report", tmp_path / "r.json")
+    code, out, err = legalize_in_process("view", model, "--report", tmp_path / "r.json")
     assert code == 2 and "not a legalize report of one model" in err

@@ -25,7 +25,7 @@ floats, bools, strings, or lists for vector fields), ``version``.
 
 The descriptions become ``FbTable``s written by legalize's own flatbuffer writer
 (``legalizer.tflite_schema``), index for index as given: unlike the IR-level builder
-of scripts/tflite_models.py, this one can also write what the importer must reject.
+of tests/tflite_models.py, this one can also write what the importer must reject.
 """
 
 from __future__ import annotations
