@@ -323,6 +323,106 @@ def test_localize_holds_a_chunk_of_values_at_a_time(monkeypatch):
     np.testing.assert_array_equal(cand_values["v4"], np.full(n, 6.0, np.float32))
 
 
+def _tflite_chain(n: int, values: int, wrong_at: int = -1) -> bytes:
+    """A TFLite model: x[n], then ``values`` ADDs of 1 (step ``wrong_at`` adds 2)."""
+    from legalizer.tflite_schema import FbTable, builtin_code, options_type, serialize
+
+    def i32(*v):
+        return np.array(v, np.int32)
+
+    def const(v: float):
+        return FbTable("Buffer", {"data": np.frombuffer(np.float32([v]).tobytes(), np.uint8)})
+
+    tensors = [FbTable("Tensor", {"shape": i32(n), "type": 0, "buffer": 1, "name": "x"}),
+               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 2, "name": "one"}),
+               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 3, "name": "two"})]
+    _, options = options_type("AddOptions")
+    ops = []
+    for i in range(values):
+        tensors.append(FbTable("Tensor", {"shape": i32(n), "type": 0, "buffer": 0, "name": f"v{i + 1}"}))
+        ops.append(FbTable("Operator", {"opcode_index": 0, "inputs": i32(len(tensors) - 2 if i else 0,
+                                                                          2 if i == wrong_at else 1),
+                                         "outputs": i32(len(tensors) - 1), "builtin_options_type": options,
+                                         "builtin_options": FbTable("AddOptions", {})}))
+    code = builtin_code("ADD")
+    return serialize(FbTable("Model", {
+        "version": 3, "description": "chain", "buffers": [FbTable("Buffer", {}), FbTable("Buffer", {}), const(1.0),
+                                                          const(2.0)],
+        "operator_codes": [FbTable("OperatorCode", {"builtin_code": code, "deprecated_builtin_code": code,
+                                                    "version": 1})],
+        "subgraphs": [FbTable("SubGraph", {"tensors": tensors, "inputs": i32(0), "outputs": i32(len(tensors) - 1),
+                                           "operators": ops, "name": "main"})]}))
+
+
+def _recorded(monkeypatch, cls):
+    """The bytes of values each ``cls.values`` call gave, as a list the test reads."""
+    asked = []
+    values = cls.values
+
+    def recorded(self, feeds, names=None):
+        got = values(self, feeds, names)
+        asked.append(sum(np.asarray(a).nbytes for a in got.values()))
+        return got
+
+    monkeypatch.setattr(cls, "values", recorded)
+    return asked
+
+
+@pytest.mark.needs("litert")
+def test_localize_tflite_holds_a_chunk_of_values_at_a_time(monkeypatch, tmp_path):
+    """TFLite localization asks LiteRT for a chunk of values a run (the model's copy
+    with them as outputs; it kept every tensor before, 3.3 GB for 24 values of 16 MB)
+    and finds the same culprit and later values."""
+    import legalizer
+    from legalizer.check import localize as lz
+    from legalizer.check.probes import ChildProbe
+
+    n, k = 1 << 20, 24  # 4 MiB a value, 96 MiB in all
+    (tmp_path / "bad.tflite").write_bytes(_tflite_chain(n, k, wrong_at=11))
+    (tmp_path / "good.tflite").write_bytes(_tflite_chain(n, k))
+    asked = _recorded(monkeypatch, ChildProbe)
+    graph = legalizer.load(tmp_path / "bad.tflite").graph
+    x = (np.arange(n) % 7).astype(np.float32)  # whole numbers: every sum exact
+    loc = lz.localize_tflite(tmp_path / "bad.tflite", tmp_path / "good.tflite", graph, {"x": x}, rtol=1e-4,
+                             atol=1e-5)
+    assert [d.value for d in loc.divergence] == [f"v{i}" for i in range(12, k + 1)]
+    assert loc.compared == k and loc.runtimes == "LiteRT vs LiteRT"
+    assert len(asked) >= 4 and max(asked) <= lz.CHUNK_BYTES  # two chunks a side at least
+    cand, ref, pairs = loc.values
+    np.testing.assert_array_equal(cand["v12"], x + 13)
+    np.testing.assert_array_equal(ref["v12"], x + 12)
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.needs("litert")
+def test_localize_a_tosa_module_a_chunk_at_a_time(monkeypatch):
+    """A TOSA module whose values do not fit a chunk is cut at a chunk of them per IREE
+    run (matched on sketches of both sides, then compared a chunk at a time): the same
+    culprit, region and count as the run that returns them all."""
+    from legalizer.check import localize as lz
+    from legalizer.check.against import module_text
+    from legalizer.check.probes import IreeProbe
+
+    root = Path(__file__).resolve().parent.parent
+    ref = root / "models/tflite/transformer_like.tflite"
+    text = module_text(root / "models/tosa_converter/transformer_like.mlirbc")
+    rng = np.random.default_rng(0)
+    from legalizer.check.litert import LiteRTModel
+
+    feeds = {s.name: rng.standard_normal([max(d, 1) for d in s.shape_signature]).astype(s.dtype)
+             for s in LiteRTModel(str(ref)).input_specs()}
+    got = {}
+    for chunk in (lz.CHUNK_BYTES, 20_000):  # all of them (52 kB); then a fifth a run at most
+        asked = _recorded(monkeypatch, IreeProbe)
+        loc = lz.localize_mlir(text, ref, feeds, ["CPUExecutionProvider"], rtol=1e-4, atol=1e-5, differing=[0],
+                               chunk=chunk)
+        got[chunk] = ([(d.value, d.reference) for d in loc.divergence], [s.op for s in loc.region], loc.compared)
+        assert max(asked) <= max(chunk, 16_384), asked  # (a value bigger than the chunk alone)
+        monkeypatch.undo()
+    assert got[20_000] == got[lz.CHUNK_BYTES]
+    assert got[20_000][0][0] == ("75", "gelu") and got[20_000][2] == 33
+
+
 def test_chunks_pack_values_up_to_the_budget():
     from legalizer.check.localize import chunks
 
