@@ -269,6 +269,35 @@ def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
     t.call("join")
 
 
+@pytest.mark.needs("sandbox")
+def test_the_run_child_cannot_raise_its_memory_limit():
+    """The parent sets the run child's address-space limit from outside (prlimit); the
+    filter refuses the child setrlimit and prlimit64 with a new limit, so code that a
+    runtime's memory bug reached there cannot raise it (it could before: the limit was
+    the child's own soft limit, under an unlimited hard one)."""
+    import resource
+
+    from legalizer.check import child
+
+    with child.limited(memory=1 << 30):
+        assert child.sandbox() == "seccomp"
+        proc = child._processes[child.RUN]  # noqa: SLF001 - the child this test asks of
+        soft, hard = resource.prlimit(proc.popen.pid, resource.RLIMIT_AS)
+        assert soft != resource.RLIM_INFINITY and soft < (1 << 30) + (8 << 30)
+        # (the kernel lets any process raise its soft limit up to its hard one: EPERM
+        # here is the filter's; Python words it "not allowed to raise maximum limit")
+        for raise_it in ((resource.setrlimit, resource.RLIMIT_AS, (hard, hard)),
+                         (resource.prlimit, 0, resource.RLIMIT_AS, (hard, hard))):
+            with pytest.raises(child.ChildError, match="not allowed to raise|Operation not permitted"):
+                child.Remote(*raise_it, model="a test", runtime="python")
+        assert resource.prlimit(proc.popen.pid, resource.RLIMIT_AS) == (soft, hard)
+        # reading its limits still works
+        child.Remote(resource.getrlimit, resource.RLIMIT_AS, model="a test", runtime="python")
+        # and the limit holds: an allocation past it is the one-line fault
+        with pytest.raises(child.RunFault, match="ran out of its memory"):
+            child.Remote(bytearray, 2 << 30, model="a test", runtime="python")
+
+
 def _chain(n: int, values: int, wrong_at: int = -1) -> onnx.ModelProto:
     """x[1] expanded to n floats, then ``values`` Add/Mul steps (step ``wrong_at`` adds
     2 instead of 1: where a candidate built so differs from the reference)."""
