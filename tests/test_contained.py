@@ -144,6 +144,97 @@ def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path):
     assert "match" not in p.stdout
 
 
+_WHILE_TRUE = """func.func @main(%arg0: tensor<1xf32>) -> tensor<1xf32> {
+  %0 = tosa.while_loop (%a = %arg0) : (tensor<1xf32>) -> tensor<1xf32> {
+    %t = "tosa.const"() <{values = dense<true> : tensor<i1>}> : () -> tensor<i1>
+    tosa.yield %t : tensor<i1>
+  } do {
+  ^bb0(%b: tensor<1xf32>):
+    %one = "tosa.const"() <{values = dense<1.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+    %n = tosa.add %b, %one : (tensor<1xf32>, tensor<1xf32>) -> tensor<1xf32>
+    tosa.yield %n : tensor<1xf32>
+  }
+  return %0 : tensor<1xf32>
+}
+"""
+
+_RECURSIVE_CALL = """func.func @f(%x: tensor<1xf32>) -> tensor<1xf32> {
+  %0 = func.call @f(%x) : (tensor<1xf32>) -> tensor<1xf32>
+  return %0 : tensor<1xf32>
+}
+func.func @main(%arg0: tensor<1xf32>) -> tensor<1xf32> {
+  %0 = func.call @f(%arg0) : (tensor<1xf32>) -> tensor<1xf32>
+  return %0 : tensor<1xf32>
+}
+"""
+
+
+def _identity_ref(path: Path) -> Path:
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.parametrize("text,runtime", [(_WHILE_TRUE, "IREE llvm-cpu"), (_RECURSIVE_CALL, "IREE's compiler")],
+                         ids=["while_loop_true", "recursive_call"])
+def test_a_tosa_module_that_never_ends_stops_at_the_time_limit(text, runtime, tmp_path):
+    """A tosa.while_loop whose condition stays true runs forever on IREE; a
+    self-recursive func.call makes iree-compile never return. Under --against each
+    ends at --run-timeout: one line naming the module, the runtime (the run, or the
+    compiler) and the cause, exit 2."""
+    module = tmp_path / "m.mlir"
+    module.write_text(text)
+    ref = _identity_ref(tmp_path / "ref.onnx")
+    t0 = time.monotonic()
+    p = legalize(module, "--verify-only", "--against", ref, "--run-timeout", "3", timeout=300)
+    took = time.monotonic() - t0
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module} on {runtime}: it did not finish within its time limit"
+                               " of 3 s (--run-timeout)"]
+    assert "match" not in p.stdout
+    assert took < 120
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.mlir", "ref.onnx"]
+
+
+@pytest.mark.needs("iree")
+def test_sigterm_stops_a_tosa_while_loop_within_a_second(tmp_path):
+    """SIGTERM while IREE runs a loop that never ends (or compiles it, on a slow
+    machine): legalize stops within a second, its children (and their tools) gone,
+    nothing written beside the inputs."""
+    module = tmp_path / "m.mlir"
+    module.write_text(_WHILE_TRUE)
+    ref = _identity_ref(tmp_path / "ref.onnx")
+    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(module), "--verify-only", "--against",
+                             str(ref), "--report", str(tmp_path / "r.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(_children(proc.pid)) < 2:  # the compiler's child, then the run's
+            time.sleep(0.2)
+        children = _children(proc.pid)
+        assert len(children) >= 2, "the module never reached IREE"
+        time.sleep(8.0)  # compiled (a few seconds), and in the loop
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 1.5, took
+    assert proc.returncode == 130
+    assert lines(err) == ["legalize: interrupted"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.mlir", "ref.onnx"]
+    for pid in children:
+        assert _state(pid) in ("gone", "Z")
+
+
 def test_the_child_answers_in_plain_values_only():
     """A reply is JSON and array bytes, never a pickle: what a compromised child could
     send is read back as data or refused."""
