@@ -306,6 +306,8 @@ def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path):
             time.sleep(0.2)
         children = _children(proc.pid)
         assert children
+        while time.monotonic() < deadline and not any(x.name.endswith(".tmp") for x in tmp_path.iterdir()):
+            time.sleep(0.2)  # the output's temporary file is written before the check (later on a loaded machine)
         time.sleep(1.0)
         proc.kill()
         proc.communicate(timeout=30)
