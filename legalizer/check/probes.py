@@ -109,7 +109,8 @@ class OrtProbe(Probe):
             for name in names:
                 if name not in declared:  # untyped: onnxruntime infers it
                     m.graph.output.append(onnx.ValueInfoProto(name=name))
-            self._sessions = {key: session(m, self.provider_list)}  # one at a time: they hold every value
+            self._sessions = {}  # one at a time, without an arena: each holds a chunk's values after its run
+            self._sessions = {key: session(m, self.provider_list, arena=False)}
         return self._sessions[key]
 
     def sizes(self, feeds, names: Sequence[str]) -> Dict[str, int]:
@@ -129,7 +130,7 @@ class OrtProbe(Probe):
             outs.append(out)
         self._sessions = {}
         self.runs += 1
-        got = session(m, self.provider_list).run(outs, dict(feeds))
+        got = session(m, self.provider_list, arena=False).run(outs, dict(feeds))
         return {n: 8 * int(np.prod(s)) for n, s in zip(names, got)}
 
     def values(self, feeds, names=None):
