@@ -143,6 +143,97 @@ def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path, legali
     assert "match" not in p.stdout
 
 
+_WHILE_TRUE = """func.func @main(%arg0: tensor<1xf32>) -> tensor<1xf32> {
+  %0 = tosa.while_loop (%a = %arg0) : (tensor<1xf32>) -> tensor<1xf32> {
+    %t = "tosa.const"() <{values = dense<true> : tensor<i1>}> : () -> tensor<i1>
+    tosa.yield %t : tensor<i1>
+  } do {
+  ^bb0(%b: tensor<1xf32>):
+    %one = "tosa.const"() <{values = dense<1.0> : tensor<1xf32>}> : () -> tensor<1xf32>
+    %n = tosa.add %b, %one : (tensor<1xf32>, tensor<1xf32>) -> tensor<1xf32>
+    tosa.yield %n : tensor<1xf32>
+  }
+  return %0 : tensor<1xf32>
+}
+"""
+
+_RECURSIVE_CALL = """func.func @f(%x: tensor<1xf32>) -> tensor<1xf32> {
+  %0 = func.call @f(%x) : (tensor<1xf32>) -> tensor<1xf32>
+  return %0 : tensor<1xf32>
+}
+func.func @main(%arg0: tensor<1xf32>) -> tensor<1xf32> {
+  %0 = func.call @f(%arg0) : (tensor<1xf32>) -> tensor<1xf32>
+  return %0 : tensor<1xf32>
+}
+"""
+
+
+def _identity_ref(path: Path) -> Path:
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.parametrize("text,runtime", [(_WHILE_TRUE, "IREE llvm-cpu"), (_RECURSIVE_CALL, "IREE's compiler")],
+                         ids=["while_loop_true", "recursive_call"])
+def test_a_tosa_module_that_never_ends_stops_at_the_time_limit(text, runtime, tmp_path):
+    """A tosa.while_loop whose condition stays true runs forever on IREE; a
+    self-recursive func.call makes iree-compile never return. Under --against each
+    ends at --run-timeout: one line naming the module, the runtime (the run, or the
+    compiler) and the cause, exit 2."""
+    module = tmp_path / "m.mlir"
+    module.write_text(text)
+    ref = _identity_ref(tmp_path / "ref.onnx")
+    t0 = time.monotonic()
+    p = legalize(module, "--verify-only", "--against", ref, "--run-timeout", "3", timeout=300)
+    took = time.monotonic() - t0
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module} on {runtime}: it did not finish within its time limit"
+                               " of 3 s (--run-timeout)"]
+    assert "match" not in p.stdout
+    assert took < 120
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.mlir", "ref.onnx"]
+
+
+@pytest.mark.needs("iree")
+def test_sigterm_stops_a_tosa_while_loop_within_a_second(tmp_path):
+    """SIGTERM while IREE runs a loop that never ends (or compiles it, on a slow
+    machine): legalize stops within a second, its children (and their tools) gone,
+    nothing written beside the inputs."""
+    module = tmp_path / "m.mlir"
+    module.write_text(_WHILE_TRUE)
+    ref = _identity_ref(tmp_path / "ref.onnx")
+    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(module), "--verify-only", "--against",
+                             str(ref), "--report", str(tmp_path / "r.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(_children(proc.pid)) < 2:  # the compiler's child, then the run's
+            time.sleep(0.2)
+        children = _children(proc.pid)
+        assert len(children) >= 2, "the module never reached IREE"
+        time.sleep(8.0)  # compiled (a few seconds), and in the loop
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 1.5, took
+    assert proc.returncode == 130
+    assert lines(err) == ["legalize: interrupted"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.mlir", "ref.onnx"]
+    for pid in children:
+        assert _state(pid) in ("gone", "Z")
+
+
 def test_the_child_answers_in_plain_values_only():
     """A reply is JSON and array bytes, never a pickle: what a compromised child could
     send is read back as data or refused."""
@@ -214,6 +305,8 @@ def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path, le
             time.sleep(0.2)
         children = _children(proc.pid)
         assert children
+        while time.monotonic() < deadline and not any(x.name.endswith(".tmp") for x in tmp_path.iterdir()):
+            time.sleep(0.2)  # the output's temporary file is written before the check (later on a loaded machine)
         time.sleep(1.0)
         proc.kill()
         proc.communicate(timeout=30)
@@ -268,6 +361,35 @@ def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
     t.call("join")
 
 
+@pytest.mark.needs("sandbox")
+def test_the_run_child_cannot_raise_its_memory_limit():
+    """The parent sets the run child's address-space limit from outside (prlimit); the
+    filter refuses the child setrlimit and prlimit64 with a new limit, so code that a
+    runtime's memory bug reached there cannot raise it (it could before: the limit was
+    the child's own soft limit, under an unlimited hard one)."""
+    import resource
+
+    from legalizer.check import child
+
+    with child.limited(memory=1 << 30):
+        assert child.sandbox() == "seccomp"
+        proc = child._processes[child.RUN]  # noqa: SLF001 - the child this test asks of
+        soft, hard = resource.prlimit(proc.popen.pid, resource.RLIMIT_AS)
+        assert soft != resource.RLIM_INFINITY and soft < (1 << 30) + (8 << 30)
+        # (the kernel lets any process raise its soft limit up to its hard one: EPERM
+        # here is the filter's; Python words it "not allowed to raise maximum limit")
+        for raise_it in ((resource.setrlimit, resource.RLIMIT_AS, (hard, hard)),
+                         (resource.prlimit, 0, resource.RLIMIT_AS, (hard, hard))):
+            with pytest.raises(child.ChildError, match="not allowed to raise|Operation not permitted"):
+                child.Remote(*raise_it, model="a test", runtime="python")
+        assert resource.prlimit(proc.popen.pid, resource.RLIMIT_AS) == (soft, hard)
+        # reading its limits still works
+        child.Remote(resource.getrlimit, resource.RLIMIT_AS, model="a test", runtime="python")
+        # and the limit holds: an allocation past it is the one-line fault
+        with pytest.raises(child.RunFault, match="ran out of its memory"):
+            child.Remote(bytearray, 2 << 30, model="a test", runtime="python")
+
+
 def _chain(n: int, values: int, wrong_at: int = -1) -> onnx.ModelProto:
     """x[1] expanded to n floats, then ``values`` Add/Mul steps (step ``wrong_at`` adds
     2 instead of 1: where a candidate built so differs from the reference)."""
@@ -320,6 +442,106 @@ def test_localize_holds_a_chunk_of_values_at_a_time(monkeypatch):
     np.testing.assert_array_equal(cand_values["v3"], np.full(n, 4.0, np.float32))
     np.testing.assert_array_equal(ref_values["v4"], np.full(n, 5.0, np.float32))
     np.testing.assert_array_equal(cand_values["v4"], np.full(n, 6.0, np.float32))
+
+
+def _tflite_chain(n: int, values: int, wrong_at: int = -1) -> bytes:
+    """A TFLite model: x[n], then ``values`` ADDs of 1 (step ``wrong_at`` adds 2)."""
+    from legalizer.tflite_schema import FbTable, builtin_code, options_type, serialize
+
+    def i32(*v):
+        return np.array(v, np.int32)
+
+    def const(v: float):
+        return FbTable("Buffer", {"data": np.frombuffer(np.float32([v]).tobytes(), np.uint8)})
+
+    tensors = [FbTable("Tensor", {"shape": i32(n), "type": 0, "buffer": 1, "name": "x"}),
+               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 2, "name": "one"}),
+               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 3, "name": "two"})]
+    _, options = options_type("AddOptions")
+    ops = []
+    for i in range(values):
+        tensors.append(FbTable("Tensor", {"shape": i32(n), "type": 0, "buffer": 0, "name": f"v{i + 1}"}))
+        ops.append(FbTable("Operator", {"opcode_index": 0, "inputs": i32(len(tensors) - 2 if i else 0,
+                                                                          2 if i == wrong_at else 1),
+                                         "outputs": i32(len(tensors) - 1), "builtin_options_type": options,
+                                         "builtin_options": FbTable("AddOptions", {})}))
+    code = builtin_code("ADD")
+    return serialize(FbTable("Model", {
+        "version": 3, "description": "chain", "buffers": [FbTable("Buffer", {}), FbTable("Buffer", {}), const(1.0),
+                                                          const(2.0)],
+        "operator_codes": [FbTable("OperatorCode", {"builtin_code": code, "deprecated_builtin_code": code,
+                                                    "version": 1})],
+        "subgraphs": [FbTable("SubGraph", {"tensors": tensors, "inputs": i32(0), "outputs": i32(len(tensors) - 1),
+                                           "operators": ops, "name": "main"})]}))
+
+
+def _recorded(monkeypatch, cls):
+    """The bytes of values each ``cls.values`` call gave, as a list the test reads."""
+    asked = []
+    values = cls.values
+
+    def recorded(self, feeds, names=None):
+        got = values(self, feeds, names)
+        asked.append(sum(np.asarray(a).nbytes for a in got.values()))
+        return got
+
+    monkeypatch.setattr(cls, "values", recorded)
+    return asked
+
+
+@pytest.mark.needs("litert")
+def test_localize_tflite_holds_a_chunk_of_values_at_a_time(monkeypatch, tmp_path):
+    """TFLite localization asks LiteRT for a chunk of values a run (the model's copy
+    with them as outputs; it kept every tensor before, 3.3 GB for 24 values of 16 MB)
+    and finds the same culprit and later values."""
+    import legalizer
+    from legalizer.check import localize as lz
+    from legalizer.check.probes import ChildProbe
+
+    n, k = 1 << 20, 24  # 4 MiB a value, 96 MiB in all
+    (tmp_path / "bad.tflite").write_bytes(_tflite_chain(n, k, wrong_at=11))
+    (tmp_path / "good.tflite").write_bytes(_tflite_chain(n, k))
+    asked = _recorded(monkeypatch, ChildProbe)
+    graph = legalizer.load(tmp_path / "bad.tflite").graph
+    x = (np.arange(n) % 7).astype(np.float32)  # whole numbers: every sum exact
+    loc = lz.localize_tflite(tmp_path / "bad.tflite", tmp_path / "good.tflite", graph, {"x": x}, rtol=1e-4,
+                             atol=1e-5)
+    assert [d.value for d in loc.divergence] == [f"v{i}" for i in range(12, k + 1)]
+    assert loc.compared == k and loc.runtimes == "LiteRT vs LiteRT"
+    assert len(asked) >= 4 and max(asked) <= lz.CHUNK_BYTES  # two chunks a side at least
+    cand, ref, pairs = loc.values
+    np.testing.assert_array_equal(cand["v12"], x + 13)
+    np.testing.assert_array_equal(ref["v12"], x + 12)
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.needs("litert")
+def test_localize_a_tosa_module_a_chunk_at_a_time(monkeypatch):
+    """A TOSA module whose values do not fit a chunk is cut at a chunk of them per IREE
+    run (matched on sketches of both sides, then compared a chunk at a time): the same
+    culprit, region and count as the run that returns them all."""
+    from legalizer.check import localize as lz
+    from legalizer.check.against import module_text
+    from legalizer.check.probes import IreeProbe
+
+    root = Path(__file__).resolve().parent.parent
+    ref = root / "models/tflite/transformer_like.tflite"
+    text = module_text(root / "models/tosa_converter/transformer_like.mlirbc")
+    rng = np.random.default_rng(0)
+    from legalizer.check.litert import LiteRTModel
+
+    feeds = {s.name: rng.standard_normal([max(d, 1) for d in s.shape_signature]).astype(s.dtype)
+             for s in LiteRTModel(str(ref)).input_specs()}
+    got = {}
+    for chunk in (lz.CHUNK_BYTES, 20_000):  # all of them (52 kB); then a fifth a run at most
+        asked = _recorded(monkeypatch, IreeProbe)
+        loc = lz.localize_mlir(text, ref, feeds, ["CPUExecutionProvider"], rtol=1e-4, atol=1e-5, differing=[0],
+                               chunk=chunk)
+        got[chunk] = ([(d.value, d.reference) for d in loc.divergence], [s.op for s in loc.region], loc.compared)
+        assert max(asked) <= max(chunk, 16_384), asked  # (a value bigger than the chunk alone)
+        monkeypatch.undo()
+    assert got[20_000] == got[lz.CHUNK_BYTES]
+    assert got[20_000][0][0] == ("75", "gelu") and got[20_000][2] == 33
 
 
 def test_chunks_pack_values_up_to_the_budget():

@@ -167,6 +167,26 @@ class _Process:
         # warm-up (``prewarm``), or the Remote being built ahead (``preload``).
         self.pending: List[Optional["Remote"]] = []
 
+    def limit(self, memory: int) -> int:
+        """Set the child's address-space limit (``RLIMIT_AS``) from here, to what it maps
+        now plus ``memory``: 0, the memory the request asks the child to limit itself
+        to (0: done here). The run child's filter refuses it ``setrlimit`` and
+        ``prlimit64``, so that code a model reached there cannot raise its limit; where
+        this process cannot set another's (no ``prlimit``), the child does it itself."""
+        import resource
+
+        if memory <= 0 or not hasattr(resource, "prlimit"):
+            return memory
+        try:
+            with open(f"/proc/{self.popen.pid}/statm") as f:
+                mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            hard = resource.prlimit(self.popen.pid, resource.RLIMIT_AS)[1]
+            want = mapped + memory if hard == resource.RLIM_INFINITY else min(mapped + memory, hard)
+            resource.prlimit(self.popen.pid, resource.RLIMIT_AS, (want, hard))
+        except (OSError, ValueError):  # gone (the reply says so), or not this process's to set
+            return memory
+        return 0
+
     def kill(self) -> int:
         """Kill and reap it; its status as ``Popen.returncode`` gives it (-N: signal N)."""
         try:
@@ -269,7 +289,7 @@ class Remote:
                 self.fetched = self._ask(request)
                 return
             try:  # built while this process goes on; ``ready`` waits for it
-                wire.send(proc.requests, pickle.dumps(request + (_limits.memory,), protocol=5))
+                wire.send(proc.requests, pickle.dumps(request + (proc.limit(_limits.memory),), protocol=5))
                 proc.pending.append(self)
             except OSError:
                 _stop(pool)
@@ -330,7 +350,7 @@ class Remote:
                     waiting = proc.pending.pop(0)
                     if waiting is not None:
                         waiting.built = wire.decode(ahead)
-                wire.send(proc.requests, pickle.dumps(request + (memory,), protocol=5))
+                wire.send(proc.requests, pickle.dumps(request + (proc.limit(memory),), protocol=5))
                 data = wire.receive(proc.replies, time.monotonic() + timeout)
                 reply = wire.decode(data)
                 del data

@@ -35,7 +35,7 @@ from ..ir.graph import CONST, OP, Graph
 from . import BUDGET
 from .compare import compare, tol_of
 from .results import OutputResult
-from .probes import Probe
+from .probes import CHUNK_BYTES, Probe, chunks, sketch
 
 # Content matching: a value corresponds to a reference tensor of its size when this
 # share of its elements agrees within LOOSE_RTOL (and LOOSE_ATOL of the tensor's
@@ -215,21 +215,26 @@ def _agreement(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def by_content(cand: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
-               skip: Iterable[str] = ()) -> Dict[str, str]:
+               skip: Iterable[str] = (), cand_counts: Mapping[str, int] = {},
+               ref_counts: Mapping[str, int] = {}) -> Dict[str, str]:
     """Each float value of ``cand`` (but ``skip``) matched to the reference tensor of
-    its size and dtype that most of its elements agree with, if ``AGREE_SHARE`` do."""
+    its size and dtype that most of its elements agree with, if ``AGREE_SHARE`` do.
+    The arrays may be ``sketch``es: ``cand_counts``/``ref_counts`` give the element
+    counts of those that are."""
     groups: Dict[tuple, List[str]] = {}
     for r, b in ref.items():
         b = np.asarray(b)
-        if b.dtype.kind == "f" and b.size >= MIN_CONTENT_SIZE:
-            groups.setdefault((b.size, b.dtype), []).append(r)
+        size = ref_counts.get(r, b.size)
+        if b.dtype.kind == "f" and size >= MIN_CONTENT_SIZE:
+            groups.setdefault((size, b.dtype), []).append(r)
     skip, pairs, tests = set(skip), {}, 0
     for v, a in cand.items():
         a = np.asarray(a)
-        if v in skip or a.dtype.kind != "f" or a.size < MIN_CONTENT_SIZE:
+        size = cand_counts.get(v, a.size)
+        if v in skip or a.dtype.kind != "f" or size < MIN_CONTENT_SIZE:
             continue
         best, best_share = None, AGREE_SHARE
-        for r in groups.get((a.size, a.dtype), []):
+        for r in groups.get((size, a.dtype), []):
             tests += 1
             if tests > MAX_CONTENT_TESTS:
                 return pairs
@@ -279,32 +284,6 @@ def localize(steps: Sequence[Step], cand_probe: Probe, ref_probe: Probe, feeds: 
     return loc
 
 
-# Localization by name compares the values a chunk at a time: at most this many bytes of
-# them (or one value, if bigger) are held at once, on each side, so that its memory stays
-# near a plain run's (a model whose every intermediate is large would hold them all).
-CHUNK_BYTES = 64 << 20
-
-
-def chunks(order: Sequence[str], sizes: Mapping[str, int], budget: int = CHUNK_BYTES) -> List[List[str]]:
-    """``order`` cut into runs of names whose ``sizes`` add up to ``budget`` at most (a
-    bigger value alone); a name without a size (not a tensor) is left out."""
-    out: List[List[str]] = []
-    chunk: List[str] = []
-    held = 0
-    for name in order:
-        if name not in sizes:
-            continue
-        size = sizes[name]
-        if chunk and held + size > budget:
-            out.append(chunk)
-            chunk, held = [], 0
-        chunk.append(name)
-        held += size
-    if chunk:
-        out.append(chunk)
-    return out
-
-
 class LazyValues(Mapping):
     """The values a probe gives for ``feeds``, by name, fetched when asked for (one run
     of the probe each) and a few kept (``CHUNK_BYTES``): what ``reduce.py`` reads of a
@@ -339,14 +318,16 @@ class LazyValues(Mapping):
 
 def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mapping[str, np.ndarray], *, rtol, atol,
                      binding: Mapping[str, int] = {}, outputs: Mapping[str, str] = {},
-                     producers: Mapping[str, str] = {}, budget: int = CHUNK_BYTES) -> Localization:
-    """As ``localize``, values matched by name, compared a chunk at a time
-    (``chunks``): the candidate's values' sizes first (one run that gives out their
-    shapes), then per chunk one run of each model that gives out those values. Its
-    ``values`` are ``LazyValues``."""
+                     producers: Mapping[str, str] = {}, budget: int = CHUNK_BYTES,
+                     quantized: Iterable[str] = (), skip: Iterable[str] = ()) -> Localization:
+    """As ``localize``, values matched by name (but ``skip``), compared a chunk at a
+    time (``chunks``): the candidate's values' sizes first (one run that gives out
+    their shapes), then per chunk one run of each model that gives out those values.
+    Its ``values`` are ``LazyValues``."""
     t0 = time.perf_counter()
     loc = Localization(f"{cand_probe.runtime} vs {ref_probe.runtime}", dict(binding))
-    pairs = by_name(steps, ref_probe.call("all_names"))
+    skip = set(skip)
+    pairs = {v: r for v, r in by_name(steps, ref_probe.call("all_names")).items() if v not in skip}
     order = [v for s in steps for v in s.outputs if v in pairs]
     sizes = cand_probe.call("sizes", dict(feeds), order) if order else {}
     cand_keys: List[str] = []
@@ -354,7 +335,7 @@ def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mappin
     for chunk in chunks(order, sizes, budget):
         cand = cand_probe.values(feeds, chunk)
         ref = ref_probe.values(feeds, [pairs[v] for v in chunk])
-        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, (), outputs)
+        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, quantized, outputs)
         loc.divergence += found
         loc.compared += compared
         cand_keys += list(cand)
@@ -454,7 +435,8 @@ def localize_onnx(candidate, reference, feeds, provider_list: Sequence[str], *, 
 def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
                     binding: Mapping[str, int] = {}) -> Localization:
     """TFLite against TFLite on LiteRT (paths; ``graph`` the candidate's primary
-    subgraph), tensors matched by name; a quantized tensor may differ by one step.
+    subgraph), tensors matched by name and compared a chunk at a time
+    (``localize_chunked``); a quantized tensor may differ by one step.
     Builtin kernels, or LiteRT's default resolver for a custom op only it runs (as
     the check)."""
     from .probes import ChildProbe, LiteRTProbe
@@ -472,11 +454,10 @@ def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
         for s in steps:
             if s.inputs and all(x in folded for x in s.inputs):
                 folded.update(s.outputs)
-    return localize(steps, ChildProbe(LiteRTProbe, candidate, kernels, model=str(candidate)), ref_probe, feeds,
-                    match=lambda cand, ref: {v: r for v, r in by_name(steps, ref).items() if v not in folded},
-                    rtol=rtol, atol=atol, binding=binding,
-                    quantized=quantized, outputs={n.inputs[0].name: n.inputs[0].name for n in graph.outputs},
-                    producers=ref_probe.call("producers"))
+    return localize_chunked(steps, ChildProbe(LiteRTProbe, candidate, kernels, model=str(candidate)), ref_probe,
+                            feeds, rtol=rtol, atol=atol, binding=binding, quantized=quantized, skip=folded,
+                            outputs={n.inputs[0].name: n.inputs[0].name for n in graph.outputs},
+                            producers=ref_probe.call("producers"))
 
 
 def reference_probe(reference, provider_list: Sequence[str]):
@@ -501,12 +482,28 @@ def reference_probe(reference, provider_list: Sequence[str]):
             [o.name for o in proto.graph.output], producers)
 
 
+def value_bytes(graph: Graph) -> Dict[str, int]:
+    """The bytes each op result of ``graph`` takes, from its type (one of a dim or
+    dtype not known: more than a chunk, so that it is fetched alone)."""
+    out: Dict[str, int] = {}
+    for n in graph.ops():
+        for v in n.outputs:
+            try:
+                count = int(np.prod([int(d) for d in v.type.shape], dtype=np.int64))
+                out[v.name] = count * np.dtype(v.type.dtype).itemsize
+            except (TypeError, ValueError, AttributeError):
+                out[v.name] = CHUNK_BYTES + 1
+    return out
+
+
 def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, rtol, atol,
                   binding: Mapping[str, int] = {}, differing: Sequence[int] = (),
-                  budget: int = BUDGET) -> Localization:
+                  budget: int = BUDGET, chunk: int = CHUNK_BYTES) -> Localization:
     """A TOSA module (``text``) on IREE against the ``.tflite`` or ``.onnx`` it came
     from; ``feeds`` in ``@main``'s argument order; ``differing``: the positions of the
-    results that differed when the whole module ran."""
+    results that differed when the whole module ran. When the module's values take
+    more than ``chunk`` bytes, they are matched on ``sketch``es and compared a chunk
+    at a time (``_mlir_chunked``), the module cut at a chunk of them per run."""
     from ..importers.mlir import parse_mlir
     from .iree_run import TosaError, bind_dims
     from .probes import IreeProbe, printed
@@ -531,13 +528,21 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
 
     probe = IreeProbe(text, contained=True)  # (compiled and run in the children)
     outputs = dict(zip(results, ref_outputs))
+    sizes = value_bytes(graph)
+    names = probe.all_names()
+    whole = sum(sizes.get(n, chunk + 1) for n in names) <= chunk
     try:
-        loc = localize(steps, probe, ref_probe, feeds, match=match, rtol=rtol, atol=atol, binding=binding,
-                       outputs=outputs, producers=producers)
+        if whole:
+            loc = localize(steps, probe, ref_probe, feeds, match=match, rtol=rtol, atol=atol, binding=binding,
+                           outputs=outputs, producers=producers)
+        else:
+            loc = _mlir_chunked(steps, probe, ref_probe, feeds, names, sizes, fixed, rtol=rtol, atol=atol,
+                                binding=binding, outputs=outputs, producers=producers, chunk=chunk)
         budget -= 1
     except TosaError as e:  # the module cut at every value: bisect with names and positions only
         loc = Localization(f"{probe.runtime} vs {ref_probe.runtime}", dict(binding))
-        loc.values = ({}, ref_probe.values(feeds), {})
+        loc.values = ({}, ref_probe.values(feeds) if whole else LazyValues(ref_probe, feeds, ref_probe.call(
+            "all_names")), {})
         loc.note = f"IREE does not run the module cut at every value ({e})"
     cand, ref, pairs = loc.values
     if not pairs:
@@ -550,4 +555,40 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
     loc.runs = probe.runs + ref_probe.runs
     loc.seconds = time.perf_counter() - t0
     loc.graph = graph
+    return loc
+
+
+def _mlir_chunked(steps: Sequence[Step], probe, ref_probe, feeds, names: Sequence[str], sizes: Mapping[str, int],
+                  fixed: Mapping[str, str], *, rtol, atol, binding: Mapping[str, int], outputs: Mapping[str, str],
+                  producers: Mapping[str, str], chunk: int) -> Localization:
+    """``localize`` for a module whose values do not fit in ``chunk`` bytes: both
+    models' values are summarized (``sketch``) a chunk at a time, the unnamed ones
+    matched on their summaries, then the matched values compared a chunk at a time.
+    Its ``values`` are ``LazyValues``."""
+    t0 = time.perf_counter()
+    loc = Localization(f"{probe.runtime} vs {ref_probe.runtime}", dict(binding))
+    ref_names = ref_probe.call("all_names")
+    known = set(ref_names)
+    pairs = {v: r for v, r in fixed.items() if r in known}
+    ref_sizes = ref_probe.call("sizes", dict(feeds), ref_names)
+    ref_sk = ref_probe.call("sketches", dict(feeds), ref_names, ref_sizes, chunk)
+    cand_sk = probe.sketches(feeds, [n for n in names if n not in pairs], sizes, chunk)
+    pairs.update(by_content({v: sk for v, (_, sk) in cand_sk.items()}, {r: sk for r, (_, sk) in ref_sk.items()},
+                            cand_counts={v: c for v, (c, _) in cand_sk.items()},
+                            ref_counts={r: c for r, (c, _) in ref_sk.items()}))
+    del cand_sk, ref_sk
+    order = [v for s in steps for v in s.outputs if v in pairs]
+    cand_keys: List[str] = []
+    for part in chunks(order, sizes, chunk):
+        cand = probe.values(feeds, part)
+        ref = ref_probe.values(feeds, list(dict.fromkeys(pairs[v] for v in part)))
+        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, (), outputs)
+        loc.divergence += found
+        loc.compared += compared
+        cand_keys += list(cand)
+        del cand, ref
+    _finish(loc, steps, pairs, producers)
+    loc.values = (LazyValues(probe, feeds, cand_keys), LazyValues(ref_probe, feeds, ref_names), pairs)
+    loc.runs = probe.runs + ref_probe.runs
+    loc.seconds = time.perf_counter() - t0
     return loc

@@ -32,10 +32,11 @@ def providers(choice: str = "auto") -> List[str]:
     return ["CPUExecutionProvider"]
 
 
-def session(model, provider_list: Sequence[str], basic: bool = False):
+def session(model, provider_list: Sequence[str], basic: bool = False, arena: bool = True):
     """An onnxruntime session for a ModelProto or a model path (a path resolves
     external data beside the model). ``basic`` keeps to onnxruntime's basic graph
-    optimizations (no QDQ fusion into integer kernels)."""
+    optimizations (no QDQ fusion into integer kernels). ``arena=False``: memory is
+    given back after each run (onnxruntime's CPU arena keeps a run's peak)."""
     import onnxruntime as ort
 
     # Quiet: a binding the original rejects is an expected outcome, reported by us.
@@ -44,6 +45,7 @@ def session(model, provider_list: Sequence[str], basic: bool = False):
     opts.log_severity_level = 4
     if basic:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts.enable_cpu_mem_arena = arena
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     # CUDA multiplies in TF32 by default: ~1e-3 relative, beyond the check's tolerance against
     # an fp32 reference (PyTorch on CPU, LiteRT); the check wants the model's fp32 numbers.

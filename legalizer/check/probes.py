@@ -22,6 +22,43 @@ import numpy as np
 import onnx
 
 
+# Localization compares the values a chunk at a time: at most this many bytes of them (or
+# one value, if bigger) are held at once, on each side, so that its memory stays near a
+# plain run's (a model whose every intermediate is large would hold them all).
+CHUNK_BYTES = 64 << 20
+# Content matching compares this many elements of a value at most (evenly spaced, the same
+# positions for every value of a size): a bounded summary of each, held for all at once.
+SKETCH = 4096
+
+
+def chunks(order: Sequence[str], sizes: Mapping[str, int], budget: int = CHUNK_BYTES) -> List[List[str]]:
+    """``order`` cut into runs of names whose ``sizes`` add up to ``budget`` at most (a
+    bigger value alone); a name without a size (not a tensor) is left out."""
+    out: List[List[str]] = []
+    chunk: List[str] = []
+    held = 0
+    for name in order:
+        if name not in sizes:
+            continue
+        size = sizes[name]
+        if chunk and held + size > budget:
+            out.append(chunk)
+            chunk, held = [], 0
+        chunk.append(name)
+        held += size
+    if chunk:
+        out.append(chunk)
+    return out
+
+
+def sketch(a: np.ndarray) -> np.ndarray:
+    """``a`` flattened, or ``SKETCH`` of its elements evenly spaced when it has more."""
+    flat = np.asarray(a).reshape(-1)
+    if flat.size <= SKETCH:
+        return np.array(flat)
+    return flat[np.linspace(0, flat.size - 1, SKETCH).astype(np.int64)]
+
+
 class Probe:
     """One model on its runtime. ``runtime`` names it in reports."""
 
@@ -32,6 +69,18 @@ class Probe:
 
     def values(self, feeds: Mapping[str, np.ndarray], names: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def sketches(self, feeds: Mapping[str, np.ndarray], names: Sequence[str], sizes: Mapping[str, int],
+                 budget: int = CHUNK_BYTES) -> Dict[str, list]:
+        """For content matching: each float value of ``names`` as [its element count,
+        its ``sketch``], from runs that give out a chunk of them at a time."""
+        out: Dict[str, list] = {}
+        for chunk in chunks(names, sizes, budget):
+            for n, a in self.values(feeds, chunk).items():
+                a = np.asarray(a)
+                if a.dtype.kind == "f":
+                    out[n] = [int(a.size), sketch(a)]
+        return out
 
 
 class OrtProbe(Probe):
@@ -60,7 +109,8 @@ class OrtProbe(Probe):
             for name in names:
                 if name not in declared:  # untyped: onnxruntime infers it
                     m.graph.output.append(onnx.ValueInfoProto(name=name))
-            self._sessions = {key: session(m, self.provider_list)}  # one at a time: they hold every value
+            self._sessions = {}  # one at a time, without an arena: each holds a chunk's values after its run
+            self._sessions = {key: session(m, self.provider_list, arena=False)}
         return self._sessions[key]
 
     def sizes(self, feeds, names: Sequence[str]) -> Dict[str, int]:
@@ -80,7 +130,7 @@ class OrtProbe(Probe):
             outs.append(out)
         self._sessions = {}
         self.runs += 1
-        got = session(m, self.provider_list).run(outs, dict(feeds))
+        got = session(m, self.provider_list, arena=False).run(outs, dict(feeds))
         return {n: 8 * int(np.prod(s)) for n, s in zip(names, got)}
 
     def values(self, feeds, names=None):
@@ -94,25 +144,93 @@ class OrtProbe(Probe):
 
 
 class LiteRTProbe(Probe):
-    """A .tflite model on LiteRT (its primary subgraph), every tensor kept."""
+    """A .tflite model on LiteRT (its primary subgraph). The values asked for are made
+    the subgraph's outputs (a copy of the model, its other tensors' buffers reused as
+    LiteRT plans them), so that a run holds those values, not every one; a model whose
+    weights lie outside its flatbuffer (buffer offsets) keeps every tensor instead."""
 
     runtime = "LiteRT"
 
     def __init__(self, path, kernels: str = "builtin"):
+        from .litert import LiteRTModel
+
+        super().__init__()
+        self.path, self.kernels = str(path), kernels
+        self.model = LiteRTModel(self.path, kernels=kernels)
+        self._table = None  # the model's tables, read when values are first asked for
+        self._index: Dict[str, int] = {}  # tensor name -> index (names two tensors share left out)
+        self._ops: List[str] = []
+
+    def _read(self):
+        import tflite
+
+        from ..tflite_schema import read
+
+        if self._table is None:
+            with open(self.path, "rb") as f:
+                buf = f.read()
+            self._table = read(tflite.Model.GetRootAs(buf, 0))
+            sg = self._table.fields["subgraphs"][0]
+            names = [t.fields.get("name", "") for t in sg.fields["tensors"]]
+            counts: Dict[str, int] = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            self._index = {n: i for i, n in enumerate(names) if counts[n] == 1}
+            by_index = dict(enumerate(names))
+            outs = [by_index.get(int(t)) for op in sg.fields.get("operators", []) for t in op.fields.get("outputs", [])
+                    if int(t) >= 0]
+            outs += [by_index.get(int(t)) for t in sg.fields.get("outputs", [])]
+            self._ops = [n for n in dict.fromkeys(outs) if n in self._index]
+        return self._table
+
+    def all_names(self) -> List[str]:
+        """The op results of subgraph 0 in op order, then its outputs (unique names)."""
+        self._read()
+        return list(self._ops)
+
+    def sizes(self, feeds, names: Sequence[str]) -> Dict[str, int]:
+        """The bytes of each value of ``names``, from the tensors' shapes after one plain
+        run (LiteRT reuses the buffers, so this run takes what the check's does)."""
+        self.model.run(feeds, 0)
+        self.runs += 1
+        want = set(names)
+        return {d["name"]: int(np.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize
+                for d in self.model.interpreter.get_tensor_details() if d["name"] in want}
+
+    def _cut(self, names: Sequence[str]) -> Optional[bytes]:
+        """The model with ``names`` as subgraph 0's outputs, or None where its weights lie
+        outside the flatbuffer (a copy would lose them)."""
+        from ..tflite_schema import FbTable, serialize
+
+        table = self._read()
+        if any(int(b.fields.get("offset", 0) or 0) > 1 for b in table.fields.get("buffers", [])):
+            return None
+        sg = table.fields["subgraphs"][0]
+        cut_sg = FbTable(sg.type, dict(sg.fields, outputs=np.array([self._index[n] for n in names], np.int32)))
+        fields = dict(table.fields, subgraphs=[cut_sg] + list(table.fields["subgraphs"][1:]))
+        fields.pop("signature_defs", None)  # subgraph 0 run as itself, not through a signature's names
+        return serialize(FbTable(table.type, fields), initial_size=1 << 20)
+
+    def values(self, feeds, names=None):
         import warnings
 
         from .litert import LiteRTModel
 
-        super().__init__()
+        self._read()
+        names = [n for n in (self.all_names() if names is None else names) if n in self._index]
+        if not names:
+            return {}
+        self.runs += 1
+        content = self._cut(names)
         with warnings.catch_warnings():  # "intended for debugging purposes only": that is what it is for
             warnings.simplefilter("ignore", UserWarning)
-            self.model = LiteRTModel(str(path), kernels=kernels, keep_tensors=True)
-
-    def values(self, feeds, names=None):
-        self.model.run(feeds, 0)
-        self.runs += 1
-        tensors = self.model.tensors()
-        return tensors if names is None else {n: tensors[n] for n in names if n in tensors}
+            if content is None:
+                model = LiteRTModel(self.path, kernels=self.kernels, keep_tensors=True)
+                model.run(feeds, 0)
+                got = model.tensors()
+            else:
+                got = LiteRTModel(content, kernels=self.kernels).run(feeds, 0)
+        return {n: np.array(got[n]) for n in names if n in got}
 
     def unresolved_custom_op(self) -> str:
         return self.model.unresolved_custom_op()

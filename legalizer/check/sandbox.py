@@ -6,10 +6,12 @@ runtime's memory bug lets a model run can do no more than compute and return res
 Allowed (``ALLOWED``): memory (mmap, mprotect, ...), threads (clone with CLONE_THREAD
 only, futex, ...), reading files (open/openat without any flag that writes, creates or
 truncates; stat, read, getdents64, ...), reading and writing descriptors it already
-holds (its pipes, /dev/null), clocks, signals to itself, resource limits. Everything
-else fails with EPERM (``clone3`` with ENOSYS, so that threads are made with ``clone``):
-no execve, fork or vfork, no socket, no file created, written, renamed, removed or
-re-permissioned, no ptrace or process_vm_*, no io_uring, no signal to another process.
+holds (its pipes, /dev/null), clocks, signals to itself, reading its resource limits
+(``prlimit64`` without a new limit; no ``setrlimit``: the parent sets its address-space
+limit from outside, and nothing inside can raise it). Everything else fails with EPERM
+(``clone3`` with ENOSYS, so that threads are made with ``clone``): no execve, fork or
+vfork, no socket, no file created, written, renamed, removed or re-permissioned, no
+ptrace or process_vm_*, no io_uring, no signal to another process, no new limit.
 
 Found by running the real runtimes under ``strace -f`` on the sample models
 (models/*.onnx, models/tflite, models/mlp.pt2: onnxruntime, LiteRT, PyTorch, IREE's
@@ -44,7 +46,7 @@ ALLOWED = (
     "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "poll", "ppoll", "select", "pselect6", "pipe2",
     "fadvise64", "flock",
     # the process itself
-    "getrandom", "uname", "sysinfo", "prlimit64", "getrlimit", "setrlimit", "geteuid", "getuid", "getegid",
+    "getrandom", "uname", "sysinfo", "getrlimit", "geteuid", "getuid", "getegid",
     "getgid", "getresuid", "getresgid", "getpgrp", "getpgid", "getsid", "umask",
 )
 
@@ -69,6 +71,8 @@ def install() -> Tuple[bool, str]:
         for name, arg in (("open", 1), ("openat", 2)):
             _allow(f, sc, name, sc.Arg(arg, sc.MASKED_EQ, _WRITING, 0))
         _allow(f, sc, "clone", sc.Arg(0, sc.MASKED_EQ, _CLONE_THREAD, _CLONE_THREAD))
+        # limits read, never set (the parent sets its address-space limit from outside)
+        _allow(f, sc, "prlimit64", sc.Arg(2, sc.EQ, 0))
         _allow(f, sc, "tgkill", sc.Arg(0, sc.EQ, os.getpid()))
         try:
             f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")

@@ -4,8 +4,9 @@ their methods, and answers with plain values (``wire.py``). It reads requests on
 and answers on the fd ``child.py`` names; everything a runtime prints goes to
 /dev/null, so that nothing of a model reaches the run's output.
 
-Before each request it lowers its address-space limit (``RLIMIT_AS``) to what it maps
-plus the request's memory, so that a model that allocates without end fails with
+Before each request the parent sets its address-space limit (``RLIMIT_AS``) to what it
+maps plus the request's memory (``child._Process.limit``; where the parent cannot, the
+request asks the child to), so that a model that allocates without end fails with
 ``MemoryError`` (a C++ ``bad_alloc``) here instead of growing until the machine's
 out-of-memory killer picks a victim. It dies with its parent (``PR_SET_PDEATHSIG``)."""
 
