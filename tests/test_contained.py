@@ -181,7 +181,7 @@ def _identity_ref(path: Path) -> Path:
 @pytest.mark.needs("iree")
 @pytest.mark.parametrize("text,runtime", [(_WHILE_TRUE, "IREE llvm-cpu"), (_RECURSIVE_CALL, "IREE's compiler")],
                          ids=["while_loop_true", "recursive_call"])
-def test_a_tosa_module_that_never_ends_stops_at_the_time_limit(text, runtime, tmp_path):
+def test_a_tosa_module_that_never_ends_stops_at_the_time_limit(text, runtime, tmp_path, legalize):
     """A tosa.while_loop whose condition stays true runs forever on IREE; a
     self-recursive func.call makes iree-compile never return. Under --against each
     ends at --run-timeout: one line naming the module, the runtime (the run, or the
@@ -209,9 +209,8 @@ def test_sigterm_stops_a_tosa_while_loop_within_a_second(tmp_path):
     module = tmp_path / "m.mlir"
     module.write_text(_WHILE_TRUE)
     ref = _identity_ref(tmp_path / "ref.onnx")
-    proc = subprocess.Popen([sys.executable, "-m", "legalizer.cli", str(module), "--verify-only", "--against",
-                             str(ref), "--report", str(tmp_path / "r.json")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(cli_command(module, "--verify-only", "--against", ref, "--report", tmp_path / "r.json"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(_children(proc.pid)) < 2:  # the compiler's child, then the run's
