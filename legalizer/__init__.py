@@ -3,7 +3,7 @@
 Public API (``legalizer.api``): ``load`` a model (a path, an ``onnx.ModelProto``, an
 ``onnx_ir.Model``, or a PyTorch module with example inputs) into the IR, ``verify`` its
 broadcasting ops under a profile, ``legalize`` it for a target (the same kind of model
-comes back), ``save`` it (or ``to_onnx``), and ``check`` original against result on
+comes back), ``save`` it (or ``to_onnx``), and ``numeric`` original against result on
 onnxruntime (and against PyTorch for a model that came from it); the IR itself is
 ``Graph``. ``snapshot`` before ``legalize`` records the regions it rewrites, which
 ``report_html`` draws in a self-contained HTML page; ``overlays`` gives a run's findings
@@ -16,8 +16,6 @@ every ``legalize`` command does first, costs nothing: ``legalize --help`` import
 neither onnx, numpy nor networkx (docs/architecture.md, "Start-up").
 """
 
-import sys
-import types
 from importlib import import_module
 
 from .version import __version__
@@ -28,8 +26,8 @@ _API = {
     "verify": (".api", "verify"), "legalize": (".api", "legalize"), "check": (".api", "check"),
     "NotLegal": (".errors", "NotLegal"),
     "Graph": (".ir", "Graph"), "Node": (".ir", "Node"), "Value": (".ir", "Value"), "TensorType": (".ir", "TensorType"),
-    "Model": (".model", "Model"), "VerifyResult": (".verify", "VerifyResult"),
-    "snapshot": (".regions", "snapshot"), "report_html": (".html_report", "render"),
+    "Model": (".model", "Model"), "VerifyResult": (".verifier", "VerifyResult"),
+    "snapshot": (".region_pictures", "snapshot"), "report_html": (".html_report", "render"),
     "overlays": (".overlay", "node_data"),
     "LegalizeError": (".errors", "LegalizeError"), "BadInput": (".errors", "BadInput"),
     "UsageError": (".errors", "UsageError"),
@@ -58,18 +56,3 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_API))
-
-
-class _Package(types.ModuleType):
-    """``check`` and ``verify`` name both API functions and subpackages: importing the
-    subpackage (which the pipeline does) would bind the package attribute to it, and
-    ``legalizer.check`` would stop being the function. The subpackages stay reachable
-    as ``sys.modules['legalizer.check']`` and by ``from legalizer.check import ...``."""
-
-    def __setattr__(self, name, value):
-        if name in ("check", "verify") and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -1,4 +1,4 @@
-"""The library API: ``load``, ``save``, ``verify``, ``legalize``, ``check``.
+"""The library API: ``load``, ``save``, ``verify``, ``legalize``, ``numeric``.
 
 Each takes a model in any of the forms a pipeline has at hand:
 
@@ -11,7 +11,7 @@ Each takes a model in any of the forms a pipeline has at hand:
   ``ExportedProgram`` (the optional ``torch`` extra).
 
 ``legalize`` gives back the kind it was given; ``load`` always gives a ``Model``,
-``save`` the path written, ``verify`` a ``VerifyResult``, ``check`` a ``CheckResult``.
+``save`` the path written, ``verify`` a ``VerifyResult``, ``numeric`` a ``CheckResult``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any, Optional, Tuple
 
 import onnx
 
-from .check.ort import ATOL, RTOL
+from .numeric.ort import ATOL, RTOL
 from .errors import NotLegal  # noqa: F401 - the API's error, importable from here too
 from .job import RunOptions, RunResult
 from .exporters.onnx import save_model
-from .exporters.onnx_form import to_onnx
+from .exporters.as_onnx import to_onnx
 from .model import Model
 
 
@@ -106,7 +106,7 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
     ``Model`` (returned as it is), or a PyTorch ``nn.Module`` with ``example_inputs``
     (a tuple of tensors) and optional ``dynamic_shapes`` (as ``torch.export.export``
     takes them; the symbolic dims become ONNX dim params), or an ``ExportedProgram``.
-    A model from PyTorch keeps its program in ``model.torch``: ``check`` runs it as a
+    A model from PyTorch keeps its program in ``model.torch``: ``numeric`` runs it as a
     reference. ``infer`` runs ONNX shape inference on import.
 
     A ``.pt2`` is pickle and more: it is read so that nothing in it runs, and one that
@@ -169,7 +169,7 @@ def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False
     ``assume_dynamic_not_one`` is the strict symbolic mode (no dynamic dim is 1)."""
     kind = _kind(model)
     if kind == "graph":
-        from .verify import verify as verify_graph
+        from .verifier import verify as verify_graph
 
         return verify_graph(model, profile, assume_dynamic_not_one=assume_dynamic_not_one, **kwargs)
     from .pipeline import verify_model
@@ -227,7 +227,7 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
       ``<stem>.legal.<ext>`` beside the input; ``<stem>.legal.onnx`` for a ``.pt2``)
       - and returns the path written. ``options`` are ``pipeline.RunOptions`` fields
       (``provider``, ``dims``, ``input_shapes`` such as ``{"x": (1, 512)}``, ``inputs``:
-      arrays by input name or an ``.npz`` path, ``rtol``, ``atol``, ``emit``, ``trust_pt2``,
+      arrays by input name or an ``.npz`` path, ``rtol``, ``atol``, ``emit_formats``, ``trust_pt2``,
       ``require_check``: a check that did not run fully raises ``NotLegal``).
 
     Every form verifies the input and the output as the command does, and raises
@@ -290,7 +290,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     binding of the dynamic input dims (a small size and 1, or ``dims``; when the original
     rejects all of those, bindings it accepts are searched for: ``result.search``), and
     compare every output; returns a ``CheckResult`` (``.ok``, ``.bindings`` with each
-    output's ``max_abs_err``/``max_rel_err``, ``.to_json()``: the report's ``check``).
+    output's ``max_abs_err``/``max_rel_err``, ``.to_json()``: the report's ``numeric``).
 
     Each is a path, a ModelProto, an ``onnx_ir.Model`` or a ``Model``. A ``Model``
     loaded from PyTorch (a ``.pt2``, an ``nn.Module``) as ``original`` is compared as
@@ -305,9 +305,9 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     or the path of Polygraphy's input data or an ``.npz``) are fed one by one instead of
     synthesized bindings, and ``expected`` (per sample the outputs by name, or the path
     of Polygraphy's run results or an ``.npz``) is then the reference instead of running
-    ``original`` (``check.samples``: statistics across the samples in ``result.samples``)."""
-    from .check.given import as_arrays, refuse_zero_dim
-    from .check.ort import check as check_ort
+    ``original`` (``numeric.samples``: statistics across the samples in ``result.samples``)."""
+    from .numeric.user_inputs import as_arrays, refuse_zero_dim
+    from .numeric.ort import check as check_ort
     from .importers.reader import check_external_data, sniff
     from .formats import FORMATS
     from .pipeline import range_hints, unchecked
@@ -337,9 +337,9 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     result = check_ort(reference, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol,
                        input_shapes=input_shapes, **kwargs)
     if source is not None:
-        from .check.given import user_dims
-        from .check.ort import declared_shapes
-        from .check.torch_ref import check_torch
+        from .numeric.user_inputs import user_dims
+        from .numeric.ort import declared_shapes
+        from .numeric.torch_ref import check_torch
 
         keep = {k: v for k, v in kwargs.items() if k in ("max_bindings", "seed", "not_one", "choices")}
         if result.search is not None and result.search.found is not None:
@@ -353,9 +353,9 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
 
 
 def _check_samples(reference, new, samples, expected, provider, dims, rtol, atol, require_check: bool):
-    """``check`` over stored samples (``check.samples``), read from files when paths."""
-    from .check.golden import read_inputs, read_outputs
-    from .check.samples import check_samples
+    """``numeric`` over stored samples (``numeric.samples``), read from files when paths."""
+    from .numeric.golden import read_inputs, read_outputs
+    from .numeric.samples import check_samples
     from .errors import UsageError
     from .pipeline import unchecked
 

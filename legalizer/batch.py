@@ -38,7 +38,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 
 from .errors import LegalizeError, UsageError
 from .importers.reader import files_read, sniff
-from .outputs import check_distinct, check_output_path
+from .atomic_files import check_distinct, check_output_path
 from .pipeline import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, file_bindables,
                        is_output)
 
@@ -159,7 +159,7 @@ def html_for(model: Path, html_dir: Path) -> Path:
 def planned_files(model: Path, output: Path, emit: List[str]) -> List[Path]:
     """The model files a model's run may write (its external data aside), before any
     work: for the collision check, and the names a Ray task may return."""
-    from . import emit as emit_mod
+    from . import emit_formats as emit_mod
 
     from .formats import FORMATS
 
@@ -327,9 +327,9 @@ def _terminate_gracefully(signum, frame):  # pragma: no cover - runs in a worker
 def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover - in a child
     # SIGTERM (the parent stopping early) unwinds like ^C, so that temporary files go.
     signal.signal(signal.SIGTERM, _terminate_gracefully)
-    from . import bounded
+    from . import bounded_helper
 
-    bounded.start(("legalizer.importers.onnx_infer",))  # it starts while the run reads the model
+    bounded_helper.start(("legalizer.importers.onnx_infer",))  # it starts while the run reads the model
     try:
         outcome = run_one(model, settings)
     except KeyboardInterrupt:
@@ -377,7 +377,7 @@ WARM = {"any": ["legalizer.console", "legalizer.importers.onnx", "numpy.random"]
         "check": ["onnxruntime"],
         "tables": ["rich.console", "rich.table", "rich.text"],
         "tflite": ["legalizer.importers.tflite", "legalizer.exporters.tflite", "legalizer.exporters.tflite_onnx",
-                   "legalizer.check.tflite", "legalizer.check.litert"]}
+                   "legalizer.numeric.tflite", "legalizer.numeric.litert"]}
 
 
 def _warm(models: List[Path], settings: Settings) -> List[str]:

@@ -18,11 +18,11 @@ from typer.core import TyperCommand
 # Only what --help needs is imported here: the pipeline (onnx, numpy, networkx), rich
 # (for a table or a progress bar) and the rest are imported when a command uses them
 # (README, "Start-up").
-from .check import ATOL, BUDGET, RTOL
+from .numeric import ATOL, BUDGET, RTOL
 from .console import one_line
 from .errors import EXIT_BAD_INPUT, LegalizeError, UsageError
 from .targets import DEFAULT_TARGET, TARGETS
-from .verify import PROFILE_RECORDS, PROFILES
+from .verifier import PROFILE_RECORDS, PROFILES
 
 if TYPE_CHECKING:
     from .pipeline import RunOptions
@@ -202,7 +202,7 @@ def parse_tolerance(flag: str, items: List[str], default: float):
     """``--rtol 1e-3`` and ``--rtol out1:1e-3`` as Polygraphy writes them: one value for
     every output, and per output (the last ':' splits, so a name may contain ':').
     A float when no output is named, else a Tolerance."""
-    from .check.compare import Tolerance
+    from .numeric.compare import Tolerance
 
     per: Dict[str, float] = {}
     every = False  # a value for every output was given
@@ -259,7 +259,7 @@ def _run_timeout(text: Optional[str]) -> Optional[float]:
 def _parse_dims(items: List[str]) -> Dict[str, int]:
     """``--dim NAME=SIZE``, each NAME once; a size of 0 is refused (``given.refuse_zero_dim``).
     Whether NAME is a dim of the model is checked once the model is read."""
-    from .check.given import refuse_zero_dim
+    from .numeric.user_inputs import refuse_zero_dim
 
     dims: Dict[str, int] = {}
     for item in items:
@@ -276,7 +276,7 @@ def _parse_dims(items: List[str]) -> Dict[str, int]:
 def _parse_inputs(items: List[str]) -> Dict[str, object]:
     """``--input NAME=FILE.npy`` (one array) and ``--input FILE.npz`` (each array of
     the archive, by name); an input given twice is a usage error."""
-    from .check.given import read_npy, read_npz
+    from .numeric.user_inputs import read_npy, read_npz
 
     arrays: Dict[str, object] = {}
     for item in items:
@@ -297,7 +297,7 @@ def _input_files(items: List[str]) -> List[Path]:
 
 
 def _parse_input_shapes(items: List[str]) -> Dict[str, tuple]:
-    from .check.given import parse_input_shape
+    from .numeric.user_inputs import parse_input_shape
 
     shapes: Dict[str, tuple] = {}
     for item in items:
@@ -434,11 +434,11 @@ def legalize(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
     if not _is_batch(paths, out_opt, jobs, executor):
-        from . import bounded
+        from . import bounded_helper
 
         # The helper (a fresh interpreter) imports what shape inference needs while
         # this process imports the pipeline's libraries.
-        bounded.start(("legalizer.importers.onnx_infer",))
+        bounded_helper.start(("legalizer.importers.onnx_infer",))
     from .api import RunOptions
     from .pipeline import default_output
 
@@ -492,7 +492,7 @@ def _check_writes(model: Path, options, report: Optional[Path], html: Optional[P
     """Fail on a bad output, report or page path before the work, not after it: each can
     be written, and each is a file of its own, never an input."""
     from .importers.reader import files_read
-    from .outputs import check_distinct, check_output_path
+    from .atomic_files import check_distinct, check_output_path
     from .pipeline import golden_paths, planned_outputs
 
     force = options.force
@@ -504,7 +504,7 @@ def _check_writes(model: Path, options, report: Optional[Path], html: Optional[P
         check_output_path(report, force=True, protect=model)
         outputs.append(("the report (--report)", report))
     if options.reduce is not None:
-        from .check.reduce import reduce_files
+        from .numeric.reduce import reduce_files
 
         for what, path in reduce_files(options.reduce):
             check_output_path(path, force=force, protect=model)
@@ -584,7 +584,7 @@ def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], e
 def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, html,
            options: RunOptions) -> int:
     from .batch import Settings, check_folder, run_batch
-    from .outputs import check_output_path
+    from .atomic_files import check_output_path
 
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
@@ -614,15 +614,15 @@ def _is_usage_error(e: BaseException) -> bool:
 
 
 def _interrupted(signum, frame):
-    from . import outputs
+    from . import atomic_files
 
-    outputs.stop_requested = True  # (in case the exception is lost: see outputs)
+    atomic_files.stop_requested = True  # (in case the exception is lost: see outputs)
     raise KeyboardInterrupt
 
 
 def _unraisable(info) -> None:
     """A ^C that landed in a destructor is not a traceback for the user: the run stops
-    at its next commit (``outputs.stop_requested``)."""
+    at its next commit (``atomic_files.stop_requested``)."""
     if not issubclass(info.exc_type, KeyboardInterrupt):
         sys.__unraisablehook__(info)
 
@@ -654,18 +654,18 @@ def _runtimes(argv: List[str]) -> tuple:
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors are one line on stderr, never a traceback.
     SIGTERM unwinds as ^C does, so that a killed run removes its temporary files."""
-    from . import outputs
+    from . import atomic_files
 
-    outputs.stop_requested = False  # (a run in a process that ran one before)
+    atomic_files.stop_requested = False  # (a run in a process that ran one before)
     if _will_check(sys.argv[1:] if argv is None else list(argv)):
-        from .check import child
+        from .numeric import child
 
         if child.available():  # the child that runs models starts while this process loads them
             words = sys.argv[1:] if argv is None else list(argv)
             child.prewarm(_runtimes(words))
             for w in words:  # a .pt2's program loads there while this process exports it
                 if w.endswith(".pt2") and os.path.isfile(w):
-                    from .check.torch_ref import preload
+                    from .numeric.torch_ref import preload
 
                     preload(w, "--trust-pt2" in words)
     signals = (signal.SIGINT, signal.SIGTERM)
@@ -714,9 +714,9 @@ def _main(argv: Optional[List[str]]) -> None:
             sys.exit(EXIT_BAD_INPUT)
         print(one_line(f"legalize: internal error: {type(e).__name__}: {e} (please report this)"), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    from . import outputs
+    from . import atomic_files
 
-    if code == 130 or outputs.stop_requested:  # ^C (typer's rendering of it), SIGTERM
+    if code == 130 or atomic_files.stop_requested:  # ^C (typer's rendering of it), SIGTERM
         print("legalize: interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

@@ -242,7 +242,7 @@ class Printer:
 
 
 def across_line(entry: dict, count: int) -> str:
-    """One output's errors across several samples (``check.samples.across``)."""
+    """One output's errors across several samples (``numeric.samples.across``)."""
     status = "FAILED" if entry["failed"] else "PASSED"
     spread = entry["max_abs_err_per_sample"]
     line = (f"{status} | Output: '{entry['name']}' | {count} samples, {len(entry['failed'])} failed | max abs err"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .regions import Picture, PNode, Region, Regions
+from .region_pictures import Picture, PNode, Region, Regions
 from .report import verdict
 from .targets import TARGETS
 
@@ -674,8 +674,8 @@ def _divergence(rep: dict, culprit: Optional[Picture]) -> str:
 
 def render(report: Union[dict, "object"], regions: Optional[Regions] = None, culprit: Optional[Picture] = None) -> str:
     """The page, as a string. ``report`` is a ``Report`` or its JSON (``to_json()``, or
-    a ``--report`` file read back); ``regions`` comes from ``regions.snapshot``;
-    ``culprit`` from ``regions.culprit_picture`` (a localization's culprit)."""
+    a ``--report`` file read back); ``region_pictures`` comes from ``region_pictures.snapshot``;
+    ``culprit`` from ``region_pictures.culprit_picture`` (a localization's culprit)."""
     rep = report if isinstance(report, dict) else report.to_json()
     kind, line = verdict(rep, legalizing=rep.get("output") is not None or bool(rep.get("outputs")),
                          arrow="\u2192")
@@ -702,7 +702,7 @@ def check_path(path, protect: Iterable = ()) -> None:
     """UsageError unless the page can be written at ``path``: call it before the work.
     ``protect`` holds the input model and the output path, which may not exist yet."""
     from .errors import UsageError
-    from .outputs import check_output_path, same_file
+    from .atomic_files import check_output_path, same_file
 
     path = Path(path)
     for p in protect:
@@ -716,7 +716,7 @@ def write(path, report, regions: Optional[Regions] = None, protect: Iterable = (
     """Write the page atomically at ``path`` (an existing page is replaced); never over
     a path in ``protect`` (the input model, the written outputs)."""
     from .errors import UsageError
-    from .outputs import atomic_output, same_file
+    from .atomic_files import atomic_output, same_file
 
     path = Path(path)
     for p in protect:

@@ -8,19 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-from .check import ATOL, BUDGET, RTOL
+from .numeric import ATOL, BUDGET, RTOL
 from .errors import EXIT_OK, UsageError
 from .model import Model
 from .report import Report
 from .targets import TARGETS, target as target_named
-from .verify import PROFILES, VerifyResult
+from .verifier import PROFILES, VerifyResult
 
 if TYPE_CHECKING:
-    from .check.golden import Golden
-    from .check.localize import Localization
-    from .check.reduce import Reduced
-    from .check.results import CheckResult
-    from .regions import Picture, Regions
+    from .numeric.golden import Golden
+    from .numeric.localize import Localization
+    from .numeric.reduce import Reduced
+    from .numeric.results import CheckResult
+    from .region_pictures import Picture, Regions
 
 # Called as each stage starts, with what is known of its size: "load" gets
 # {"bytes": file size}, "verify" {"nodes": top-level node count}. The CLI draws
@@ -55,7 +55,7 @@ class RunOptions:
     rtol: float = RTOL
     atol: float = ATOL
     assume_dynamic_not_one: bool = False
-    debug: bool = False  # verify the graph after every pass (``transform.legalize``)
+    debug: bool = False  # verify the graph after every pass (``target_passes.legalize``)
     emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
     against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
     regions: bool = False  # record the rewritten regions (for the HTML report)
@@ -162,11 +162,11 @@ class Run:
     paths: Dict[str, Path] = field(default_factory=dict)  # where each is written
     made: Dict[str, object] = field(default_factory=dict)  # every format but the model's own, made
     written: Optional[Path] = None  # the model in its own format under a temporary name
-    sides: Any = None  # what the check compared (``diagnose.Sides``)
+    sides: Any = None  # what the check compared (``localize_reduce.Sides``)
     failed: bool = False  # the check ran and found different outputs
     timings: Dict[str, float] = field(default_factory=dict)  # seconds per stage, as the driver timed them
     stack: Any = None  # the files written under temporary names, until the commit (an ExitStack)
-    staged: Any = None  # the model in its own format, so written (``outputs.Staged``)
+    staged: Any = None  # the model in its own format, so written (``atomic_files.Staged``)
     done: bool = False
 
     @property

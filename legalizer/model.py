@@ -41,7 +41,7 @@ class Model:
     # The runtime constraints (a ConstraintSet) of the graph before ``legalize`` rewrote
     # it, which the report lists: the xla form's StableHLO asserts them. None until then.
     constraints: Any = None
-    # What ``legalizer.legalize`` changed in this model (a ``transform.LegalizeResult``:
+    # What ``legalizer.legalize`` changed in this model (a ``target_passes.LegalizeResult``:
     # stats, warnings); None until then.
     legalized: Any = None
 

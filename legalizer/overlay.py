@@ -25,7 +25,7 @@ import numpy as np
 
 from .explorer_ids import GraphIds, NodeId, model_ids
 from .oprules import builtin_rules
-from .outputs import atomic_output, check_output_path
+from .atomic_files import atomic_output, check_output_path
 
 KINDS = ("verdict", "constraints", "abs-error", "rel-error")
 COLORS = {"legal": "#b7e1b0", "violation": "#f28b82", "rewritten": "#fdd663", "inserted": "#aecbfa",
@@ -187,7 +187,7 @@ def _finite(x: float) -> float:
 
 def localization_errors(loc) -> Dict[str, Tuple[float, float, str]]:
     """Each matched value's (max abs err, max rel err, reference value name) from a
-    ``check.localize.Localization``: the candidate's and the reference's values and
+    ``numeric.localize.Localization``: the candidate's and the reference's values and
     their matching."""
     if loc is None:
         return {}
@@ -211,7 +211,7 @@ def localization_errors(loc) -> Dict[str, Tuple[float, float, str]]:
 
 
 def report_errors(report: Mapping) -> Dict[str, Tuple[float, float, str]]:
-    """The values that differ, from a report alone (``check.divergence``)."""
+    """The values that differ, from a report alone (``numeric.divergence``)."""
     return {d["value"]: (d.get("max_abs_err", 0.0), d.get("max_rel_err", 0.0), d.get("reference", d["value"]))
             for d in (report.get("check") or {}).get("divergence", [])}
 
@@ -292,7 +292,7 @@ def node_data(model, report, legalized=None, *, localization=None) -> Dict[str, 
     ``legalized`` file, each kind of node data as Model Explorer reads it
     (``{"input": {"verdict": {...}, ...}, "output": {...}}``). ``report`` is the run's
     report: a ``report.Report``, its JSON dict, or the path of a ``--report`` file;
-    ``localization`` a ``check.localize.Localization`` for every value's error (else
+    ``localization`` a ``numeric.localize.Localization`` for every value's error (else
     the report's diverging values)."""
     from .importers.reader import sniff
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import emit
-from .check.given import as_arrays, dynamic_keys
-from .check.ort import declared_shapes
-from .check.results import CheckResult
+from . import emit_formats
+from .numeric.user_inputs import as_arrays, dynamic_keys
+from .numeric.ort import declared_shapes
+from .numeric.results import CheckResult
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, UsageError  # noqa: F401 - the exit statuses, re-exported
 from .formats import FORMATS, Sides, default_output, format_of, is_output  # noqa: F401 - re-exported
 from .importers.reader import read_model, sniff
@@ -27,11 +27,11 @@ from .ir.graph import OP
 from .job import Run, RunOptions, RunResult, StageCallback  # noqa: F401 - re-exported
 from .model import Model
 from .report import STAT_KEYS, Report
-from .transform import legalize
-from .verify import VerifyResult, verify
+from .target_passes import legalize
+from .verifier import VerifyResult, verify
 
 if TYPE_CHECKING:
-    from .check.golden import Golden
+    from .numeric.golden import Golden
 
 
 # -- the driver -------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     and write it. Raises LegalizeError for bad input; violations and mismatches are in
     the result, with exit code 1, and then nothing is written. Every model runs in a
     child process under ``options.run_timeout`` and ``run_memory``."""
-    from .check import child
+    from .numeric import child
 
     options.validate()
     job = Run(Path(path), options, on_stage, given=as_arrays(options.inputs))
@@ -159,8 +159,8 @@ def _verify_input(job: Run) -> None:
 
 def _reduce_violation(job: Run) -> None:
     """--reduce of an input that violates the trait: the smallest subgraph with its first violation."""
-    from .check.reduce import NothingToReduce
-    from .diagnose import reduce_violation as reduce_first
+    from .numeric.reduce import NothingToReduce
+    from .localize_reduce import reduce_violation as reduce_first
 
     try:
         job.res.reduced = reduce_first(job.model, job.fmt, job.path, job.report.violations[0], job.profile,
@@ -174,7 +174,7 @@ def _reduce_violation(job: Run) -> None:
 def _compare(job: Run) -> None:
     """``--against``: the model compared with its reference; one that cannot run is
     never a pass (exit 2)."""
-    from .check.child import RunFault
+    from .numeric.child import RunFault
 
     against = Path(job.options.against)
     try:
@@ -208,11 +208,11 @@ def _plan(job: Run) -> None:
     """Where each format is written, each checked before the work."""
     options, fmt = job.options, job.fmt
     job.output = Path(options.output) if options.output is not None else fmt.default_output(job.path, job.model)
-    job.formats = emit.validate(options.emit, fmt.written, options.target)
+    job.formats = emit_formats.validate(options.emit, fmt.written, options.target)
     if fmt.written in job.formats:
-        emit.check_output_suffix(job.output, fmt.written)
-    job.paths = emit.emit_paths(job.output, job.formats, fmt.written)
-    emit.check_paths(job.paths, force=options.force, protect=job.path)
+        emit_formats.check_output_suffix(job.output, fmt.written)
+    job.paths = emit_formats.emit_paths(job.output, job.formats, fmt.written)
+    emit_formats.check_paths(job.paths, force=options.force, protect=job.path)
 
 
 def _rewrite(job: Run) -> None:
@@ -230,7 +230,7 @@ def _rewrite(job: Run) -> None:
             return
     before = None
     if options.regions:
-        from .regions import snapshot
+        from .region_pictures import snapshot
 
         before = snapshot(model)
     done = model.legalized = legalize(model, options.target, debug=options.debug,
@@ -238,7 +238,7 @@ def _rewrite(job: Run) -> None:
     report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
                            "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
     if before is not None:
-        from .regions import PICTURE_LIMIT
+        from .region_pictures import PICTURE_LIMIT
 
         job.res.regions = before.regions(model, limit=PICTURE_LIMIT)
     report.warnings.extend(done.warnings)
@@ -280,8 +280,8 @@ def _render(job: Run) -> None:
     """Every format but the model's own, made before anything is written; an
     out-of-level module is never written."""
     options = job.options
-    job.made = emit.render(job.model, job.formats, job.fmt.written, job.dims, level=options.level)
-    over = emit.level_diagnostics(job.model, job.made, options.target, options.level)
+    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, level=options.level)
+    over = emit_formats.level_diagnostics(job.model, job.made, options.target, options.level)
     if over.violations:
         nodes = job.res.output_verification.nodes
         job.res.output_verification = over
@@ -327,7 +327,7 @@ def _commit(job: Run) -> None:
     if job.fmt.written in job.formats:
         job.staged.accept()
     job.stack.close()  # the model takes its name (or its temporary folder goes)
-    emit.write_extra(job.paths, job.made, job.fmt.written, force=job.options.force, protect=job.path)
+    emit_formats.write_extra(job.paths, job.made, job.fmt.written, force=job.options.force, protect=job.path)
     report.outputs = {f: str(p) for f, p in job.paths.items()}
     report.output = str(job.paths[job.formats[0]])
 
@@ -353,7 +353,7 @@ def _wants_localization(job: Run, auto: bool) -> bool:
 
 
 def _localize(job: Run) -> None:
-    from .diagnose import localize as localize_sides
+    from .localize_reduce import localize as localize_sides
 
     options, res = job.options, job.res
     loc = localize_sides(job.sides, res.check, given=job.given, rtol=options.rtol, atol=options.atol,
@@ -364,7 +364,7 @@ def _localize(job: Run) -> None:
     job.report.check["divergence"] = [d.to_json() for d in loc.divergence]
     job.report.check["localize"] = loc.to_json()
     if options.regions and loc.culprit is not None:
-        from .regions import culprit_picture
+        from .region_pictures import culprit_picture
 
         res.culprit_picture = culprit_picture(loc.graph or job.model.graph, loc.culprit.node,
                                               [s.node for s in loc.region])
@@ -373,9 +373,9 @@ def _localize(job: Run) -> None:
 
 
 def _reduce(job: Run) -> None:
-    from .check.child import RunFault
-    from .check.reduce import NothingToReduce
-    from .diagnose import reduce_divergence
+    from .numeric.child import RunFault
+    from .numeric.reduce import NothingToReduce
+    from .localize_reduce import reduce_divergence
 
     options = job.options
     protect = [job.path, Path(options.against)] if options.against is not None else [job.path, job.output]
@@ -465,10 +465,10 @@ def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
         return []
     native = fmt.written
     output = Path(options.output) if options.output is not None else default_output(path)
-    formats = emit.validate(options.emit, native, options.target)
+    formats = emit_formats.validate(options.emit, native, options.target)
     if native in formats:
-        emit.check_output_suffix(output, native)
-    paths = emit.emit_paths(output, formats, native)
+        emit_formats.check_output_suffix(output, native)
+    paths = emit_formats.emit_paths(output, formats, native)
     return [("the output model" if f == native else f"the {f} output (--emit {f})", p) for f, p in paths.items()]
 
 
@@ -597,7 +597,7 @@ def _per_output(options: RunOptions) -> bool:
 def read_golden(options: RunOptions, given) -> "Golden":
     """The stored inputs and reference outputs the options name (the combinations were
     validated with the options)."""
-    from .check.golden import Golden
+    from .numeric.golden import Golden
 
     if not options.golden_flags():
         return Golden()
@@ -616,7 +616,7 @@ def golden_paths(options: RunOptions) -> Tuple[List[Tuple[str, Path]], List[Tupl
              (("loaded inputs", "--load-inputs", options.load_inputs),
               ("loaded outputs", "--load-outputs", options.load_outputs)) if p is not None]
     if options.data_loader_script is not None:
-        from .check.golden import parse_script
+        from .numeric.golden import parse_script
 
         reads.append(("the data loader script (--data-loader-script)", parse_script(options.data_loader_script)[0]))
     return writes, reads
@@ -628,7 +628,7 @@ def _save_golden(job: Run) -> None:
     options, res = job.options, job.res
     if not options.records:
         return
-    from .check.golden import REFERENCE_RUN, save_runs
+    from .numeric.golden import REFERENCE_RUN, save_runs
 
     if not res.check.runs:
         job.report.warnings.append("--save-inputs/--save-outputs: nothing written: the check compared nothing")

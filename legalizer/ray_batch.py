@@ -37,7 +37,7 @@ from .batch import (Outcome, Settings, captured, check_output, html_for, output_
 from .console import one_line
 from .extras import install_hint
 from .errors import EXIT_BAD_INPUT, BadInput, LegalizeError, UsageError, first_line
-from .outputs import atomic_output, check_output_path
+from .atomic_files import atomic_output, check_output_path
 
 NO_WORKER = {"executor": "ray", "node_id": None, "pid": None}  # stopped before it reached one
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from .verify import VerifyResult
+from .verifier import VerifyResult
 
 SCHEMA = 1
 
@@ -25,7 +25,7 @@ STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
 def write_json(path: Path, data, protect: Optional[Path] = None) -> None:
     """Write a report (a dict, or a list of them) atomically; an existing report is
     replaced, ``protect`` (the input model) never."""
-    from .outputs import atomic_output
+    from .atomic_files import atomic_output
 
     with atomic_output(Path(path), force=True, protect=protect) as tmp:
         tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

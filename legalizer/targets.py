@@ -1,5 +1,5 @@
 """The targets, as records in one table: for each, the verifier profile its legal form
-satisfies (a ``verify.Profile``), the passes that make it, the ONNX opset those passes'
+satisfies (a ``verifier.Profile``), the passes that make it, the ONNX opset those passes'
 explicit forms need, the ``--emit`` MLIR formats written in that form and their
 dialect, and the profile of the backend it feeds - the highest rank it takes, the
 broadcasting it allows, the ops it refuses (with its reason), whether it needs static
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .errors import UsageError
 from .exporters.tosa_level import DEFAULT_LEVEL, LEVELS, Level
-from .verify.profiles import Profile, profile_record, register_profile
+from .verifier.profiles import Profile, profile_record, register_profile
 
 if TYPE_CHECKING:
     from .ir.graph import Node
@@ -39,7 +39,7 @@ BROADCASTING = ("numpy", "size-1", "none")
 class Target:
     name: str
     # The verifier profile the legal form satisfies: a record, or the name of one in
-    # ``verify.PROFILES`` (made the record here).
+    # ``verifier.PROFILES`` (made the record here).
     profile: Union[str, Profile]
     # The passes, in order: names of ``legalizer.passes`` functions, or the functions.
     passes: Tuple[Union[str, Callable], ...]
@@ -54,7 +54,7 @@ class Target:
     levels: Mapping[str, Level] = field(default_factory=dict)  # named limits (TOSA's); empty: none
     default_level: Optional[str] = None
     # A deployment backend whose own rules (``rules/backends.toml``, read by
-    # ``verify.backend_rules``) say which ops it refuses, in its words; then they alone do.
+    # ``verifier.backend_rules``) say which ops it refuses, in its words; then they alone do.
     # Its targets take TFLite.
     backend: Optional[str] = None
 
@@ -100,7 +100,7 @@ class Target:
         from .ir.types import all_static, shape_str
 
         if self.backend is not None:
-            from .verify.backend_rules import backend_reasons
+            from .verifier.backend_rules import backend_reasons
 
             return backend_reasons(node, self.backend)
         why = []
@@ -127,7 +127,7 @@ class Target:
         from .ir.graph import OP
 
         if self.backend is not None:
-            from .verify.backend_rules import refused_ops
+            from .verifier.backend_rules import refused_ops
 
             return refused_ops(graphs, self.backend)
         limit, lv = self.rank_limit(level), self.level(level)
@@ -158,7 +158,7 @@ class Target:
                "refuses": dict(self.refuses), "static_shapes": self.static_shapes,
                "level": lv.name if lv is not None else None}
         if self.backend is not None:
-            from .verify.backend_rules import backend
+            from .verifier.backend_rules import backend
 
             out["backend"] = backend(self.backend).tool
         return out
@@ -182,7 +182,7 @@ def register_target(spec: Target) -> Target:
     return spec
 
 
-# legacy_broadcast runs before these, in legalizer.transform (it may raise the opset).
+# legacy_broadcast runs before these, in legalizer.target_passes (it may raise the opset).
 _DEPLOY_HEAD = ("split_variadic", "densify_constants", "reshape_forms", "broadcast_to_into_consumers",
                 "broadcast_to_through_reshape", "fold_ranks")
 for _t in (

@@ -298,8 +298,8 @@ def latency(path: Path, runs: int = 50, warmup: int = 5) -> dict:
     import onnxruntime as ort
 
     import legalizer
-    from legalizer.check.ort import bindings_for, synthesize
-    from legalizer.transform import legalize
+    from legalizer.numeric.ort import bindings_for, synthesize
+    from legalizer.target_passes import legalize
 
     original = onnx.load(str(path))
     model = legalizer.load(path)
@@ -360,8 +360,8 @@ def compare_targets(path: Path, runs: int = 50, warmup: int = 5, threads: int = 
     import onnxruntime as ort
 
     import legalizer
-    from legalizer.check.ort import bindings_for, choices_from_constraints, synthesize
-    from legalizer.transform import legalize
+    from legalizer.numeric.ort import bindings_for, choices_from_constraints, synthesize
+    from legalizer.target_passes import legalize
 
     original = onnx.load(str(path))
     row = {"model": path.name, "nodes": _count_nodes(original.graph), "forms": {}}

@@ -8,7 +8,7 @@ and ``simple`` folders goes through:
 1. import (``legalizer.load`` for files, ``importers.onnx.import_model`` for the
    in-memory node tests) and ``verify(graph, "mlir")``: an input with violations is a
    category of its own and is not legalized;
-2. ``transform.legalize(model, TARGET, assume_dynamic_not_one=...)``, then
+2. ``target_passes.legalize(model, TARGET, assume_dynamic_not_one=...)``, then
    (a) ``verify(graph, PROFILE)`` must report no violation, where PROFILE is the
        target's profile (``tosa``: equal ranks; ``xla``: no implicit broadcasting);
    (b) ``onnx.checker.check_model(out, full_check=True)`` must pass whenever it
@@ -255,7 +255,7 @@ def _exc(e: BaseException) -> str:
 def run_case(name: str, target: str = "tosa", assume_dynamic_not_one: bool = False) -> dict:
     import legalizer
     from legalizer.importers.onnx import import_model
-    from legalizer.transform import legalize
+    from legalizer.target_passes import legalize
 
     case = suite.case_by_name(name)
     r: Dict[str, Any] = {"name": name, "suite": suite_of(case), "target": target,
@@ -546,7 +546,7 @@ def latency(cases: List[suite.Case], runs: int, warmup: int, threads: int, opt: 
 
     import legalizer
     from legalizer.importers.onnx import import_model
-    from legalizer.transform import legalize
+    from legalizer.target_passes import legalize
 
     rows = []
     for case in cases:

@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.append(str(ROOT / "tests"))  # corpus_models: the corpus's table
 
-from legalizer.check.ort import ATOL, RTOL, check  # noqa: E402
-from legalizer.check.reduce import _outer_names  # noqa: E402
-from legalizer.check.tflite import check_tflite  # noqa: E402
-from legalizer.diagnose import localize  # noqa: E402
+from legalizer.numeric.ort import ATOL, RTOL, check  # noqa: E402
+from legalizer.numeric.reduce import _outer_names  # noqa: E402
+from legalizer.numeric.tflite import check_tflite  # noqa: E402
+from legalizer.localize_reduce import localize  # noqa: E402
 from legalizer.formats import FORMATS, Sides  # noqa: E402
 
 SAMPLES = ["mlp_bias.onnx", "mlp.dynamo.onnx", "small_cnn.dynamo.onnx", "small_cnn.torchscript.onnx",

@@ -25,9 +25,9 @@ import onnx  # noqa: E402
 
 import legalizer  # noqa: E402
 from legalizer.api import to_onnx  # noqa: E402
-from legalizer.check.ort import synthesize  # noqa: E402
-from legalizer.check.ort_session import session  # noqa: E402
-from legalizer.emit import render_mlir  # noqa: E402
+from legalizer.numeric.ort import synthesize  # noqa: E402
+from legalizer.numeric.ort_session import session  # noqa: E402
+from legalizer.emit_formats import render_mlir  # noqa: E402
 from legalizer.targets import TARGET_OF_DIALECT  # noqa: E402
 from legalizer.pipeline import is_output  # noqa: E402
 from legalizer.errors import LegalizeError  # noqa: E402
@@ -82,10 +82,10 @@ def row(path: Path, fmt: str) -> dict:
         return out
     out["emitted"] = True
     if fmt == "stablehlo":
-        from legalizer.check import xla_run as runner
+        from legalizer.numeric import xla_run as runner
         errors = (runner.StableHLOError,)
     else:
-        from legalizer.check import iree_run as runner
+        from legalizer.numeric import iree_run as runner
         errors = (runner.TosaError,)
     try:
         runner.parse(text)

@@ -5,7 +5,7 @@
 #
 #   bash scripts/setup_tosa_tools.sh [VENV_DIR]     # default: <repo>/.venv-tosa-tools
 #
-# Prints the path of tosa-opt on its last line. legalizer/check/tosa_validate.py finds
+# Prints the path of tosa-opt on its last line. legalizer/numeric/tosa_validate.py finds
 # <repo>/.venv-tosa-tools/bin/tosa-opt by itself; elsewhere, set LEGALIZE_TOSA_OPT.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

@@ -543,7 +543,7 @@ def _child(argv: List[str], out_path: str, err_path: str, memory: int) -> None: 
 
 
 _PRELOAD = ["legalizer.cli", "legalizer.pipeline", "legalizer.importers.onnx", "legalizer.importers.tflite",
-            "legalizer.check.ort", "legalizer.check.tflite", "onnxruntime", "numpy"]
+            "legalizer.numeric.ort", "legalizer.numeric.tflite", "onnxruntime", "numpy"]
 _CTX = None
 
 

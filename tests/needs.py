@@ -62,7 +62,7 @@ def _litert_gpu() -> Optional[str]:
     # LiteRT's WebGPU accelerator: the litert extra and a Vulkan driver (Mesa's lavapipe).
     if missing("litert") is not None:
         return f"it comes with the litert extra: {install_hint('litert')}"
-    from legalizer.check import litert_gpu
+    from legalizer.numeric import litert_gpu
 
     ok, why = litert_gpu.gpu_available()
     if ok:

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from helpers import cli_in_process, op_model, save
 from legalizer.targets import TARGETS, Target, register_target, target
-from legalizer.verify import PROFILE_RECORDS, PROFILES, Profile, register_profile
+from legalizer.verifier import PROFILE_RECORDS, PROFILES, Profile, register_profile
 
 # The new code of the demonstration: these two records, nothing more.
 RANK4 = Profile("rank4", "also every operand at rank <= 4, as LiteRT's GPU delegate", equal_ranks=True,
@@ -57,7 +57,7 @@ def test_a_registered_target_brings_its_profile_and_codes(gpu4):
 
 
 def test_every_code_a_profile_reports_has_its_wording(gpu4):
-    from legalizer.verify.diagnostics import MESSAGES
+    from legalizer.verifier.diagnostics import MESSAGES
 
     codes = {c for p in PROFILE_RECORDS.values() for c in p.codes}
     assert codes | {"tosa-level"} == set(MESSAGES)  # (tosa-level: the emitted TOSA's level check, not a profile's)

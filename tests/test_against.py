@@ -74,7 +74,7 @@ def test_dynamic_batch_is_bound_before_iree_compiles(tmp_path, legalize):
 def test_bind_dims_binds_main_arguments_only():
     """The arguments' dynamic dims take the arrays' sizes (the ops reading them follow;
     results keep their declared types); a module with no ? is returned as it is."""
-    from legalizer.check.iree_run import bind_dims
+    from legalizer.numeric.iree_run import bind_dims
 
     bound = bind_dims(ADD_MODULE, [(3, 4), (1, 4)])
     assert "func.func @main(%arg0: tensor<3x4xf32>, %arg1: tensor<1x4xf32>) -> tensor<?x4xf32>" in bound

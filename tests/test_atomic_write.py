@@ -1,5 +1,5 @@
 """Every file legalize writes goes to a temporary name beside it and is renamed (or,
-without --force, hard-linked) into place (``outputs.atomic_output``): the ONNX and TFLite models, their external data, the
+without --force, hard-linked) into place (``atomic_files.atomic_output``): the ONNX and TFLite models, their external data, the
 MLIR texts of --emit, the JSON report. A run killed while writing never leaves a
 half-written file under the output's name; killed with SIGTERM (or ^C) it leaves no
 temporary file either."""

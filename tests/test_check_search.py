@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
 from legalizer import pipeline
-from legalizer.check import search as search_mod
-from legalizer.check.search import graph_sizes, sizes_in_error, sizes_in_name
+from legalizer.numeric import search as search_mod
+from legalizer.numeric.search import graph_sizes, sizes_in_error, sizes_in_name
 from helpers import cli_process, make_model
 from needs import require
 
@@ -428,7 +428,7 @@ def test_a_probe_runs_under_a_memory_ceiling_and_gets_the_limit_back():
     search takes as 'too big'; outside, the process's own limit is back."""
     import resource
 
-    from legalizer.check.search import TooBig, _probe, memory_ceiling
+    from legalizer.numeric.search import TooBig, _probe, memory_ceiling
 
     before = resource.getrlimit(resource.RLIMIT_AS)
     with pytest.raises(MemoryError):

@@ -1,6 +1,6 @@
 """The bounded helper and batch workers start from a clean interpreter, never from a
 fork of the run's own process, whose onnxruntime, JAX or torch may hold threads
-(``legalizer.bounded``, ``legalizer.batch``); and the helper keeps its limits and is
+(``legalizer.bounded_helper``, ``legalizer.batch``); and the helper keeps its limits and is
 reused across calls."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every run of a model happens in a bounded child process (``legalizer/check/child.py``):
+"""Every run of a model happens in a bounded child process (``legalizer/numeric/child.py``):
 a model that runs forever ends at its time limit, one that crashes its runtime ends in
 one line, and a signal stops the run at once with nothing left behind."""
 
@@ -97,7 +97,7 @@ def test_sigterm_stops_a_run_within_a_second_and_leaves_nothing(tmp_path):
 def _children(pid: int):
     require("ps")
     out = subprocess.run(["ps", "--ppid", str(pid), "-o", "pid="], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split() if "legalizer.check.serve" in _cmdline(int(x))]
+    return [int(x) for x in out.split() if "legalizer.numeric.serve" in _cmdline(int(x))]
 
 
 def _cmdline(pid: int) -> str:
@@ -236,8 +236,8 @@ def test_sigterm_stops_a_tosa_while_loop_within_a_second(tmp_path):
 def test_the_child_answers_in_plain_values_only():
     """A reply is JSON and array bytes, never a pickle: what a compromised child could
     send is read back as data or refused."""
-    from legalizer.check import wire
-    from legalizer.check.inputs import InputSpec
+    from legalizer.numeric import wire
+    from legalizer.numeric.inputs import InputSpec
 
     value = {"ok": {"y": np.arange(6, dtype=np.float32).reshape(2, 3), "n": [1, 2.5, "s", None, True],
                     "spec": InputSpec("x", 1, (2, "N"), False, "")}}
@@ -293,7 +293,7 @@ def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path, le
     """SIGKILL gives a run no chance to clean up: its temporary output stays, named
     with its host and process; its child dies with it. The next run that writes into
     the folder removes it (and keeps a live process's temporary file)."""
-    from legalizer.outputs import temp_name
+    from legalizer.atomic_files import temp_name
 
     model = _loop_forever(tmp_path / "loop.onnx")
     proc = subprocess.Popen(cli_command(model, tmp_path / "out.onnx"),
@@ -328,12 +328,12 @@ def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path, le
 
 @pytest.mark.needs("sandbox")
 def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
-    """The run child's syscall filter (legalizer/check/sandbox.py): what code that a
+    """The run child's syscall filter (legalizer/numeric/sandbox.py): what code that a
     runtime's memory bug reached could try there fails with EPERM; reading and
     computing work."""
     import pathlib
 
-    from legalizer.check import child
+    from legalizer.numeric import child
 
     assert child.sandbox() == "seccomp"
     readable = tmp_path / "in.txt"
@@ -368,7 +368,7 @@ def test_the_run_child_cannot_raise_its_memory_limit():
     the child's own soft limit, under an unlimited hard one)."""
     import resource
 
-    from legalizer.check import child
+    from legalizer.numeric import child
 
     with child.limited(memory=1 << 30):
         assert child.sandbox() == "seccomp"
@@ -409,8 +409,8 @@ def test_localize_holds_a_chunk_of_values_at_a_time(monkeypatch):
     """Localization compares an ONNX model's values a chunk at a time: no call for
     values asks for more than the budget (or one value), and it finds what comparing
     them all at once finds: the first value that differs, and every later one."""
-    from legalizer.check import localize as lz
-    from legalizer.check.probes import ChildProbe, OrtProbe
+    from legalizer.numeric import localize as lz
+    from legalizer.numeric.probes import ChildProbe, OrtProbe
 
     n = 1 << 20  # 4 MiB a value (8 MiB as the size run counts them)
     asked = []
@@ -494,8 +494,8 @@ def test_localize_tflite_holds_a_chunk_of_values_at_a_time(monkeypatch, tmp_path
     with them as outputs; it kept every tensor before, 3.3 GB for 24 values of 16 MB)
     and finds the same culprit and later values."""
     import legalizer
-    from legalizer.check import localize as lz
-    from legalizer.check.probes import ChildProbe
+    from legalizer.numeric import localize as lz
+    from legalizer.numeric.probes import ChildProbe
 
     n, k = 1 << 20, 24  # 4 MiB a value, 96 MiB in all
     (tmp_path / "bad.tflite").write_bytes(_tflite_chain(n, k, wrong_at=11))
@@ -519,15 +519,15 @@ def test_localize_a_tosa_module_a_chunk_at_a_time(monkeypatch):
     """A TOSA module whose values do not fit a chunk is cut at a chunk of them per IREE
     run (matched on sketches of both sides, then compared a chunk at a time): the same
     culprit, region and count as the run that returns them all."""
-    from legalizer.check import localize as lz
-    from legalizer.check.against import module_text
-    from legalizer.check.probes import IreeProbe
+    from legalizer.numeric import localize as lz
+    from legalizer.numeric.against import module_text
+    from legalizer.numeric.probes import IreeProbe
 
     root = Path(__file__).resolve().parent.parent
     ref = root / "models/tflite/transformer_like.tflite"
     text = module_text(root / "models/tosa_converter/transformer_like.mlirbc")
     rng = np.random.default_rng(0)
-    from legalizer.check.litert import LiteRTModel
+    from legalizer.numeric.litert import LiteRTModel
 
     feeds = {s.name: rng.standard_normal([max(d, 1) for d in s.shape_signature]).astype(s.dtype)
              for s in LiteRTModel(str(ref)).input_specs()}
@@ -544,7 +544,7 @@ def test_localize_a_tosa_module_a_chunk_at_a_time(monkeypatch):
 
 
 def test_chunks_pack_values_up_to_the_budget():
-    from legalizer.check.localize import chunks
+    from legalizer.numeric.localize import chunks
 
     sizes = {"a": 4, "b": 4, "c": 10, "d": 1, "e": 1}
     assert chunks(["a", "b", "c", "d", "e", "f"], sizes, budget=8) == [["a", "b"], ["c"], ["d", "e"]]

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from legalizer.emit import emit_paths
+from legalizer.emit_formats import emit_paths
 from helpers import assert_clean, lines
 from needs import require
 
@@ -24,7 +24,7 @@ def test_paths_beside_the_output_stem():
 
 def test_tflite_model_emitted_as_onnx_too(tmp_path, legalize):
     require("litert")
-    from legalizer.check.litert import run_tflite
+    from legalizer.numeric.litert import run_tflite
 
     src = tmp_path / "mob.tflite"
     src.write_bytes((ROOT / "models/tflite/mobilenet_like.tflite").read_bytes())
@@ -73,7 +73,7 @@ def test_stablehlo_bytecode_is_a_portable_artifact_that_runs_as_the_text_does(tm
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
-    from legalizer.check import xla_run
+    from legalizer.numeric import xla_run
 
     src = tmp_path / "m.onnx"
     src.write_bytes((ROOT / "models/small_cnn.dynamo.onnx").read_bytes())

@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.check.ort import check
+from legalizer.numeric.ort import check
 from legalizer.importers.onnx import import_model
 from legalizer.ir.graph import OP
 from legalizer.passes import PassContext, PassManager, dead_code_elimination, fold_ranks
@@ -193,7 +193,7 @@ def test_a_result_used_outside_the_region_is_reshaped_back(onnx_model):
 @pytest.mark.needs("litert")
 def test_a_tflite_rank5_chain_folds_and_litert_agrees(tmp_path):
     import tflite_build as tb
-    from legalizer.check.tflite import check_tflite
+    from legalizer.numeric.tflite import check_tflite
     from legalizer.exporters.tflite import to_tflite
 
     c = RNG.standard_normal([4, 5, 6]).astype(np.float32)

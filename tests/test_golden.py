@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from needs import polygraphy_command
-from legalizer.check import polygraphy_json
-from legalizer.check.golden import read_inputs, read_outputs
+from legalizer.numeric import polygraphy_json
+from legalizer.numeric.golden import read_inputs, read_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "models" / "mlp_bias.onnx"  # x: N x 16 float -> y: N x 8

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 import legalizer
 from legalizer import html_report
 from legalizer.html_report import STYLE
-from legalizer.regions import PICTURE_LIMIT
+from legalizer.region_pictures import PICTURE_LIMIT
 
 from helpers import vi
 

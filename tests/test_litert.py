@@ -1,4 +1,4 @@
-"""legalizer.check.litert: .tflite models built in the test (tests/tflite_build.py) run on
+"""legalizer.numeric.litert: .tflite models built in the test (tests/tflite_build.py) run on
 LiteRT and agree with numpy; dynamic dims resize; signatures and subgraphs; one-line errors."""
 
 import re
@@ -11,8 +11,8 @@ import tflite
 import tflite_build as tb
 from needs import require
 
-from legalizer.check import litert
-from legalizer.check.ort import CheckUnavailable
+from legalizer.numeric import litert
+from legalizer.numeric.ort import CheckUnavailable
 
 
 @pytest.fixture

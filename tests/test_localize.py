@@ -18,9 +18,9 @@ import pytest
 from onnx import numpy_helper
 
 import legalizer
-from legalizer.check.localize import Localization, Step, bisect, by_content, loc_name
-from legalizer.check.probes import Probe
-from legalizer.check.reduce import ddmin
+from legalizer.numeric.localize import Localization, Step, bisect, by_content, loc_name
+from legalizer.numeric.probes import Probe
+from legalizer.numeric.reduce import ddmin
 from helpers import assert_clean, cli_process, lines
 from needs import require
 from slow import sample
@@ -341,7 +341,7 @@ def test_reduce_onnx_writes_one_node_that_still_differs(tmp_path, legalize):
 @pytest.mark.parametrize("stem,nodes", sample([("transformer_like", 8), ("broadcast_floor_mod", 5), ("broadcast_pow", 1)],
                                                ["broadcast_pow"], key=lambda v: v[0]))
 def test_reduce_tosa_keeps_the_converter_ops_that_differ(stem, nodes, tmp_path):
-    from legalizer.check.iree_run import run as iree
+    from legalizer.numeric.iree_run import run as iree
 
     out = tmp_path / "small.mlir"
     _, _ = _against(stem, tmp_path, "--reduce", out)

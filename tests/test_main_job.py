@@ -179,7 +179,7 @@ def test_xla_target_counts_runtime_checks(tmp_path, strict, emitted, elided, leg
 def test_cuda_sessions_multiply_in_fp32_not_tf32(monkeypatch):
     """Seen on an H100: TF32 matmuls (onnxruntime's CUDA default) put the check 4.5e-4 off
     PyTorch's fp32 on the sample transformer, failing it."""
-    from legalizer.check import ort as ort_check
+    from legalizer.numeric import ort as ort_check
 
     seen = {}
     monkeypatch.setattr(ort, "InferenceSession",

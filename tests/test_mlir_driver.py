@@ -13,13 +13,13 @@ import pytest
 
 import legalizer
 from helpers import op_model
-from legalizer.emit import bind_dims
+from legalizer.emit_formats import bind_dims
 from legalizer.errors import BadInput
 from legalizer.exporters.stablehlo import LOWERINGS as STABLEHLO, ImplicitBroadcast, emit_stablehlo
 from legalizer.exporters.tosa import LOWERINGS as TOSA, emit_tosa
 from legalizer.importers.onnx import import_model
 from legalizer.oprules import frontend_rules, parse_rules
-from legalizer.verify import Diagnostic, VerifyResult, verify
+from legalizer.verifier import Diagnostic, VerifyResult, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = frontend_rules("onnx")

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.check.ort import SMALL
+from legalizer.numeric.ort import SMALL
 
 F = TensorProto.FLOAT
 B = np.array([1.5, -2.0, 3.0], np.float32)

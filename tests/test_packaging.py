@@ -109,5 +109,5 @@ print(json.dumps(results))
     missing = {name: dep for name, dep in results.items() if dep is not None}
     assert all(dep.split(".")[0] in EXTRA_MODULES for dep in missing.values()), missing
     # The core path never needs an extra.
-    for core in ("legalizer.cli", "legalizer.api", "legalizer.pipeline", "legalizer.passes", "legalizer.check.ort"):
+    for core in ("legalizer.cli", "legalizer.api", "legalizer.pipeline", "legalizer.passes", "legalizer.numeric.ort"):
         assert results.get(core, "absent") is None, (core, results.get(core))

@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 import numpy as np
 
 import legalizer
-from legalizer.check.ort import check
+from legalizer.numeric.ort import check
 from legalizer.importers.onnx import import_model
 from legalizer.passes import PassContext, PassManager
 from legalizer.targets import target

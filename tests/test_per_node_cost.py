@@ -25,7 +25,7 @@ from legalizer.ir import CONST, INPUT, OP, OUTPUT, Graph, Node, TensorType, Valu
 from legalizer.ir.gc import paused_gc
 from legalizer.ir.graph import ONE_USE
 from legalizer.protoutil import parse_types
-from legalizer.transform import legalize
+from legalizer.target_passes import legalize
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL_LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"

@@ -130,7 +130,7 @@ def test_module_api_round_trip():
     m = np.zeros((4, 4), np.float32)
     with torch.no_grad():
         want = module(torch.from_numpy(x), torch.from_numpy(m)).numpy()
-    from legalizer.check.ort_session import session
+    from legalizer.numeric.ort_session import session
 
     got = session(legalizer.to_onnx(model), ["CPUExecutionProvider"]).run(None, {"x": x, "mask": m})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -163,7 +163,7 @@ def test_a_difference_from_torch_fails_the_check(tmp_path, monkeypatch):
     from legalizer import pipeline
     from legalizer.importers import pytorch
 
-    from legalizer.check import torch_ref
+    from legalizer.numeric import torch_ref
 
     real = pytorch.run_program
     monkeypatch.setattr(pytorch, "run_program", lambda source, feeds: [o + 1e-3 for o in real(source, feeds)])

@@ -14,11 +14,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import legalizer
-from legalizer.check.ort import check
-from legalizer.check.runtime_shapes import describe, verify_run_time
-from legalizer.exporters.onnx_form import to_onnx
+from legalizer.numeric.ort import check
+from legalizer.numeric.runtime_shapes import describe, verify_run_time
+from legalizer.exporters.as_onnx import to_onnx
 from legalizer.importers.onnx import import_model
-from legalizer.transform import legalize
+from legalizer.target_passes import legalize
 
 from helpers import vi
 

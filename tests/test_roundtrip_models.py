@@ -435,7 +435,7 @@ def test_streamed_save_writes_what_onnx_save_writes(tmp_path):
     time, instead of copying them into a new ModelProto: the bytes are onnx.save's of
     the whole model, for an unchanged model and for a legalized one (new constants,
     changed nodes), inline and external."""
-    from legalizer.transform import legalize
+    from legalizer.target_passes import legalize
 
     m = model_of([helper.make_node("Add", ["x", "W"], ["y"], name="add"),
                   helper.make_node("Cast", ["B"], ["b"], name="cast", to=F),

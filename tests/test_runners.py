@@ -1,4 +1,4 @@
-"""legalizer.check.runner / compare: one runner interface over onnxruntime, LiteRT,
+"""legalizer.numeric.runner / compare: one runner interface over onnxruntime, LiteRT,
 IREE, XLA and PyTorch, and the one comparison loop over dim bindings."""
 
 import numpy as np
@@ -9,11 +9,11 @@ from onnx import TensorProto, helper
 import tflite_build as tb
 from needs import require
 
-from legalizer.check.compare import Comparator, Pairing, unless_compared
-from legalizer.check.inputs import InputSpec, make_feeds, small_then_one
-from legalizer.check.ort import OrtRunner
-from legalizer.check.results import CheckResult, OutputResult
-from legalizer.check.runner import Runner, positional
+from legalizer.numeric.compare import Comparator, Pairing, unless_compared
+from legalizer.numeric.inputs import InputSpec, make_feeds, small_then_one
+from legalizer.numeric.ort import OrtRunner
+from legalizer.numeric.results import CheckResult, OutputResult
+from legalizer.numeric.runner import Runner, positional
 
 # z = x + y, x: [N, 3], y: [1, 3], on each runtime
 TOSA = """func.func @main(%x: tensor<?x3xf32>, %y: tensor<1x3xf32>) -> tensor<?x3xf32> {
@@ -67,11 +67,11 @@ def test_a_runner_is_activated_before_it_infers():
 def test_mlir_runners_agree_with_onnxruntime_per_binding(runtime):
     if runtime == "iree":
         require("iree")
-        from legalizer.check.iree_run import IreeRunner as Mlir
+        from legalizer.numeric.iree_run import IreeRunner as Mlir
         text = TOSA
     else:
         require("jax")
-        from legalizer.check.xla_run import XlaRunner as Mlir
+        from legalizer.numeric.xla_run import XlaRunner as Mlir
         text = STABLEHLO
     runner = Mlir(text)
     assert [(s.name, s.shape) for s in runner.input_specs()] == [("x", ("x[0]", 3)), ("y", (1, 3))]
@@ -82,7 +82,7 @@ def test_mlir_runners_agree_with_onnxruntime_per_binding(runtime):
 
 def test_litert_runner_declares_and_infers():
     require("litert")
-    from legalizer.check.litert import LiteRTRunner
+    from legalizer.numeric.litert import LiteRTRunner
 
     with LiteRTRunner(tb.add_const_model()) as runner:
         assert [(s.name, s.shape) for s in runner.input_specs()] == [("x", (1, 2, 3))]

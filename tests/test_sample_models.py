@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 import legalizer
-from legalizer.check import ort as ort_check
+from legalizer.numeric import ort as ort_check
 from legalizer.pipeline import is_output
 import sample_models
 from needs import require

@@ -26,7 +26,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from legalizer import bounded
-from legalizer.check import ort as ort_check
+from legalizer.numeric import ort as ort_check
 from helpers import assert_clean, cli_command, lines, make_model
 from needs import require
 

@@ -23,8 +23,8 @@ from needs import require
 require("jax", module=True)
 
 import legalizer  # noqa: E402
-from legalizer.check import ort as ort_check  # noqa: E402
-from legalizer.check import xla_run  # noqa: E402
+from legalizer.numeric import ort as ort_check  # noqa: E402
+from legalizer.numeric import xla_run  # noqa: E402
 from legalizer.errors import BadInput  # noqa: E402
 from legalizer.pipeline import is_output  # noqa: E402
 from legalizer.exporters.stablehlo import ImplicitBroadcast, emit_stablehlo  # noqa: E402

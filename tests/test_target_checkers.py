@@ -8,7 +8,7 @@ import pytest
 from needs import require
 from tflite_build import build_tflite, op, tensor
 
-from legalizer.check import litert_gpu, vela
+from legalizer.numeric import litert_gpu, vela
 
 Q = {"scale": 0.05, "zero_point": 0}
 

@@ -16,7 +16,7 @@ import pytest
 from deploy_cases import CASES
 from needs import require
 
-from legalizer.check import vela
+from legalizer.numeric import vela
 from legalizer.pipeline import RunOptions, run
 
 require("litert", module=True)

@@ -21,8 +21,8 @@ from legalizer.pipeline import RunOptions, run
 
 require("litert", module=True)
 
-from legalizer.check import litert_gpu  # noqa: E402
-from legalizer.check.litert import run_tflite  # noqa: E402
+from legalizer.numeric import litert_gpu  # noqa: E402
+from legalizer.numeric.litert import run_tflite  # noqa: E402
 
 # What the GPU delegate says of each original (ai-edge-litert 2.3.0, WebGPU): {op type: reason}.
 REFUSED_BEFORE = {

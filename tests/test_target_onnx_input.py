@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer.verify.backend_rules import converts_to
+from legalizer.verifier.backend_rules import converts_to
 from tests.helpers import cli_in_process
 
 F = TensorProto.FLOAT

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import legalizer
-from legalizer.check.ort import ATOL
+from legalizer.numeric.ort import ATOL
 from legalizer.exporters.tflite import to_tflite
 from legalizer.ir.graph import OP
 from legalizer.pipeline import RunOptions, is_output, run, verify_model
@@ -408,7 +408,7 @@ def test_offset_buffers_are_written_back_by_offset(tmp_path):
 
 @needs_litert
 def test_legalized_offset_model_runs_on_litert(tmp_path, legalize):
-    from legalizer.check.litert import run_tflite
+    from legalizer.numeric.litert import run_tflite
 
     data, c, d = _offset_model()
     src = tmp_path / "off.tflite"
@@ -449,7 +449,7 @@ def _compounding_int8_model(path: Path) -> Path:
 def test_quantized_rounding_that_compounds_is_judged_op_by_op(tmp_path):
     """The ONNX form is 4 steps off end to end (> one step), each op within one step of
     LiteRT when fed LiteRT's operands: the output passes, and says why."""
-    from legalizer.check.tflite import check_tflite
+    from legalizer.numeric.tflite import check_tflite
 
     src = _compounding_int8_model(tmp_path / "m.tflite")
     model = legalizer.load(src)
@@ -485,7 +485,7 @@ def _cancelling_float_model(path: Path) -> Path:
 
 
 def _checked(src: Path, tmp_path: Path):
-    from legalizer.check.tflite import check_tflite
+    from legalizer.numeric.tflite import check_tflite
 
     model = legalizer.load(src)
     out = tmp_path / "m.legal.tflite"
@@ -529,7 +529,7 @@ def test_op_by_op_judges_a_float_op_against_its_own_scale(tmp_path, monkeypatch)
 def test_op_by_op_names_the_op_that_differs(tmp_path, monkeypatch):
     """A MEAN translated 3 steps off (a stand-in for a translation bug) fails op by op,
     named, while LiteRT still matches."""
-    from legalizer.check.tflite import check_tflite
+    from legalizer.numeric.tflite import check_tflite
     from legalizer.exporters.tflite_onnx.registry import OPS
 
     reduce = OPS["MEAN"]

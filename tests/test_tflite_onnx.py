@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from legalizer.check.ort_session import session
+from legalizer.numeric.ort_session import session
 from legalizer.errors import CheckUnavailable
 from legalizer.exporters.tflite_onnx import tflite_to_onnx
 from legalizer.ir.constdata import ConstData

@@ -14,9 +14,9 @@ import pytest
 
 import legalizer
 import tflite_build as tb
-from legalizer.check.litert import LiteRTModel
-from legalizer.check.ort import ATOL, RTOL, compare
-from legalizer.check.ort_session import session
+from legalizer.numeric.litert import LiteRTModel
+from legalizer.numeric.ort import ATOL, RTOL, compare
+from legalizer.numeric.ort_session import session
 from legalizer.exporters.tflite import to_tflite
 from legalizer.exporters.tflite_onnx import tflite_to_onnx
 from legalizer.pipeline import RunOptions, run

@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer.check.tosa_validate import validate
+from legalizer.numeric.tosa_validate import validate
 from legalizer.exporters.tosa_level import LEVELS, level_violations
 
 F = TensorProto.FLOAT

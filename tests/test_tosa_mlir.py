@@ -15,9 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.check import iree_run as iree_run_module
-from legalizer.check.ort import synthesize
-from legalizer.emit import bind_dims
+from legalizer.numeric import iree_run as iree_run_module
+from legalizer.numeric.ort import synthesize
+from legalizer.emit_formats import bind_dims
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.pipeline import is_output
 from legalizer.importers.mlir import MlirAttr, OpSource, load_mlir, parse_mlir

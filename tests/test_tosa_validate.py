@@ -12,8 +12,8 @@ import onnx
 import pytest
 
 import legalizer
-from legalizer.check.tosa_validate import find_tosa_opt, validate
-from legalizer.emit import bind_dims, render_mlir
+from legalizer.numeric.tosa_validate import find_tosa_opt, validate
+from legalizer.emit_formats import bind_dims, render_mlir
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.pipeline import is_output
 

@@ -18,7 +18,7 @@ as ``"INT8"``), ``shape``, optional ``shape_signature`` (-1 for a dynamic dim), 
 empty shape without it is an unranked tensor).
 
 An operator is a dict: ``op`` (a BuiltinOperator name, or ``"CUSTOM"`` with
-``custom_code`` and optional ``custom_options`` bytes), ``inputs``/``outputs`` (tensor
+``custom_code`` and optional ``custom_options`` bytes), ``inputs``/``atomic_files`` (tensor
 indices; -1 for an absent optional input), ``options_table`` (e.g. ``"AddOptions"``;
 looked up in BuiltinOptions, then BuiltinOptions2) and ``options`` (a dict with snake_case keys of that table: ints,
 floats, bools, strings, or lists for vector fields), ``version``.

@@ -22,7 +22,7 @@ import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
 from ..errors import BadInput, UsageError
-from ..outputs import Staged, check_output_path, commit, remove_temps, temp_beside
+from ..atomic_files import Staged, check_output_path, commit, remove_temps, temp_beside
 from ..ir.constdata import external_data
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
@@ -226,7 +226,7 @@ def staged_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, fo
                  nodes: Optional[List[NodeProto]] = None, inspected: bool = True) -> Iterator[Staged]:
     """Write ``proto`` under a temporary name beside ``path`` and yield it (a
     ``Staged``); when the block ends it takes the name ``path`` if it was accepted, and
-    nothing is left behind if it was not (``outputs``' rules).
+    nothing is left behind if it was not (``atomic_files``' rules).
 
     ``initializers``: the main graph's initializers, when ``proto`` was exported
     without them (``export_model(..., detached=[])``); they are serialized one at a

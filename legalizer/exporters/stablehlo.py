@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import BadInput, LegalizeError
 from ..extras import install_hint
 from ..ir.graph import Graph, Node
-from ..verify import VerifyResult, verify
+from ..verifier import VerifyResult, verify
 from .mlir.driver import Driver
 from .mlir.fold import STABLEHLO_FOLDING
 from .mlir.registry import Unsupported

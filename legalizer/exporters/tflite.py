@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..errors import BadInput
-from ..outputs import Staged, staged_output
+from ..atomic_files import Staged, staged_output
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Quantization
 from ..model import Model
@@ -313,7 +313,7 @@ def to_tflite(model: Model) -> bytes:
 @contextmanager
 def staged_tflite(model: Model, path, *, force: bool = False, protect: Optional[Path] = None) -> Iterator[Staged]:
     """Write ``model`` as ``.tflite`` under a temporary name beside ``path`` and yield it
-    (``outputs.staged_output``: it takes its name if accepted). Data stored after the
+    (``atomic_files.staged_output``: it takes its name if accepted). Data stored after the
     flatbuffer is written from its views, never gathered into one copy in memory."""
     head, placed = _encode(model)
     with staged_output(Path(path), force=force, protect=protect) as staged:

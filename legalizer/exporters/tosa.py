@@ -7,13 +7,13 @@ ops are lowered by small functions registered per ONNX op type in ``LOWERINGS``
 (``exporters.mlir.tosa``: elementwise, shapes, nn), each emitting TOSA ops through one
 ``Emitter``, walked by the MLIR driver (``mlir.driver``) that StableHLO shares; a missing
 lowering is a named error. A TFLite model is emitted from its ONNX form, which the
-caller makes (``emit.render_mlir``).
+caller makes (``emit_formats.render_mlir``).
 
 - One ``func.func @main`` in a ``module``: arguments in graph-input order (an initializer
   that ONNX IR < 4 also lists as an input is a constant, not an argument), results in
   graph-output order.
 - Convolutions, pools, slices and means need the dims they compute with to be static:
-  the caller binds symbolic dims to sizes first (``emit.bind_dims``: shape inference
+  the caller binds symbolic dims to sizes first (``emit_formats.bind_dims``: shape inference
   then makes everything it can static); the exporter reads the model as it is given.
 - Values computed from constants only are folded at emission time
   (``mlir.fold.TOSA_FOLDING``); constants are emitted where they are first used, once.
@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import BadInput
 from ..ir.graph import Graph, Node, Value
 from ..model import Model
-from .onnx_form import TRANSLATIONS
+from .as_onnx import TRANSLATIONS
 from .mlir.driver import Driver
 from .mlir.fold import TOSA_FOLDING
 from .mlir.registry import Unsupported

@@ -42,7 +42,7 @@ class Format:
 
     # -- the inputs the user binds --------------------------------------------------
     def declared(self, model: Model):
-        """``check.given.Declared``: each input the user's shapes and arrays may name."""
+        """``numeric.user_inputs.Declared``: each input the user's shapes and arrays may name."""
         raise NotImplementedError
 
     def input_types(self, model: Model) -> Dict[str, int]:
@@ -51,13 +51,13 @@ class Format:
 
     def dim_keys(self, model: Model) -> Optional[List[str]]:
         """The dynamic dims a ``--dim`` may bind; None where the dims are another model's."""
-        from ..check.given import dynamic_keys
+        from ..numeric.user_inputs import dynamic_keys
 
         return dynamic_keys(self.declared(model))
 
     def user_dims(self, model: Model, options, given) -> Dict[str, int]:
         """The dims the user binds, checked against the model's inputs (UsageError)."""
-        from ..check.given import check_dtypes, user_dims
+        from ..numeric.user_inputs import check_dtypes, user_dims
 
         bound = user_dims(self.declared(model), options.dims, options.input_shapes, given, self.dim_keys(model))
         check_dtypes(self.input_types(model), given)
@@ -70,7 +70,7 @@ class Format:
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
         """A context that writes ``model`` in its own format under a temporary name beside
-        ``path`` and yields an ``outputs.Staged``: committed if accepted, else removed."""
+        ``path`` and yields an ``atomic_files.Staged``: committed if accepted, else removed."""
         raise UsageError(f"a {self.title} model is verified, not written")
 
     # -- the checks -------------------------------------------------------------------
@@ -79,7 +79,7 @@ class Format:
         raise UsageError(f"a {self.title} model is not legalized, so not checked")
 
     def sides(self, run, written: Path) -> Sides:
-        """What ``check`` compared, for localization and reduction."""
+        """What ``numeric`` compared, for localization and reduction."""
         raise NotImplementedError
 
     def compare(self, run, reference: Path):
@@ -92,7 +92,7 @@ class Format:
         raise NotImplementedError
 
     def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
-        """Where the candidate starts to differ at ``binding`` (``check.localize``)."""
+        """Where the candidate starts to differ at ``binding`` (``numeric.localize``)."""
         raise NotImplementedError
 
     def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,

@@ -33,8 +33,8 @@ class MlirFormat(Format):
         return dict(options.dims)
 
     def compare(self, run, reference: Path):
-        from ..check.against import check_against
-        from ..check.iree_run import Refused
+        from ..numeric.against import check_against
+        from ..numeric.iree_run import Refused
 
         options = run.options
         try:
@@ -44,14 +44,14 @@ class MlirFormat(Format):
             raise BadInput(f"{run.path}: {e}") from None
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
-        from ..check.against import feeds_for
+        from ..numeric.against import feeds_for
 
         return feeds_for(Path(sides.reference), dims, given, provider)
 
     def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
-        from ..check.against import module_text
-        from ..check.localize import localize_mlir
-        from ..check.ort_session import providers
+        from ..numeric.against import module_text
+        from ..numeric.localize import localize_mlir
+        from ..numeric.ort_session import providers
 
         feeds = self.feeds(sides, binding.dims, given, provider)
         differing = [i for i, o in enumerate(binding.outputs) if not o.ok]
@@ -60,10 +60,10 @@ class MlirFormat(Format):
 
     def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
                protect: Sequence[Path]):
-        from ..check.against import module_text
-        from ..check.iree_run import bind_dims
-        from ..check.probes import printed
-        from ..check.reduce import reduce_mlir
+        from ..numeric.against import module_text
+        from ..numeric.iree_run import bind_dims
+        from ..numeric.probes import printed
+        from ..numeric.reduce import reduce_mlir
 
         feeds = self.feeds(sides, loc.binding, given, provider)
         text = printed(bind_dims(module_text(Path(sides.candidate)), [np.shape(a) for a in feeds.values()]))
@@ -71,9 +71,9 @@ class MlirFormat(Format):
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):
-        from ..check.against import module_text
-        from ..check.probes import printed
-        from ..check.reduce import reduce_mlir_violation
+        from ..numeric.against import module_text
+        from ..numeric.probes import printed
+        from ..numeric.reduce import reduce_mlir_violation
 
         text = printed(module_text(Path(source)))
         return reduce_mlir_violation(text, code, _printed_label(model, text, node), profile, path, force=force,

@@ -27,7 +27,7 @@ def range_hints(source) -> Dict[str, list]:
     constraints; ``source`` a ``TorchSource`` or None), for the check's search."""
     if source is None:
         return {}
-    from ..check.search import sizes_in_range
+    from ..numeric.search import sizes_in_range
     from ..importers.pytorch import dim_ranges
 
     return {key: sizes_in_range(lo, hi) for key, (lo, hi) in dim_ranges(source).items()}
@@ -60,7 +60,7 @@ class OnnxFormat(Format):
                             nodes=nodes)
 
     def declared(self, model: Model):
-        from ..check.ort import declared_shapes
+        from ..numeric.ort import declared_shapes
 
         return declared_shapes(self.proto(model))
 
@@ -69,11 +69,11 @@ class OnnxFormat(Format):
                 if vi.type.HasField("tensor_type")}
 
     def check(self, run, written: Path):
-        from ..check.ort import check, choices_from_constraints
+        from ..numeric.ort import check, choices_from_constraints
 
         options, golden = run.options, run.golden
         if golden.samples is not None:
-            from ..check.samples import check_samples
+            from ..numeric.samples import check_samples
 
             return check_samples(self.original(run), written, golden.samples, expected=golden.expected,
                                  reference=golden.reference, provider=options.provider, dims=run.dims,
@@ -91,7 +91,7 @@ class OnnxFormat(Format):
         return Sides(self, written, self.original(run))
 
     def compare(self, run, reference: Path):
-        from ..check.ort import check
+        from ..numeric.ort import check
 
         options = run.options
         return check(reference, run.path, provider=options.provider, dims=run.dims, inputs=run.given,
@@ -99,13 +99,13 @@ class OnnxFormat(Format):
                      raise_faults=True)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
-        from ..check.ort import synthesize
+        from ..numeric.ort import synthesize
 
         return synthesize(sides.reference, dims, given)
 
     def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
-        from ..check.localize import localize_onnx
-        from ..check.ort_session import providers
+        from ..numeric.localize import localize_onnx
+        from ..numeric.ort_session import providers
 
         sides.candidate, sides.reference = as_proto(sides.candidate), as_proto(sides.reference)
         feeds = self.feeds(sides, binding.dims, given, provider)
@@ -114,8 +114,8 @@ class OnnxFormat(Format):
 
     def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
                protect: Sequence[Path]):
-        from ..check.ort_session import providers
-        from ..check.reduce import reduce_onnx
+        from ..numeric.ort_session import providers
+        from ..numeric.reduce import reduce_onnx
 
         feeds = self.feeds(sides, loc.binding, given, provider)
         return reduce_onnx(sides.candidate, sides.reference, loc, feeds, providers(provider), path, rtol=rtol,
@@ -123,7 +123,7 @@ class OnnxFormat(Format):
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):
-        from ..check.reduce import reduce_onnx_violation
+        from ..numeric.reduce import reduce_onnx_violation
 
         return reduce_onnx_violation(as_proto(source), model.graph, code, node, profile, path, force=force,
                                      protect=protect)
@@ -153,8 +153,8 @@ class Pt2Format(OnnxFormat):
         return range_hints(run.model.torch)
 
     def check(self, run, written: Path):
-        from ..check.ort import choices_from_constraints
-        from ..check.torch_ref import check_torch
+        from ..numeric.ort import choices_from_constraints
+        from ..numeric.torch_ref import check_torch
 
         result = super().check(run, written)
         options = run.options

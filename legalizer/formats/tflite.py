@@ -25,7 +25,7 @@ class TfliteFormat(Format):
         return staged_tflite(model, path, force=force, protect=model.source)
 
     def declared(self, model: Model):
-        from ..check.tflite import declared_shapes
+        from ..numeric.tflite import declared_shapes
 
         return declared_shapes(model.graph)
 
@@ -36,13 +36,13 @@ class TfliteFormat(Format):
 
     def dim_keys(self, model: Model) -> Optional[List[str]]:
         """Of every subgraph: a --dim binds a dynamic dim of any of them."""
-        from ..check.given import dynamic_keys
-        from ..check.tflite import declared_shapes
+        from ..numeric.user_inputs import dynamic_keys
+        from ..numeric.tflite import declared_shapes
 
         return dynamic_keys([d for g in model.graphs for d in declared_shapes(g)])
 
     def check(self, run, written: Path):
-        from ..check.tflite import check_tflite
+        from ..numeric.tflite import check_tflite
 
         options, golden, model = run.options, run.golden, run.model
         result = check_tflite(run.path, written, model, provider=options.provider, dims=run.dims, inputs=run.given,
@@ -57,21 +57,21 @@ class TfliteFormat(Format):
         return Sides(self, written, run.path, run.model.graph)
 
     def compare(self, run, reference: Path):
-        from ..check.tflite import check_tflite
+        from ..numeric.tflite import check_tflite
 
         options = run.options
         return check_tflite(reference, run.path, run.model, provider=options.provider, dims=run.dims,
                             inputs=run.given, rtol=options.rtol, atol=options.atol, litert_only=True)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
-        from ..check.inputs import graph_input_specs, make_feeds
+        from ..numeric.inputs import graph_input_specs, make_feeds
 
         prefix = f"{sides.graph.name}/"
         return make_feeds(graph_input_specs(sides.graph),
                           {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in dims.items()}, given, 0)
 
     def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
-        from ..check.localize import localize_tflite
+        from ..numeric.localize import localize_tflite
 
         feeds = self.feeds(sides, binding.dims, given, provider)
         loc = localize_tflite(sides.candidate, sides.reference, sides.graph, feeds, rtol=rtol, atol=atol,
@@ -82,9 +82,9 @@ class TfliteFormat(Format):
 
     def specialize(self, run) -> bool:
         """``--static``, or dims bound for a static-shape target: the shapes made static
-        and the shape arithmetic that became constant folded (``check.static_shapes``).
+        and the shape arithmetic that became constant folded (``numeric.static_shapes``).
         Whether any dim was bound."""
-        from ..check.static_shapes import specialize_tflite
+        from ..numeric.static_shapes import specialize_tflite
 
         done = specialize_tflite(run.model, run.path, run.dims)
         if done.bound:

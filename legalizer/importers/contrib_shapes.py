@@ -65,12 +65,12 @@ def contrib_ranks(graph: Graph, serialized: bytes, tensor_type: Callable) -> int
     symbolic inference found for them; return how many got one. ``serialized`` is the
     model, its large weights left out; ``tensor_type`` reads a TypeProto (the ONNX
     importer's)."""
-    from .. import bounded
+    from .. import bounded_helper
 
     try:
-        found = GraphProto.FromString(bounded.call(_infer_here, serialized, memory=INFER_MEMORY,
+        found = GraphProto.FromString(bounded_helper.call(_infer_here, serialized, memory=INFER_MEMORY,
                                                    timeout=INFER_TIMEOUT_S))
-    except bounded.Failed:
+    except bounded_helper.Failed:
         return 0
     known = {vi.name: vi for vi in found.value_info}
     symbols: Set[str] = {d for n in graph.inputs for v in n.outputs for d in (v.type.shape or ()) if isinstance(d, str)}

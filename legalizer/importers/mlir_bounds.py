@@ -1,5 +1,5 @@
 """Bounds on untrusted MLIR, checked before anything parses or prints it recursively;
-MLIR bytecode printed as text under them, in the bounded helper (``bounded``); and the
+MLIR bytecode printed as text under them, in the bounded helper (``bounded_helper``); and the
 text's explicit locations blanked, for MLIR's parser to record positions."""
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def _close_paren(text: str, pos: int) -> int:
     return len(text)
 
 
-# What printing a bytecode module may take beyond the helper's own memory (``bounded``).
+# What printing a bytecode module may take beyond the helper's own memory (``bounded_helper``).
 PRINT_MEMORY = 2 << 30
 PRINT_MEMORY_PER_BYTE = 16
 PRINT_TIMEOUT_S = 300.0
@@ -223,16 +223,16 @@ PRINT_TIMEOUT_S = 300.0
 
 def bytecode_to_text(data: bytes, source: str) -> str:
     """MLIR bytecode printed as generic text by iree-base-compiler's MLIR bindings, in
-    the bounded helper (``bounded``): its size and nesting checked first
+    the bounded helper (``bounded_helper``): its size and nesting checked first
     (``MAX_OPERATIONS``, ``MAX_REGION_DEPTH``), and a printer that crashes or runs out
     of memory on it costs the helper, not the run."""
     bindings(source, "reading MLIR bytecode")  # only to say what is missing, before the helper starts
-    from .. import bounded
+    from .. import bounded_helper
 
     try:
-        out = bounded.call(_print_bytecode, data, timeout=PRINT_TIMEOUT_S,
+        out = bounded_helper.call(_print_bytecode, data, timeout=PRINT_TIMEOUT_S,
                            memory=PRINT_MEMORY + PRINT_MEMORY_PER_BYTE * len(data))
-    except bounded.Failed as e:
+    except bounded_helper.Failed as e:
         raise BadInput(f"{source}: MLIR bytecode that MLIR's printer cannot print ({e})") from None
     if out[:1] == b"!":
         raise BadInput(f"{source}: {out[1:].decode()}")

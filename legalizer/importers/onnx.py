@@ -419,7 +419,7 @@ def _needs_data_propagation(model: ModelProto, serialized: bytes) -> bool:
                for t in itertools.chain(g.initializer, (st.values for st in g.sparse_initializer)))
 
 
-# What ONNX shape inference may take beyond the helper's own memory (``bounded``), and
+# What ONNX shape inference may take beyond the helper's own memory (``bounded_helper``), and
 # how long: its data propagation allocates by a dim's size (``Mul(x[2^62], z[2^62])``, a
 # model of 90 bytes, grows until the machine runs out), which no legal model needs.
 INFER_MEMORY = 1 << 30
@@ -432,13 +432,13 @@ def _infer(serialized: bytes, data_prop: bool = True) -> Tuple[Optional[Any], Op
     false: see ``_needs_data_propagation``; else without it), in the bounded helper;
     the inferred types (``protoutil.parse_types``) or None, and why not, or why without
     data propagation (a warning), or None."""
-    from .. import bounded
+    from .. import bounded_helper
 
     try:
-        out = bounded.call(functools.partial(_infer_here, data_prop=data_prop), serialized,
+        out = bounded_helper.call(functools.partial(_infer_here, data_prop=data_prop), serialized,
                            timeout=INFER_TIMEOUT_S,
                            memory=max(INFER_MEMORY, INFER_MEMORY_PER_BYTE * len(serialized)))
-    except bounded.Failed as e:
+    except bounded_helper.Failed as e:
         return None, f"ONNX shape inference did not finish ({e}); the shapes are those the model declares"
     if out[:1] == b"-":
         return None, None  # inference fails on this model: the verifier judges its shapes

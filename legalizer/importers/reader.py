@@ -148,7 +148,7 @@ def check_external_data(path: Path) -> None:
 def files_read(paths: Sequence[Path], outputs: Sequence[Path] = ()) -> List[Tuple[str, Path]]:
     """Every file that reading the models ``paths`` opens, as (what it is, path) pairs:
     each model and, for ONNX, the external data files it names. The external files are
-    looked up only when one of ``outputs`` already exists, as an output that does not
+    looked up only when one of ``atomic_files`` already exists, as an output that does not
     exist cannot be any of them (and the look-up parses the model). BadInput for a
     model whose external data ``ir.constdata`` refuses."""
     found = [("an input model", Path(p)) for p in paths]

@@ -35,7 +35,7 @@ PassFn = Callable[[Graph, PassContext], bool]
 
 class PassManager:
     """Runs each pass on every graph (outer first, then subgraphs, depth first). With
-    ``debug``, ``check`` runs after every pass and its failures name the pass."""
+    ``debug``, ``numeric`` runs after every pass and its failures name the pass."""
 
     def __init__(self, passes: Iterable[PassFn], debug: bool = False,
                  check: Optional[Callable[[Graph, str], None]] = None):

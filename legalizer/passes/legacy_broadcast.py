@@ -3,7 +3,7 @@ broadcast made explicit. Operand 1
 (Gemm's C) gets 1-dims around it so that it lies at ``axis`` of operand 0 (Gemm's
 result) with its rank;
 the attributes go, leaving the plain equal-rank form that opset 7's numpy rules read the
-same way (the model's opset is raised afterwards, see ``legalizer.transform``)."""
+same way (the model's opset is raised afterwards, see ``legalizer.target_passes``)."""
 
 from __future__ import annotations
 

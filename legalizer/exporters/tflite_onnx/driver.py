@@ -172,7 +172,7 @@ def _used_names(node: onnx.NodeProto) -> List[str]:
 
 
 def _prune(e: Emitter, outputs: Sequence[str]) -> None:
-    """Keep the nodes and initializers that ``outputs`` are computed from."""
+    """Keep the nodes and initializers that ``atomic_files`` are computed from."""
     needed = set(outputs)
     kept = []
     for node in reversed(e.nodes):

@@ -73,7 +73,7 @@ class Region:
 
 @dataclass
 class Regions:
-    """The rewritten regions, in graph order: ``regions`` holds the first ``limit``
+    """The rewritten regions, in graph order: ``region_pictures`` holds the first ``limit``
     with their pictures, ``total`` counts them all."""
 
     regions: List[Region] = field(default_factory=list)

@@ -158,7 +158,7 @@ def _inputs_of(names: Sequence[str], loc: Localization, feeds: Mapping[str, np.n
 
 def _onnx_sub(model: onnx.ModelProto, keep: Sequence[int], inputs: Sequence[Tuple[str, object]],
               outputs: Sequence[Tuple[str, object]]) -> onnx.ModelProto:
-    """The model with the nodes ``keep`` (indices), ``inputs`` and ``outputs`` as
+    """The model with the nodes ``keep`` (indices), ``inputs`` and ``atomic_files`` as
     (name, ``TypeProto``) pairs, and the initializers those nodes read."""
     g = model.graph
     nodes = [g.node[i] for i in keep]
@@ -200,7 +200,7 @@ def _ort_run(sub: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_lis
 
 
 def _reference_slice(ref: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str]) -> List[int]:
-    """The reference's nodes that compute ``outputs`` from ``inputs`` (and its
+    """The reference's nodes that compute ``atomic_files`` from ``inputs`` (and its
     initializers), in graph order; [] when they need any other value."""
     producer = {o: i for i, n in enumerate(ref.graph.node) for o in n.output}
     inits = {t.name for t in ref.graph.initializer}
@@ -272,7 +272,7 @@ def reduce_onnx_violation(candidate: onnx.ModelProto, graph, code: str, node: st
     """The smallest subgraph of ``candidate`` (``graph`` its IR, for the declared types)
     in which the verifier still reports ``code`` at ``node``."""
     from ..importers.onnx import import_model
-    from ..verify import verify
+    from ..verifier import verify
 
     steps = onnx_steps(candidate)
     index = {id(s): i for i, s in enumerate(steps)}
@@ -401,7 +401,7 @@ def reduce_mlir_violation(text: str, code: str, node: str, profile: str, path: P
     """The smallest part of a TOSA module in which the verifier still reports ``code``
     at ``node`` (an op's label, ``%7``)."""
     from ..importers.mlir import parse_mlir
-    from ..verify import verify
+    from ..verifier import verify
 
     module = _Module(text)
     steps = steps_of(module.graph)
@@ -447,7 +447,7 @@ def _write(result: Reduced, models: Dict[str, tuple], arrays: Dict[str, tuple], 
     """Write each file atomically (models: ModelProto or text; arrays: ``.npz``); none
     over a path in ``protect``."""
     from ..errors import UsageError
-    from ..outputs import atomic_output
+    from ..atomic_files import atomic_output
 
     todo = [(role, Path(p), obj) for role, (p, obj) in {**models, **arrays}.items()]
     for _, p, _ in todo:

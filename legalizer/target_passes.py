@@ -32,7 +32,7 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level))
     check = _verify_after_pass if debug else None
     if model.constraints is None and model.format == "onnx":  # the pipeline records its own
-        from .verify import verify
+        from .verifier import verify
 
         model.constraints = verify(model.graph, "mlir", assume_dynamic_not_one=assume_dynamic_not_one).constraints
     if model.format == "tflite":  # no opsets, no legacy forms; every subgraph
@@ -52,7 +52,7 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
 
 def _verify_after_pass(graph, pass_name: str) -> None:
     """The debug hook of PassManager: a pass must never make a legal graph illegal."""
-    from .verify import verify
+    from .verifier import verify
 
     bad = verify(graph, "mlir").violations
     if bad:
@@ -77,7 +77,7 @@ def _raise_opset(model: Model, version: int) -> list:
     """Convert the model to ``version`` with onnx's version converter (the other ops'
     changes between versions are its job), after the legacy broadcasts are explicit,
     and import the result."""
-    from .exporters.onnx_form import to_onnx
+    from .exporters.as_onnx import to_onnx
     from .importers.onnx import import_model
 
     proto = to_onnx(model)

@@ -37,7 +37,7 @@ _HEADER = struct.Struct("<Q")  # the length of each message on the pipes
 # The helper's first lines: the caller's module search path (so that it finds the work's
 # functions as the caller does; -P keeps the working folder off it), then its loop.
 _BOOT = ("import sys; sys.path[:] = sys.argv[2:]; "
-         "from legalizer.bounded import _serve_stdio; _serve_stdio(sys.argv[1])")
+         "from legalizer.bounded_helper import _serve_stdio; _serve_stdio(sys.argv[1])")
 
 
 class Failed(Exception):

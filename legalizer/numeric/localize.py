@@ -159,7 +159,7 @@ def diverging(steps: Sequence[Step], cand: Mapping[str, np.ndarray], ref: Mappin
               pairs: Mapping[str, str], rtol, atol, quantized: Iterable[str] = (),
               outputs: Mapping[str, str] = {}) -> Tuple[List[Divergence], int]:
     """The matched values that differ, in ``steps``' order, and how many were compared.
-    ``outputs`` maps a graph output's value to its output name (its tolerance)."""
+    ``atomic_files`` maps a graph output's value to its output name (its tolerance)."""
     quantized = set(quantized)
     out: List[Divergence] = []
     compared = 0

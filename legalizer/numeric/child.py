@@ -6,7 +6,7 @@ thread; an IREE gather at index 2e9 reads outside its buffer and kills the proce
 ``Remote(factory, *args, **kwargs)`` builds ``factory(*args, **kwargs)`` (a runner, a
 probe) in the child and calls its methods there (``call``); ``ChildRunner`` is a
 ``Runner`` whose model lives in the child. The child is a fresh interpreter
-(``python -m legalizer.check.serve``, not a fork of this process), started at the first
+(``python -m legalizer.numeric.serve``, not a fork of this process), started at the first
 use and kept warm for every model and binding of the run (one per process: a batch
 worker has its own). Each call has a time limit and the child an address-space limit
 (``Limits``; ``--run-timeout``, ``--run-memory``). A child that dies (a crash), runs out
@@ -100,14 +100,14 @@ class ChildError(RuntimeError):
 
 # The exceptions of the child that callers tell apart, rebuilt here by name.
 _REBUILT = {
-    "legalizer.check.iree_run.TosaError": ("legalizer.check.iree_run", "TosaError"),
-    "legalizer.check.iree_run.Refused": ("legalizer.check.iree_run", "Refused"),
-    "legalizer.check.litert.LiteRTError": ("legalizer.check.litert", "LiteRTError"),
+    "legalizer.numeric.iree_run.TosaError": ("legalizer.numeric.iree_run", "TosaError"),
+    "legalizer.numeric.iree_run.Refused": ("legalizer.numeric.iree_run", "Refused"),
+    "legalizer.numeric.litert.LiteRTError": ("legalizer.numeric.litert", "LiteRTError"),
     "legalizer.errors.CheckUnavailable": ("legalizer.errors", "CheckUnavailable"),
     "legalizer.errors.BadInput": ("legalizer.errors", "BadInput"),
     "legalizer.errors.UsageError": ("legalizer.errors", "UsageError"),
-    "legalizer.check.search.TooBig": ("legalizer.check.search", "TooBig"),
-    "legalizer.check.reduce.NothingToReduce": ("legalizer.check.reduce", "NothingToReduce"),
+    "legalizer.numeric.search.TooBig": ("legalizer.numeric.search", "TooBig"),
+    "legalizer.numeric.reduce.NothingToReduce": ("legalizer.numeric.reduce", "NothingToReduce"),
 }
 
 
@@ -153,7 +153,7 @@ class _Process:
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # it writes nothing, not even bytecode caches
         try:
-            self.popen = subprocess.Popen([sys.executable, "-m", "legalizer.check.serve", str(replies_w),
+            self.popen = subprocess.Popen([sys.executable, "-m", "legalizer.numeric.serve", str(replies_w),
                                            "filtered" if pool == RUN else "plain"],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, pass_fds=(replies_w,), env=env,

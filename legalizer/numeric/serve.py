@@ -1,5 +1,5 @@
 """The child process that runs models for ``legalize`` (``child.py`` starts it as
-``python -m legalizer.check.serve``): it builds the runners it is asked for, calls
+``python -m legalizer.numeric.serve``): it builds the runners it is asked for, calls
 their methods, and answers with plain values (``wire.py``). It reads requests on fd 0
 and answers on the fd ``child.py`` names; everything a runtime prints goes to
 /dev/null, so that nothing of a model reaches the run's output.

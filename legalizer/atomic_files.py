@@ -249,7 +249,7 @@ def same_file(a: Path, b: Path) -> bool:
 
 
 def check_distinct(outputs: Sequence[Tuple[str, Path]], inputs: Sequence[Path] = ()) -> None:
-    """UsageError if one of ``outputs`` ((what it is, its path) pairs: "the report
+    """UsageError if one of ``atomic_files`` ((what it is, its path) pairs: "the report
     (--report)", ...) is one of ``inputs`` (paths of input models, or (what it is, path)
     pairs: "the external data of m.onnx") or another output: every file a run writes is
     its own, and no input is written. A path is one file with another when both resolve

@@ -164,7 +164,7 @@ def gpu_compile(model, inputs: Optional[Mapping[str, np.ndarray]] = None, *,
                 timeout: float = TIMEOUT_S) -> GpuResult:
     """Compile ``model`` (a path or bytes) for the GPU alone; with ``inputs`` ({input
     tensor name (or signature input name): array}), run it and return its outputs by
-    tensor name, as ``check.litert.run_tflite`` names them."""
+    tensor name, as ``numeric.litert.run_tflite`` names them."""
     with tempfile.TemporaryDirectory(prefix="legalize-gpu-") as work:
         if isinstance(model, (bytes, bytearray)):
             path = os.path.join(work, "model.tflite")

@@ -27,8 +27,8 @@ from ..importers.onnx import import_model
 from ..ir.graph import OP, Value
 from ..ir.types import shape_str
 from ..oprules import RuleLookup, builtin_rules
-from ..verify import verify
-from ..verify.diagnostics import Diagnostic
+from ..verifier import verify
+from ..verifier.diagnostics import Diagnostic
 
 STAGE = "run time"
 _PREFIX = "legalize_runtime_shape_"
@@ -124,7 +124,7 @@ def _run_shapes(proto: onnx.ModelProto, path: Optional[Path], names: List[str], 
     else:
         # Beside the model, so that its external data files resolve; named as every
         # temporary file of a run, so that one a SIGKILL leaves is removed by the next.
-        from ..outputs import sweep_stale, temp_name
+        from ..atomic_files import sweep_stale, temp_name
 
         sweep_stale(path.parent)
         tmp = str(path.with_name(temp_name(f"{path.name}.shapes")))

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
 from .errors import BadInput, UsageError
-from .outputs import atomic_output, check_output_path
+from .atomic_files import atomic_output, check_output_path
 from .model import Model
-from .exporters.onnx_form import TRANSLATIONS
+from .exporters.as_onnx import TRANSLATIONS
 from .targets import TARGET_OF_DIALECT
 
 FORMATS = ("onnx", "tflite", "stablehlo", "stablehlo-bytecode", "tosa")
@@ -65,7 +65,7 @@ def onnx_form(model: Model, purpose: str = "write it as ONNX"):
     """The ONNX ModelProto of ``model`` (a TFLite model translated); BadInput naming
     every op that has no ONNX form."""
     from .errors import CheckUnavailable
-    from .exporters.onnx_form import to_onnx
+    from .exporters.as_onnx import to_onnx
 
     try:
         return to_onnx(model)
@@ -82,7 +82,7 @@ def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None) -> Model
         return model
     from .importers.onnx import import_model
     from .targets import target as target_named
-    from .transform import legalize
+    from .target_passes import legalize
 
     dialect = target_named(target).dialect
     onnx_ir = import_model(onnx_form(model, f"emit {dialect} (made from its ONNX form)"))
@@ -97,7 +97,7 @@ def bind_dims(model: Model, dims: Optional[Dict[str, int]]) -> Model:
     ``dims`` binds nothing."""
     if not dims:
         return model
-    from .exporters.onnx_form import to_onnx
+    from .exporters.as_onnx import to_onnx
     from .importers.onnx import import_model
 
     proto = to_onnx(model)
@@ -164,7 +164,7 @@ def level_diagnostics(model: Model, made: Dict[str, object], target: str, level:
     ``failed level check``. Empty when the target has no levels or no text was made."""
     from .exporters.tosa_level import level_violations
     from .targets import target as target_named
-    from .verify import Diagnostic, VerifyResult
+    from .verifier import Diagnostic, VerifyResult
 
     out = VerifyResult()
     spec = target_named(target)

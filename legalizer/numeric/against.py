@@ -17,7 +17,7 @@ from ..errors import CheckUnavailable, first_line
 from ..importers.reader import sniff
 from .child import ChildRunner, RunFault
 from .compare import Comparator, Pairing, unless_compared
-from .given import check_dim_names, dynamic_keys
+from .user_inputs import check_dim_names, dynamic_keys
 from .inputs import make_feeds, small_then_one
 from .results import CheckResult, OutputResult
 from .runner import Runner

@@ -18,7 +18,7 @@ import onnx
 
 from ..errors import CheckUnavailable, UsageError, first_line
 from .compare import ATOL, RTOL, HISTOGRAM_EDGES, Comparator, unless_compared
-from .given import user_dims
+from .user_inputs import user_dims
 from .inputs import make_feeds
 from .ort import OrtRunner, declared_shapes, input_specs
 from .ort_session import providers

@@ -8,7 +8,7 @@ then rank, dynamic dims, batch, one-sided broadcasting, shape operands.
     backend_reasons(node, name) -> [the backend's reasons for refusing node]   (targets.Target.refused)
 
 The rules are the backends' documented ones; the backends themselves
-(``legalizer.check.litert_gpu``, ``legalizer.check.vela``) are the judges in the tests.
+(``legalizer.numeric.litert_gpu``, ``legalizer.numeric.vela``) are the judges in the tests.
 
 An ONNX model (to be converted to TFLite) is judged by the same rules: each ONNX op as
 the TFLite op the rules table says it converts to (``rules/tflite.toml``'s ``onnx``:

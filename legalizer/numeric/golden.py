@@ -13,7 +13,7 @@ of several samples names each array ``<sample>/<name>`` (``0/x``, ``1/x``, ...).
 Loaded files are untrusted: the file's size is bounded before it is read, and each
 array's size is known from its header (a zip member's declared size, a ``.npy``
 header) before it is inflated. What is written is written whole or not at all
-(``outputs.atomic_output``).
+(``atomic_files.atomic_output``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import UsageError, first_line
-from ..outputs import atomic_output
+from ..atomic_files import atomic_output
 from . import polygraphy_json
 from .inputs import MAX_INPUT_BYTES
 from .polygraphy_json import FormatError, Runs

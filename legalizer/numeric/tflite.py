@@ -37,7 +37,7 @@ from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
 from .compare import ATOL, RTOL, STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
-from .given import Declared
+from .user_inputs import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
 from .child import ChildRunner, Remote, RunFault
 from .ort import OrtRunner
@@ -63,7 +63,7 @@ def bindings(graph: Graph, fixed: Mapping[str, int]) -> List[Dict[str, int]]:
 def _sample_dims(graph: Graph, dims: Optional[Mapping[str, int]], sample, j: int) -> Dict[str, int]:
     """The dims sample ``j`` binds (its arrays' shapes); UsageError naming the sample."""
     from ..errors import UsageError
-    from .given import user_dims
+    from .user_inputs import user_dims
 
     try:
         return user_dims(declared_shapes(graph), dims, None, sample)

@@ -1,6 +1,6 @@
 """After a check that failed (or with ``--localize``): where the candidate starts to
-differ from its reference (``check.localize``), and with ``--reduce PATH`` the smallest
-subgraph that still differs, or still violates the trait (``check.reduce``). The driver
+differ from its reference (``numeric.localize``), and with ``--reduce PATH`` the smallest
+subgraph that still differs, or still violates the trait (``numeric.reduce``). The driver
 (``pipeline.py``) calls these; the candidate's format (``formats``) makes the runs.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .check.localize import Localization
-from .check.results import BindingResult, CheckResult
-from .check.reduce import Reduced
+from .numeric.localize import Localization
+from .numeric.results import BindingResult, CheckResult
+from .numeric.reduce import Reduced
 from .errors import UsageError, first_line
 
 

@@ -18,7 +18,7 @@ import onnx
 from ..errors import CheckUnavailable, first_line
 # (compare, BindingResult, OutputResult: the check's public names, kept importable from here)
 from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  # noqa: F401
-from .given import Declared, as_arrays, user_dims
+from .user_inputs import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
