@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer import outputs
+from legalizer import atomic_files
 from helpers import cli_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ MODELS = ROOT / "models"
 
 @pytest.fixture
 def renames(monkeypatch):
-    """Every file given its final name by outputs.commit (os.replace with --force, else a hard
+    """Every file given its final name by atomic_files.commit (os.replace with --force, else a hard
     link, which never replaces a file), as (temporary, final) pairs."""
     done = []
     real_replace, real_link = os.replace, os.link
@@ -41,8 +41,8 @@ def renames(monkeypatch):
         done.append((Path(src), Path(dst)))
         return real_link(src, dst)
 
-    monkeypatch.setattr(outputs.os, "replace", replace)
-    monkeypatch.setattr(outputs.os, "link", link)
+    monkeypatch.setattr(atomic_files.os, "replace", replace)
+    monkeypatch.setattr(atomic_files.os, "link", link)
     return done
 
 
@@ -95,8 +95,8 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch, legalize_in_proces
     def fail(a, b):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(outputs.os, "replace", fail)
-    monkeypatch.setattr(outputs.os, "link", fail)
+    monkeypatch.setattr(atomic_files.os, "replace", fail)
+    monkeypatch.setattr(atomic_files.os, "link", fail)
     assert legalize_in_process(src)[0] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
@@ -111,10 +111,10 @@ def test_interrupted_the_moment_the_temporary_file_is_made(tmp_path, monkeypatch
         real_open(*args, **kwargs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(outputs.os, "open", open_then_interrupted)
+    monkeypatch.setattr(atomic_files.os, "open", open_then_interrupted)
     try:
         with pytest.raises(KeyboardInterrupt):
-            with outputs.atomic_output(tmp_path / "m.legal.onnx"):
+            with atomic_files.atomic_output(tmp_path / "m.legal.onnx"):
                 pass
     finally:
         monkeypatch.undo()  # os.open is everyone's

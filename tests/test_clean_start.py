@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from legalizer import bounded
+from legalizer import bounded_helper
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "mlp_bias.onnx"
@@ -35,7 +35,7 @@ try:
     jax.devices()
 except ImportError:
     pass
-from legalizer import bounded
+from legalizer import bounded_helper
 from legalizer.cli import main
 from legalizer.importers.onnx_infer import infer_here
 
@@ -43,8 +43,8 @@ model, out, folder = sys.argv[1:4]
 data = open(model, "rb").read()
 pids = set()
 for _ in range(2):
-    assert bounded.call(infer_here, data, memory=1 << 30, timeout=120)[:1] == b"+"
-    pids.add(bounded.helper_pid())
+    assert bounded_helper.call(infer_here, data, memory=1 << 30, timeout=120)[:1] == b"+"
+    pids.add(bounded_helper.helper_pid())
 assert len(pids) == 1, pids  # one helper, reused
 for args in ([model, out, "-q"], [folder, "-j", "2", "-q"]):
     try:
@@ -88,15 +88,15 @@ def _grow(n: int) -> int:
     return len(bytearray(n))
 
 
-needs_proc = pytest.mark.skipif(not bounded.available(), reason="the helper needs /proc and RLIMIT_AS")
+needs_proc = pytest.mark.skipif(not bounded_helper.available(), reason="the helper needs /proc and RLIMIT_AS")
 
 
 @needs_proc
 def test_the_helper_is_a_fresh_interpreter_reused_across_calls():
-    assert bounded.call(_echo, b"abc", memory=1 << 28, timeout=60) == b"cba"
-    pid = bounded.helper_pid()
-    assert bounded.call(_echo, b"xyz", memory=1 << 28, timeout=60) == b"zyx"
-    assert bounded.helper_pid() == pid
+    assert bounded_helper.call(_echo, b"abc", memory=1 << 28, timeout=60) == b"cba"
+    pid = bounded_helper.helper_pid()
+    assert bounded_helper.call(_echo, b"xyz", memory=1 << 28, timeout=60) == b"zyx"
+    assert bounded_helper.helper_pid() == pid
     # Started as `python -P -c <boot>`, not a fork of this process (whose command line
     # it would share).
     argv = _cmdline(pid)
@@ -106,39 +106,39 @@ def test_the_helper_is_a_fresh_interpreter_reused_across_calls():
 
 @needs_proc
 def test_a_call_over_its_time_is_killed_and_the_next_gets_a_new_helper():
-    bounded.call(_echo, b"a", memory=1 << 28, timeout=60)
-    before = bounded.helper_pid()
+    bounded_helper.call(_echo, b"a", memory=1 << 28, timeout=60)
+    before = bounded_helper.helper_pid()
     t0 = time.monotonic()
-    with pytest.raises(bounded.Failed, match=r"^it did not finish in 1 s$"):
-        bounded.call(_sleep, 30.0, memory=1 << 28, timeout=1)
+    with pytest.raises(bounded_helper.Failed, match=r"^it did not finish in 1 s$"):
+        bounded_helper.call(_sleep, 30.0, memory=1 << 28, timeout=1)
     assert time.monotonic() - t0 < 15
     assert not Path(f"/proc/{before}").exists() or b"Z" in Path(f"/proc/{before}/stat").read_bytes().split()[2]
-    assert bounded.call(_sleep, 0.0, memory=1 << 28, timeout=60) == 0.0
-    assert bounded.helper_pid() not in (None, before)
+    assert bounded_helper.call(_sleep, 0.0, memory=1 << 28, timeout=60) == 0.0
+    assert bounded_helper.helper_pid() not in (None, before)
 
 
 @needs_proc
 def test_each_call_has_its_own_memory_limit():
-    with pytest.raises(bounded.Failed, match=r"^it ran out of its memory \(0\.2 GiB\)$"):
-        bounded.call(_grow, 1 << 30, memory=256 << 20, timeout=60)
+    with pytest.raises(bounded_helper.Failed, match=r"^it ran out of its memory \(0\.2 GiB\)$"):
+        bounded_helper.call(_grow, 1 << 30, memory=256 << 20, timeout=60)
     # The same helper, its limit lifted again: a larger allowance takes the same size.
-    pid = bounded.helper_pid()
-    assert bounded.call(_grow, 1 << 30, memory=2 << 30, timeout=60) == 1 << 30
-    assert bounded.helper_pid() == pid
+    pid = bounded_helper.helper_pid()
+    assert bounded_helper.call(_grow, 1 << 30, memory=2 << 30, timeout=60) == 1 << 30
+    assert bounded_helper.helper_pid() == pid
 
 
 @needs_proc
 def test_a_helper_of_its_own_is_kept_apart():
     """A crash in one helper costs only that one: another keeps its process."""
-    own = bounded.Helper(preload=("json",))
+    own = bounded_helper.Helper(preload=("json",))
     try:
         assert own.call(_echo, b"ab", memory=1 << 28, timeout=60) == b"ba"
-        assert bounded.call(_echo, b"cd", memory=1 << 28, timeout=60) == b"dc"
-        kept, pid = bounded.helper_pid(), own.pid
+        assert bounded_helper.call(_echo, b"cd", memory=1 << 28, timeout=60) == b"dc"
+        kept, pid = bounded_helper.helper_pid(), own.pid
         assert pid not in (None, kept)
-        with pytest.raises(bounded.Failed, match=r"^the process doing it died \(signal SIGSEGV\)$"):
+        with pytest.raises(bounded_helper.Failed, match=r"^the process doing it died \(signal SIGSEGV\)$"):
             own.call(_crash, b"x", memory=1 << 28, timeout=60)
-        assert own.pid is None and bounded.helper_pid() == kept
+        assert own.pid is None and bounded_helper.helper_pid() == kept
         assert own.call(_echo, b"ef", memory=1 << 28, timeout=60) == b"fe" and own.pid not in (None, pid)
     finally:
         own.stop()

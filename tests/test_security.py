@@ -25,7 +25,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer import bounded
+from legalizer import bounded_helper
 from legalizer.numeric import ort as ort_check
 from helpers import assert_clean, cli_command, lines, make_model
 from needs import require
@@ -371,7 +371,7 @@ def test_shape_inference_stops_at_its_memory_bound(tmp_path):
     data = _mul_bomb(tmp_path / "bomb.onnx").read_bytes()
     assert len(data) < 120
     t0 = time.monotonic()
-    out = bounded.call(_infer_here, data, memory=256 << 20, timeout=120)
+    out = bounded_helper.call(_infer_here, data, memory=256 << 20, timeout=120)
     assert out[:1] == b"m"  # data propagation ran out of its 256 MiB; inferred without it
     assert time.monotonic() - t0 < 60
     shape = onnx.load_model_from_string(out[1:]).graph.output[0].type.tensor_type.shape
@@ -388,9 +388,9 @@ def _echo(arg: bytes) -> bytes:
 
 
 def test_a_crash_in_the_bounded_helper_is_contained():
-    with pytest.raises(bounded.Failed, match=r"^the process doing it died \(signal SIGSEGV\)$"):
-        bounded.call(_crash, b"x", memory=1 << 28, timeout=60)
-    assert bounded.call(_echo, b"abc", memory=1 << 28, timeout=60) == b"cba"  # a new helper
+    with pytest.raises(bounded_helper.Failed, match=r"^the process doing it died \(signal SIGSEGV\)$"):
+        bounded_helper.call(_crash, b"x", memory=1 << 28, timeout=60)
+    assert bounded_helper.call(_echo, b"abc", memory=1 << 28, timeout=60) == b"cba"  # a new helper
 
 
 def test_the_mul_bomb_is_legalized_under_2gb(tmp_path, legalize):
