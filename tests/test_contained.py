@@ -132,7 +132,8 @@ def _scatter_ref(path: Path, row=None) -> Path:
         nodes, inits = [helper.make_node("Identity", ["x"], ["y"])], []
     else:
         nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["y"])]
-        inits = [helper.make_tensor("i", T.INT64, [1, 2], [0, row]), helper.make_tensor("u", T.FLOAT, [1, 4], [7.0] * 4)]
+        inits = [helper.make_tensor("i", T.INT64, [1, 2], [0, row]),
+                 helper.make_tensor("u", T.FLOAT, [1, 4], [7.0] * 4)]
     g = helper.make_graph(nodes, "s", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 4])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [1, 4, 4])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -225,6 +226,74 @@ def test_an_index_in_range_gives_the_same_results_as_before(op, computed, tmp_pa
     assert_clean(p)
     assert p.returncode == 0, p.stdout + p.stderr
     assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs onnxruntime)"
+
+
+def _embedding(tmp_path: Path):
+    """A TFLite model of two GATHERs (a [10,8] table looked up at input ids, an input
+    gathered at constant indices along axis 1), written by legalize's TFLite writer, and
+    the TOSA module tosa-converter-for-tflite 2026.2 makes of it (generic form)."""
+    from legalizer.exporters.tflite import to_tflite
+    from tflite_models import NONE, Builder, _model
+
+    table = np.random.default_rng(0).standard_normal((10, 8)).astype(np.float32)
+    b = Builder("gather")
+    ids, x = b.input("ids", "int32", [1, 5]), b.input("x", "float", [2, 6, 4])
+    e = b.op("GATHER", [b.const("table", table), ids], [1, 5, 8], axis=0, batch_dims=0)
+    e = b.op("MUL", [e, b.const("two", np.float32(2.0).reshape(()))], [1, 5, 8], fused_activation_function=NONE)
+    g = b.op("GATHER", [x, b.const("idx", np.array([5, 0, 3, 3], np.int32))], [2, 4, 4], axis=1, batch_dims=0)
+    g = b.op("ADD", [g, b.const("one", np.float32(1.0).reshape(()))], [2, 4, 4], fused_activation_function=NONE)
+    b.output(g)
+    b.output(e)
+    reference = tmp_path / "gather.tflite"
+    reference.write_bytes(to_tflite(_model(b)))
+    data = np.array2string(table.reshape(1, 10, 8), separator=", ", threshold=10**6, floatmode="unique",
+                           max_line_width=10**6)
+    module = tmp_path / "gather.mlir"
+    signature = "(%arg0: tensor<1x5xi32>, %arg1: tensor<2x6x4xf32>) -> (tensor<2x4x4xf32>, tensor<1x5x8xf32>)"
+    module.write_text(f"""func.func @main{signature} {{
+  %0 = "tosa.const"() <{{values = dense<1.0> : tensor<1x1x1xf32>}}> : () -> tensor<1x1x1xf32>
+  %1 = "tosa.const_shape"() <{{values = dense<[4, 2, 4]> : tensor<3xindex>}}> : () -> !tosa.shape<3>
+  %2 = "tosa.const"() <{{values = dense<[[5, 0, 3, 3]]> : tensor<1x4xi32>}}> : () -> tensor<1x4xi32>
+  %3 = "tosa.const_shape"() <{{values = dense<[1, 6, 8]> : tensor<3xindex>}}> : () -> !tosa.shape<3>
+  %4 = "tosa.const"() <{{values = dense<0> : tensor<1xi8>}}> : () -> tensor<1xi8>
+  %5 = "tosa.const"() <{{values = dense<2.0> : tensor<1x1x1xf32>}}> : () -> tensor<1x1x1xf32>
+  %6 = "tosa.const"() <{{values = dense<{data}> : tensor<1x10x8xf32>}}> : () -> tensor<1x10x8xf32>
+  %7 = "tosa.gather"(%6, %arg0) : (tensor<1x10x8xf32>, tensor<1x5xi32>) -> tensor<1x5x8xf32>
+  %8 = "tosa.mul"(%7, %5, %4) : (tensor<1x5x8xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<1x5x8xf32>
+  %9 = "tosa.transpose"(%arg1) <{{perms = array<i32: 1, 0, 2>}}> : (tensor<2x6x4xf32>) -> tensor<6x2x4xf32>
+  %10 = "tosa.reshape"(%9, %3) : (tensor<6x2x4xf32>, !tosa.shape<3>) -> tensor<1x6x8xf32>
+  %11 = "tosa.gather"(%10, %2) : (tensor<1x6x8xf32>, tensor<1x4xi32>) -> tensor<1x4x8xf32>
+  %12 = "tosa.reshape"(%11, %1) : (tensor<1x4x8xf32>, !tosa.shape<3>) -> tensor<4x2x4xf32>
+  %13 = "tosa.transpose"(%12) <{{perms = array<i32: 1, 0, 2>}}> : (tensor<4x2x4xf32>) -> tensor<2x4x4xf32>
+  %14 = "tosa.add"(%13, %0) : (tensor<2x4x4xf32>, tensor<1x1x1xf32>) -> tensor<2x4x4xf32>
+  return %14, %8 : tensor<2x4x4xf32>, tensor<1x5x8xf32>
+}}
+""")
+    return module, reference
+
+
+@pytest.mark.needs("iree", "litert")
+def test_a_converted_embedding_lookup_still_matches_exactly(tmp_path, legalize):
+    """A real model's gathers (the converter's output of a TFLite embedding lookup and a
+    gather at constant indices): with their indices clamped, the module still matches
+    LiteRT exactly (max abs err 0, as before the clamp), at ids across the whole table;
+    an id past the table is the reference's own error (exit 2), never "results match"."""
+    module, reference = _embedding(tmp_path)
+    np.save(tmp_path / "ids.npy", np.array([[0, 9, 3, 7, 5]], np.int32))
+    p = legalize(module, "--verify-only", "--against", reference, "--input", f"ids={tmp_path / 'ids.npy'}", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert [ln for ln in lines(p.stdout) if ln.startswith("PASSED")] == [
+        f"PASSED | Output: 'result #{i}' | static shapes | max abs err 0, max rel err 0" for i in (0, 1)]
+    assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs LiteRT)"
+    np.save(tmp_path / "ids.npy", np.array([[0, 9, 3, 10, 5]], np.int32))
+    p = legalize(module, "--verify-only", "--against", reference, "--input", f"ids={tmp_path / 'ids.npy'}", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module}: the comparison with {reference} did not run: {reference}"
+                               " fails on LiteRT: LiteRT invoke failed: gather index out of bounds; Node number 0"
+                               " (GATHER) failed to invoke."]
+    assert "match" not in p.stdout
 
 
 _WHILE_TRUE = """func.func @main(%arg0: tensor<1xf32>) -> tensor<1xf32> {
