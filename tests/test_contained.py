@@ -228,6 +228,40 @@ def test_an_index_in_range_gives_the_same_results_as_before(op, computed, tmp_pa
     assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs onnxruntime)"
 
 
+_POSITION = ('  %c0 = arith.constant 0 : index\n  %e = tensor.extract %i[%c0] : tensor<1xi32>\n'
+             '  %at = arith.index_cast %e : i32 to index\n')
+_TENSOR_INDEXING = {
+    "tensor.extract": ('  %v = tensor.extract %arg0[%at] : tensor<4xf32>\n'
+                       '  %r = tensor.from_elements %v, %v, %v, %v : tensor<4xf32>\n'),
+    "tensor.insert": '  %v = arith.constant 7.0 : f32\n  %r = tensor.insert %v into %arg0[%at] : tensor<4xf32>\n',
+    "tensor.extract_slice": ('  %s = tensor.extract_slice %arg0[%at] [2] [1] : tensor<4xf32> to tensor<2xf32>\n'
+                             '  %r = tensor.concat dim(0) %s, %s : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>\n'),
+    "tensor.insert_slice": ('  %s = arith.constant dense<7.0> : tensor<2xf32>\n'
+                            '  %r = tensor.insert_slice %s into %arg0[%at] [2] [1]'
+                            ' : tensor<2xf32> into tensor<4xf32>\n'),
+}
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.parametrize("op", list(_TENSOR_INDEXING))
+def test_a_tensor_op_at_a_position_given_as_a_value_is_refused(op, tmp_path, legalize):
+    """The tensor dialect's ops that address a tensor at an index value are not checked by
+    IREE either: tensor.extract at 1e8 read outside the buffer (SIGSEGV), tensor.insert_slice
+    at 64 wrote outside it and the run went on. They are refused before IREE sees them:
+    one line, exit 2."""
+    module = tmp_path / "m.mlir"
+    module.write_text("func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+                      "  %i = \"tosa.const\"() <{values = dense<64> : tensor<1xi32>}> : () -> tensor<1xi32>\n"
+                      + _POSITION + _TENSOR_INDEXING[op] + "  return %r : tensor<4xf32>\n}\n")
+    ref = _identity_ref(tmp_path / "ref.onnx", [4])
+    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module}: --against runs no '{op}' whose position is a value: IREE"
+                               " checks no such position against the tensor's bounds"]
+    assert "match" not in p.stdout
+
+
 def _embedding(tmp_path: Path):
     """A TFLite model of two GATHERs (a [10,8] table looked up at input ids, an input
     gathered at constant indices along axis 1), written by legalize's TFLite writer, and
@@ -321,10 +355,10 @@ func.func @main(%arg0: tensor<1xf32>) -> tensor<1xf32> {
 """
 
 
-def _identity_ref(path: Path) -> Path:
+def _identity_ref(path: Path, shape=(1,)) -> Path:
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, [1])])
+                          [helper.make_tensor_value_info("x", T.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", T.FLOAT, list(shape))])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     path.write_bytes(m.SerializeToString())
