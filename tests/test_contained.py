@@ -114,32 +114,219 @@ def _state(pid: int) -> str:
         return "gone"
 
 
-def _gather_ref(path: Path) -> Path:
+def _gather_ref(path: Path, row: int = 0) -> Path:
     g = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], "g",
                           [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 4])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [1, 1, 4])],
-                          [helper.make_tensor("i", T.INT64, [1], [0])])
+                          [helper.make_tensor("i", T.INT64, [1], [row])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     path.write_bytes(m.SerializeToString())
     return path
 
 
+def _scatter_ref(path: Path, row=None) -> Path:
+    """The ONNX model a scatter of 7.0 into ``row`` of a [1,4,4] input computes (its
+    input as it is, if ``row`` is None: a scatter out of the buffer changes nothing in it)."""
+    if row is None:
+        nodes, inits = [helper.make_node("Identity", ["x"], ["y"])], []
+    else:
+        nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["y"])]
+        inits = [helper.make_tensor("i", T.INT64, [1, 2], [0, row]),
+                 helper.make_tensor("u", T.FLOAT, [1, 4], [7.0] * 4)]
+    g = helper.make_graph(nodes, "s", [helper.make_tensor_value_info("x", T.FLOAT, [1, 4, 4])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [1, 4, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def _indexed(op: str, index, computed: bool) -> str:
+    """A module whose ``op`` (tosa.gather or tosa.scatter of 7.0) indexes dim 1 of its
+    [1,4,4] argument at ``index``: a constant, or (``computed``) known only at run time,
+    the argument's sum plus 2e9 clamped to [0, index] and cast to i32."""
+    body = []
+    if computed:
+        body += ['  %s = "tosa.reduce_sum"(%arg0) <{axis = 2 : i32}> : (tensor<1x4x4xf32>) -> tensor<1x4x1xf32>',
+                 '  %s2 = "tosa.reduce_sum"(%s) <{axis = 1 : i32}> : (tensor<1x4x1xf32>) -> tensor<1x1x1xf32>',
+                 '  %shape = "tosa.const_shape"() <{values = dense<[1, 1]> : tensor<2xindex>}> : () -> !tosa.shape<2>',
+                 '  %r = "tosa.reshape"(%s2, %shape) : (tensor<1x1x1xf32>, !tosa.shape<2>) -> tensor<1x1xf32>',
+                 '  %b = "tosa.const"() <{values = dense<2.0e+09> : tensor<1x1xf32>}> : () -> tensor<1x1xf32>',
+                 '  %a = "tosa.add"(%r, %b) : (tensor<1x1xf32>, tensor<1x1xf32>) -> tensor<1x1xf32>',
+                 f'  %c = "tosa.clamp"(%a) <{{min_val = 0.0 : f32, max_val = {float(index)!r} : f32}}>'
+                 ' : (tensor<1x1xf32>) -> tensor<1x1xf32>',
+                 '  %idx = "tosa.cast"(%c) : (tensor<1x1xf32>) -> tensor<1x1xi32>']
+    else:
+        body += [f'  %idx = "tosa.const"() <{{values = dense<{index}> : tensor<1x1xi32>}}> : () -> tensor<1x1xi32>']
+    if op == "tosa.gather":
+        body += ['  %0 = tosa.gather %arg0, %idx : (tensor<1x4x4xf32>, tensor<1x1xi32>) -> tensor<1x1x4xf32>']
+        result = "tensor<1x1x4xf32>"
+    else:
+        body += ['  %in = "tosa.const"() <{values = dense<7.0> : tensor<1x1x4xf32>}> : () -> tensor<1x1x4xf32>',
+                 '  %0 = tosa.scatter %arg0, %idx, %in : (tensor<1x4x4xf32>, tensor<1x1xi32>, tensor<1x1x4xf32>)'
+                 ' -> tensor<1x4x4xf32>']
+        result = "tensor<1x4x4xf32>"
+    return (f"func.func @main(%arg0: tensor<1x4x4xf32>) -> {result} {{\n" + "\n".join(body)
+            + f"\n  return %0 : {result}\n}}\n")
+
+
+_OUT_OF_RANGE = [("tosa.scatter", 64), ("tosa.scatter", 4096), ("tosa.scatter", 1000000), ("tosa.gather", 64),
+                 ("tosa.gather", 2000000000)]
+_IDS = [f"{op[5:]}_{i:g}" for op, i in _OUT_OF_RANGE]
+
+
 @pytest.mark.needs("iree")
-def test_a_tosa_gather_out_of_its_buffer_is_one_line_and_exit_2(tmp_path, legalize):
-    """IREE does not check a gather's index: at 2e9 it reads far outside the buffer and
-    the process dies of SIGSEGV (legalize did, exit 139, no message). The child dies;
-    legalize says so in one line and exits 2; no "results match"."""
-    module = tmp_path / "g.mlir"
-    module.write_text(
-        'func.func @main(%arg0: tensor<1x4x4xf32>) -> tensor<1x1x4xf32> {\n'
-        '  %idx = "tosa.const"() <{values = dense<2000000000> : tensor<1x1xi32>}> : () -> tensor<1x1xi32>\n'
-        '  %0 = tosa.gather %arg0, %idx : (tensor<1x4x4xf32>, tensor<1x1xi32>) -> tensor<1x1x4xf32>\n'
-        '  return %0 : tensor<1x1x4xf32>\n}\n')
-    p = legalize(module, "--verify-only", "--against", _gather_ref(tmp_path / "ref.onnx"), timeout=300)
+@pytest.mark.parametrize("op,index", _OUT_OF_RANGE, ids=_IDS)
+def test_a_constant_index_out_of_the_buffer_is_the_comparisons_error(op, index, tmp_path, legalize):
+    """IREE does not check a gather's or scatter's index: at 64, 4096 or 1e6 a scatter
+    wrote 7.0 past its buffer and the run ended "results match"; a gather at 2e9 killed
+    the run (SIGSEGV). A constant index out of range is found before IREE compiles the
+    module: one line naming it, exit 2, no "match"."""
+    module = tmp_path / "m.mlir"
+    module.write_text(_indexed(op, index, computed=False))
+    ref = _gather_ref(tmp_path / "ref.onnx") if op == "tosa.gather" else _scatter_ref(tmp_path / "ref.onnx")
+    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
     assert_clean(p)
     assert p.returncode == 2, p.stdout + p.stderr
-    assert lines(p.stderr) == [f"legalize: error: {module} on IREE llvm-cpu: it crashed (signal SIGSEGV)"]
+    does = "read" if op == "tosa.gather" else "write"
+    assert lines(p.stderr) == [
+        f"legalize: error: {module}: the comparison with {ref} did not run: a '{op}' of the module has constant"
+        f" index {index} out of range [0, 3] of its values' dim K: TOSA leaves its result undefined, and IREE would"
+        f" {does} outside the buffer"]
+    assert "match" not in p.stdout
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.parametrize("op,index", _OUT_OF_RANGE, ids=_IDS)
+def test_an_index_out_of_the_buffer_at_run_time_stays_inside_it(op, index, tmp_path, legalize):
+    """The same indices computed at run time: clamped to [0, K-1] before IREE compiles
+    the module, they read or write row 3, inside the buffer; the results then differ
+    from the reference's (exit 1), never "results match"."""
+    module = tmp_path / "m.mlir"
+    module.write_text(_indexed(op, index, computed=True))
+    ref = _gather_ref(tmp_path / "ref.onnx") if op == "tosa.gather" else _scatter_ref(tmp_path / "ref.onnx")
+    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results DIFFER (IREE llvm-cpu vs onnxruntime)"
+    assert "match" not in p.stdout
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.parametrize("op", ["tosa.gather", "tosa.scatter"])
+@pytest.mark.parametrize("computed", [False, True], ids=["constant", "computed"])
+def test_an_index_in_range_gives_the_same_results_as_before(op, computed, tmp_path, legalize):
+    """Index 3, the last of K = 4, as a constant or computed at run time: the clamp
+    leaves it as it is, and the module matches its reference exactly."""
+    module = tmp_path / "m.mlir"
+    module.write_text(_indexed(op, 3, computed))
+    ref = _gather_ref(tmp_path / "ref.onnx", 3) if op == "tosa.gather" else _scatter_ref(tmp_path / "ref.onnx", 3)
+    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs onnxruntime)"
+
+
+_POSITION = ('  %c0 = arith.constant 0 : index\n  %e = tensor.extract %i[%c0] : tensor<1xi32>\n'
+             '  %at = arith.index_cast %e : i32 to index\n')
+_TENSOR_INDEXING = {
+    "tensor.extract": ('  %v = tensor.extract %arg0[%at] : tensor<4xf32>\n'
+                       '  %r = tensor.from_elements %v, %v, %v, %v : tensor<4xf32>\n'),
+    "tensor.insert": '  %v = arith.constant 7.0 : f32\n  %r = tensor.insert %v into %arg0[%at] : tensor<4xf32>\n',
+    "tensor.extract_slice": ('  %s = tensor.extract_slice %arg0[%at] [2] [1] : tensor<4xf32> to tensor<2xf32>\n'
+                             '  %r = tensor.concat dim(0) %s, %s : (tensor<2xf32>, tensor<2xf32>) -> tensor<4xf32>\n'),
+    "tensor.insert_slice": ('  %s = arith.constant dense<7.0> : tensor<2xf32>\n'
+                            '  %r = tensor.insert_slice %s into %arg0[%at] [2] [1]'
+                            ' : tensor<2xf32> into tensor<4xf32>\n'),
+}
+
+
+@pytest.mark.needs("iree")
+@pytest.mark.parametrize("op", list(_TENSOR_INDEXING))
+def test_a_tensor_op_at_a_position_given_as_a_value_is_refused(op, tmp_path, legalize):
+    """The tensor dialect's ops that address a tensor at an index value are not checked by
+    IREE either: tensor.extract at 1e8 read outside the buffer (SIGSEGV), tensor.insert_slice
+    at 64 wrote outside it and the run went on. They are refused before IREE sees them:
+    one line, exit 2."""
+    module = tmp_path / "m.mlir"
+    module.write_text("func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n"
+                      "  %i = \"tosa.const\"() <{values = dense<64> : tensor<1xi32>}> : () -> tensor<1xi32>\n"
+                      + _POSITION + _TENSOR_INDEXING[op] + "  return %r : tensor<4xf32>\n}\n")
+    ref = _identity_ref(tmp_path / "ref.onnx", [4])
+    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module}: --against runs no '{op}' whose position is a value: IREE"
+                               " checks no such position against the tensor's bounds"]
+    assert "match" not in p.stdout
+
+
+def _embedding(tmp_path: Path):
+    """A TFLite model of two GATHERs (a [10,8] table looked up at input ids, an input
+    gathered at constant indices along axis 1), written by legalize's TFLite writer, and
+    the TOSA module tosa-converter-for-tflite 2026.2 makes of it (generic form)."""
+    from legalizer.exporters.tflite import to_tflite
+    from tflite_models import NONE, Builder, _model
+
+    table = np.random.default_rng(0).standard_normal((10, 8)).astype(np.float32)
+    b = Builder("gather")
+    ids, x = b.input("ids", "int32", [1, 5]), b.input("x", "float", [2, 6, 4])
+    e = b.op("GATHER", [b.const("table", table), ids], [1, 5, 8], axis=0, batch_dims=0)
+    e = b.op("MUL", [e, b.const("two", np.float32(2.0).reshape(()))], [1, 5, 8], fused_activation_function=NONE)
+    g = b.op("GATHER", [x, b.const("idx", np.array([5, 0, 3, 3], np.int32))], [2, 4, 4], axis=1, batch_dims=0)
+    g = b.op("ADD", [g, b.const("one", np.float32(1.0).reshape(()))], [2, 4, 4], fused_activation_function=NONE)
+    b.output(g)
+    b.output(e)
+    reference = tmp_path / "gather.tflite"
+    reference.write_bytes(to_tflite(_model(b)))
+    data = np.array2string(table.reshape(1, 10, 8), separator=", ", threshold=10**6, floatmode="unique",
+                           max_line_width=10**6)
+    module = tmp_path / "gather.mlir"
+    signature = "(%arg0: tensor<1x5xi32>, %arg1: tensor<2x6x4xf32>) -> (tensor<2x4x4xf32>, tensor<1x5x8xf32>)"
+    module.write_text(f"""func.func @main{signature} {{
+  %0 = "tosa.const"() <{{values = dense<1.0> : tensor<1x1x1xf32>}}> : () -> tensor<1x1x1xf32>
+  %1 = "tosa.const_shape"() <{{values = dense<[4, 2, 4]> : tensor<3xindex>}}> : () -> !tosa.shape<3>
+  %2 = "tosa.const"() <{{values = dense<[[5, 0, 3, 3]]> : tensor<1x4xi32>}}> : () -> tensor<1x4xi32>
+  %3 = "tosa.const_shape"() <{{values = dense<[1, 6, 8]> : tensor<3xindex>}}> : () -> !tosa.shape<3>
+  %4 = "tosa.const"() <{{values = dense<0> : tensor<1xi8>}}> : () -> tensor<1xi8>
+  %5 = "tosa.const"() <{{values = dense<2.0> : tensor<1x1x1xf32>}}> : () -> tensor<1x1x1xf32>
+  %6 = "tosa.const"() <{{values = dense<{data}> : tensor<1x10x8xf32>}}> : () -> tensor<1x10x8xf32>
+  %7 = "tosa.gather"(%6, %arg0) : (tensor<1x10x8xf32>, tensor<1x5xi32>) -> tensor<1x5x8xf32>
+  %8 = "tosa.mul"(%7, %5, %4) : (tensor<1x5x8xf32>, tensor<1x1x1xf32>, tensor<1xi8>) -> tensor<1x5x8xf32>
+  %9 = "tosa.transpose"(%arg1) <{{perms = array<i32: 1, 0, 2>}}> : (tensor<2x6x4xf32>) -> tensor<6x2x4xf32>
+  %10 = "tosa.reshape"(%9, %3) : (tensor<6x2x4xf32>, !tosa.shape<3>) -> tensor<1x6x8xf32>
+  %11 = "tosa.gather"(%10, %2) : (tensor<1x6x8xf32>, tensor<1x4xi32>) -> tensor<1x4x8xf32>
+  %12 = "tosa.reshape"(%11, %1) : (tensor<1x4x8xf32>, !tosa.shape<3>) -> tensor<4x2x4xf32>
+  %13 = "tosa.transpose"(%12) <{{perms = array<i32: 1, 0, 2>}}> : (tensor<4x2x4xf32>) -> tensor<2x4x4xf32>
+  %14 = "tosa.add"(%13, %0) : (tensor<2x4x4xf32>, tensor<1x1x1xf32>) -> tensor<2x4x4xf32>
+  return %14, %8 : tensor<2x4x4xf32>, tensor<1x5x8xf32>
+}}
+""")
+    return module, reference
+
+
+@pytest.mark.needs("iree", "litert")
+def test_a_converted_embedding_lookup_still_matches_exactly(tmp_path, legalize):
+    """A real model's gathers (the converter's output of a TFLite embedding lookup and a
+    gather at constant indices): with their indices clamped, the module still matches
+    LiteRT exactly (max abs err 0, as before the clamp), at ids across the whole table;
+    an id past the table is the reference's own error (exit 2), never "results match"."""
+    module, reference = _embedding(tmp_path)
+    np.save(tmp_path / "ids.npy", np.array([[0, 9, 3, 7, 5]], np.int32))
+    p = legalize(module, "--verify-only", "--against", reference, "--input", f"ids={tmp_path / 'ids.npy'}", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert [ln for ln in lines(p.stdout) if ln.startswith("PASSED")] == [
+        f"PASSED | Output: 'result #{i}' | static shapes | max abs err 0, max rel err 0" for i in (0, 1)]
+    assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results match (IREE llvm-cpu vs LiteRT)"
+    np.save(tmp_path / "ids.npy", np.array([[0, 9, 3, 10, 5]], np.int32))
+    p = legalize(module, "--verify-only", "--against", reference, "--input", f"ids={tmp_path / 'ids.npy'}", timeout=300)
+    assert_clean(p)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert lines(p.stderr) == [f"legalize: error: {module}: the comparison with {reference} did not run: {reference}"
+                               " fails on LiteRT: LiteRT invoke failed: gather index out of bounds; Node number 0"
+                               " (GATHER) failed to invoke."]
     assert "match" not in p.stdout
 
 
@@ -168,10 +355,10 @@ func.func @main(%arg0: tensor<1xf32>) -> tensor<1xf32> {
 """
 
 
-def _identity_ref(path: Path) -> Path:
+def _identity_ref(path: Path, shape=(1,)) -> Path:
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
-                          [helper.make_tensor_value_info("y", T.FLOAT, [1])])
+                          [helper.make_tensor_value_info("x", T.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", T.FLOAT, list(shape))])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     path.write_bytes(m.SerializeToString())

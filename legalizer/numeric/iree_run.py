@@ -163,10 +163,24 @@ def _check_top_level(op) -> None:
         raise _refuse(f"'{op.name}' at its top level")
 
 
+# Ops of the allowed dialects that address a tensor at positions given as values, and IREE
+# checks none of them: tensor.extract at 1e8 (a constant, or computed) reads outside
+# the buffer (SIGSEGV), tensor.insert_slice at 64 writes outside it. Refused where a
+# position is an SSA value (an ``index`` operand) or, for tensor.gather and tensor.scatter,
+# always (their positions are a tensor); static slice offsets are MLIR's to check.
+UNCHECKED_INDEXING = ("tensor.extract", "tensor.insert", "tensor.extract_slice", "tensor.insert_slice",
+                      "tensor.parallel_insert_slice", "tensor.gather", "tensor.scatter")
+_INDEXED_BY_TENSOR = frozenset({"tensor.gather", "tensor.scatter"})
+
+
 def _check_op(op) -> None:
     dialect = op.name.split(".", 1)[0]
     if dialect not in _ALLOWED or "." not in op.name:
         raise _refuse(f"op '{op.name}'")
+    if op.name in UNCHECKED_INDEXING and (op.name in _INDEXED_BY_TENSOR
+                                          or any(str(v.type) == "index" for v in op.operands)):
+        raise Refused(f"--against runs no '{op.name}' whose position is a value: IREE checks no such position"
+                      " against the tensor's bounds")
     _strip_attributes(op)
     for result in op.results:
         _check_reference(str(result.type), f"a result of '{op.name}'")
@@ -222,6 +236,101 @@ def _stripped_dict(attr, where: str):
     return ir.DictAttr.get(kept)
 
 
+# IREE does not check the index of a tosa.gather or tosa.scatter: one outside [0, K) of its
+# values' dim 1 reads or writes outside the buffer (TOSA makes it an error that a runtime
+# need not catch). Each op's indices operand goes through maximum then minimum to
+# [0, K-1] (IREE's TOSA validation refuses tosa.clamp of i32: "did not align with any
+# profile"): an index in range is unchanged, one out of range stays inside the buffer.
+# By op: its values and indices operands, and what it does outside the buffer.
+INDEXED_OPS = {"tosa.gather": (0, 1, "read"), "tosa.scatter": (0, 1, "write")}
+
+
+def memory_safe(text: str) -> str:
+    """``text`` (what ``compilable`` printed, its dims bound) with the indices of every
+    ``INDEXED_OPS`` op clamped to [0, K-1] of its values' dim K
+    (a dim K known only at run time is read there, ``tensor.dim``), ``Refused`` for an op
+    whose operands are not [N,K,C] and [N,W] or whose K is 0, ``TosaError`` naming a
+    constant index out of range (TOSA leaves the result undefined: nothing to compare).
+    Unchanged if it has none."""
+    if not any(name in text for name in INDEXED_OPS):
+        return text
+    _compiler()
+    from iree.compiler import ir
+
+    module = parse(text)
+    with module.context, ir.Location.unknown():
+        stack = [op.operation for op in module.body.operations]
+        while stack:  # its own stack, as ``compilable``'s walk
+            op = stack.pop()
+            if op.name in INDEXED_OPS:
+                _clamp_indices(op, *INDEXED_OPS[op.name])
+            stack.extend(inner.operation for region in op.regions for block in region.blocks
+                         for inner in block.operations)
+        if not module.operation.verify():
+            raise TosaError("TOSA module does not verify with its gather and scatter indices clamped")
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def _clamp_indices(op, values_at: int, indices_at: int, does: str) -> None:
+    from iree.compiler import ir
+
+    values, indices = op.operands[values_at], op.operands[indices_at]
+    try:
+        vtype, itype = ir.RankedTensorType(values.type), ir.RankedTensorType(indices.type)
+    except ValueError:
+        vtype = itype = None
+    if vtype is None or vtype.rank != 3 or itype.rank != 2:
+        raise Refused(f"--against runs '{op.name}' only on values [N,K,C] and indices [N,W]: the module has one"
+                      f" of {values.type} and {indices.type}")
+    k = None if vtype.is_dynamic_dim(1) else vtype.get_dim_size(1)
+    if k == 0:
+        raise Refused(f"--against runs no '{op.name}' of values {vtype}: with K = 0, every index is outside them")
+    if k is not None:
+        _check_constant_indices(op, indices, k, does)
+    element = itype.element_type
+    bound = ir.RankedTensorType.get([1, 1], element)
+    at, loc = ir.InsertionPoint(op), op.location
+
+    def create(name, result, *operands, **attributes):
+        return ir.Operation.create(name, results=[result], operands=list(operands), attributes=attributes,
+                                   loc=loc, ip=at).result
+
+    def const(v: int):
+        splat = ir.DenseElementsAttr.get_splat(bound, ir.IntegerAttr.get(element, v))
+        return create("tosa.const", bound, values=splat)
+
+    if k is not None:
+        last = const(k - 1)
+    else:  # K known only at run time (a body type IREE infers once the arguments are bound): its dim, less one
+        index = ir.IndexType.get()
+        dim = create("tensor.dim", index, values, create("arith.constant", index, value=ir.IntegerAttr.get(index, 1)))
+        k_1 = create("arith.subi", element, create("arith.index_cast", element, dim),
+                     create("arith.constant", element, value=ir.IntegerAttr.get(element, 1)))
+        last = create("tensor.splat", bound, k_1)
+    op.operands[indices_at] = create("tosa.maximum", itype, create("tosa.minimum", itype, indices, last), const(0))
+
+
+def _check_constant_indices(op, indices, k: int, does: str) -> None:
+    """``TosaError`` if ``indices`` is a ``tosa.const`` with a value outside [0, k)."""
+    from iree.compiler import ir
+
+    owner = indices.owner
+    if not isinstance(owner, ir.Operation) and hasattr(owner, "operation"):
+        owner = owner.operation
+    if not isinstance(owner, ir.Operation) or owner.name != "tosa.const":
+        return
+    data = owner.attributes["values"]
+    if not isinstance(data, ir.DenseIntElementsAttr):
+        return
+    at = np.asarray(data) if not data.is_splat else np.asarray([int(data.get_splat_value())])
+    bad = at[(at < 0) | (at >= k)]
+    if bad.size:
+        more = f" (and {bad.size - 1:,} more)" if bad.size > 1 else ""
+        raise TosaError(f"a '{op.name}' of the module has constant index {int(bad.flat[0])}{more} out of range"
+                        f" [0, {k - 1}] of its values' dim K: TOSA leaves its result undefined, and IREE"
+                        f" would {does} outside the buffer")
+
+
 def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     """Compile ``text`` for the CPU and run its ``@main`` on ``inputs`` (in argument
     order): only what ``compilable`` lets through, printed again from what it checked."""
@@ -231,7 +340,7 @@ def run(text: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
 def compile_vmfb(text: str) -> bytes:
     """``text`` compiled for the CPU (what ``compilable`` lets through): IREE's module."""
     compiler, _ = _compiler()
-    text = compilable(text)
+    text = memory_safe(compilable(text))
     try:
         return bytes(compiler.compile_str(text, input_type="tosa", target_backends=["llvm-cpu"],
                                           extra_args=["--iree-llvmcpu-target-cpu=host"]))
