@@ -268,7 +268,7 @@ def test_library_refuses_and_accepts_trust_pt2(tmp_path):
     with pytest.raises(BadInput) as e:
         legalizer.load(archive)
     assert str(e.value) == want
-    for refused in (legalizer.legalize, legalizer.numeric):
+    for refused in (legalizer.legalize, legalizer.check):
         with pytest.raises(BadInput) as e:
             refused(archive)
         assert str(e.value) == want

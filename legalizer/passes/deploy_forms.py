@@ -34,6 +34,7 @@ import numpy as np
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import all_static
 from ..oprules import RuleLookup
+from ..tflite_records import TFLITE_DOMAIN
 from .base import PassContext
 from .frontend_ops import ops_for
 from .rewrite import add_const, constant_array
@@ -42,13 +43,13 @@ RESHAPE_LIKE = ("tflite.EXPAND_DIMS", "tflite.SQUEEZE")
 
 
 def _tflite(graph: Graph) -> bool:
-    return graph.frontend == "tflite"
+    return graph.frontend == TFLITE_DOMAIN
 
 
 def _of_type(graph: Graph, *op_types: str) -> List[Node]:
     """The TFLite ops of ``graph`` of these types, in creation order: one look at each
     node, no topological sort (most graphs have none of them)."""
-    return [n for n in graph.unordered_nodes() if n.kind == OP and n.op_type in op_types and n.domain == "tflite"]
+    return [n for n in graph.unordered_nodes() if n.kind == OP and n.op_type in op_types and n.domain == TFLITE_DOMAIN]
 
 
 def _static(v: Optional[Value]) -> bool:
@@ -138,7 +139,7 @@ def broadcast_to_through_reshape(graph: Graph, ctx: PassContext) -> bool:
                     w = ops.reshape(graph, v, list(dst.shape), v.type.with_shape(dst.shape), f"{v.name}_b")
                     w.quant = v.quant
                     operands.append(w)
-                inner = graph.add_op(user.op_type, operands, [out.type.with_shape(dst.shape)], domain="tflite",
+                inner = graph.add_op(user.op_type, operands, [out.type.with_shape(dst.shape)], domain=TFLITE_DOMAIN,
                                      attrs=dict(user.attrs), output_names=[f"{out.name}_b"]).output
                 inner.quant = out.quant
                 back = ops.reshape(graph, inner, list(out.type.shape), out.type, f"{out.name}_r")
@@ -190,7 +191,7 @@ def elementwise_at_rank4(graph: Graph, ctx: PassContext) -> bool:
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
     for node in list(graph.unordered_nodes()):  # (the loop adds nodes)
-        if node.kind != OP or node.domain != "tflite" or len(node.outputs) != 1:
+        if node.kind != OP or node.domain != TFLITE_DOMAIN or len(node.outputs) != 1:
             continue
         out = node.outputs[0]
         if out.type.shape is None or len(out.type.shape) >= 4 or not any(
@@ -278,7 +279,7 @@ def _lower_broadcast_to(graph: Graph, ctx: PassContext, concat: bool) -> bool:
                 x.quant = src.quant
                 ctx.stats["reshapes_inserted"] += 1
             multiples = add_const(graph, f"{base}_multiples", np.asarray(mult, np.int32))
-            copies = graph.add_op("TILE", [x, multiples], [out.type.with_shape(tuple(tiled))], domain="tflite",
+            copies = graph.add_op("TILE", [x, multiples], [out.type.with_shape(tuple(tiled))], domain=TFLITE_DOMAIN,
                                   output_names=[f"{base}_tile"]).output
             copies.quant = out.quant
         result = copies
@@ -332,7 +333,7 @@ def _concat_copies(graph: Graph, v: Value, shape: Tuple[int, ...], result: Tuple
         view = (before, 1, after)
         if tuple(x.type.shape) != view:
             x = _reshaped(graph, ops, x, view, f"{v.name}_v{axis}")
-        x = graph.add_op("CONCATENATION", [x] * r, [v.type.with_shape((before, r, after))], domain="tflite",
+        x = graph.add_op("CONCATENATION", [x] * r, [v.type.with_shape((before, r, after))], domain=TFLITE_DOMAIN,
                          attrs={"axis": 1, "fused_activation_function": 0},
                          output_names=[f"{v.name}_x{axis}"]).output
         x.quant = v.quant
@@ -400,7 +401,7 @@ def reshape_constants_before_dequantize(graph: Graph, ctx: PassContext) -> bool:
             continue
         out = node.outputs[0]
         shaped = add_const(graph, f"{c.name}_r{len(out.type.shape)}", array.reshape(out.type.shape), c.quant)
-        new = graph.add_op("DEQUANTIZE", [shaped], [out.type], domain="tflite", attrs=dict(deq.attrs),
+        new = graph.add_op("DEQUANTIZE", [shaped], [out.type], domain=TFLITE_DOMAIN, attrs=dict(deq.attrs),
                            output_names=[f"{out.name}_dq"]).output
         new.quant = out.quant
         graph.replace_all_uses_with(out, new)

@@ -288,6 +288,11 @@ def infer_ranks(graph: Graph) -> int:
     return made + back + (infer_ranks(graph) if back else 0)
 
 
+def _computed(value) -> bool:
+    producer = getattr(value, "producer", None)
+    return producer is not None and producer.kind == OP
+
+
 def _from_results(graph: Graph, lookup: RuleLookup) -> int:
     """Backwards, from a broadcasting op's ranked result (a declared graph output):
     the broadcast rank is the largest operand rank, so where one operand is unranked
@@ -305,7 +310,9 @@ def _from_results(graph: Graph, lookup: RuleLookup) -> int:
         operands = [v for i, v in enumerate(node.inputs)
                     if v is not None and (rule.operands is None or i in rule.operands)]
         unranked = [v for v in operands if v.type.shape is None]
-        if len(unranked) == 1 and unranked[0].name and \
+        # (an op's result only: a graph input declared unranked stays so, as MLIR's trait
+        # leaves an unranked operand out of the inference)
+        if len(unranked) == 1 and unranked[0].name and _computed(unranked[0]) and \
                 all(v.type.shape is None or len(v.type.shape) < rank for v in operands):
             made += _given_values(unranked, [_unknown(rank)])
     return made

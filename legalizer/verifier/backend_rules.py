@@ -27,6 +27,7 @@ from typing import Dict, Iterator, List, Mapping, Optional
 from ..ir.graph import OP, Node
 from ..ir.types import all_static
 from ..oprules import RuleLookup, builtin_rules, frontend_rules, table_text
+from ..tflite_records import TFLITE_DOMAIN
 
 RESHAPE_LIKE = frozenset({"RESHAPE", "EXPAND_DIMS", "SQUEEZE"})
 
@@ -62,13 +63,13 @@ def backend(name: str) -> Backend:
 @functools.lru_cache(maxsize=None)
 def converts_to() -> Mapping[str, str]:
     """ONNX op -> the TFLite op it converts to, by the rules table."""
-    return {r.onnx: op.split(".", 1)[1] for op, r in frontend_rules("tflite").items() if r.onnx}
+    return {r.onnx: op.split(".", 1)[1] for op, r in frontend_rules(TFLITE_DOMAIN).items() if r.onnx}
 
 
 def _as(node: Node) -> Optional[str]:
     """The TFLite op ``node`` is judged as: itself, or for an ONNX op the one it converts
     to (None: an ONNX op the table does not map); "" for a node of neither."""
-    if node.domain == "tflite":
+    if node.domain == TFLITE_DOMAIN:
         return node.op_type
     if node.domain in ("", "ai.onnx"):
         return converts_to().get(node.op_type)
@@ -93,7 +94,7 @@ def refused_ops(graphs, name: str) -> List[dict]:
                 why = [reason for _, reason in _broken(node, op, be, lookup)]
                 if why:
                     entry = {"node": node.label, "op": node.op, "reasons": why}
-                    if op is not None and node.domain != "tflite":
+                    if op is not None and node.domain != TFLITE_DOMAIN:
                         entry["as"] = op
                     out.append(entry)
     return out
