@@ -568,7 +568,10 @@ def test_the_run_child_cannot_raise_its_memory_limit():
                          (resource.prlimit, 0, resource.RLIMIT_AS, (hard, hard))):
             with pytest.raises(child.ChildError, match="not allowed to raise|Operation not permitted"):
                 child.Remote(*raise_it, model="a test", runtime="python")
-        assert resource.prlimit(proc.popen.pid, resource.RLIMIT_AS) == (soft, hard)
+        # not raised (the parent sets it anew before each request, from what the child
+        # maps then: on a GPU machine, CUDA's mappings grow it between requests)
+        now, now_hard = resource.prlimit(proc.popen.pid, resource.RLIMIT_AS)
+        assert now_hard == hard and now != resource.RLIM_INFINITY and now < (1 << 30) + (8 << 30)
         # reading its limits still works
         child.Remote(resource.getrlimit, resource.RLIMIT_AS, model="a test", runtime="python")
         # and the limit holds: an allocation past it is the one-line fault
