@@ -6,11 +6,12 @@ exporters, which must not import each other."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .tflite_schema import FbTable
+if TYPE_CHECKING:  # (an ONNX run, which imports the domains, never loads flatbuffers)
+    from .tflite_schema import FbTable
 
 TFLITE_DOMAIN, CUSTOM_DOMAIN = "tflite", "tflite.custom"
 
