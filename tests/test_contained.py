@@ -19,6 +19,24 @@ from needs import require
 from helpers import assert_clean, cli_command, cli_env, lines
 
 
+def _interrupted_within_a_second(proc) -> None:
+    """SIGTERM to a running ``legalize``: it exits 130 within a second, saying so (killed
+    if it did not end at all)."""
+    try:
+        if proc.poll() is not None:
+            raise AssertionError(f"legalize ended before the signal: {proc.returncode}")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert took < 1.5, took
+    assert proc.returncode == 130
+    assert lines(err) == ["legalize: interrupted"]
+
+
 def _loop_forever(path: Path) -> Path:
     """A 300-byte ONNX model whose Loop counts to 1e15 (onnxruntime runs it for days)."""
     body = helper.make_graph(
@@ -79,16 +97,10 @@ def test_sigterm_stops_a_run_within_a_second_and_leaves_nothing(tmp_path):
         children = _children(proc.pid)
         assert children, "the check's child never started"
         time.sleep(2.0)  # well inside onnxruntime's Loop
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert took < 1.5, took
-    assert proc.returncode == 130
-    assert lines(err) == ["legalize: interrupted"]
+    except BaseException:
+        proc.kill()
+        raise
+    _interrupted_within_a_second(proc)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loop.onnx"]
     for pid in children:  # the parent killed the child that ran the model
         assert _state(pid) in ("gone", "Z")
@@ -405,16 +417,10 @@ def test_sigterm_stops_a_tosa_while_loop_within_a_second(tmp_path):
         children = _children(proc.pid)
         assert len(children) >= 2, "the module never reached IREE"
         time.sleep(8.0)  # compiled (a few seconds), and in the loop
-        t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        took = time.monotonic() - t0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert took < 1.5, took
-    assert proc.returncode == 130
-    assert lines(err) == ["legalize: interrupted"]
+    except BaseException:
+        proc.kill()
+        raise
+    _interrupted_within_a_second(proc)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["m.mlir", "ref.onnx"]
     for pid in children:
         assert _state(pid) in ("gone", "Z")

@@ -57,18 +57,23 @@ def test_the_siblings_of_every_layer_are_independent():
 
 def test_a_sibling_import_breaks_the_contract(tmp_path):
     _package(tmp_path, {"__init__.py": "", "left.py": "", "right.py": "def f():\n    from . import left\n"})
-    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""\
+    p = _lint_toy_layers(tmp_path, '"left | right"')
+    assert p.returncode == 1
+    assert "imports point down BROKEN" in p.stdout and "toypkg.right -> toypkg.left" in p.stdout
+
+
+def _lint_toy_layers(tmp_path: Path, layers: str):
+    """lint-imports over the toy package under one layers contract (``layers``: TOML)."""
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent(f"""\
         [tool.importlinter]
         root_package = "toypkg"
         [[tool.importlinter.contracts]]
         name = "imports point down"
         type = "layers"
         containers = ["toypkg"]
-        layers = ["left | right"]
+        layers = [{layers}]
         """))
-    p = _lint_imports(tmp_path)
-    assert p.returncode == 1
-    assert "imports point down BROKEN" in p.stdout and "toypkg.right -> toypkg.left" in p.stdout
+    return _lint_imports(tmp_path)
 
 
 def _package(tmp_path: Path, files: dict) -> None:
@@ -87,16 +92,7 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path, monkeypatch)
 
 def test_an_upward_import_breaks_the_contract(tmp_path):
     _package(tmp_path, {"__init__.py": "", "top.py": "", "bottom.py": "def f():\n    from . import top\n"})
-    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""\
-        [tool.importlinter]
-        root_package = "toypkg"
-        [[tool.importlinter.contracts]]
-        name = "imports point down"
-        type = "layers"
-        containers = ["toypkg"]
-        layers = ["top", "bottom"]
-        """))
-    p = _lint_imports(tmp_path)
+    p = _lint_toy_layers(tmp_path, '"top", "bottom"')
     assert p.returncode == 1
     assert "imports point down BROKEN" in p.stdout and "toypkg.bottom -> toypkg.top" in p.stdout
 
