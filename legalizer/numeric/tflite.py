@@ -158,11 +158,8 @@ class _OnnxSide:
         if self.op_by_op is None or not any(_off_by_value(o) for o in outs):
             return outs
         if self.litert_all is None:
-            from .litert import LiteRTModel
-
             legalized, kernels = self.op_by_op
-            self.litert_all = Remote(LiteRTModel, str(legalized), kernels=kernels, keep_tensors=True,
-                                     model=str(legalized), runtime=LITERT)
+            self.litert_all = Remote(OpByOp, str(legalized), kernels, model=str(legalized), runtime=LITERT)
         return _op_by_op(outs, (self.form, self.results), feeds, self.litert_all, self.provider_list,
                          float(rtol), float(atol), self.step)
 
@@ -323,34 +320,66 @@ def _anchored(form: onnx.ModelProto, results: Mapping[str, Value]) -> onnx.Model
     return m
 
 
+class OpByOp:
+    """Built in the child: the legalized model on LiteRT keeping every tensor. ``differ``
+    runs it and the anchored ONNX form there and compares op by op there, so that the
+    intermediate tensors never cross the pipe (three times: out, in, out again)."""
+
+    runtime = LITERT
+
+    def __init__(self, legalized: str, kernels: str):
+        from .litert import LiteRTModel
+
+        self.litert = LiteRTModel(legalized, kernels=kernels, keep_tensors=True)
+        self.tensors: Dict[str, np.ndarray] = {}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> List[str]:
+        """Run it on ``feeds``; the names of the tensors LiteRT gives (kept here)."""
+        self.litert.run(feeds, 0)
+        self.tensors = self.litert.tensors()
+        return list(self.tensors)
+
+    def differ(self, feeds: Mapping[str, np.ndarray], anchored: onnx.ModelProto, provider_list: List[str],
+               fed: List[list], tolerances: List[float]) -> List[list]:
+        """[tensor name, detail, max abs err] of each op of ``fed`` ([form name, tensor
+        name, quantized]) whose result, computed by ``anchored`` from the operands of the
+        last ``run``, differs from LiteRT's."""
+        rtol, atol, step = tolerances
+        tensors = self.tensors
+        feed = dict(feeds)
+        feed.update({n + ANCHOR: tensors[t] for n, t, _ in fed})
+        with OrtRunner(anchored, provider_list, True) as sess:
+            got = sess.infer(feed)
+        bad = []
+        for n, t, quantized in fed:
+            r = compare(t, tensors[t], got[n], rtol, across_kernels(tensors[t], rtol, max(atol, step)),
+                        full_stats=False, quantized=quantized)  # (the verdict only: no stats are reported)
+            if not r.ok:
+                bad.append([t, r.detail, float(r.max_abs_err)])
+        return bad
+
+
 def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], litert, provider_list,
               rtol: float, atol: float, step: float) -> List[OutputResult]:
     """``outs`` (the ONNX form's outputs, some off end to end) judged op by op against
-    the legalized model's LiteRT run on the same ``feeds``."""
+    the legalized model's LiteRT run on the same ``feeds`` (``litert``: an ``OpByOp`` in
+    the child)."""
 
     proto, results = form
     try:  # both in the child: LiteRT keeping every tensor, and the anchored ONNX form
-        litert.call("run", feeds, 0, keep=False)
-        tensors = litert.call("tensors")
-        fed = {n: v for n, v in results.items() if v.name in tensors}
-        sess = ChildRunner(OrtRunner, _anchored(proto, fed), provider_list, True, model="the anchored ONNX form")
-        feed = dict(feeds)
-        feed.update({n + ANCHOR: tensors[v.name] for n, v in fed.items()})
-        with sess:
-            got = sess.infer(feed)
+        names = set(litert.call("run", dict(feeds)))
+        fed = {n: v for n, v in results.items() if v.name in names}
+        differ = litert.call("differ", dict(feeds), _anchored(proto, fed), list(provider_list),
+                             [[n, v.name, v.quant is not None and bool(v.quant.scale)] for n, v in fed.items()],
+                             [float(rtol), float(atol), float(step)])
     except RunFault:
         raise
     except Exception as e:  # noqa: BLE001 - LiteRT or onnxruntime refused: the end-to-end result stands
         return [o if o.ok else OutputResult(o.name, False, o.max_abs_err, o.max_rel_err,
                                             f"{o.detail or 'outside the tolerances'}; not compared op by op: "
                                             f"{first_line(e)}") for o in outs]
-    bad = []
-    for n, v in fed.items():
-        r = compare(v.name, tensors[v.name], got[n], rtol, across_kernels(tensors[v.name], rtol, max(atol, step)),
-                    quantized=v.quant is not None and bool(v.quant.scale))
-        if not r.ok:
-            op = v.producer.op_type if v.producer is not None else "?"
-            bad.append(f"'{v.name}' ({op}) {r.detail or f'max abs err {r.max_abs_err:.3g}'}")
+    producers = {v.name: (v.producer.op_type if v.producer is not None else "?") for v in fed.values()}
+    bad = [f"'{t}' ({producers.get(t, '?')}) {detail or f'max abs err {err:.3g}'}" for t, detail, err in differ]
     judged = []
     for o in outs:
         if o.ok or not _off_by_value(o):
