@@ -171,9 +171,11 @@ def _litert_kernels(original: Path, model: Model):
     from .litert import LiteRTModel
 
     custom = sorted({n.op_type for g in model.graphs for n in g.ops() if n.domain == CUSTOM_DOMAIN})
+    if not custom:
+        return "builtin", LITERT
     ref = Remote(LiteRTModel, str(original), model=str(original), runtime=LITERT)
     try:
-        unresolved = custom and ref.call("unresolved_custom_op")
+        unresolved = ref.call("unresolved_custom_op")
     finally:
         ref.close()
     if unresolved:
