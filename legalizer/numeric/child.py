@@ -329,11 +329,15 @@ class Remote:
         return self._ask(("status", 0))
 
     def close(self) -> None:
+        """Let the object go in the child, without waiting: a session takes a while to
+        free (0.1 s for a large model), and its reply is read before the next request's."""
         with _lock:
-            if _live(self.pool) is not None and self.generation == _generations.get(self.pool):
+            proc = _live(self.pool)
+            if proc is not None and self.generation == _generations.get(self.pool):
                 try:
-                    self._ask(("drop", self.handle), timeout=5.0)
-                except (RunFault, CheckUnavailable):
+                    wire.send(proc.requests, pickle.dumps(("drop", self.handle, 0), protocol=5))
+                    proc.pending.append(None)
+                except OSError:  # gone: the next request says so
                     pass
 
     def _ask(self, request: tuple, memory: Optional[int] = None, timeout: Optional[float] = None):
