@@ -335,6 +335,7 @@ def test_graph_targets(target, ok):
     "9**9**9**9", "10**10**10", "Pow(Integer(9), Pow(Integer(9), Integer(99)))", "factorial(Integer(1000000000))",
     "Mul(Integer(99999999999999999999999), Symbol('s0'))", "binomial(Integer(10**9), Integer(5*10**8))",
     "gamma(Integer(1000000000))", "PowByNatural(Integer(9), Integer(999999999))", "2**(3*4*5*6)",
+    "((((((2**64)**64)**64)**64)**64)**64)", "Pow(Pow(Pow(Integer(2), Integer(64)), Integer(64)), Integer(64))",
 ])
 def test_explosive_shape_expressions_are_refused(text):
     reason = pt2_safety.sympy_risk(text, "m")
@@ -344,13 +345,15 @@ def test_explosive_shape_expressions_are_refused(text):
 @pytest.mark.parametrize("text", [
     "math.factorial(10**9) > 0", "L['x'].size()[0] == 10**10**10", "math.comb(10**9, 10**8) == 1",
     "math.pow(9, 9**9) > 0", "L['x'].size()[0] < 123456789012345678901234567890",
+    "L['x'].size()[0] == ((2**64)**64)**64",
 ])
 def test_explosive_guards_are_refused(text):
     reason = pt2_safety.guard_risk(text, "m")
     assert reason is not None and "that may not end" in reason and reason.endswith("which torch runs")
 
 
-@pytest.mark.parametrize("text", ["s0**2", "2**s0", "Pow(Symbol('s0'), Integer(-1))", "s0**(s1 + 1)", "2**63 - 1"])
+@pytest.mark.parametrize("text", ["s0**2", "2**s0", "Pow(Symbol('s0'), Integer(-1))", "s0**(s1 + 1)", "2**63 - 1",
+                                  "(2**64)**64"])
 def test_bounded_powers_pass(text):
     assert pt2_safety.sympy_risk(text, "m") is None
 

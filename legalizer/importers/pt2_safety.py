@@ -298,6 +298,9 @@ def sympy_risk(text: str, member: str) -> Optional[str]:
 
 MAX_LITERAL = 1 << 64  # sizes, strides and bounds are 64-bit numbers
 MAX_EXPONENT = 64
+# Powers of powers: each exponent small, the tower's value is not ((2**64)**64)**64... has
+# 64**k bits. A literal power of more bits than this is refused.
+MAX_POWER_BITS = 1 << 16
 _POWERS = {"Pow", "PowByNatural", "FloatPow", "pow"}  # sympy's, torch's and math's
 # Families whose value at a literal grows beyond any shape (factorial(10**9) never
 # ends); no shape expression or guard that torch writes calls them.
@@ -342,6 +345,35 @@ def _explosive(node: ast.Call) -> bool:
     return False
 
 
+def _exponent(node: ast.AST) -> int:
+    """A constant exponent's value (``_small_exponent``), else ``MAX_EXPONENT``."""
+    if isinstance(node, ast.UnaryOp):
+        return _exponent(node.operand)
+    if isinstance(node, ast.Call) and node.args:
+        return _exponent(node.args[0])
+    return abs(int(node.value)) if isinstance(node, ast.Constant) and _small_exponent(node) else MAX_EXPONENT
+
+
+def _bits(node: ast.AST) -> int:
+    """A bound on the bits of ``node``'s value, where it is literal arithmetic (a
+    symbol or a size: 64)."""
+    if isinstance(node, ast.Constant):
+        return max(1, abs(int(node.value)).bit_length()) if type(node.value) in (int, bool) else 64
+    if isinstance(node, ast.UnaryOp):
+        return _bits(node.operand)
+    if isinstance(node, ast.BinOp):
+        left, right = _bits(node.left), _bits(node.right)
+        if isinstance(node.op, ast.Pow):
+            return left * _exponent(node.right)
+        return left + right if isinstance(node.op, ast.Mult) else max(left, right) + 1
+    if isinstance(node, ast.Call) and node.args:
+        if _called(node) in _POWERS and len(node.args) == 2:
+            return _bits(node.args[0]) * _exponent(node.args[1])
+        each = [_bits(a) for a in node.args]
+        return sum(each) if _called(node) == "Mul" else max(each) + len(each)
+    return 64
+
+
 def arithmetic_risk(tree: ast.AST, what: str, when: str) -> Optional[str]:
     """Why evaluating the literal arithmetic of ``tree`` (already within its grammar)
     could take without end: a literal beyond 64 bits, a constant exponent beyond
@@ -350,12 +382,13 @@ def arithmetic_risk(tree: ast.AST, what: str, when: str) -> Optional[str]:
         reason = None
         if isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) > MAX_LITERAL:
             reason = "a literal beyond 64 bits"
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-            if not _has_variable(node.right) and not _small_exponent(node.right):
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) or \
+                isinstance(node, ast.Call) and _called(node) in _POWERS and len(node.args) == 2:
+            exponent = node.right if isinstance(node, ast.BinOp) else node.args[1]
+            if not _has_variable(exponent) and not _small_exponent(exponent):
                 reason = f"a constant exponent that is no literal of at most {MAX_EXPONENT}"
-        elif isinstance(node, ast.Call) and _called(node) in _POWERS and len(node.args) == 2:
-            if not _has_variable(node.args[1]) and not _small_exponent(node.args[1]):
-                reason = f"a constant exponent that is no literal of at most {MAX_EXPONENT}"
+            elif _bits(node) > MAX_POWER_BITS:
+                reason = f"a power of powers of more than {MAX_POWER_BITS:,} bits"
         elif isinstance(node, ast.Call) and _explosive(node):
             reason = f"{_called(node)}(), whose value grows beyond any shape"
         if reason is not None:
