@@ -370,6 +370,30 @@ def test_npz_bombs_are_refused_before_they_inflate(tmp_path, legalize):
         assert (p.returncode, p.stderr.strip()) == (2, f"legalize: error: --input {npz}: {reason}")
 
 
+def test_npy_bombs_are_refused_before_they_allocate(tmp_path, legalize):
+    """A .npy file (``--input NAME=FILE``) is read by its header first, too: 2^40 floats
+    declared, or 2^28 declared in a file of 64 bytes (reading would allocate 1 GiB
+    before finding the data short); a bare .npy path is told to name its input."""
+    import io
+
+    src = save(conv_stack_model(), tmp_path, "convs.onnx")
+    for name, count in [("huge.npy", 1 << 40), ("short.npy", 1 << 28)]:
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (count,)})
+        (tmp_path / name).write_bytes(header.getvalue() + bytes(64))
+    huge, short = tmp_path / "huge.npy", tmp_path / "short.npy"
+    cases = [
+        (f"x={huge}", f"--input x: array '{huge}' declares {1 << 40} of float32 ({4 << 40:,} bytes), over the limit"
+                      f" of {4 << 30:,}; refusing to read it"),
+        (f"x={short}", f"--input x: array '{short}' declares {1 << 28} of float32 ({1 << 30:,} bytes), but its file"
+                       " holds 64 bytes of data; refusing to read it"),
+        (str(short), f"--input {short}: is a .npy array, not an .npz archive: give it as --input NAME={short}"),
+    ]
+    for arg, line in cases:
+        p = legalize(src, "--input", arg)
+        assert (p.returncode, p.stderr.strip()) == (2, f"legalize: error: {line}")
+
+
 # -- --require-check ------------------------------------------------------------------
 
 def test_require_check_fails_a_run_whose_original_cannot_run(tmp_path, legalize):

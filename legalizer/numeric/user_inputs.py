@@ -111,6 +111,9 @@ def read_npy(name: str, file: Union[str, os.PathLike]) -> np.ndarray:
     if _kind(file) == "":
         raise UsageError(f"--input {name}: cannot read '{file}': not a .npy array (nor an .npz archive)")
     try:
+        if _kind(file) == "npy":
+            with open(file, "rb") as f:
+                _check_declared(f, name, str(file), os.fstat(f.fileno()).st_size)
         data = np.load(file, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
         raise UsageError(f"--input {name}: cannot read '{file}' as a .npy array: {first_line(e)}") from None
@@ -129,10 +132,29 @@ INFLATION_FLOOR = 16 << 20  # members smaller than this are never refused for it
 _HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
+def _check_declared(f, where: str, array: str, holds: int) -> None:
+    """UsageError where the ``.npy`` data open as ``f`` (at its start) declares more
+    than ``MAX_ARRAY_BYTES``, or more than the ``holds`` bytes its file has; only its
+    header is read. ``where`` and ``array`` name it in the message."""
+    version = np.lib.format.read_magic(f)
+    if version not in _HEADERS:
+        raise ValueError(f"array '{array}' is in .npy format version {version[0]}.{version[1]},"
+                         f" which is not read here")
+    shape, _, dtype = _HEADERS[version](f)
+    size = math.prod(shape) * dtype.itemsize
+    declares = f"array '{array}' declares {'x'.join(map(str, shape))} of {dtype} ({size:,} bytes)"
+    if size > MAX_ARRAY_BYTES:
+        raise UsageError(f"--input {where}: {declares}, over the limit of {MAX_ARRAY_BYTES:,}; refusing to read it")
+    if dtype.kind != "O" and size > holds - f.tell():
+        raise UsageError(f"--input {where}: {declares}, but its file holds {max(holds - f.tell(), 0):,} bytes of"
+                         f" data; refusing to read it")
+
+
 def _check_members(file: Union[str, os.PathLike]) -> None:
     """UsageError for the first member of the ``.npz`` archive ``file`` whose data
     would inflate beyond ``MAX_INFLATION``, or whose header declares more than
-    ``MAX_ARRAY_BYTES``; only the zip directory and the members' headers are read."""
+    ``MAX_ARRAY_BYTES`` (or than the member holds); only the zip directory and the
+    members' headers are read."""
     with zipfile.ZipFile(file) as z:
         for info in z.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
@@ -140,15 +162,7 @@ def _check_members(file: Union[str, os.PathLike]) -> None:
                 raise UsageError(f"--input {file}: array '{name}' inflates from {info.compress_size:,} to"
                                  f" {info.file_size:,} bytes (more than {MAX_INFLATION}x); refusing to read it")
             with z.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                if version not in _HEADERS:
-                    raise ValueError(f"array '{name}' is in .npy format version {version[0]}.{version[1]},"
-                                     f" which is not read here")
-                shape, _, dtype = _HEADERS[version](f)
-            size = math.prod(shape) * dtype.itemsize
-            if size > MAX_ARRAY_BYTES:
-                raise UsageError(f"--input {file}: array '{name}' declares {'x'.join(map(str, shape))} of {dtype}"
-                                 f" ({size:,} bytes), over the limit of {MAX_ARRAY_BYTES:,}; refusing to read it")
+                _check_declared(f, str(file), name, info.file_size)
 
 
 def read_npz(file: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
@@ -157,6 +171,8 @@ def read_npz(file: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
         raise UsageError(f"--input {file}: cannot read it: {_not_regular(file)}")
     if _kind(file) == "":
         raise UsageError(f"--input {file}: cannot read it: not an .npz archive (nor a .npy array)")
+    if _kind(file) == "npy":
+        raise UsageError(f"--input {file}: is a .npy array, not an .npz archive: give it as --input NAME={file}")
     try:
         if _kind(file) == "npz":
             _check_members(file)
