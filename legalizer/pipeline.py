@@ -137,7 +137,8 @@ def _read(job: Run) -> None:
         raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {fmt.name} model is not reduced")
     names = _output_names(model)
     if options.against is not None and _per_output(options):  # the reference's outputs too
-        names += _output_names(read_model(Path(options.against)))
+        job.reference = read_model(Path(options.against))
+        names += _output_names(job.reference)
     check_tolerance_names(options, names)
     report = Report(input=str(job.path), format=fmt.name, target=options.target, profile=job.profile)
     report.warnings.extend(model.warnings)
