@@ -281,7 +281,9 @@ def _render(job: Run) -> None:
     """Every format but the model's own, made before anything is written; an
     out-of-level module is never written."""
     options = job.options
-    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, level=options.level)
+    # the IR the MLIR emitters read, made once here (a TFLite model's ONNX form, legalized)
+    sources = emit_formats.mlir_sources(job.model, job.formats, options.level)
+    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, sources=sources)
     over = emit_formats.level_diagnostics(job.model, job.made, options.target, options.level)
     if over.violations:
         nodes = job.res.output_verification.nodes
