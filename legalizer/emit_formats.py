@@ -90,6 +90,14 @@ def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None) -> Model
     return onnx_ir
 
 
+def mlir_sources(model: Model, formats: List[str], level: Optional[str] = None) -> Dict[str, Model]:
+    """Per target whose MLIR formats are asked for, the ONNX-op IR its emitters read,
+    made once (``_as_onnx_ir``; a TFLite model's ONNX form legalized for that target,
+    within ``level``) and shared by them: the emitters themselves legalize nothing."""
+    targets = dict.fromkeys(TARGET_OF_DIALECT[f] for f in formats if f in MLIR_FORMATS)
+    return {t: _as_onnx_ir(model, t, level) for t in targets}
+
+
 def bind_dims(model: Model, dims: Optional[Dict[str, int]]) -> Model:
     """``model`` (ONNX frontend) with its symbolic dims bound to the sizes of ``dims``,
     for an emitter that needs static shapes (TOSA's convolutions): its ONNX form read
@@ -115,41 +123,50 @@ def bind_dims(model: Model, dims: Optional[Dict[str, int]]) -> Model:
     return import_model(proto, model.base_dir)
 
 
-def _emitters(level: Optional[str] = None) -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
-    def stablehlo(m: Model, dims: Dict[str, int]) -> str:
+def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
+    """Each MLIR format's emitter, of the ONNX-op IR ``mlir_sources`` made for it."""
+    def stablehlo(ir: Model, dims: Dict[str, int]) -> str:
         from .exporters.stablehlo import emit_stablehlo
 
         # asserts the runtime constraints legalize recorded on the model (a TFLite
         # model's: those of its ONNX form, legalized again under its own names)
-        return emit_stablehlo(_as_onnx_ir(m, TARGET_OF_DIALECT["stablehlo"]))
+        return emit_stablehlo(ir)
 
-    def tosa(m: Model, dims: Dict[str, int]) -> str:
+    def tosa(ir: Model, dims: Dict[str, int]) -> str:
         from .exporters.tosa import emit_tosa
 
-        return emit_tosa(bind_dims(_as_onnx_ir(m, TARGET_OF_DIALECT["tosa"], level), dims))
+        return emit_tosa(bind_dims(ir, dims))
 
-    def stablehlo_bytecode(m: Model, dims: Dict[str, int]) -> bytes:
+    def stablehlo_bytecode(ir: Model, dims: Dict[str, int]) -> bytes:
         from .exporters.stablehlo import portable_artifact
 
-        return portable_artifact(stablehlo(m, dims))
+        return portable_artifact(stablehlo(ir, dims))
 
     return {"stablehlo": stablehlo, "stablehlo-bytecode": stablehlo_bytecode, "tosa": tosa}
 
 
+MLIR_FORMATS = tuple(_emitters())  # the --emit formats written by an MLIR emitter
+
+
 def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]] = None,
-                level: Optional[str] = None) -> Dict[str, Union[str, bytes]]:
+                level: Optional[str] = None, sources: Optional[Dict[str, Model]] = None) -> Dict[str, Union[str, bytes]]:
     """The MLIR text (bytes for bytecode) of each MLIR format asked for (BadInput if an op
     cannot be emitted). ``dims`` binds symbolic dims where the dialect needs static shapes
-    (TOSA convs); ``level``, the TOSA level a TFLite model's ONNX form is folded within."""
-    emitters = _emitters(level)
-    return {f: emitters[f](model, dict(dims or {})) for f in formats if f in emitters}
+    (TOSA convs); ``sources``, the IR each target's emitters read (by default
+    ``mlir_sources`` of ``model`` within ``level``, the TOSA level a TFLite model's ONNX
+    form is folded within)."""
+    if sources is None:
+        sources = mlir_sources(model, formats, level)
+    emitters = _emitters()
+    return {f: emitters[f](sources[TARGET_OF_DIALECT[f]], dict(dims or {})) for f in formats if f in emitters}
 
 
 def render(model: Model, formats: List[str], native: str, dims: Optional[Dict[str, int]] = None,
-           level: Optional[str] = None) -> Dict[str, object]:
-    """Every format asked for but the model's own (``native``): the MLIR texts, and a
-    TFLite model's ONNX form (a ModelProto), all made before anything is written."""
-    made: Dict[str, object] = dict(render_mlir(model, formats, dims, level))
+           level: Optional[str] = None, sources: Optional[Dict[str, Model]] = None) -> Dict[str, object]:
+    """Every format asked for but the model's own (``native``): the MLIR texts (of
+    ``sources``, as ``render_mlir``), and a TFLite model's ONNX form (a ModelProto), all
+    made before anything is written."""
+    made: Dict[str, object] = dict(render_mlir(model, formats, dims, level, sources))
     made.update({f: onnx_form(model) for f in formats if f in ONNX_FORMS and f != native})
     return made
 

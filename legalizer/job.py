@@ -163,6 +163,9 @@ class Run:
     made: Dict[str, object] = field(default_factory=dict)  # every format but the model's own, made
     written: Optional[Path] = None  # the model in its own format under a temporary name
     sides: Any = None  # what the check compared (``localize_reduce.Sides``)
+    # The --against model as read for its output names (a per-output tolerance may name
+    # them), or None: the comparison reads what it needs of it from here, not again.
+    reference: Optional[Model] = None
     failed: bool = False  # the check ran and found different outputs
     timings: Dict[str, float] = field(default_factory=dict)  # seconds per stage, as the driver timed them
     stack: Any = None  # the files written under temporary names, until the commit (an ExitStack)

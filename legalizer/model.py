@@ -15,9 +15,20 @@ class SourceFormat(str, enum.Enum):
     Equal to its lower-case name as a string (``SourceFormat.ONNX == "onnx"``). What the
     job does differently by input kind is in ``formats.FORMATS``."""
 
-    ONNX = "onnx"
-    TFLITE = "tflite"
-    MLIR = "mlir"  # text or bytecode: TOSA or StableHLO
+    def __new__(cls, value: str, every_subgraph: bool = False, records_constraints: bool = False):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        # ``legalize`` rewrites each top-level graph (TFLite's subgraphs: no opsets, no
+        # legacy forms), not the one graph at its opset.
+        member.every_subgraph = every_subgraph
+        # ``legalize`` records the runtime constraints of the graph it is given (what the
+        # xla form's StableHLO asserts), unless the pipeline has.
+        member.records_constraints = records_constraints
+        return member
+
+    ONNX = ("onnx", False, True)
+    TFLITE = ("tflite", True, False)
+    MLIR = ("mlir", False, False)  # text or bytecode: TOSA or StableHLO
 
     __str__ = str.__str__
     __format__ = str.__format__

@@ -20,7 +20,13 @@ BROADCASTING = ("binary", "ternary", "variadic", "unidirectional")
 # Ops that do not broadcast, listed (TFLite) for their options table and ONNX form.
 CATEGORIES = BROADCASTING + ("unary", "other")
 BROADCASTS = ("multidirectional", "unidirectional")
-FRONTENDS = ("onnx", "tflite", "tosa")
+# Each frontend's rules file (rules/FRONTEND.toml) -> the domain its ops are keyed by
+# (``Node.op``): ONNX's bare (``Add``), the others' as DOMAIN.OP (``tflite.ADD``).
+FRONTEND_DOMAINS = {"onnx": "", "tflite": "tflite", "tosa": "tosa"}
+FRONTENDS = tuple(FRONTEND_DOMAINS)
+# The keys of an op's table that name the op in a dialect or format it is written in
+# (``OpRule.targets``); its other keys are facts of the op.
+TARGET_SECTIONS = ("stablehlo", "tosa", "tflite")
 LEGACY = (None, "attr", "equal", "unidirectional", "channel")
 DIRECTIONS = (None, "EQ", "NE", "LT", "LE", "GT", "GE")  # stablehlo.compare's
 
@@ -101,7 +107,7 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
         raise bad(f"onto must be operand0 or result, not {onto!r}")
     if broadcast == "unidirectional" and not broadcasts:
         raise bad("a unidirectional op must list the operands that broadcast (`broadcasts`)")
-    targets = {k: v for k, v in table.items() if k in ("stablehlo", "tosa", "tflite")}
+    targets = {k: v for k, v in table.items() if k in TARGET_SECTIONS}
     effects = table.get("effects", False)
     if not isinstance(effects, bool):
         raise bad(f"effects must be true or false, not {effects!r}")
@@ -142,7 +148,7 @@ def table_text(name: str) -> str:
 def frontend_rules(frontend: str) -> Mapping[str, OpRule]:
     """Every table of one frontend's file, broadcasting or not."""
     return parse_rules(_builtin_text(f"{frontend}.toml"), f"rules/{frontend}.toml",
-                       "" if frontend == "onnx" else frontend)
+                       FRONTEND_DOMAINS.get(frontend, frontend))
 
 
 @functools.lru_cache(maxsize=None)

@@ -137,7 +137,8 @@ def _read(job: Run) -> None:
         raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {fmt.name} model is not reduced")
     names = _output_names(model)
     if options.against is not None and _per_output(options):  # the reference's outputs too
-        names += _output_names(read_model(Path(options.against)))
+        job.reference = read_model(Path(options.against))
+        names += _output_names(job.reference)
     check_tolerance_names(options, names)
     report = Report(input=str(job.path), format=fmt.name, target=options.target, profile=job.profile)
     report.warnings.extend(model.warnings)
@@ -280,7 +281,9 @@ def _render(job: Run) -> None:
     """Every format but the model's own, made before anything is written; an
     out-of-level module is never written."""
     options = job.options
-    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, level=options.level)
+    # the IR the MLIR emitters read, made once here (a TFLite model's ONNX form, legalized)
+    sources = emit_formats.mlir_sources(job.model, job.formats, options.level)
+    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, sources=sources)
     over = emit_formats.level_diagnostics(job.model, job.made, options.target, options.level)
     if over.violations:
         nodes = job.res.output_verification.nodes

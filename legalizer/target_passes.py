@@ -9,7 +9,7 @@ from typing import Optional
 import onnx
 
 from .errors import BadInput
-from .model import Model
+from .model import Model, SourceFormat
 from .passes import PassContext, PassManager, legacy_broadcast, needs_explicit_broadcast
 from .targets import NUMPY_OPSET, target as target_named
 
@@ -31,11 +31,12 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     spec = target_named(target)
     ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level))
     check = _verify_after_pass if debug else None
-    if model.constraints is None and model.format == "onnx":  # the pipeline records its own
+    kind = SourceFormat(model.format)
+    if model.constraints is None and kind.records_constraints:  # the pipeline records its own
         from .verifier import verify
 
         model.constraints = verify(model.graph, "mlir", assume_dynamic_not_one=assume_dynamic_not_one).constraints
-    if model.format == "tflite":  # no opsets, no legacy forms; every subgraph
+    if kind.every_subgraph:  # no opsets, no legacy forms; every subgraph
         for graph in model.graphs:
             PassManager(spec.pipeline(), debug=debug, check=check).run(graph, ctx)
         return LegalizeResult(model, ctx.stats, [])

@@ -116,3 +116,28 @@ def test_tflite_op_without_onnx_form_writes_nothing(tmp_path, emit, dialect, leg
     assert p.returncode == 2
     assert lines(p.stderr) == [f"legalize: error: {src}: cannot {dialect}: no ONNX form for TFLite ops: CUSTOM.MyFrob"]
     assert sorted(f.name for f in tmp_path.iterdir()) == ["custom.tflite"]
+
+
+def test_tflite_models_onnx_form_is_made_once_for_every_mlir_format(tmp_path, legalize_in_process, monkeypatch):
+    """The ONNX-op IR the StableHLO text and bytecode are emitted from is made (imported
+    and legalized) once, by the pipeline, and gives the same text as one made alone."""
+    require("jax")
+    import legalizer.importers.onnx as onnx_importer
+    from legalizer.emit_formats import render_mlir
+    from legalizer.importers.reader import read_model
+    from legalizer.target_passes import legalize as legalize_model
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes((ROOT / "models/tflite/broadcast_add.tflite").read_bytes())
+    imported = []
+    import_model = onnx_importer.import_model
+    monkeypatch.setattr(onnx_importer, "import_model", lambda *a, **k: imported.append(1) or import_model(*a, **k))
+    code, out, err = legalize_in_process(src, "--target", "xla", "--emit", "stablehlo", "--emit",
+                                         "stablehlo-bytecode", "--no-check", "-q")
+    assert code == 0, err
+    assert len(imported) == 1
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m.legal.stablehlo.mlir", "m.legal.stablehlo.mlirbc",
+                                                          "m.tflite"]
+    model = read_model(src)
+    legalize_model(model, "xla")
+    assert (tmp_path / "m.legal.stablehlo.mlir").read_text() == render_mlir(model, ["stablehlo"])["stablehlo"]

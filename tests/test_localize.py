@@ -399,6 +399,26 @@ def test_per_output_tolerances_as_polygraphy_writes_them(tmp_path, legalize):
     assert lines(p.stderr) == ["legalize: error: --rtol expects a non-negative number or OUTPUT:NUMBER, not 'y:much'"]
 
 
+def test_per_output_tolerance_reads_the_reference_once(tmp_path, legalize_in_process, monkeypatch):
+    """Its output names come from the one read the comparison uses: the reference file
+    is parsed once in this process (its runs on onnxruntime are the child's)."""
+    bad, _, _ = _perturbed_onnx(ROOT / "models/mlp_bias.onnx", tmp_path / "bad.onnx")
+    ref = tmp_path / "ref.onnx"
+    shutil.copyfile(ROOT / "models/mlp_bias.onnx", ref)
+    parsed = []
+    load_model = onnx.load_model
+
+    def counted(f, *args, **kwargs):
+        parsed.append(Path(str(f)))
+        return load_model(f, *args, **kwargs)
+
+    monkeypatch.setattr(onnx, "load_model", counted)
+    code, out, err = legalize_in_process(bad, "--verify-only", "--against", ref, "--atol", "y:10", "--atol", "1e-6",
+                                         "-q")
+    assert code == 0, out + err
+    assert parsed.count(ref) == 1, parsed
+
+
 def test_error_statistics_per_output(tmp_path, legalize):
     bad, _, _ = _perturbed_onnx(ROOT / "models/mlp_bias.onnx", tmp_path / "bad.onnx")
     p = legalize(bad, "--verify-only", "--against", ROOT / "models/mlp_bias.onnx", "-v", "--report",

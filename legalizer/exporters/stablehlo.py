@@ -35,7 +35,7 @@ from ..ir.graph import Graph, Node
 from ..verifier import VerifyResult, verify
 from .mlir.driver import Driver
 from .mlir.fold import STABLEHLO_FOLDING
-from .mlir.registry import Unsupported
+from .mlir.registry import FRONTEND, Unsupported
 from .mlir.stablehlo import LOWERINGS
 from .mlir.stablehlo.assertions import Assertions
 from .mlir.stablehlo.emitter import TT, Emitter
@@ -68,7 +68,7 @@ def emit_stablehlo(model, constraints=None, *, verified: Optional[VerifyResult] 
     Raises ``BadInput`` naming every op that cannot be lowered, and ``ImplicitBroadcast``
     if an elementwise op still broadcasts."""
     graph: Graph = model if isinstance(model, Graph) else model.graph
-    if graph.frontend != "onnx":
+    if graph.frontend != FRONTEND:
         raise BadInput("cannot emit StableHLO for a TFLite model's graph (its ONNX form can be)")
     if verified is None:
         verified = verify(graph, "xla")

@@ -94,9 +94,11 @@ class OnnxFormat(Format):
         from ..numeric.ort import check
 
         options = run.options
+        # the reference's declarations as read for its output names, if it was (not parsed again)
+        declared = run.reference.proto if run.reference is not None else None
         return check(reference, run.path, provider=options.provider, dims=run.dims, inputs=run.given,
                      rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
-                     raise_faults=True)
+                     raise_faults=True, declared=declared)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
         from ..numeric.ort import synthesize

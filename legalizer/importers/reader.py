@@ -4,8 +4,9 @@ and the importer that reads it (``read_model``)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -134,15 +135,9 @@ def check_external_data(path: Path) -> None:
     """For an ONNX file that is handed to onnxruntime as a path (which then reads its
     external data): BadInput, naming the file, for external data that
     ``ir.constdata.external_data`` refuses. Other formats are left alone."""
-    if sniff(path) != "onnx":
-        return
-    from ..ir.constdata import check_external
-
-    proto = load_onnx_proto(path)
-    try:
-        check_external(proto, path.resolve().parent)
-    except BadInput as e:
-        raise BadInput(f"{path}: {e}") from None
+    kind = KINDS.get(sniff(path))
+    if kind is not None and kind.external_data is not None:
+        kind.external_data.check(path)
 
 
 def files_read(paths: Sequence[Path], outputs: Sequence[Path] = ()) -> List[Tuple[str, Path]]:
@@ -154,18 +149,37 @@ def files_read(paths: Sequence[Path], outputs: Sequence[Path] = ()) -> List[Tupl
     found = [("an input model", Path(p)) for p in paths]
     if not any(os.path.lexists(o) for o in outputs if o is not None):
         return found
-    from ..ir.constdata import external_location
-    from ..protoutil import model_tensors
-
     for _, path in list(found):
-        if path.is_file() and sniff(path) == "onnx":
-            proto = load_onnx_proto(path)
-            try:
-                found += [(f"the external data of {path}", external_location(t, path.resolve().parent, what))
-                          for what, t in model_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
-            except BadInput as e:
-                raise BadInput(f"{path}: {e}") from None
+        kind = KINDS.get(sniff(path)) if path.is_file() else None
+        if kind is not None and kind.external_data is not None:
+            found += kind.external_data.files(path)
     return found
+
+
+class _OnnxExternalData:
+    """An ONNX model's tensors stored in files beside it (``ir.constdata`` resolves them)."""
+
+    @staticmethod
+    def check(path: Path) -> None:
+        from ..ir.constdata import check_external
+
+        proto = load_onnx_proto(path)
+        try:
+            check_external(proto, path.resolve().parent)
+        except BadInput as e:
+            raise BadInput(f"{path}: {e}") from None
+
+    @staticmethod
+    def files(path: Path) -> List[Tuple[str, Path]]:
+        from ..ir.constdata import external_location
+        from ..protoutil import model_tensors
+
+        proto = load_onnx_proto(path)
+        try:
+            return [(f"the external data of {path}", external_location(t, path.resolve().parent, what))
+                    for what, t in model_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
+        except BadInput as e:
+            raise BadInput(f"{path}: {e}") from None
 
 
 def _read_onnx(path: Path, infer: bool, trust_pt2: bool) -> Model:
@@ -198,8 +212,20 @@ def _read_pt2(path: Path, infer: bool, trust_pt2: bool) -> Model:
     return load_pt2(path, infer=infer, trust=trust_pt2)
 
 
-# What ``sniff`` finds -> its reader.
-READERS = {"onnx": _read_onnx, "tflite": _read_tflite, "mlir": _read_mlir, "mlirbc": _read_mlir, "pt2": _read_pt2}
+@dataclass(frozen=True)
+class FileKind:
+    """A model file format ``sniff`` finds, as one record: how it is read, and what
+    besides it is opened or runs it."""
+
+    read: Callable[[Path, bool, bool], Model]
+    external_data: Any = None  # its tensors in other files: check(path), files(path) (ONNX's)
+    litert: bool = False  # LiteRT runs it as it is (a TFLite flatbuffer); the others run as ONNX
+
+
+# What ``sniff`` finds -> its record.
+KINDS = {"onnx": FileKind(_read_onnx, external_data=_OnnxExternalData), "tflite": FileKind(_read_tflite, litert=True),
+         "mlir": FileKind(_read_mlir), "mlirbc": FileKind(_read_mlir), "pt2": FileKind(_read_pt2)}
+READERS = {name: kind.read for name, kind in KINDS.items()}
 
 
 def read_model(path, infer: bool = True, trust_pt2: bool = False) -> Model:

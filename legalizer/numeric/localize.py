@@ -463,10 +463,11 @@ def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
 def reference_probe(reference, provider_list: Sequence[str]):
     """The probe of a ``.tflite`` or ``.onnx`` reference (a path), its input and output
     names in order, and its op per value."""
-    from ..importers.reader import check_external_data, sniff
+    from ..importers.reader import KINDS, check_external_data, sniff
     from .probes import ChildProbe, LiteRTProbe, OrtProbe
 
-    if sniff(reference) == "tflite":
+    kind = KINDS.get(sniff(reference))
+    if kind is not None and kind.litert:
         probe = ChildProbe(LiteRTProbe, reference, model=str(reference))
         if probe.call("unresolved_custom_op"):  # as the check: LiteRT's default resolver
             probe.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from onnx import AttributeProto, helper
+from onnx import helper
 
 from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import Dim, TensorType, all_static
@@ -218,11 +218,8 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
 
 def _dims_attr(graph: Graph, dims: List[int]):
     """``broadcast_dimensions`` as the graph's nodes hold attributes: an ONNX
-    AttributeProto (attr_type given: a rank-0 operand has none, and onnx cannot infer
-    the type of an empty list), or a list in a TFLite graph."""
-    if graph.frontend == "onnx":
-        return helper.make_attribute("broadcast_dimensions", dims, attr_type=AttributeProto.INTS)
-    return dims
+    AttributeProto (a rank-0 operand's is empty), or a list in a TFLite graph."""
+    return ops_for(graph).ints_attr("broadcast_dimensions", dims)
 
 
 def _read_dims_attr(attr) -> List[int]:

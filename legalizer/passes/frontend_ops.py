@@ -30,6 +30,15 @@ def _placed_quant(q: Optional[Quantization], axes: Sequence[int], rank: int) -> 
 
 class OnnxOps:
     index_dtype = "int64"
+    # The rank-agnostic rewrites (passes.rank_agnostic) are written in its ops: Shape,
+    # Expand, Where at an opset that has them.
+    rank_agnostic = True
+
+    @staticmethod
+    def ints_attr(key: str, values: List[int]):
+        """A list-of-ints attribute as its nodes hold one: an AttributeProto, typed (an
+        empty list has no type onnx can infer)."""
+        return helper.make_attribute(key, values, attr_type=onnx.AttributeProto.INTS)
 
     @staticmethod
     def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None,
@@ -96,6 +105,11 @@ class TFLiteOps:
     """TFLite builtins; shape tensors are int32, as TFLite's kernels take them."""
 
     index_dtype = "int32"
+    rank_agnostic = False
+
+    @staticmethod
+    def ints_attr(key: str, values: List[int]):
+        return values
 
     @staticmethod
     def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None,

@@ -26,6 +26,7 @@ from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import TensorType
 from ..oprules import RuleLookup
 from .base import PassContext
+from .frontend_ops import FRONTEND_OPS
 from .rewrite import add_const
 
 MIN_OPSET = 14
@@ -95,6 +96,12 @@ def _unranked_users(graph: Graph, ctx: PassContext) -> Iterator[Node]:
         yield node
 
 
+def _in_ops_of_its_own(graph: Graph) -> bool:
+    """Whether the rewrites can be written in ``graph``'s ops (its frontend's record)."""
+    ops = FRONTEND_OPS.get(graph.frontend)
+    return ops is not None and ops.rank_agnostic
+
+
 def rank_agnostic_expand(graph: Graph, ctx: PassContext) -> bool:
     """``xla``'s form of the rewrite: no implicit broadcast, so every operand of such an
     op becomes ``Expand(v, S)``, ``S`` the broadcast shape, made at run time by Expand
@@ -102,7 +109,7 @@ def rank_agnostic_expand(graph: Graph, ctx: PassContext) -> bool:
     so on for each further operand; ``S = Shape(t)``. Every operand then has the
     result's shape: the result's type where it is known, else one shape symbol shared
     with the result (``TensorType.shape_of``), by which the verifier proves them equal."""
-    if graph.frontend != "onnx" or graph.opset_for("") < EXPAND_OPSET:
+    if not _in_ops_of_its_own(graph) or graph.opset_for("") < EXPAND_OPSET:
         return False
     changed = False
     for node in list(_unranked_users(graph, ctx)):
@@ -129,7 +136,7 @@ def rank_agnostic_expand(graph: Graph, ctx: PassContext) -> bool:
 def rank_agnostic(graph: Graph, ctx: PassContext) -> bool:
     """Give every operand of unknown rank of a numpy-broadcasting op the broadcast rank
     (module docstring)."""
-    if graph.frontend != "onnx" or graph.opset_for("") < MIN_OPSET:
+    if not _in_ops_of_its_own(graph) or graph.opset_for("") < MIN_OPSET:
         return False
     changed = False
     for node in list(_unranked_users(graph, ctx)):

@@ -14,6 +14,10 @@ from ...oprules import frontend_rules
 
 F = TypeVar("F", bound=Callable)
 
+# The frontend whose ops the lowering tables are keyed by: a graph of another
+# frontend's ops (TFLite's) is emitted from its ONNX form.
+FRONTEND = "onnx"
+
 
 class Unsupported(Exception):
     """Raised by a lowering: this node cannot be emitted (the reason, or "" for none)."""
@@ -49,7 +53,7 @@ class LoweringTable:
 def rule_op_names(dialect: str, ops: Iterable[str]) -> Dict[str, str]:
     """The ``dialect`` op each ONNX op of ``ops`` lowers to, as its rule names it
     (``rules/onnx.toml``); a rule that names none is an error in the table."""
-    rules = frontend_rules("onnx")
+    rules = frontend_rules(FRONTEND)
     names = {}
     for op in ops:
         name = rules[op].targets.get(dialect) if op in rules else None
@@ -62,7 +66,7 @@ def rule_op_names(dialect: str, ops: Iterable[str]) -> Dict[str, str]:
 def rule_directions(ops: Iterable[str]) -> Dict[str, str]:
     """The ``stablehlo.compare`` direction of each comparison of ``ops``, as its rule
     names it (``direction =`` in ``rules/onnx.toml``)."""
-    rules = frontend_rules("onnx")
+    rules = frontend_rules(FRONTEND)
     directions = {}
     for op in ops:
         direction = rules[op].direction if op in rules else None
