@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .numeric import ATOL, BUDGET, RTOL
+from .numeric.runtimes import provider_choices
 from .errors import EXIT_OK, UsageError
 from .model import Model
 from .report import Report
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 # progress from it; the API ignores it.
 StageCallback = Callable[[str, Dict[str, int]], None]
 
-PROVIDERS = ("auto", "cpu", "cuda")
 
 # The golden-data options (check.golden), by field and flag.
 GOLDEN_FLAGS = (("load_inputs", "--load-inputs"), ("data_loader_script", "--data-loader-script"),
@@ -110,8 +110,9 @@ class RunOptions:
             if not spec.levels:
                 raise UsageError(f"--tosa-level applies to --target {' or '.join(t.name for t in leveled)},"
                                  f" not --target {self.target}")
-        if self.provider not in PROVIDERS:
-            raise UsageError(f"--provider must be {', '.join(PROVIDERS[:-1])} or {PROVIDERS[-1]}, not"
+        providers = provider_choices()  # the runtimes' table's
+        if self.provider not in providers:
+            raise UsageError(f"--provider must be {', '.join(providers[:-1])} or {providers[-1]}, not"
                              f" '{self.provider}'")
         if self.require_check and not self.checks:
             raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"

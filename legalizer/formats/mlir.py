@@ -51,28 +51,28 @@ class MlirFormat(Format):
     def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
         from ..numeric.against import module_text
         from ..numeric.localize import localize_mlir
-        from ..numeric.ort_session import providers
 
         feeds = self.feeds(sides, binding.dims, given, provider)
         differing = [i for i, o in enumerate(binding.outputs) if not o.ok]
-        return localize_mlir(module_text(Path(sides.candidate)), sides.reference, feeds, providers(provider),
+        return localize_mlir(module_text(Path(sides.candidate)), sides.reference, feeds, provider,
                              rtol=rtol, atol=atol, binding=binding.dims, differing=differing, budget=budget)
 
     def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
                protect: Sequence[Path]):
         from ..numeric.against import module_text
         from ..numeric.iree_run import bind_dims
-        from ..numeric.probes import printed
+        from ..numeric.iree_run import printed
         from ..numeric.reduce import reduce_mlir
 
         feeds = self.feeds(sides, loc.binding, given, provider)
         text = printed(bind_dims(module_text(Path(sides.candidate)), [np.shape(a) for a in feeds.values()]))
-        return reduce_mlir(text, loc, feeds, path, rtol=rtol, atol=atol, force=force, protect=protect)
+        return reduce_mlir(text, loc, feeds, path, rtol=rtol, atol=atol, force=force, protect=protect,
+                           provider=provider)
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):
         from ..numeric.against import module_text
-        from ..numeric.probes import printed
+        from ..numeric.iree_run import printed
         from ..numeric.reduce import reduce_mlir_violation
 
         text = printed(module_text(Path(source)))

@@ -105,20 +105,18 @@ class OnnxFormat(Format):
 
     def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
         from ..numeric.localize import localize_onnx
-        from ..numeric.ort_session import providers
 
         sides.candidate, sides.reference = as_proto(sides.candidate), as_proto(sides.reference)
         feeds = self.feeds(sides, binding.dims, given, provider)
-        return localize_onnx(sides.candidate, sides.reference, feeds, providers(provider), rtol=rtol, atol=atol,
+        return localize_onnx(sides.candidate, sides.reference, feeds, provider, rtol=rtol, atol=atol,
                              binding=binding.dims)
 
     def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
                protect: Sequence[Path]):
-        from ..numeric.ort_session import providers
         from ..numeric.reduce import reduce_onnx
 
         feeds = self.feeds(sides, loc.binding, given, provider)
-        return reduce_onnx(sides.candidate, sides.reference, loc, feeds, providers(provider), path, rtol=rtol,
+        return reduce_onnx(sides.candidate, sides.reference, loc, feeds, provider, path, rtol=rtol,
                            atol=atol, force=force, protect=protect)
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,

@@ -75,7 +75,7 @@ class TfliteFormat(Format):
 
         feeds = self.feeds(sides, binding.dims, given, provider)
         loc = localize_tflite(sides.candidate, sides.reference, sides.graph, feeds, rtol=rtol, atol=atol,
-                              binding=binding.dims)
+                              binding=binding.dims, provider=provider)
         if not any(not o.ok for o in binding.outputs if o.name.endswith("(LiteRT)")):
             loc.note = "compared on LiteRT, where the outputs match: those that differ are the ONNX form's"
         return loc

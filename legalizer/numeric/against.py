@@ -15,12 +15,15 @@ import numpy as np
 
 from ..errors import CheckUnavailable, first_line
 from ..importers.reader import sniff
-from .child import ChildRunner, RunFault
+from .child import RunFault
 from .compare import Comparator, Pairing, unless_compared
 from .user_inputs import check_dim_names, dynamic_keys
 from .inputs import make_feeds, small_then_one
 from .results import CheckResult, OutputResult
 from .runner import Runner
+from .runtimes import Runtime, reference_for, reference_formats, runner_for
+
+MODULE = "mlir"  # the format of what --against compares (a TOSA module), as the runtimes' table names it
 
 
 def module_text(path: Path) -> str:
@@ -33,36 +36,22 @@ def module_text(path: Path) -> str:
     return bytecode_to_text(data, str(path)) if data.startswith(BYTECODE_MAGIC) else iree_text(data, str(path))
 
 
-def _litert_reference(path: Path, provider: str) -> Runner:
-    from .litert import LiteRTRunner
-
-    runner = ChildRunner(LiteRTRunner, str(path), model=str(path))
-    runner.activate()
-    if runner.remote.call("model.unresolved_custom_op"):
-        runner.deactivate()
-        runner = ChildRunner(LiteRTRunner, str(path), kernels="default", model=str(path)).activate()
-    return runner
-
-
-def _ort_reference(path: Path, provider: str) -> Runner:
-    from .ort import OrtRunner
-    from .ort_session import providers
-
-    return ChildRunner(OrtRunner, str(path), providers(provider), model=str(path)).activate()
-
-
-# The runtime each reference format runs on, by ``sniff``'s name.
-REFERENCE_RUNNERS = {"tflite": _litert_reference, "onnx": _ort_reference}
-
-
 def reference_runner(path: Path, provider: str) -> Runner:
-    """The activated runner of the model the module came from, in the child process
-    (``child.py``): LiteRT (its default resolver for a custom op only that runs, as the
-    TFLite check) or onnxruntime."""
+    """The activated runner of the model the module came from, on the runtime that runs
+    its format (``runtimes.py``), in the child process (LiteRT: its default resolver for
+    a custom op only that runs, as the TFLite check)."""
+    return reference_runtime(path, provider).runner(path, provider).activate()
+
+
+def reference_runtime(path: Path, provider: str) -> Runtime:
+    """The runtime of the model at ``path`` as ``--against``'s reference (CheckUnavailable
+    for a format none runs as one)."""
     kind = sniff(path)
-    if kind not in REFERENCE_RUNNERS:
-        raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {kind}")
-    return REFERENCE_RUNNERS[kind](path, provider)
+    runtime = reference_for(kind, provider)
+    if runtime is None:
+        raise CheckUnavailable(f"--against takes a {' or '.join('.' + f for f in reference_formats())} model,"
+                               f" not {kind}")
+    return runtime
 
 
 def feeds_for(reference: Path, binding: Mapping[str, int], given: Mapping[str, np.ndarray], provider: str = "auto",
@@ -95,11 +84,13 @@ def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol
 
 def _check_against(module: Path, reference: Path, runners, *, provider, rtol, atol, given, dims,
                    seed) -> CheckResult:
-    from .iree_run import IreeRunner, TosaError
+    from .iree_run import TosaError
 
     try:
-        ref = reference_runner(reference, provider)
+        runtime = reference_runtime(reference, provider)
+        ref = runtime.runner(reference, provider)
         runners.append(ref)
+        ref.activate()
         specs = ref.input_specs()
     except RunFault:
         raise
@@ -111,11 +102,11 @@ def _check_against(module: Path, reference: Path, runners, *, provider, rtol, at
     result = CheckResult(True, label)
     pairing = Pairing(by_position=True, label=lambda i, n: f"result #{i}",
                       # an integer result of a TFLite model is taken as quantized: one step of slack
-                      quantized=lambda n: ref.name == "LiteRT",
+                      quantized=lambda n: runtime.quantized,
                       count_mismatch=lambda want, have: [OutputResult(
                           f"result #{i}", False, detail=f"the module has {have} results, the model {want} outputs")
                           for i in range(want)])
-    iree = IreeRunner(module_text(module), contained=True, model=str(module)).activate()
+    iree = runner_for(MODULE, provider).runner(module_text(module), provider, what=str(module)).activate()
     runners.append(iree)
     comparator = Comparator(ref, iree, result, rtol, atol, pairing=pairing, candidate_errors=(),
                             refused=lambda e: f"{reference} fails on {ref.name}: {first_line(e)}")

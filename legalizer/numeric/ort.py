@@ -22,8 +22,9 @@ from .user_inputs import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
-from .child import ChildRunner, RunFault, label
+from .child import RunFault
 from .runner import Runner
+from .runtimes import runner_for
 from .runtime_shapes import verify_run_time
 from .search import PROBE_MEMORY, TooBig, graph_sizes, search, sizes_in_name
 
@@ -150,7 +151,8 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     (``CheckResult.runs``, for --save-inputs / --save-outputs). A model whose child
     process faults (``child.RunFault``) leaves the check not run (``raise_faults``:
     raised, for ``--against``)."""
-    provider_list = providers(provider)
+    runtime = runner_for("onnx", provider)
+    used = runtime.names(provider)  # (UsageError for a provider onnxruntime does not have)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
             onnx.load_model(str(original), load_external_data=False)
@@ -158,56 +160,53 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
     opened: List[Runner] = []
     try:
-        return _check(original, legalized, declared, given, fixed, provider, provider_list, opened, rtol=rtol,
+        return _check(original, legalized, declared, given, fixed, provider, runtime, opened, rtol=rtol,
                       atol=atol, max_bindings=max_bindings, seed=seed, not_one=not_one, choices=choices, hints=hints,
                       max_search_tries=max_search_tries, profile=profile, record=record)
     except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
         if raise_faults:
             raise
-        return CheckResult(False, provider_list[0], error=str(e))
+        return CheckResult(False, used, error=str(e))
     finally:
         for r in opened:  # (the child stays, warm, for the next check of the run)
             r.deactivate()
 
 
-def runner(model, provider_list: Sequence[str], what: str, basic: bool = False) -> ChildRunner:
-    """An ONNX model (a ModelProto or a path) on onnxruntime, in the child process;
-    ``what`` names it when it is not a path ("the original")."""
-    return ChildRunner(OrtRunner, model, list(provider_list), basic, model=label(model) or what,
-                       fetch=("provider", "outputs"))
+def runner(model, provider: str, what: str, basic: bool = False) -> Runner:
+    """An ONNX model (a ModelProto or a path) on the runtime that runs ONNX on
+    ``provider`` (``runtimes.py``), in the child process; ``what`` names it when it is
+    not a path ("the original")."""
+    return runner_for("onnx", provider).runner(model, provider, what=what, basic=basic)
 
 
-def _load_both(original, legalized, provider, provider_list,
-               opened) -> Union[CheckResult, Tuple[ChildRunner, ChildRunner]]:
-    """The original and the legalized model loaded on onnxruntime (added to
-    ``opened``), or the CheckResult of the one that does not load."""
-    ref = runner(original, provider_list, "the original")
+def _load_both(original, legalized, provider, runtime, opened) -> Union[CheckResult, Tuple[Runner, Runner]]:
+    """The original and the legalized model loaded on ``runtime`` (added to ``opened``),
+    or the CheckResult of the one that does not load."""
+    ref = runtime.runner(original, provider, what="the original")
     opened.append(ref)
     try:
         ref.activate()
     except RunFault:
         raise
-    except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
-        return CheckResult(False, provider_list[0], error=f"the original does not load on onnxruntime: {first_line(e)}")
+    except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
+        return CheckResult(False, runtime.names(provider),
+                           error=f"the original does not load on {runtime.name}: {first_line(e)}")
     used = ref.provider
-    if provider == "cuda" and used != "CUDAExecutionProvider":
-        from ..errors import UsageError
-        raise UsageError("--provider cuda: onnxruntime could not start its CUDA provider (missing CUDA or"
-                         " cuDNN libraries?); see the docs, Getting started: Checking on a GPU")
-    new = runner(legalized, provider_list, "the legalized model")
+    runtime.started(provider, ref)
+    new = runtime.runner(legalized, provider, what="the legalized model")
     opened.append(new)
     try:
         new.activate()
     except RunFault:
         raise
     except Exception as e:  # noqa: BLE001
-        return CheckResult(True, used, error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
+        return CheckResult(True, used, error=f"the legalized model does not load on {runtime.name}: {first_line(e)}")
     return ref, new
 
 
-def _check(original, legalized, declared, given, fixed, provider, provider_list, opened, *, rtol, atol, max_bindings, seed,
+def _check(original, legalized, declared, given, fixed, provider, runtime, opened, *, rtol, atol, max_bindings, seed,
            not_one, choices, hints, max_search_tries, profile, record) -> CheckResult:
-    loaded = _load_both(original, legalized, provider, provider_list, opened)
+    loaded = _load_both(original, legalized, provider, runtime, opened)
     if isinstance(loaded, CheckResult):
         return loaded
     ref, new = loaded
@@ -250,7 +249,7 @@ def _check(original, legalized, declared, given, fixed, provider, provider_list,
         return CheckResult(False, used, error=str(e))
     first = next((b for b in result.bindings if not b.skipped), None)
     if profile is not None and first is not None:
-        result.runtime = verify_run_time(legalized, feeds_of(first.dims), first.dims, profile, provider_list)
+        result.runtime = verify_run_time(legalized, feeds_of(first.dims), first.dims, profile, providers(provider))
     searched = f"; a search of {result.search.tried} more found none it accepts" if result.search else ""
     return unless_compared(result, f"the original model fails on onnxruntime for every input binding tried"
                                    f" ({len(plan)} synthesized{searched}): ")

@@ -20,10 +20,11 @@ from ..errors import CheckUnavailable, UsageError, first_line
 from .compare import ATOL, RTOL, HISTOGRAM_EDGES, Comparator, unless_compared
 from .user_inputs import user_dims
 from .inputs import make_feeds
-from .ort import OrtRunner, declared_shapes, input_specs
-from .ort_session import providers
+from .child import RunFault
+from .ort import declared_shapes, input_specs
 from .results import CheckResult
 from .runner import Runner
+from .runtimes import runner_for
 
 Feed = Dict[str, np.ndarray]
 
@@ -71,7 +72,8 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
     outputs by name; ``reference`` says where they came from) those outputs.
     UsageError when a sample does not fit the model's inputs, or stored outputs do not
     fit its outputs."""
-    provider_list = providers(provider)
+    runtime = runner_for("onnx", provider)
+    label = runtime.names(provider)  # (UsageError for a provider onnxruntime does not have)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
             onnx.load_model(str(original), load_external_data=False)
@@ -84,6 +86,19 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
             plan.append(user_dims(decl, dims, None, sample))
         except UsageError as e:
             raise UsageError(f"sample {k}: {e}") from None
+    opened: List[Runner] = []
+    try:
+        return _check_samples(original, legalized, samples, plan, specs, names, opened, runtime, provider, label,
+                              expected=expected, reference=reference, rtol=rtol, atol=atol, record=record, seed=seed)
+    except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
+        return CheckResult(False, label, error=str(e))
+    finally:
+        for r in opened:
+            r.deactivate()
+
+
+def _check_samples(original, legalized, samples, plan, specs, names, opened, runtime, provider, label, *, expected,
+                   reference, rtol, atol, record, seed) -> CheckResult:
     notes: List[str] = []
     keep = None
     if expected is not None:
@@ -91,19 +106,24 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
         ref: Runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
         used = ""
     else:
-        ref = OrtRunner(original, provider_list)
+        ref = runtime.runner(original, provider, what="the original")
+        opened.append(ref)
         try:
             ref.activate()
-        except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
-            return CheckResult(False, provider_list[0],
-                               error=f"the original does not load on onnxruntime: {first_line(e)}")
+        except RunFault:
+            raise
+        except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
+            return CheckResult(False, label, error=f"the original does not load on {runtime.name}: {first_line(e)}")
         used = ref.provider
-    new = OrtRunner(legalized, provider_list)
+    new = runtime.runner(legalized, provider, what="the legalized model")
+    opened.append(new)
     try:
         new.activate()
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001
-        return CheckResult(expected is None, used or provider_list[0],
-                           error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
+        return CheckResult(expected is None, used or label,
+                           error=f"the legalized model does not load on {runtime.name}: {first_line(e)}")
     result = CheckResult(True, used or new.provider, reference=reference, notes=notes)
     comparator = Comparator(ref, Renamed(new, names, keep).activate(), result, rtol, atol)
     if record:

@@ -39,12 +39,15 @@ from ..model import Model
 from .compare import ATOL, RTOL, STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
 from .user_inputs import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
-from .child import ChildRunner, Remote, RunFault
-from .ort import OrtRunner
-from .ort_session import providers
+from .child import Remote, RunFault
+from .ort import runner as onnx_runner
 from .results import CheckResult, OutputResult
+from .runner import Runner
+from .runtimes import runner_for
 
 ORT, LITERT = "onnxruntime", "LiteRT"
+# The formats the check runs, as the runtimes' table (``runtimes.py``) names them.
+ONNX, TFLITE = "onnx", "tflite"
 
 
 def declared_shapes(graph: Graph) -> Declared:
@@ -82,19 +85,19 @@ class _OnnxSide:
     and why. ``op_by_op``: (the legalized .tflite, its LiteRT kernels), to judge op by
     op an output that misses end to end (subgraph 0)."""
 
-    def __init__(self, model: Model, k: int, provider_list: List[str], quantized: Mapping[str, bool], prefix: str,
+    def __init__(self, model: Model, k: int, provider: str, quantized: Mapping[str, bool], prefix: str,
                  rtol, atol, op_by_op=None):
         from ..exporters.tflite_onnx import onnx_form
 
         self.graph = model.graphs[k]
-        self.provider_list, self.quantized, self.prefix = provider_list, quantized, prefix
+        self.provider, self.quantized, self.prefix = provider, quantized, prefix
         self.rtol, self.atol, self.op_by_op = rtol, atol, op_by_op
         # onnxruntime computes quantized ops in float and requantizes: a float output
         # downstream of them agrees within one step of the coarsest quantization.
         self.step = max((max(v.quant.scale) for n in self.graph.nodes() for v in n.outputs
                          if v.quant is not None and v.quant.scale), default=0.0)
         self.notes: List[str] = []
-        self.runner: Optional[ChildRunner] = None
+        self.runner: Optional[Runner] = None
         self.form: Optional[onnx.ModelProto] = None
         self.results: Dict[str, Value] = {}  # the form's tensors that hold op results, for _op_by_op
         self.litert_all = None  # the legalized model on LiteRT keeping every tensor, for _op_by_op
@@ -115,8 +118,8 @@ class _OnnxSide:
             # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
             # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
             # a scalar") and would compute int8 ops in integer kernels, not as written.
-            self.runner = ChildRunner(OrtRunner, form, provider_list, True, model=f"the ONNX form of subgraph"
-                                      f" '{self.graph.name}'", fetch=("outputs",)).activate()
+            self.runner = onnx_runner(form, provider, f"the ONNX form of subgraph '{self.graph.name}'", basic=True)
+            self.runner.activate()
         except RunFault:
             raise
         except Exception as e:  # noqa: BLE001 - onnxruntime's own words
@@ -163,7 +166,7 @@ class _OnnxSide:
             legalized, kernels = self.op_by_op
             self.litert_all = Remote(LiteRTModel, str(legalized), kernels=kernels, keep_tensors=True,
                                      model=str(legalized), runtime=LITERT)
-        return _op_by_op(outs, (self.form, self.results), feeds, self.litert_all, self.provider_list,
+        return _op_by_op(outs, (self.form, self.results), feeds, self.litert_all, self.provider,
                          float(rtol), float(atol), self.step)
 
 
@@ -219,29 +222,29 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
         return CheckResult(False, LITERT, error=str(e))
     finally:
         for r in opened:
-            r.deactivate() if isinstance(r, ChildRunner) else r.close()
+            r.deactivate() if isinstance(r, Runner) else r.close()
 
 
 def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *, provider, dims, inputs, rtol,
                   atol, seed, litert_only, samples, record, expected, reference) -> CheckResult:
-    from .litert import LiteRTError, LiteRTRunner
+    from .litert import LiteRTError
 
     kernels, litert = _litert_kernels(original, model)
-    provider_list = providers(provider)
-    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {provider_list[0]}")
+    runtime = runner_for(TFLITE, provider)
+    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {runner_for(ONNX, provider).names(provider)}")
     notes: List[str] = []
     for k, graph in enumerate(model.graphs):
         if not graph.outputs:
             continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         prefix = f"{graph.name}/" if len(model.graphs) > 1 else ""
-        ref = ChildRunner(LiteRTRunner, str(original), k, kernels=kernels, model=str(original))
+        ref = runtime.runner(original, provider, subgraph=k, kernels=kernels)
         opened.append(ref)
         ref.activate()
-        new = ChildRunner(LiteRTRunner, str(legalized), k, kernels=kernels, model=str(legalized))
+        new = runtime.runner(legalized, provider, subgraph=k, kernels=kernels)
         opened.append(new)
         new.activate()
-        onnx_side = None if litert_only else _OnnxSide(model, k, provider_list, quantized, prefix, rtol, atol,
+        onnx_side = None if litert_only else _OnnxSide(model, k, provider, quantized, prefix, rtol, atol,
                                                         (legalized, kernels) if k == 0 else None)
         if onnx_side is not None:
             opened.append(onnx_side)
@@ -323,7 +326,7 @@ def _anchored(form: onnx.ModelProto, results: Mapping[str, Value]) -> onnx.Model
     return m
 
 
-def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], litert, provider_list,
+def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], litert, provider: str,
               rtol: float, atol: float, step: float) -> List[OutputResult]:
     """``outs`` (the ONNX form's outputs, some off end to end) judged op by op against
     the legalized model's LiteRT run on the same ``feeds``."""
@@ -333,7 +336,7 @@ def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], l
         litert.call("run", feeds, 0, keep=False)
         tensors = litert.call("tensors")
         fed = {n: v for n, v in results.items() if v.name in tensors}
-        sess = ChildRunner(OrtRunner, _anchored(proto, fed), provider_list, True, model="the anchored ONNX form")
+        sess = onnx_runner(_anchored(proto, fed), provider, "the anchored ONNX form", basic=True)
         feed = dict(feeds)
         feed.update({n + ANCHOR: tensors[v.name] for n, v in fed.items()})
         with sess:

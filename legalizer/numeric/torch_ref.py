@@ -121,7 +121,7 @@ def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Map
 def _check_torch(source, legalized, opened, *, provider, dims, inputs, rtol, atol, max_bindings, seed, not_one,
                  choices, searched, path, trust) -> CheckResult:
     declared = source.onnx
-    new = runner(legalized, providers(provider), "the legalized model")
+    new = runner(legalized, provider, "the legalized model")
     opened.append(new)
     try:
         new.activate()
