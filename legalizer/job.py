@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .numeric import ATOL, BUDGET, RTOL
+from .numeric.settings import CheckSettings
 from .numeric.runtimes import provider_choices
 from .errors import EXIT_OK, UsageError
 from .model import Model
@@ -92,6 +93,12 @@ class RunOptions:
     def records(self) -> bool:
         """Whether the check keeps its runs (to save them)."""
         return self.save_inputs is not None or self.save_outputs is not None
+
+    @property
+    def check_settings(self) -> CheckSettings:
+        """What every check, localization and reduction of the run is told, as one record."""
+        return CheckSettings(self.provider, self.rtol, self.atol, not_one=self.assume_dynamic_not_one,
+                             record=self.records)
 
     def golden_flags(self) -> List[str]:
         return [flag for key, flag in GOLDEN_FLAGS if getattr(self, key) is not None]

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from legalizer.numeric import child, runtimes
 from legalizer.numeric.localize import localize_onnx
 from legalizer.numeric.ort import check
+from legalizer.numeric.settings import CheckSettings
 from helpers import cli_in_process
 from toy_runtime import PROVIDER, TOY
 
@@ -56,7 +57,7 @@ def test_the_check_runs_on_the_registered_runtime(toy):
 
 
 def test_localization_runs_on_the_registered_runtime(toy):
-    loc = localize_onnx(_chain(3.0), _chain(2.0), {"x": X}, PROVIDER, rtol=1e-4, atol=1e-5)
+    loc = localize_onnx(_chain(3.0), _chain(2.0), {"x": X}, CheckSettings(PROVIDER, rtol=1e-4, atol=1e-5))
     assert loc.runtimes == "toy-ort vs toy-ort"
     assert [d.value for d in loc.divergence] == ["v1", "y"] and loc.culprit.op == "Mul"
     assert loc.culprit.max_abs_err == pytest.approx(float(np.max(np.abs(X + 1))))

@@ -20,6 +20,7 @@ from onnx import numpy_helper
 import legalizer
 from legalizer.numeric.localize import Localization, Step, bisect, by_content, loc_name
 from legalizer.numeric.runner import Runner
+from legalizer.numeric.settings import CheckSettings
 from legalizer.numeric.reduce import ddmin
 from helpers import assert_clean, cli_process, lines
 from needs import require
@@ -295,7 +296,7 @@ def test_bisection_cuts_the_module_one_value_at_a_time_within_the_budget(budget,
     ref = {n: np.full(4, float(k)) for k, n in enumerate(names)}
     probe = _FusedRunner(names, first=5)
     loc = Localization("fake vs fake")
-    bisect(loc, steps, probe, {}, ref, {n: n for n in names}, ["v7"], budget, 1e-4, 1e-5)
+    bisect(loc, steps, probe, {}, ref, {n: n for n in names}, ["v7"], budget, CheckSettings(rtol=1e-4, atol=1e-5))
     assert loc.culprit.value == found and probe.runs <= budget
     if budget == 8:
         assert probe.runs == 3 and loc.note.endswith("bisected over 8 values the differing result is computed from")

@@ -22,6 +22,7 @@ from .inputs import make_feeds, small_then_one
 from .results import CheckResult, OutputResult
 from .runner import Runner
 from .runtimes import Runtime, reference_for, reference_formats, runner_for
+from .settings import CheckSettings, settings_of
 
 MODULE = "mlir"  # the format of what --against compares (a TOSA module), as the runtimes' table names it
 
@@ -64,28 +65,28 @@ def feeds_for(reference: Path, binding: Mapping[str, int], given: Mapping[str, n
         runner.deactivate()
 
 
-def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol=1e-4, atol=1e-5,
+def check_against(module: Path, reference: Path, settings: Optional[CheckSettings] = None, *,
                   given: Optional[Mapping[str, np.ndarray]] = None, dims: Optional[Mapping[str, int]] = None,
-                  seed: int = 0) -> CheckResult:
+                  **changes) -> CheckResult:
     """Run ``module`` on IREE and ``reference`` on its runtime, per binding of the
     reference's dynamic input dims (a given input fixes its own); the module is
     compiled for each binding with its dynamic arguments bound to the binding's shapes
     (``iree_run.IreeRunner``). Both run in the child process; one that crashes or runs
-    out of its memory or time is ``RunFault``, a run that did not happen (exit 2)."""
+    out of its memory or time is ``RunFault``, a run that did not happen (exit 2).
+    ``settings``: as ``ort.check``'s."""
     given = dict(given or {})
     runners = []
     try:
-        return _check_against(module, reference, runners, provider=provider, rtol=rtol, atol=atol, given=given,
-                              dims=dims, seed=seed)
+        return _check_against(module, reference, runners, settings_of(settings, **changes), given=given, dims=dims)
     finally:
         for r in runners:
             r.deactivate()
 
 
-def _check_against(module: Path, reference: Path, runners, *, provider, rtol, atol, given, dims,
-                   seed) -> CheckResult:
+def _check_against(module: Path, reference: Path, runners, settings: CheckSettings, *, given, dims) -> CheckResult:
     from .iree_run import TosaError
 
+    provider = settings.provider
     try:
         runtime = reference_runtime(reference, provider)
         ref = runtime.runner(reference, provider)
@@ -98,7 +99,8 @@ def _check_against(module: Path, reference: Path, runners, *, provider, rtol, at
         return CheckResult(False, "IREE", error=str(e))
     except Exception as e:  # noqa: BLE001 - the runtime's own words
         return CheckResult(False, "IREE", error=f"{reference}: does not load: {first_line(e)}")
-    label = f"IREE llvm-cpu vs {ref.name}"
+    modules = runner_for(MODULE, provider)
+    label = f"{modules.name} vs {ref.name}"
     result = CheckResult(True, label)
     pairing = Pairing(by_position=True, label=lambda i, n: f"result #{i}",
                       # an integer result of a TFLite model is taken as quantized: one step of slack
@@ -106,15 +108,16 @@ def _check_against(module: Path, reference: Path, runners, *, provider, rtol, at
                       count_mismatch=lambda want, have: [OutputResult(
                           f"result #{i}", False, detail=f"the module has {have} results, the model {want} outputs")
                           for i in range(want)])
-    iree = runner_for(MODULE, provider).runner(module_text(module), provider, what=str(module)).activate()
+    iree = modules.runner(module_text(module), provider, what=str(module)).activate()
     runners.append(iree)
-    comparator = Comparator(ref, iree, result, rtol, atol, pairing=pairing, candidate_errors=(),
+    comparator = Comparator(ref, iree, result, settings.rtol, settings.atol, pairing=pairing, candidate_errors=(),
                             refused=lambda e: f"{reference} fails on {ref.name}: {first_line(e)}")
     # a --dim binds a dynamic dim of the reference, as the runtime declares it (input[axis])
     check_dim_names(dims, dynamic_keys([(s.name, s.shape) for s in specs]), whose=str(reference))
     keys = [d for s in specs if s.name not in given for d in s.shape if isinstance(d, str)]
     try:
-        comparator.bindings(small_then_one(keys, dims or {}), lambda binding: make_feeds(specs, binding, given, seed))
+        comparator.bindings(small_then_one(keys, dims or {}), lambda binding: make_feeds(specs, binding, given,
+                                                                                          settings.seed))
     except RunFault:
         raise
     except (TosaError, CheckUnavailable) as e:  # IREE refuses the module: nothing to compare

@@ -39,6 +39,7 @@ from .results import OutputResult
 from .probes import CHUNK_BYTES, chunks
 from .runner import Runner
 from .runtimes import runner_for
+from .settings import CheckSettings
 
 # The formats localization compares, as the runtimes' table (``runtimes.py``) names them.
 ONNX, TFLITE, MODULE = "onnx", "tflite", "mlir"
@@ -162,7 +163,7 @@ def compare_value(name: str, got: np.ndarray, expected: np.ndarray, rtol: float,
 
 
 def diverging(steps: Sequence[Step], cand: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
-              pairs: Mapping[str, str], rtol, atol, quantized: Iterable[str] = (),
+              pairs: Mapping[str, str], settings: CheckSettings, quantized: Iterable[str] = (),
               outputs: Mapping[str, str] = {}) -> Tuple[List[Divergence], int]:
     """The matched values that differ, in ``steps``' order, and how many were compared.
     ``atomic_files`` maps a graph output's value to its output name (its tolerance)."""
@@ -175,6 +176,7 @@ def diverging(steps: Sequence[Step], cand: Mapping[str, np.ndarray], ref: Mappin
             if r is None or v not in cand or r not in ref:
                 continue
             key = outputs.get(v)
+            rtol, atol = settings.rtol, settings.atol
             rt, at = (tol_of(rtol, key), tol_of(atol, key)) if key else (float(rtol), float(atol))
             res = compare_value(v, cand[v], ref[r], rt, at, v in quantized)
             compared += 1
@@ -271,7 +273,7 @@ def loc_name(loc: Optional[str]) -> str:
 # -- one localization ------------------------------------------------------------------------
 
 def localize(steps: Sequence[Step], cand_probe: Runner, ref_probe: Runner, feeds: Mapping[str, np.ndarray], *,
-             match: Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray]], Dict[str, str]], rtol, atol,
+             match: Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray]], Dict[str, str]], settings: CheckSettings,
              binding: Mapping[str, int] = {}, quantized: Iterable[str] = (), outputs: Mapping[str, str] = {},
              producers: Mapping[str, str] = {}) -> Localization:
     """Run both runners on ``feeds`` for their values, match them (``match(cand, ref)`` -> candidate
@@ -282,7 +284,7 @@ def localize(steps: Sequence[Step], cand_probe: Runner, ref_probe: Runner, feeds
     ref = ref_probe.values(feeds)
     cand = cand_probe.values(feeds)
     pairs = match(cand, ref)
-    loc.divergence, loc.compared = diverging(steps, cand, ref, pairs, rtol, atol, quantized, outputs)
+    loc.divergence, loc.compared = diverging(steps, cand, ref, pairs, settings, quantized, outputs)
     _finish(loc, steps, pairs, producers)
     loc.values = (cand, ref, pairs)
     loc.runs = cand_probe.runs + ref_probe.runs
@@ -322,7 +324,8 @@ class LazyValues(Mapping):
         return len(self.names)
 
 
-def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mapping[str, np.ndarray], *, rtol, atol,
+def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mapping[str, np.ndarray],
+                     settings: CheckSettings, *,
                      binding: Mapping[str, int] = {}, outputs: Mapping[str, str] = {},
                      producers: Mapping[str, str] = {}, budget: int = CHUNK_BYTES,
                      quantized: Iterable[str] = (), skip: Iterable[str] = ()) -> Localization:
@@ -341,7 +344,7 @@ def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mappin
     for chunk in chunks(order, sizes, budget):
         cand = cand_probe.values(feeds, chunk)
         ref = ref_probe.values(feeds, [pairs[v] for v in chunk])
-        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, quantized, outputs)
+        found, compared = diverging(steps, cand, ref, pairs, settings, quantized, outputs)
         loc.divergence += found
         loc.compared += compared
         cand_keys += list(cand)
@@ -362,7 +365,7 @@ def _finish(loc: Localization, steps: Sequence[Step], pairs: Mapping[str, str], 
 
 
 def bisect(loc: Localization, steps: Sequence[Step], probe: Runner, feeds, ref: Mapping[str, np.ndarray],
-           pairs: Mapping[str, str], differing: Sequence[str], budget: int, rtol, atol,
+           pairs: Mapping[str, str], differing: Sequence[str], budget: int, settings: CheckSettings,
            producers: Mapping[str, str] = {}, why: str = "every value agrees when the module returns them all") -> None:
     """Find the earliest matched value that differs among those ``differing[0]``
     (a result that differs when the whole module runs) is computed from, one cut of
@@ -380,7 +383,7 @@ def bisect(loc: Localization, steps: Sequence[Step], probe: Runner, feeds, ref: 
         mid = (lo + hi) // 2
         got = probe.values(feeds, [order[mid]])
         budget -= 1
-        found, _ = diverging(steps, got, ref, pairs, rtol, atol)
+        found, _ = diverging(steps, got, ref, pairs, settings)
         if found:
             hi, seen[order[mid]] = mid, found[0]
         else:
@@ -424,26 +427,28 @@ def onnx_steps(model) -> List[Step]:
                  [x for x in n.input if x], [x for x in n.output if x]) for n in model.graph.node]
 
 
-def localize_onnx(candidate, reference, feeds, provider: str, *, rtol, atol,
+def localize_onnx(candidate, reference, feeds, settings: CheckSettings, *,
                   binding: Mapping[str, int] = {}) -> Localization:
-    """ONNX against ONNX on the runtime that runs ONNX on ``provider``, values matched by
-    name (ModelProtos, their external data loaded)."""
+    """ONNX against ONNX on the runtime that runs ONNX on the ``settings``' provider,
+    values matched by name (ModelProtos, their external data loaded)."""
+    provider = settings.provider
     runtime = runner_for(ONNX, provider)
     steps = onnx_steps(candidate)
     producers = {o: n.op_type for n in reference.graph.node for o in n.output}
     return localize_chunked(steps, runtime.runner(candidate, provider, what="the candidate"),
-                            runtime.runner(reference, provider, what="the reference"), feeds,
-                            rtol=rtol, atol=atol, binding=binding,
+                            runtime.runner(reference, provider, what="the reference"), feeds, settings,
+                            binding=binding,
                             outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
 
 
-def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
-                    binding: Mapping[str, int] = {}, provider: str = "auto") -> Localization:
+def localize_tflite(candidate, reference, graph: Graph, feeds, settings: CheckSettings, *,
+                    binding: Mapping[str, int] = {}) -> Localization:
     """TFLite against TFLite on LiteRT (paths; ``graph`` the candidate's primary
     subgraph), tensors matched by name and compared a chunk at a time
     (``localize_chunked``); a quantized tensor may differ by one step.
     Builtin kernels, or LiteRT's default resolver for a custom op only it runs (as
     the check)."""
+    provider = settings.provider
     runtime = runner_for(TFLITE, provider)
     steps = steps_of(graph)
     quantized = [v.name for n in graph.nodes() for v in n.outputs
@@ -458,7 +463,7 @@ def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
             if s.inputs and all(x in folded for x in s.inputs):
                 folded.update(s.outputs)
     return localize_chunked(steps, runtime.runner(candidate, provider, kernels=kernels), ref_probe,
-                            feeds, rtol=rtol, atol=atol, binding=binding, quantized=quantized, skip=folded,
+                            feeds, settings, binding=binding, quantized=quantized, skip=folded,
                             outputs={n.inputs[0].name: n.inputs[0].name for n in graph.outputs},
                             producers=ref_probe.call("producers"))
 
@@ -486,7 +491,7 @@ def value_bytes(graph: Graph) -> Dict[str, int]:
     return out
 
 
-def localize_mlir(text: str, reference, feeds, provider: str, *, rtol, atol,
+def localize_mlir(text: str, reference, feeds, settings: CheckSettings, *,
                   binding: Mapping[str, int] = {}, differing: Sequence[int] = (),
                   budget: int = BUDGET, chunk: int = CHUNK_BYTES) -> Localization:
     """A TOSA module (``text``) on IREE against the ``.tflite`` or ``.onnx`` it came
@@ -498,7 +503,7 @@ def localize_mlir(text: str, reference, feeds, provider: str, *, rtol, atol,
     from .iree_run import TosaError, bind_dims, printed
 
     t0 = time.perf_counter()
-    ref_probe, ref_inputs, ref_outputs, producers = reference_probe(reference, provider)
+    ref_probe, ref_inputs, ref_outputs, producers = reference_probe(reference, settings.provider)
     text = printed(bind_dims(text, [np.shape(a) for a in feeds.values()]))  # names as MLIR prints them
     model = parse_mlir(text)
     graph = model.graph
@@ -515,17 +520,17 @@ def localize_mlir(text: str, reference, feeds, provider: str, *, rtol, atol,
         pairs.update(by_content({v: a for v, a in cand.items() if v not in pairs}, ref))
         return pairs
 
-    probe = runner_for(MODULE, provider).runner(text, provider)  # (compiled and run in the children)
+    probe = runner_for(MODULE, settings.provider).runner(text, settings.provider)  # (compiled and run in the children)
     outputs = dict(zip(results, ref_outputs))
     sizes = value_bytes(graph)
     names = probe.all_names()
     whole = sum(sizes.get(n, chunk + 1) for n in names) <= chunk
     try:
         if whole:
-            loc = localize(steps, probe, ref_probe, feeds, match=match, rtol=rtol, atol=atol, binding=binding,
+            loc = localize(steps, probe, ref_probe, feeds, match=match, settings=settings, binding=binding,
                            outputs=outputs, producers=producers)
         else:
-            loc = _mlir_chunked(steps, probe, ref_probe, feeds, names, sizes, fixed, rtol=rtol, atol=atol,
+            loc = _mlir_chunked(steps, probe, ref_probe, feeds, names, sizes, fixed, settings,
                                 binding=binding, outputs=outputs, producers=producers, chunk=chunk)
         budget -= 1
     except TosaError as e:  # the module cut at every value: bisect with names and positions only
@@ -539,7 +544,7 @@ def localize_mlir(text: str, reference, feeds, provider: str, *, rtol, atol,
         loc.values = (cand, ref, pairs)
     wrong = [results[i] for i in differing if i < len(results)]
     if not loc.divergence and wrong and budget > 0:
-        bisect(loc, steps, probe, feeds, ref, pairs, wrong, budget, rtol, atol, producers,
+        bisect(loc, steps, probe, feeds, ref, pairs, wrong, budget, settings, producers,
                loc.note or "every value agrees when the module returns them all")
     loc.runs = probe.runs + ref_probe.runs
     loc.seconds = time.perf_counter() - t0
@@ -548,7 +553,8 @@ def localize_mlir(text: str, reference, feeds, provider: str, *, rtol, atol,
 
 
 def _mlir_chunked(steps: Sequence[Step], probe, ref_probe, feeds, names: Sequence[str], sizes: Mapping[str, int],
-                  fixed: Mapping[str, str], *, rtol, atol, binding: Mapping[str, int], outputs: Mapping[str, str],
+                  fixed: Mapping[str, str], settings: CheckSettings, *, binding: Mapping[str, int],
+                  outputs: Mapping[str, str],
                   producers: Mapping[str, str], chunk: int) -> Localization:
     """``localize`` for a module whose values do not fit in ``chunk`` bytes: both
     models' values are summarized (``sketch``) a chunk at a time, the unnamed ones
@@ -571,7 +577,7 @@ def _mlir_chunked(steps: Sequence[Step], probe, ref_probe, feeds, names: Sequenc
     for part in chunks(order, sizes, chunk):
         cand = probe.values(feeds, part)
         ref = ref_probe.values(feeds, list(dict.fromkeys(pairs[v] for v in part)))
-        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, (), outputs)
+        found, compared = diverging(steps, cand, ref, pairs, settings, (), outputs)
         loc.divergence += found
         loc.compared += compared
         cand_keys += list(cand)

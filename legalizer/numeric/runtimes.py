@@ -11,10 +11,12 @@ whose compiles and runs each go to the children (``iree_run.run_contained``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from ..errors import CheckUnavailable
-from .runner import Runner
+
+if TYPE_CHECKING:  # (the options read the table's providers before any runtime is imported)
+    from .runner import Runner
 
 # The --provider choices the built-in runtimes serve (each runs wherever the check runs).
 ANY = ("auto", "cpu", "cuda")

@@ -36,7 +36,7 @@ from ..tflite_records import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
-from .compare import ATOL, RTOL, STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
+from .compare import STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
 from .user_inputs import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
 from .child import Remote, RunFault
@@ -44,6 +44,7 @@ from .ort import runner as onnx_runner
 from .results import CheckResult, OutputResult
 from .runner import Runner
 from .runtimes import runner_for
+from .settings import CheckSettings, settings_of
 
 ORT, LITERT = "onnxruntime", "LiteRT"
 # The formats the check runs, as the runtimes' table (``runtimes.py``) names them.
@@ -85,13 +86,13 @@ class _OnnxSide:
     and why. ``op_by_op``: (the legalized .tflite, its LiteRT kernels), to judge op by
     op an output that misses end to end (subgraph 0)."""
 
-    def __init__(self, model: Model, k: int, provider: str, quantized: Mapping[str, bool], prefix: str,
-                 rtol, atol, op_by_op=None):
+    def __init__(self, model: Model, k: int, settings: CheckSettings, quantized: Mapping[str, bool], prefix: str,
+                 op_by_op=None):
         from ..exporters.tflite_onnx import onnx_form
 
         self.graph = model.graphs[k]
-        self.provider, self.quantized, self.prefix = provider, quantized, prefix
-        self.rtol, self.atol, self.op_by_op = rtol, atol, op_by_op
+        self.provider, self.quantized, self.prefix = settings.provider, quantized, prefix
+        self.rtol, self.atol, self.op_by_op = settings.rtol, settings.atol, op_by_op
         # onnxruntime computes quantized ops in float and requantizes: a float output
         # downstream of them agrees within one step of the coarsest quantization.
         self.step = max((max(v.quant.scale) for n in self.graph.nodes() for v in n.outputs
@@ -118,7 +119,7 @@ class _OnnxSide:
             # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
             # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
             # a scalar") and would compute int8 ops in integer kernels, not as written.
-            self.runner = onnx_runner(form, provider, f"the ONNX form of subgraph '{self.graph.name}'", basic=True)
+            self.runner = onnx_runner(form, self.provider, f"the ONNX form of subgraph '{self.graph.name}'", basic=True)
             self.runner.activate()
         except RunFault:
             raise
@@ -187,11 +188,11 @@ def _litert_kernels(original: Path, model: Model):
     return "builtin", LITERT
 
 
-def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
+def check_tflite(original: Path, legalized: Path, model: Model, settings: Optional[CheckSettings] = None, *,
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
-                 rtol: float = RTOL, atol: float = ATOL, seed: int = 0, litert_only: bool = False,
-                 samples: Optional[List[Mapping[str, np.ndarray]]] = None, record: bool = False,
-                 expected: Optional[List[Mapping[str, np.ndarray]]] = None, reference: str = "") -> CheckResult:
+                 litert_only: bool = False, samples: Optional[List[Mapping[str, np.ndarray]]] = None,
+                 expected: Optional[List[Mapping[str, np.ndarray]]] = None, reference: str = "",
+                 **changes) -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
     Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``.
     Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
@@ -211,9 +212,9 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                                                  f" {install_hint('litert')}")
     opened: list = []
     try:
-        return _check_tflite(original, legalized, model, opened, provider=provider, dims=dims, inputs=inputs,
-                             rtol=rtol, atol=atol, seed=seed, litert_only=litert_only, samples=samples,
-                             record=record, expected=expected, reference=reference)
+        return _check_tflite(original, legalized, model, opened, settings_of(settings, **changes), dims=dims,
+                             inputs=inputs, litert_only=litert_only, samples=samples, expected=expected,
+                             reference=reference)
     except LiteRTError as e:
         return CheckResult(False, LITERT, error=str(e))
     except RunFault as e:
@@ -225,13 +226,15 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
             r.deactivate() if isinstance(r, Runner) else r.close()
 
 
-def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *, provider, dims, inputs, rtol,
-                  atol, seed, litert_only, samples, record, expected, reference) -> CheckResult:
+def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, settings: CheckSettings, *, dims,
+                  inputs, litert_only, samples, expected, reference) -> CheckResult:
     from .litert import LiteRTError
 
     kernels, litert = _litert_kernels(original, model)
+    provider = settings.provider
     runtime = runner_for(TFLITE, provider)
-    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {runner_for(ONNX, provider).names(provider)}")
+    onnx_label = runner_for(ONNX, provider).names(provider)  # (UsageError for a provider it does not have)
+    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {onnx_label}")
     notes: List[str] = []
     for k, graph in enumerate(model.graphs):
         if not graph.outputs:
@@ -244,7 +247,7 @@ def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *
         new = runtime.runner(legalized, provider, subgraph=k, kernels=kernels)
         opened.append(new)
         new.activate()
-        onnx_side = None if litert_only else _OnnxSide(model, k, provider, quantized, prefix, rtol, atol,
+        onnx_side = None if litert_only else _OnnxSide(model, k, settings, quantized, prefix,
                                                         (legalized, kernels) if k == 0 else None)
         if onnx_side is not None:
             opened.append(onnx_side)
@@ -258,17 +261,17 @@ def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *
                                        [n.output.name for n in graph.inputs])
             ref_runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
             result.reference, result.notes = reference, result.notes + more
-        comparator = Comparator(ref_runner, new, result, rtol,
-                                atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
+        comparator = Comparator(ref_runner, new, result, settings.rtol,
+                                settings.atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
                                 also=onnx_side.compare if onnx_side is not None else None)
         specs = graph_input_specs(graph)
-        if record and k == 0:
+        if settings.record and k == 0:
             comparator.runs = result.runs = []
         for binding, given, j in _plan(graph, k, samples, dims, inputs):
             if j is not None and hasattr(ref_runner, "index"):
                 ref_runner.index = j
             try:
-                feeds = make_feeds(specs, binding, given, seed)
+                feeds = make_feeds(specs, binding, given, settings.seed)
             except CheckUnavailable as e:
                 return CheckResult(False, result.provider, error=str(e))
             comparator.binding(binding, feeds, label={f"{prefix}{key}": v for key, v in binding.items()}, sample=j,
