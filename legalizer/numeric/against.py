@@ -21,10 +21,8 @@ from .user_inputs import check_dim_names, dynamic_keys
 from .inputs import make_feeds, small_then_one
 from .results import CheckResult, OutputResult
 from .runner import Runner
-from .runtimes import Runtime, reference_for, reference_formats, runner_for
+from .runtimes import MODULE, Runtime, reference_for, reference_formats, runner_for
 from .settings import CheckSettings, settings_of
-
-MODULE = "mlir"  # the format of what --against compares (a TOSA module), as the runtimes' table names it
 
 
 def module_text(path: Path) -> str:

@@ -21,7 +21,6 @@ from . import ATOL, RTOL  # noqa: F401 - the check's defaults (defined in the li
 from .child import RunFault
 from .results import BindingResult, CheckResult, OutputResult
 from .runner import Runner
-from .settings import CheckSettings, settings_of  # noqa: F401 - importable from here too
 
 
 @dataclass(frozen=True)

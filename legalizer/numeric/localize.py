@@ -25,7 +25,6 @@ module at one of them, and ``budget`` bounds the runs.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -38,11 +37,8 @@ from .compare import compare, tol_of
 from .results import OutputResult
 from .probes import CHUNK_BYTES, chunks
 from .runner import Runner
-from .runtimes import runner_for
+from .runtimes import MODULE, ONNX, TFLITE, runner_for
 from .settings import CheckSettings
-
-# The formats localization compares, as the runtimes' table (``runtimes.py``) names them.
-ONNX, TFLITE, MODULE = "onnx", "tflite", "mlir"
 
 # Content matching: a value corresponds to a reference tensor of its size when this
 # share of its elements agrees within LOOSE_RTOL (and LOOSE_ATOL of the tensor's

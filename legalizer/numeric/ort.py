@@ -25,11 +25,9 @@ from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
 from .child import RunFault
 from .runner import Runner
-from .runtimes import runner_for
+from .runtimes import ONNX, runner_for
 from .runtime_shapes import verify_run_time
 from .search import PROBE_MEMORY, TooBig, graph_sizes, search, sizes_in_name
-
-ONNX = "onnx"  # the format this check runs, as the runtimes' table names it
 
 
 # -- inputs ---------------------------------------------------------------------------

@@ -31,8 +31,8 @@ import onnx
 from onnx import helper
 
 from .child import RunFault
-from .localize import MODULE, ONNX, Localization, Step, compare_value, onnx_steps, steps_of
-from .runtimes import runner_for
+from .localize import Localization, Step, compare_value, onnx_steps, steps_of
+from .runtimes import MODULE, ONNX, runner_for
 from .settings import CheckSettings
 
 MAX_TESTS = 400  # subgraphs one reduction tries at most

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # (the options read the table's providers before any runtime 
 
 # The --provider choices the built-in runtimes serve (each runs wherever the check runs).
 ANY = ("auto", "cpu", "cuda")
+# The model formats the checks ask runners for, as the table names them (``Format.name``).
+ONNX, TFLITE, MODULE = "onnx", "tflite", "mlir"
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,9 @@ def _iree(model, provider: str, *, what: str = "the module") -> Runner:
 
 
 RUNTIMES: List[Runtime] = [
-    Runtime("LiteRT", ("tflite",), ANY, _litert, quantized=True),
-    Runtime("onnxruntime", ("onnx",), ANY, _ort, label=_ort_label, confirm=_ort_confirm),
-    Runtime("IREE llvm-cpu", ("mlir",), ANY, _iree, reference=False),
+    Runtime("LiteRT", (TFLITE,), ANY, _litert, quantized=True),
+    Runtime("onnxruntime", (ONNX,), ANY, _ort, label=_ort_label, confirm=_ort_confirm),
+    Runtime("IREE llvm-cpu", (MODULE,), ANY, _iree, reference=False),
 ]
 
 

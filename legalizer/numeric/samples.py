@@ -21,10 +21,10 @@ from .compare import HISTOGRAM_EDGES, Comparator, unless_compared
 from .user_inputs import user_dims
 from .inputs import make_feeds
 from .child import RunFault
-from .ort import ONNX, declared_shapes, input_specs
+from .ort import declared_shapes, input_specs
 from .results import CheckResult
 from .runner import Runner
-from .runtimes import runner_for
+from .runtimes import ONNX, runner_for
 from .settings import CheckSettings, settings_of
 
 Feed = Dict[str, np.ndarray]

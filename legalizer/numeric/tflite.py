@@ -43,12 +43,10 @@ from .child import Remote, RunFault
 from .ort import runner as onnx_runner
 from .results import CheckResult, OutputResult
 from .runner import Runner
-from .runtimes import runner_for
+from .runtimes import ONNX, TFLITE, runner_for
 from .settings import CheckSettings, settings_of
 
 ORT, LITERT = "onnxruntime", "LiteRT"
-# The formats the check runs, as the runtimes' table (``runtimes.py``) names them.
-ONNX, TFLITE = "onnx", "tflite"
 
 
 def declared_shapes(graph: Graph) -> Declared:
