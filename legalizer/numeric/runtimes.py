@@ -18,8 +18,10 @@ from ..errors import CheckUnavailable
 if TYPE_CHECKING:  # (the options read the table's providers before any runtime is imported)
     from .runner import Runner
 
-# The --provider choices the built-in runtimes serve (each runs wherever the check runs).
+# The --provider choices the built-in runtimes serve (each runs wherever the check runs),
+# and those that run on a GPU only (a Ray batch gives each task one).
 ANY = ("auto", "cpu", "cuda")
+GPU_ONLY = {"cuda"}
 # The model formats the checks ask runners for, as the table names them (``Format.name``).
 ONNX, TFLITE, MODULE = "onnx", "tflite", "mlir"
 
@@ -124,6 +126,11 @@ def runner_for(fmt: str, provider: str = "auto") -> Runtime:
         if fmt in rt.formats and provider in rt.providers:
             return rt
     raise CheckUnavailable(f"no runtime runs a {fmt} model on --provider {provider}")
+
+
+def needs_gpu(provider: str) -> bool:
+    """Whether the ``--provider`` choice runs models on a GPU only."""
+    return provider in GPU_ONLY
 
 
 def reference_for(fmt: str, provider: str = "auto") -> Optional[Runtime]:
