@@ -81,3 +81,19 @@ def test_a_provider_no_runtime_serves_is_refused(tmp_path):
     onnx.save(_chain(2.0), src)
     code, out, err = cli_in_process(str(src), "--provider", PROVIDER)
     assert code == 2 and err.strip().endswith("--provider must be auto, cpu or cuda, not 'toy'")
+
+
+def test_a_runner_gives_values_unloaded_then_runs_loaded(toy):
+    """One runner serves localization and the check: asked for values first (its model
+    not loaded for them), then loaded and run, it gives the same numbers."""
+    runner = runtimes.runner_for("onnx", PROVIDER).runner(_chain(2.0), PROVIDER)
+    try:
+        assert runner.all_names() == ["v0", "v1", "y"]
+        got = runner.values({"x": X}, ["v1"])
+        np.testing.assert_allclose(got["v1"], (X + 1) * 2)
+        assert runner.runs == 1 and not runner.is_active
+        runner.activate()
+        assert runner.provider == "ToyExecutionProvider"
+        np.testing.assert_allclose(runner.infer({"x": X})["y"], (X + 1) * 2 + 1)
+    finally:
+        runner.close()
