@@ -307,7 +307,10 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     of Polygraphy's run results or an ``.npz``) is then the reference instead of running
     ``original`` (``numeric.samples``: statistics across the samples in ``result.samples``)."""
     from .numeric.user_inputs import as_arrays, refuse_zero_dim
+    from dataclasses import replace
+
     from .numeric.ort import check as check_ort
+    from .numeric.settings import CheckSettings
     from .importers.reader import check_external_data, sniff
     from .formats import FORMATS
     from .pipeline import range_hints, unchecked
@@ -331,28 +334,29 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
         reference = source.onnx if source is not None else _as_proto(original)
     new = _as_proto(legalized)
     inputs = as_arrays(inputs)
+    settings = CheckSettings(provider, rtol, atol)
     if samples is not None or expected is not None:
-        return _check_samples(reference, new, samples, expected, provider, dims, rtol, atol, require_check)
+        return _check_samples(reference, new, samples, expected, settings, dims, require_check)
     kwargs.setdefault("hints", range_hints(source))
-    result = check_ort(reference, new, provider=provider, dims=dims, inputs=inputs, rtol=rtol, atol=atol,
-                       input_shapes=input_shapes, **kwargs)
+    settings = replace(settings, **{k: kwargs.pop(k) for k in ("max_bindings", "seed", "not_one", "record")
+                                    if k in kwargs})
+    result = check_ort(reference, new, settings, dims=dims, inputs=inputs, input_shapes=input_shapes, **kwargs)
     if source is not None:
         from .numeric.user_inputs import user_dims
         from .numeric.ort import declared_shapes
         from .numeric.torch_ref import check_torch
 
-        keep = {k: v for k, v in kwargs.items() if k in ("max_bindings", "seed", "not_one", "choices")}
+        keep = {"choices": kwargs["choices"]} if "choices" in kwargs else {}
         if result.search is not None and result.search.found is not None:
             keep["choices"], keep["searched"] = result.search.choices, True
         bound = user_dims(declared_shapes(source.onnx), dims, input_shapes, inputs)
-        result.torch = check_torch(source, new, provider=provider, dims=bound, inputs=inputs, rtol=rtol, atol=atol,
-                                   **keep)
+        result.torch = check_torch(source, new, replace(settings, record=False), dims=bound, inputs=inputs, **keep)
     if require_check and unchecked(result):
         raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
     return result
 
 
-def _check_samples(reference, new, samples, expected, provider, dims, rtol, atol, require_check: bool):
+def _check_samples(reference, new, samples, expected, settings, dims, require_check: bool):
     """``numeric`` over stored samples (``numeric.samples``), read from files when paths."""
     from .numeric.golden import read_inputs, read_outputs
     from .numeric.samples import check_samples
@@ -367,8 +371,7 @@ def _check_samples(reference, new, samples, expected, provider, dims, rtol, atol
         path = Path(expected)
         name, expected, _ = read_outputs(path, "expected")
         where = f"{path.name} ({name})" if name else path.name
-    result = check_samples(reference, new, samples, expected=expected, reference=where, provider=provider,
-                           dims=dims, rtol=rtol, atol=atol)
+    result = check_samples(reference, new, samples, settings, expected=expected, reference=where, dims=dims)
     if require_check and unchecked(result):
         raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
     return result

@@ -19,6 +19,7 @@ from typer.core import TyperCommand
 # (for a table or a progress bar) and the rest are imported when a command uses them
 # (README, "Start-up").
 from .numeric import ATOL, BUDGET, RTOL
+from .numeric.runtimes import provider_choices
 from .console import one_line
 from .errors import EXIT_BAD_INPUT, LegalizeError, UsageError
 from .targets import DEFAULT_TARGET, TARGETS
@@ -26,6 +27,8 @@ from .verifier import PROFILE_RECORDS, PROFILES
 
 if TYPE_CHECKING:
     from .pipeline import RunOptions
+
+PROVIDERS = provider_choices()  # the runtimes' table's (numeric/runtimes.py)
 
 HELP = """Make MODEL legal for strict compilers: no elementwise op relies on implicit
 broadcasting, every elementwise node is proved legal under MLIR's Broadcastable trait,
@@ -356,7 +359,8 @@ def legalize(
     profile: Optional[str] = typer.Option(None, "--profile", show_default=False),
     verify_only: bool = typer.Option(False, "--verify-only", help="Verify the input and report; write nothing."),
     do_check: bool = typer.Option(True, "--check/--no-check", help="Compare original and result on onnxruntime."),
-    provider: str = typer.Option("auto", "--provider", metavar="auto|cpu|cuda", help="Execution provider for the check: auto, cpu or cuda."),
+    provider: str = typer.Option("auto", "--provider", metavar="|".join(PROVIDERS), help="Execution provider for the check:"
+                                 f" {', '.join(PROVIDERS[:-1])} or {PROVIDERS[-1]}."),
     dim: List[str] = typer.Option([], "--dim", metavar="NAME=SIZE", help="Bind a dynamic input dim for the check (repeatable).",
                                   show_default=False),
     input_: List[str] = typer.Option([], "--input", metavar="NAME=FILE.npy|FILE.npz", help="Feed this array to the check, or"

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .numeric import ATOL, BUDGET, RTOL
+from .numeric.settings import CheckSettings
+from .numeric.runtimes import provider_choices
 from .errors import EXIT_OK, UsageError
 from .model import Model
 from .report import Report
@@ -27,7 +29,6 @@ if TYPE_CHECKING:
 # progress from it; the API ignores it.
 StageCallback = Callable[[str, Dict[str, int]], None]
 
-PROVIDERS = ("auto", "cpu", "cuda")
 
 # The golden-data options (check.golden), by field and flag.
 GOLDEN_FLAGS = (("load_inputs", "--load-inputs"), ("data_loader_script", "--data-loader-script"),
@@ -93,6 +94,12 @@ class RunOptions:
         """Whether the check keeps its runs (to save them)."""
         return self.save_inputs is not None or self.save_outputs is not None
 
+    @property
+    def check_settings(self) -> CheckSettings:
+        """What every check, localization and reduction of the run is told, as one record."""
+        return CheckSettings(self.provider, self.rtol, self.atol, not_one=self.assume_dynamic_not_one,
+                             record=self.records)
+
     def golden_flags(self) -> List[str]:
         return [flag for key, flag in GOLDEN_FLAGS if getattr(self, key) is not None]
 
@@ -110,8 +117,9 @@ class RunOptions:
             if not spec.levels:
                 raise UsageError(f"--tosa-level applies to --target {' or '.join(t.name for t in leveled)},"
                                  f" not --target {self.target}")
-        if self.provider not in PROVIDERS:
-            raise UsageError(f"--provider must be {', '.join(PROVIDERS[:-1])} or {PROVIDERS[-1]}, not"
+        providers = provider_choices()  # the runtimes' table's
+        if self.provider not in providers:
+            raise UsageError(f"--provider must be {', '.join(providers[:-1])} or {providers[-1]}, not"
                              f" '{self.provider}'")
         if self.require_check and not self.checks:
             raise UsageError("--require-check needs a check to require: it cannot go with --no-check, nor with"

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 from .numeric.localize import Localization
 from .numeric.results import BindingResult, CheckResult
 from .numeric.reduce import Reduced
+from .numeric.settings import CheckSettings
 from .errors import UsageError, first_line
 
 
@@ -25,7 +26,7 @@ def failing_binding(chk: CheckResult, forced: bool) -> Optional[BindingResult]:
     return compared[0] if forced and compared else None
 
 
-def localize(sides, chk: CheckResult, *, given, rtol, atol, provider: str = "auto", budget: int = 8,
+def localize(sides, chk: CheckResult, settings: CheckSettings, *, given, budget: int = 8,
              forced: bool = False) -> Optional[Localization]:
     """Localize the first binding that differs (with ``forced``, else the first
     compared): None when no binding was compared. A runtime that refuses the probes
@@ -34,17 +35,15 @@ def localize(sides, chk: CheckResult, *, given, rtol, atol, provider: str = "aut
     if binding is None:
         return None
     try:
-        return sides.fmt.localize(sides, binding, given or {}, rtol=rtol, atol=atol, provider=provider,
-                                  budget=budget)
+        return sides.fmt.localize(sides, binding, given or {}, settings, budget=budget)
     except Exception as e:  # noqa: BLE001 - a runtime refusing a probe: the check's result stands
         return Localization("", dict(binding.dims), note=f"could not localize: {first_line(e)}")
 
 
-def reduce_divergence(sides, loc: Localization, path: Path, *, given, rtol, atol, provider: str = "auto",
+def reduce_divergence(sides, loc: Localization, path: Path, settings: CheckSettings, *, given,
                       force: bool = False, protect: Sequence[Path] = ()) -> Reduced:
     """``--reduce`` after a localization with a culprit."""
-    return sides.fmt.reduce(sides, loc, path, given or {}, rtol=rtol, atol=atol, provider=provider, force=force,
-                            protect=protect)
+    return sides.fmt.reduce(sides, loc, path, given or {}, settings, force=force, protect=protect)
 
 
 def reduce_violation(model, fmt, source: Path, violation: dict, profile: str, path: Path, *, force: bool = False,

@@ -359,8 +359,8 @@ def _localize(job: Run) -> None:
     from .localize_reduce import localize as localize_sides
 
     options, res = job.options, job.res
-    loc = localize_sides(job.sides, res.check, given=job.given, rtol=options.rtol, atol=options.atol,
-                         provider=options.provider, budget=options.localize_budget, forced=bool(options.localize))
+    loc = localize_sides(job.sides, res.check, options.check_settings, given=job.given, budget=options.localize_budget,
+                         forced=bool(options.localize))
     if loc is None:
         return
     res.localization = loc
@@ -383,9 +383,9 @@ def _reduce(job: Run) -> None:
     options = job.options
     protect = [job.path, Path(options.against)] if options.against is not None else [job.path, job.output]
     try:
-        job.res.reduced = reduce_divergence(job.sides, job.res.localization, Path(options.reduce), given=job.given,
-                                            rtol=options.rtol, atol=options.atol, provider=options.provider,
-                                            force=options.force, protect=protect)
+        job.res.reduced = reduce_divergence(job.sides, job.res.localization, Path(options.reduce),
+                                            options.check_settings, given=job.given, force=options.force,
+                                            protect=protect)
     except (NothingToReduce, RunFault) as e:  # (a fault: the child crashed or ran past its limits)
         job.report.warnings.append(f"--reduce: nothing written: {e}")
         return

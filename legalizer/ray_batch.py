@@ -38,6 +38,7 @@ from .console import one_line
 from .extras import install_hint
 from .errors import EXIT_BAD_INPUT, BadInput, LegalizeError, UsageError, first_line
 from .atomic_files import atomic_output, check_output_path
+from .numeric.runtimes import needs_gpu
 
 NO_WORKER = {"executor": "ray", "node_id": None, "pid": None}  # stopped before it reached one
 
@@ -90,9 +91,10 @@ def _connect(ray, settings: Settings) -> bool:
     except Exception as e:  # noqa: BLE001 - Ray raises many kinds; each is one line here
         where = f"reach the Ray cluster at RAY_ADDRESS={address}" if address else "start a local Ray instance"
         raise UsageError(f"--executor ray: cannot {where}: {first_line(e)}") from None
-    if settings.options.provider == "cuda" and not ray.cluster_resources().get("GPU"):
+    if needs_gpu(settings.options.provider) and not ray.cluster_resources().get("GPU"):
         ray.shutdown()
-        raise UsageError("--provider cuda with --executor ray: the Ray cluster has no GPU for the tasks")
+        raise UsageError(f"--provider {settings.options.provider} with --executor ray: the Ray cluster has no GPU for"
+                         " the tasks")
     return True
 
 
@@ -236,7 +238,7 @@ def run_all(models: List[Path], settings: Settings, jobs: Optional[int]) -> List
     with _muted() as (out, err):
         joined = _connect(ray, settings)
         try:
-            task = ray.remote(_task).options(num_cpus=1, num_gpus=1 if settings.options.provider == "cuda" else 0,
+            task = ray.remote(_task).options(num_cpus=1, num_gpus=1 if needs_gpu(settings.options.provider) else 0,
                                              max_retries=0)
             refs: Dict[int, object] = {}
             done = set()

@@ -33,6 +33,7 @@ sys.path.append(str(ROOT / "tests"))  # corpus_models: the corpus's table
 
 from legalizer.numeric.ort import ATOL, RTOL, check  # noqa: E402
 from legalizer.numeric.reduce import _outer_names  # noqa: E402
+from legalizer.numeric.settings import CheckSettings  # noqa: E402
 from legalizer.numeric.tflite import check_tflite  # noqa: E402
 from legalizer.localize_reduce import localize  # noqa: E402
 from legalizer.formats import FORMATS, Sides  # noqa: E402
@@ -137,7 +138,7 @@ def bench(path: Path, n: int, work: Path) -> dict:
             continue  # the fault does not reach an output
         row["differ"] += 1
         t0 = time.perf_counter()
-        loc = localize(sides, chk, given=given, rtol=RTOL, atol=ATOL)
+        loc = localize(sides, chk, CheckSettings(rtol=RTOL, atol=ATOL), given=given)
         row["localize_s"] += time.perf_counter() - t0
         row["ratios"].append((time.perf_counter() - t0) / max(check_s, 1e-9))
         if loc is not None and loc.culprit is not None and loc.culprit.node in readers:

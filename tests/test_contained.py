@@ -15,6 +15,8 @@ import onnx
 import pytest
 from onnx import TensorProto as T, helper
 
+from legalizer.numeric.settings import CheckSettings
+
 from needs import require
 from helpers import assert_clean, cli_command, cli_env, lines
 
@@ -606,29 +608,31 @@ def test_localize_holds_a_chunk_of_values_at_a_time(monkeypatch):
     values asks for more than the budget (or one value), and it finds what comparing
     them all at once finds: the first value that differs, and every later one."""
     from legalizer.numeric import localize as lz
-    from legalizer.numeric.probes import ChildProbe, OrtProbe
+    from legalizer.numeric.child import ChildRunner
+    from legalizer.numeric.runtimes import runner_for
 
     n = 1 << 20  # 4 MiB a value (8 MiB as the size run counts them)
     asked = []
-    values = ChildProbe.values
+    values = ChildRunner.values
 
     def recorded(self, feeds, names=None):
         got = values(self, feeds, names)
         asked.append(sum(a.nbytes for a in got.values()))
         return got
 
-    monkeypatch.setattr(ChildProbe, "values", recorded)
+    monkeypatch.setattr(ChildRunner, "values", recorded)
     cand, ref = _chain(n, 6, wrong_at=3), _chain(n, 6)
     feeds = {"x": np.ones(1, np.float32)}
-    loc = lz.localize_onnx(cand, ref, feeds, ["CPUExecutionProvider"], rtol=1e-4, atol=1e-5)
+    cpu = CheckSettings("cpu", rtol=1e-4, atol=1e-5)
+    loc = lz.localize_onnx(cand, ref, feeds, cpu)
     assert loc.culprit.value == "v4"
     assert [d.value for d in loc.divergence] == ["v4", "v5", "v6", "y"]
     assert loc.compared == 8  # v0..v6 and y
     assert asked and max(asked) <= lz.CHUNK_BYTES  # 4 MiB values: 8 a chunk at most
     asked.clear()
-    cpu = ["CPUExecutionProvider"]
-    loc = lz.localize_chunked(lz.onnx_steps(cand), ChildProbe(OrtProbe, cand, cpu), ChildProbe(OrtProbe, ref, cpu),
-                              feeds, rtol=1e-4, atol=1e-5, budget=10 << 20)
+    ort = runner_for("onnx", "cpu")
+    loc = lz.localize_chunked(lz.onnx_steps(cand), ort.runner(cand, "cpu"), ort.runner(ref, "cpu"),
+                              feeds, cpu, budget=10 << 20)
     assert [d.value for d in loc.divergence] == ["v4", "v5", "v6", "y"]
     assert max(asked) <= 2 * (4 << 20) + 16  # a chunk: one 8 MiB-counted value
     # what reduce reads: fetched when asked for
@@ -691,16 +695,16 @@ def test_localize_tflite_holds_a_chunk_of_values_at_a_time(monkeypatch, tmp_path
     and finds the same culprit and later values."""
     import legalizer
     from legalizer.numeric import localize as lz
-    from legalizer.numeric.probes import ChildProbe
+    from legalizer.numeric.child import ChildRunner
 
     n, k = 1 << 20, 24  # 4 MiB a value, 96 MiB in all
     (tmp_path / "bad.tflite").write_bytes(_tflite_chain(n, k, wrong_at=11))
     (tmp_path / "good.tflite").write_bytes(_tflite_chain(n, k))
-    asked = _recorded(monkeypatch, ChildProbe)
+    asked = _recorded(monkeypatch, ChildRunner)
     graph = legalizer.load(tmp_path / "bad.tflite").graph
     x = (np.arange(n) % 7).astype(np.float32)  # whole numbers: every sum exact
-    loc = lz.localize_tflite(tmp_path / "bad.tflite", tmp_path / "good.tflite", graph, {"x": x}, rtol=1e-4,
-                             atol=1e-5)
+    loc = lz.localize_tflite(tmp_path / "bad.tflite", tmp_path / "good.tflite", graph, {"x": x},
+                             CheckSettings(rtol=1e-4, atol=1e-5))
     assert [d.value for d in loc.divergence] == [f"v{i}" for i in range(12, k + 1)]
     assert loc.compared == k and loc.runtimes == "LiteRT vs LiteRT"
     assert len(asked) >= 4 and max(asked) <= lz.CHUNK_BYTES  # two chunks a side at least
@@ -717,7 +721,7 @@ def test_localize_a_tosa_module_a_chunk_at_a_time(monkeypatch):
     culprit, region and count as the run that returns them all."""
     from legalizer.numeric import localize as lz
     from legalizer.numeric.against import module_text
-    from legalizer.numeric.probes import IreeProbe
+    from legalizer.numeric.iree_run import IreeRunner
 
     root = Path(__file__).resolve().parent.parent
     ref = root / "models/tflite/transformer_like.tflite"
@@ -729,8 +733,8 @@ def test_localize_a_tosa_module_a_chunk_at_a_time(monkeypatch):
              for s in LiteRTModel(str(ref)).input_specs()}
     got = {}
     for chunk in (lz.CHUNK_BYTES, 20_000):  # all of them (52 kB); then a fifth a run at most
-        asked = _recorded(monkeypatch, IreeProbe)
-        loc = lz.localize_mlir(text, ref, feeds, ["CPUExecutionProvider"], rtol=1e-4, atol=1e-5, differing=[0],
+        asked = _recorded(monkeypatch, IreeRunner)
+        loc = lz.localize_mlir(text, ref, feeds, CheckSettings("cpu", rtol=1e-4, atol=1e-5), differing=[0],
                                chunk=chunk)
         got[chunk] = ([(d.value, d.reference) for d in loc.divergence], [s.op for s in loc.region], loc.compared)
         assert max(asked) <= max(chunk, 16_384), asked  # (a value bigger than the chunk alone)

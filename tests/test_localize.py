@@ -19,7 +19,8 @@ from onnx import numpy_helper
 
 import legalizer
 from legalizer.numeric.localize import Localization, Step, bisect, by_content, loc_name
-from legalizer.numeric.probes import Probe
+from legalizer.numeric.runner import Runner
+from legalizer.numeric.settings import CheckSettings
 from legalizer.numeric.reduce import ddmin
 from helpers import assert_clean, cli_process, lines
 from needs import require
@@ -272,11 +273,11 @@ def test_a_module_with_location_names_is_matched_by_them(tmp_path, legalize):
     assert check["localize"]["region"] == []  # %sum agrees with out0 by content
 
 
-class _FusedProbe(Probe):
+class _FusedRunner(Runner):
     """A module whose values all agree when it returns them all, and where cutting it
     at value k gives the true value plus 1 from ``first`` on (fusion changed them)."""
 
-    runtime = "fake"
+    name = "fake"
 
     def __init__(self, names, first):
         super().__init__()
@@ -293,9 +294,9 @@ def test_bisection_cuts_the_module_one_value_at_a_time_within_the_budget(budget,
     names = [f"v{k}" for k in range(8)]
     steps = [Step(f"n{k}", "tosa.add", [names[k - 1]] if k else ["arg0"], [names[k]]) for k in range(8)]
     ref = {n: np.full(4, float(k)) for k, n in enumerate(names)}
-    probe = _FusedProbe(names, first=5)
+    probe = _FusedRunner(names, first=5)
     loc = Localization("fake vs fake")
-    bisect(loc, steps, probe, {}, ref, {n: n for n in names}, ["v7"], budget, 1e-4, 1e-5)
+    bisect(loc, steps, probe, {}, ref, {n: n for n in names}, ["v7"], budget, CheckSettings(rtol=1e-4, atol=1e-5))
     assert loc.culprit.value == found and probe.runs <= budget
     if budget == 8:
         assert probe.runs == 3 and loc.note.endswith("bisected over 8 values the differing result is computed from")

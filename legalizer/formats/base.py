@@ -91,12 +91,12 @@ class Format:
         """The inputs the check fed at ``dims`` (the same synthesis, the same seed)."""
         raise NotImplementedError
 
-    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
-        """Where the candidate starts to differ at ``binding`` (``numeric.localize``)."""
+    def localize(self, sides: Sides, binding, given, settings, *, budget: int):
+        """Where the candidate starts to differ at ``binding`` (``numeric.localize``), as
+        ``settings`` (``numeric.settings.CheckSettings``) say."""
         raise NotImplementedError
 
-    def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
-               protect: Sequence[Path]):
+    def reduce(self, sides: Sides, loc, path: Path, given, settings, *, force: bool, protect: Sequence[Path]):
         raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {self.title} model is localized,"
                          " not reduced")
 

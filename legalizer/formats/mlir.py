@@ -3,6 +3,7 @@ model they came from, localized and reduced as TOSA modules."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Sequence
 
@@ -38,8 +39,8 @@ class MlirFormat(Format):
 
         options = run.options
         try:
-            return check_against(run.path, reference, provider=options.provider, rtol=options.rtol,
-                                 atol=options.atol, given=run.given, dims=options.dims)
+            return check_against(run.path, reference, replace(options.check_settings, record=False), given=run.given,
+                                 dims=options.dims)
         except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
             raise BadInput(f"{run.path}: {e}") from None
 
@@ -48,31 +49,29 @@ class MlirFormat(Format):
 
         return feeds_for(Path(sides.reference), dims, given, provider)
 
-    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
+    def localize(self, sides: Sides, binding, given, settings, *, budget: int):
         from ..numeric.against import module_text
         from ..numeric.localize import localize_mlir
-        from ..numeric.ort_session import providers
 
-        feeds = self.feeds(sides, binding.dims, given, provider)
+        feeds = self.feeds(sides, binding.dims, given, settings.provider)
         differing = [i for i, o in enumerate(binding.outputs) if not o.ok]
-        return localize_mlir(module_text(Path(sides.candidate)), sides.reference, feeds, providers(provider),
-                             rtol=rtol, atol=atol, binding=binding.dims, differing=differing, budget=budget)
+        return localize_mlir(module_text(Path(sides.candidate)), sides.reference, feeds, settings,
+                             binding=binding.dims, differing=differing, budget=budget)
 
-    def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
-               protect: Sequence[Path]):
+    def reduce(self, sides: Sides, loc, path: Path, given, settings, *, force: bool, protect: Sequence[Path]):
         from ..numeric.against import module_text
         from ..numeric.iree_run import bind_dims
-        from ..numeric.probes import printed
+        from ..numeric.iree_run import printed
         from ..numeric.reduce import reduce_mlir
 
-        feeds = self.feeds(sides, loc.binding, given, provider)
+        feeds = self.feeds(sides, loc.binding, given, settings.provider)
         text = printed(bind_dims(module_text(Path(sides.candidate)), [np.shape(a) for a in feeds.values()]))
-        return reduce_mlir(text, loc, feeds, path, rtol=rtol, atol=atol, force=force, protect=protect)
+        return reduce_mlir(text, loc, feeds, path, settings, force=force, protect=protect)
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):
         from ..numeric.against import module_text
-        from ..numeric.probes import printed
+        from ..numeric.iree_run import printed
         from ..numeric.reduce import reduce_mlir_violation
 
         text = printed(module_text(Path(source)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Mapping, Sequence
 
@@ -75,13 +76,11 @@ class OnnxFormat(Format):
         if golden.samples is not None:
             from ..numeric.samples import check_samples
 
-            return check_samples(self.original(run), written, golden.samples, expected=golden.expected,
-                                 reference=golden.reference, provider=options.provider, dims=run.dims,
-                                 rtol=options.rtol, atol=options.atol, record=options.records)
-        return check(self.original(run), written, provider=options.provider, dims=run.dims, inputs=run.given,
-                     rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
+            return check_samples(self.original(run), written, golden.samples, options.check_settings,
+                                 expected=golden.expected, reference=golden.reference, dims=run.dims)
+        return check(self.original(run), written, options.check_settings, dims=run.dims, inputs=run.given,
                      choices=choices_from_constraints(run.res.input_verification.constraints),
-                     hints=self.hints(run), profile=run.target.profile.name, record=options.records)
+                     hints=self.hints(run), profile=run.target.profile.name)
 
     def hints(self, run) -> Dict[str, list]:
         """Sizes worth trying per dim (a PyTorch program's ranges); none for ONNX."""
@@ -93,35 +92,30 @@ class OnnxFormat(Format):
     def compare(self, run, reference: Path):
         from ..numeric.ort import check
 
-        options = run.options
+        settings = replace(run.options.check_settings, record=False)
         # the reference's declarations as read for its output names, if it was (not parsed again)
         declared = run.reference.proto if run.reference is not None else None
-        return check(reference, run.path, provider=options.provider, dims=run.dims, inputs=run.given,
-                     rtol=options.rtol, atol=options.atol, not_one=options.assume_dynamic_not_one,
-                     raise_faults=True, declared=declared)
+        return check(reference, run.path, settings, dims=run.dims, inputs=run.given, raise_faults=True,
+                     declared=declared)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
         from ..numeric.ort import synthesize
 
         return synthesize(sides.reference, dims, given)
 
-    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
+    def localize(self, sides: Sides, binding, given, settings, *, budget: int):
         from ..numeric.localize import localize_onnx
-        from ..numeric.ort_session import providers
 
         sides.candidate, sides.reference = as_proto(sides.candidate), as_proto(sides.reference)
-        feeds = self.feeds(sides, binding.dims, given, provider)
-        return localize_onnx(sides.candidate, sides.reference, feeds, providers(provider), rtol=rtol, atol=atol,
-                             binding=binding.dims)
+        feeds = self.feeds(sides, binding.dims, given, settings.provider)
+        return localize_onnx(sides.candidate, sides.reference, feeds, settings, binding=binding.dims)
 
-    def reduce(self, sides: Sides, loc, path: Path, given, *, rtol, atol, provider: str, force: bool,
-               protect: Sequence[Path]):
-        from ..numeric.ort_session import providers
+    def reduce(self, sides: Sides, loc, path: Path, given, settings, *, force: bool, protect: Sequence[Path]):
         from ..numeric.reduce import reduce_onnx
 
-        feeds = self.feeds(sides, loc.binding, given, provider)
-        return reduce_onnx(sides.candidate, sides.reference, loc, feeds, providers(provider), path, rtol=rtol,
-                           atol=atol, force=force, protect=protect)
+        feeds = self.feeds(sides, loc.binding, given, settings.provider)
+        return reduce_onnx(sides.candidate, sides.reference, loc, feeds, settings, path, force=force,
+                           protect=protect)
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):
@@ -163,9 +157,8 @@ class Pt2Format(OnnxFormat):
         found = result.search is not None and result.search.found is not None
         choices = result.search.choices if found else \
             choices_from_constraints(run.res.input_verification.constraints)
-        result.torch = check_torch(run.model.torch, written, provider=options.provider, dims=run.dims,
-                                   inputs=run.given, rtol=options.rtol, atol=options.atol,
-                                   not_one=options.assume_dynamic_not_one, choices=choices, searched=found,
+        result.torch = check_torch(run.model.torch, written, replace(options.check_settings, record=False),
+                                   dims=run.dims, inputs=run.given, choices=choices, searched=found,
                                    path=run.model.source, trust=options.trust_pt2)
         return result
 

@@ -3,6 +3,7 @@ on LiteRT, their shapes made static for a static-shape target."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
@@ -45,9 +46,8 @@ class TfliteFormat(Format):
         from ..numeric.tflite import check_tflite
 
         options, golden, model = run.options, run.golden, run.model
-        result = check_tflite(run.path, written, model, provider=options.provider, dims=run.dims, inputs=run.given,
-                              rtol=options.rtol, atol=options.atol, samples=golden.samples,
-                              expected=golden.expected, reference=golden.reference, record=options.records)
+        result = check_tflite(run.path, written, model, options.check_settings, dims=run.dims, inputs=run.given,
+                              samples=golden.samples, expected=golden.expected, reference=golden.reference)
         if len(model.graphs) == 1:  # its bindings are named as the user names them
             for b in result.bindings:
                 b.source = "user" if b.dims and set(b.dims) <= set(run.dims) else b.source
@@ -59,9 +59,9 @@ class TfliteFormat(Format):
     def compare(self, run, reference: Path):
         from ..numeric.tflite import check_tflite
 
-        options = run.options
-        return check_tflite(reference, run.path, run.model, provider=options.provider, dims=run.dims,
-                            inputs=run.given, rtol=options.rtol, atol=options.atol, litert_only=True)
+        settings = replace(run.options.check_settings, record=False)
+        return check_tflite(reference, run.path, run.model, settings, dims=run.dims, inputs=run.given,
+                            litert_only=True)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
         from ..numeric.inputs import graph_input_specs, make_feeds
@@ -70,12 +70,11 @@ class TfliteFormat(Format):
         return make_feeds(graph_input_specs(sides.graph),
                           {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in dims.items()}, given, 0)
 
-    def localize(self, sides: Sides, binding, given, *, rtol, atol, provider: str, budget: int):
+    def localize(self, sides: Sides, binding, given, settings, *, budget: int):
         from ..numeric.localize import localize_tflite
 
-        feeds = self.feeds(sides, binding.dims, given, provider)
-        loc = localize_tflite(sides.candidate, sides.reference, sides.graph, feeds, rtol=rtol, atol=atol,
-                              binding=binding.dims)
+        feeds = self.feeds(sides, binding.dims, given, settings.provider)
+        loc = localize_tflite(sides.candidate, sides.reference, sides.graph, feeds, settings, binding=binding.dims)
         if not any(not o.ok for o in binding.outputs if o.name.endswith("(LiteRT)")):
             loc.note = "compared on LiteRT, where the outputs match: those that differ are the ONNX form's"
         return loc

@@ -15,12 +15,14 @@ import numpy as np
 
 from ..errors import CheckUnavailable, first_line
 from ..importers.reader import sniff
-from .child import ChildRunner, RunFault
+from .child import RunFault
 from .compare import Comparator, Pairing, unless_compared
 from .user_inputs import check_dim_names, dynamic_keys
 from .inputs import make_feeds, small_then_one
 from .results import CheckResult, OutputResult
 from .runner import Runner
+from .runtimes import MODULE, Runtime, reference_for, reference_formats, runner_for
+from .settings import CheckSettings, settings_of
 
 
 def module_text(path: Path) -> str:
@@ -33,36 +35,22 @@ def module_text(path: Path) -> str:
     return bytecode_to_text(data, str(path)) if data.startswith(BYTECODE_MAGIC) else iree_text(data, str(path))
 
 
-def _litert_reference(path: Path, provider: str) -> Runner:
-    from .litert import LiteRTRunner
-
-    runner = ChildRunner(LiteRTRunner, str(path), model=str(path))
-    runner.activate()
-    if runner.remote.call("model.unresolved_custom_op"):
-        runner.deactivate()
-        runner = ChildRunner(LiteRTRunner, str(path), kernels="default", model=str(path)).activate()
-    return runner
-
-
-def _ort_reference(path: Path, provider: str) -> Runner:
-    from .ort import OrtRunner
-    from .ort_session import providers
-
-    return ChildRunner(OrtRunner, str(path), providers(provider), model=str(path)).activate()
-
-
-# The runtime each reference format runs on, by ``sniff``'s name.
-REFERENCE_RUNNERS = {"tflite": _litert_reference, "onnx": _ort_reference}
-
-
 def reference_runner(path: Path, provider: str) -> Runner:
-    """The activated runner of the model the module came from, in the child process
-    (``child.py``): LiteRT (its default resolver for a custom op only that runs, as the
-    TFLite check) or onnxruntime."""
+    """The activated runner of the model the module came from, on the runtime that runs
+    its format (``runtimes.py``), in the child process (LiteRT: its default resolver for
+    a custom op only that runs, as the TFLite check)."""
+    return reference_runtime(path, provider).runner(path, provider).activate()
+
+
+def reference_runtime(path: Path, provider: str) -> Runtime:
+    """The runtime of the model at ``path`` as ``--against``'s reference (CheckUnavailable
+    for a format none runs as one)."""
     kind = sniff(path)
-    if kind not in REFERENCE_RUNNERS:
-        raise CheckUnavailable(f"--against takes a .tflite or .onnx model, not {kind}")
-    return REFERENCE_RUNNERS[kind](path, provider)
+    runtime = reference_for(kind, provider)
+    if runtime is None:
+        raise CheckUnavailable(f"--against takes a {' or '.join('.' + f for f in reference_formats())} model,"
+                               f" not {kind}")
+    return runtime
 
 
 def feeds_for(reference: Path, binding: Mapping[str, int], given: Mapping[str, np.ndarray], provider: str = "auto",
@@ -75,31 +63,33 @@ def feeds_for(reference: Path, binding: Mapping[str, int], given: Mapping[str, n
         runner.deactivate()
 
 
-def check_against(module: Path, reference: Path, *, provider: str = "auto", rtol=1e-4, atol=1e-5,
+def check_against(module: Path, reference: Path, settings: Optional[CheckSettings] = None, *,
                   given: Optional[Mapping[str, np.ndarray]] = None, dims: Optional[Mapping[str, int]] = None,
-                  seed: int = 0) -> CheckResult:
+                  **changes) -> CheckResult:
     """Run ``module`` on IREE and ``reference`` on its runtime, per binding of the
     reference's dynamic input dims (a given input fixes its own); the module is
     compiled for each binding with its dynamic arguments bound to the binding's shapes
     (``iree_run.IreeRunner``). Both run in the child process; one that crashes or runs
-    out of its memory or time is ``RunFault``, a run that did not happen (exit 2)."""
+    out of its memory or time is ``RunFault``, a run that did not happen (exit 2).
+    ``settings``: as ``ort.check``'s."""
     given = dict(given or {})
     runners = []
     try:
-        return _check_against(module, reference, runners, provider=provider, rtol=rtol, atol=atol, given=given,
-                              dims=dims, seed=seed)
+        return _check_against(module, reference, runners, settings_of(settings, **changes), given=given, dims=dims)
     finally:
         for r in runners:
             r.deactivate()
 
 
-def _check_against(module: Path, reference: Path, runners, *, provider, rtol, atol, given, dims,
-                   seed) -> CheckResult:
-    from .iree_run import IreeRunner, TosaError
+def _check_against(module: Path, reference: Path, runners, settings: CheckSettings, *, given, dims) -> CheckResult:
+    from .iree_run import TosaError
 
+    provider = settings.provider
     try:
-        ref = reference_runner(reference, provider)
+        runtime = reference_runtime(reference, provider)
+        ref = runtime.runner(reference, provider)
         runners.append(ref)
+        ref.activate()
         specs = ref.input_specs()
     except RunFault:
         raise
@@ -107,23 +97,25 @@ def _check_against(module: Path, reference: Path, runners, *, provider, rtol, at
         return CheckResult(False, "IREE", error=str(e))
     except Exception as e:  # noqa: BLE001 - the runtime's own words
         return CheckResult(False, "IREE", error=f"{reference}: does not load: {first_line(e)}")
-    label = f"IREE llvm-cpu vs {ref.name}"
+    modules = runner_for(MODULE, provider)
+    label = f"{modules.name} vs {ref.name}"
     result = CheckResult(True, label)
     pairing = Pairing(by_position=True, label=lambda i, n: f"result #{i}",
                       # an integer result of a TFLite model is taken as quantized: one step of slack
-                      quantized=lambda n: ref.name == "LiteRT",
+                      quantized=lambda n: runtime.quantized,
                       count_mismatch=lambda want, have: [OutputResult(
                           f"result #{i}", False, detail=f"the module has {have} results, the model {want} outputs")
                           for i in range(want)])
-    iree = IreeRunner(module_text(module), contained=True, model=str(module)).activate()
+    iree = modules.runner(module_text(module), provider, what=str(module)).activate()
     runners.append(iree)
-    comparator = Comparator(ref, iree, result, rtol, atol, pairing=pairing, candidate_errors=(),
+    comparator = Comparator(ref, iree, result, settings.rtol, settings.atol, pairing=pairing, candidate_errors=(),
                             refused=lambda e: f"{reference} fails on {ref.name}: {first_line(e)}")
     # a --dim binds a dynamic dim of the reference, as the runtime declares it (input[axis])
     check_dim_names(dims, dynamic_keys([(s.name, s.shape) for s in specs]), whose=str(reference))
     keys = [d for s in specs if s.name not in given for d in s.shape if isinstance(d, str)]
     try:
-        comparator.bindings(small_then_one(keys, dims or {}), lambda binding: make_feeds(specs, binding, given, seed))
+        comparator.bindings(small_then_one(keys, dims or {}), lambda binding: make_feeds(specs, binding, given,
+                                                                                          settings.seed))
     except RunFault:
         raise
     except (TosaError, CheckUnavailable) as e:  # IREE refuses the module: nothing to compare

@@ -4,7 +4,7 @@ in native code that cannot be bounded from inside (a ``Loop`` of 1e15 trips hold
 thread; an IREE gather at index 2e9 reads outside its buffer and kills the process).
 
 ``Remote(factory, *args, **kwargs)`` builds ``factory(*args, **kwargs)`` (a runner, a
-probe) in the child and calls its methods there (``call``); ``ChildRunner`` is a
+LiteRT model) in the child and calls its methods there (``call``); ``ChildRunner`` is a
 ``Runner`` whose model lives in the child. The child is a fresh interpreter
 (``python -m legalizer.numeric.serve``, not a fork of this process), started at the first
 use and kept warm for every model and binding of the run (one per process: a batch
@@ -39,6 +39,7 @@ import numpy as np
 from ..errors import CheckUnavailable
 from . import wire
 from .inputs import InputSpec
+from .probes import CHUNK_BYTES
 from .runner import Runner
 
 
@@ -425,7 +426,9 @@ def _model_path(args: list) -> list:
 class ChildRunner(Runner):
     """A runner (``factory(*args, **kwargs)``, a ``Runner`` class) whose model is loaded
     and run in the child. ``name`` is the runner's; attributes named in ``fetch`` (e.g.
-    onnxruntime's ``provider``) are read once it is loaded."""
+    onnxruntime's ``provider``) are read once it is loaded. Its intermediate values
+    (``values``, ``all_names``, ``sizes``, ``sketches``) are asked of the runner in the
+    child, which need not be activated for them (nor is it, for them alone)."""
 
     def __init__(self, factory, *args, model: str = "the model", fetch: Sequence[str] = (),
                  preloaded: Optional[Remote] = None, **kwargs):
@@ -435,8 +438,21 @@ class ChildRunner(Runner):
         self.model_label = model
         self.fetch = tuple(fetch)
         self.remote: Optional[Remote] = preloaded  # built ahead (``preload``): activated once it is ready
+        self._built_unloaded = False  # the remote was built for values alone, its runner not activated
+        self._provider = ""
+
+    @property
+    def provider(self) -> str:
+        """The runner's ``provider``, when ``fetch`` names it, else its name."""
+        return self._provider or self.name
+
+    @provider.setter
+    def provider(self, value: str) -> None:
+        self._provider = value
 
     def activate_impl(self) -> None:
+        if self._built_unloaded:  # built for values: built anew, loaded, with what it fetches
+            self.close()
         if self.remote is not None:
             self.remote.ready()
         else:
@@ -450,6 +466,20 @@ class ChildRunner(Runner):
             self.remote.close()
         self.remote = None
 
+    def close(self) -> None:
+        """Let the runner in the child go, loaded or not."""
+        if self.remote is not None:
+            self.remote.close()
+        self.remote, self._built_unloaded, self.is_active = None, False, False
+
+    def _remote(self) -> Remote:
+        """The runner in the child, built (not activated) if it is not yet."""
+        if self.remote is None:
+            self.remote = Remote(self.factory, *self.args, model=self.model_label, runtime=self.name,
+                                 **self.kwargs)
+            self._built_unloaded = True
+        return self.remote
+
     def input_specs(self) -> List[InputSpec]:
         specs = self.remote.call("input_specs")
         if not isinstance(specs, list) or not all(isinstance(s, InputSpec) for s in specs):
@@ -462,8 +492,21 @@ class ChildRunner(Runner):
             raise self.remote.refuse("outputs that are not arrays by name")
         return out
 
+    def values(self, feed, names=None) -> Dict[str, np.ndarray]:
+        self.runs += 1
+        return dict(self._remote().call("values", dict(feed), None if names is None else list(names)))
+
+    def all_names(self) -> List[str]:
+        return self._remote().call("all_names")
+
+    def sizes(self, feed, names) -> Dict[str, int]:
+        return self._remote().call("sizes", dict(feed), list(names))
+
+    def sketches(self, feed, names, sizes, budget: int = CHUNK_BYTES) -> Dict[str, list]:
+        return self._remote().call("sketches", dict(feed), list(names), dict(sizes), budget)
+
     def call(self, method: str, *args, **kwargs):
-        return self.remote.call(method, *args, **kwargs)
+        return self._remote().call(method, *args, **kwargs)
 
     def attempt(self, feed: Mapping[str, np.ndarray], memory: Optional[int] = None) -> Optional[str]:
         """None if the model runs on ``feed``, else the runtime's error (its outputs are

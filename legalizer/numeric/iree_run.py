@@ -404,10 +404,55 @@ def run_contained(text: str, inputs: Sequence[np.ndarray], model: str = "the mod
         module.close()
 
 
+def printed(text: str) -> str:
+    """``text`` as MLIR prints it, locations kept: the SSA names localization and the IR share."""
+    return parse(text).operation.get_asm(enable_debug_info=True)
+
+
+def main_func(module):
+    """The ``@main`` function of a module IREE's MLIR bindings parsed (TosaError if none)."""
+    from iree.compiler import ir
+
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            return op
+    raise TosaError("the module has no @main")
+
+
+def cut(text: str, names: Sequence[str]) -> str:
+    """``text`` with ``@main`` returning the values ``names`` (SSA names without ``%``,
+    as MLIR prints ``text``) instead of its results."""
+    from iree.compiler import ir
+
+    module = parse(text)
+    with module.context, ir.Location.unknown():
+        main = main_func(module)
+        block = main.regions[0].blocks[0]
+        by_name = {a.get_name()[1:]: a for a in block.arguments}
+        ops = list(block.operations)
+        for op in ops:
+            by_name.update((v.get_name()[1:], v) for v in op.results)
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise TosaError(f"no value %{missing[0]} in @main")
+        values = [by_name[n] for n in names]
+        ret = ops[-1]
+        ir.Operation.create(ret.operation.name, operands=values, loc=ret.location, ip=ir.InsertionPoint(ret))
+        ret.operation.erase()
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(ftype.inputs),
+                                                                               [v.type for v in values]))
+        if not module.operation.verify():
+            raise TosaError("the module cut at the probed values does not verify")
+        return str(module)
+
+
 class IreeRunner(Runner):
     """A TOSA module's ``@main`` on IREE (llvm-cpu), its arguments fed in order. Each
     ``infer`` compiles the module with its dynamic arguments bound to the feed's shapes
-    (``bind_dims``): there is nothing to load ahead."""
+    (``bind_dims``): there is nothing to load ahead. Its intermediate values
+    (``values``) come from ``@main`` cut at them (``cut``), compiled and run:
+    names are the SSA names of the module as MLIR prints it, without ``%``."""
 
     name = "IREE llvm-cpu"
 
@@ -429,3 +474,21 @@ class IreeRunner(Runner):
             self._checked = compilable(self.text)
         text = bind_dims(self._checked, [a.shape for a in args])
         return positional(run_contained(text, args, self.model) if self.contained else run(text, args))
+
+    def all_names(self) -> List[str]:
+        """Every op result of ``@main`` that is a tensor, constants left out (the same in
+        any run), in the module's order."""
+        module = parse(self.text)
+        with module.context:
+            return [v.get_name()[1:] for op in main_func(module).regions[0].blocks[0].operations
+                    if op.operation.name not in ("tosa.const", "tosa.const_shape", "arith.constant")
+                    for v in op.results if str(v.type).startswith("tensor<")]
+
+    def values(self, feed, names=None):
+        names = self.all_names() if names is None else list(names)
+        if not names:
+            return {}
+        self.runs += 1
+        text = cut(self.text, names)
+        got = run_contained(text, list(feed.values())) if self.contained else run(text, list(feed.values()))
+        return dict(zip(names, got))

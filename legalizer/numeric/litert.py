@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -354,7 +354,13 @@ def _io_indices(model: LiteRTModel, index: int) -> Tuple[List[int], List[int]]:
 class LiteRTRunner(Runner):
     """One subgraph (an index or a signature key) of a .tflite model on LiteRT; the
     source is a path, bytes, or a loaded ``LiteRTModel`` (the runners of several
-    subgraphs share it)."""
+    subgraphs share it).
+
+    Its intermediate values (``values``, of the primary subgraph of a model given as a
+    path) are asked of a copy of the model whose subgraph 0 gives them out (its other
+    tensors' buffers reused as LiteRT plans them), so that a run holds those values, not
+    every one; a model whose weights lie outside its flatbuffer (buffer offsets) keeps
+    every tensor instead."""
 
     name = "LiteRT"
 
@@ -364,6 +370,9 @@ class LiteRTRunner(Runner):
         self.source, self.subgraph = source, subgraph
         self.kernels, self.keep_tensors = kernels, keep_tensors
         self.model: Optional[LiteRTModel] = source if isinstance(source, LiteRTModel) else None
+        self._table = None  # the model's tables, read when values are first asked for
+        self._index: Dict[str, int] = {}  # tensor name -> index (names two tensors share left out)
+        self._ops: List[str] = []
 
     def activate_impl(self) -> None:
         if self.model is None:
@@ -391,6 +400,93 @@ class LiteRTRunner(Runner):
 
     def infer_impl(self, feed):
         return self.model.run(feed, self.subgraph)
+
+    # -- intermediate values (subgraph 0) ------------------------------------------------
+    def loaded(self) -> LiteRTModel:
+        return self.activate().model
+
+    def unresolved_custom_op(self) -> str:
+        return self.loaded().unresolved_custom_op()
+
+    def input_names(self) -> List[str]:
+        return [s.name for s in self.loaded().input_specs()]
+
+    def producers(self) -> Dict[str, str]:
+        """The op that computes each tensor, by tensor name."""
+        it = self.loaded().interpreter
+        names = {d["index"]: d["name"] for d in it.get_tensor_details()}
+        return {names[int(t)]: op["op_name"] for op in it._get_ops_details() for t in op["outputs"]  # noqa: SLF001
+                if int(t) in names}
+
+    def _read(self):
+        import tflite
+
+        from ..tflite_schema import read
+
+        if self._table is None:
+            with open(os.fspath(self.source), "rb") as f:
+                buf = f.read()
+            self._table = read(tflite.Model.GetRootAs(buf, 0))
+            sg = self._table.fields["subgraphs"][0]
+            names = [t.fields.get("name", "") for t in sg.fields["tensors"]]
+            counts: Dict[str, int] = {}
+            for n in names:
+                counts[n] = counts.get(n, 0) + 1
+            self._index = {n: i for i, n in enumerate(names) if counts[n] == 1}
+            by_index = dict(enumerate(names))
+            outs = [by_index.get(int(t)) for op in sg.fields.get("operators", []) for t in op.fields.get("outputs", [])
+                    if int(t) >= 0]
+            outs += [by_index.get(int(t)) for t in sg.fields.get("outputs", [])]
+            self._ops = [n for n in dict.fromkeys(outs) if n in self._index]
+        return self._table
+
+    def all_names(self) -> List[str]:
+        """The op results of subgraph 0 in op order, then its outputs (unique names)."""
+        self._read()
+        return list(self._ops)
+
+    def sizes(self, feed, names: Sequence[str]) -> Dict[str, int]:
+        """The bytes of each value of ``names``, from the tensors' shapes after one plain
+        run (LiteRT reuses the buffers, so this run takes what the check's does)."""
+        model = self.loaded()
+        model.run(feed, 0)
+        self.runs += 1
+        want = set(names)
+        return {d["name"]: int(np.prod(d["shape"])) * np.dtype(d["dtype"]).itemsize
+                for d in model.interpreter.get_tensor_details() if d["name"] in want}
+
+    def _cut(self, names: Sequence[str]) -> Optional[bytes]:
+        """The model with ``names`` as subgraph 0's outputs, or None where its weights lie
+        outside the flatbuffer (a copy would lose them)."""
+        from ..tflite_schema import FbTable, serialize
+
+        table = self._read()
+        if any(int(b.fields.get("offset", 0) or 0) > 1 for b in table.fields.get("buffers", [])):
+            return None
+        sg = table.fields["subgraphs"][0]
+        cut_sg = FbTable(sg.type, dict(sg.fields, outputs=np.array([self._index[n] for n in names], np.int32)))
+        fields = dict(table.fields, subgraphs=[cut_sg] + list(table.fields["subgraphs"][1:]))
+        fields.pop("signature_defs", None)  # subgraph 0 run as itself, not through a signature's names
+        return serialize(FbTable(table.type, fields), initial_size=1 << 20)
+
+    def values(self, feed, names=None):
+        import warnings
+
+        self._read()
+        names = [n for n in (self.all_names() if names is None else names) if n in self._index]
+        if not names:
+            return {}
+        self.runs += 1
+        content = self._cut(names)
+        with warnings.catch_warnings():  # "intended for debugging purposes only": that is what it is for
+            warnings.simplefilter("ignore", UserWarning)
+            if content is None:
+                model = LiteRTModel(self.source, kernels=self.kernels, keep_tensors=True)
+                model.run(feed, 0)
+                got = model.tensors()
+            else:
+                got = LiteRTModel(content, kernels=self.kernels).run(feed, 0)
+        return {n: np.array(got[n]) for n in names if n in got}
 
 
 # -- functions -------------------------------------------------------------------------

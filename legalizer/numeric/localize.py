@@ -2,7 +2,8 @@
 inputs, and name the earliest value that differs whose operands all match (the culprit).
 
 The candidate (the legalized model, or the model given to ``--against``) and the
-reference run on their runtimes through ``probes.py``, which gives every value. Values
+reference run on the runners of their formats (``runtimes.py``), which give their
+intermediate values (``Runner.values``). Values
 are matched by name: ONNX value names, TFLite tensor names (the passes keep them). A
 TOSA module's values are matched to the reference's by their op's ``loc`` name, its
 arguments and results by position, and any other value by content: the reference
@@ -23,8 +24,8 @@ module at one of them, and ``budget`` bounds the runs.
 
 from __future__ import annotations
 
+import pathlib
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -35,7 +36,10 @@ from ..ir.graph import CONST, OP, Graph
 from . import BUDGET
 from .compare import compare, tol_of
 from .results import OutputResult
-from .probes import CHUNK_BYTES, Probe, chunks, sketch
+from .probes import CHUNK_BYTES, chunks
+from .runner import Runner
+from .runtimes import MODULE, ONNX, TFLITE, runner_for
+from .settings import CheckSettings
 
 # Content matching: a value corresponds to a reference tensor of its size when this
 # share of its elements agrees within LOOSE_RTOL (and LOOSE_ATOL of the tensor's
@@ -156,7 +160,7 @@ def compare_value(name: str, got: np.ndarray, expected: np.ndarray, rtol: float,
 
 
 def diverging(steps: Sequence[Step], cand: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
-              pairs: Mapping[str, str], rtol, atol, quantized: Iterable[str] = (),
+              pairs: Mapping[str, str], settings: CheckSettings, quantized: Iterable[str] = (),
               outputs: Mapping[str, str] = {}) -> Tuple[List[Divergence], int]:
     """The matched values that differ, in ``steps``' order, and how many were compared.
     ``atomic_files`` maps a graph output's value to its output name (its tolerance)."""
@@ -169,6 +173,7 @@ def diverging(steps: Sequence[Step], cand: Mapping[str, np.ndarray], ref: Mappin
             if r is None or v not in cand or r not in ref:
                 continue
             key = outputs.get(v)
+            rtol, atol = settings.rtol, settings.atol
             rt, at = (tol_of(rtol, key), tol_of(atol, key)) if key else (float(rtol), float(atol))
             res = compare_value(v, cand[v], ref[r], rt, at, v in quantized)
             compared += 1
@@ -264,19 +269,19 @@ def loc_name(loc: Optional[str]) -> str:
 
 # -- one localization ------------------------------------------------------------------------
 
-def localize(steps: Sequence[Step], cand_probe: Probe, ref_probe: Probe, feeds: Mapping[str, np.ndarray], *,
-             match: Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray]], Dict[str, str]], rtol, atol,
+def localize(steps: Sequence[Step], cand_probe: Runner, ref_probe: Runner, feeds: Mapping[str, np.ndarray], *,
+             match: Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray]], Dict[str, str]], settings: CheckSettings,
              binding: Mapping[str, int] = {}, quantized: Iterable[str] = (), outputs: Mapping[str, str] = {},
              producers: Mapping[str, str] = {}) -> Localization:
-    """Run both probes on ``feeds``, match the values (``match(cand, ref)`` -> candidate
+    """Run both runners on ``feeds`` for their values, match them (``match(cand, ref)`` -> candidate
     name to reference name) and list those that differ. ``producers``: the reference's
     op per value, to name it beside a value matched under another name."""
     t0 = time.perf_counter()
-    loc = Localization(f"{cand_probe.runtime} vs {ref_probe.runtime}", dict(binding))
+    loc = Localization(f"{cand_probe.name} vs {ref_probe.name}", dict(binding))
     ref = ref_probe.values(feeds)
     cand = cand_probe.values(feeds)
     pairs = match(cand, ref)
-    loc.divergence, loc.compared = diverging(steps, cand, ref, pairs, rtol, atol, quantized, outputs)
+    loc.divergence, loc.compared = diverging(steps, cand, ref, pairs, settings, quantized, outputs)
     _finish(loc, steps, pairs, producers)
     loc.values = (cand, ref, pairs)
     loc.runs = cand_probe.runs + ref_probe.runs
@@ -285,11 +290,11 @@ def localize(steps: Sequence[Step], cand_probe: Probe, ref_probe: Probe, feeds: 
 
 
 class LazyValues(Mapping):
-    """The values a probe gives for ``feeds``, by name, fetched when asked for (one run
-    of the probe each) and a few kept (``CHUNK_BYTES``): what ``reduce.py`` reads of a
+    """The values a runner gives for ``feeds``, by name, fetched when asked for (one run
+    of the runner each) and a few kept (``CHUNK_BYTES``): what ``reduce.py`` reads of a
     chunked localization, without holding every value."""
 
-    def __init__(self, probe: Probe, feeds: Mapping[str, np.ndarray], names: Iterable[str]):
+    def __init__(self, probe: Runner, feeds: Mapping[str, np.ndarray], names: Iterable[str]):
         self.probe, self.feeds, self.names = probe, feeds, list(dict.fromkeys(names))
         self._known = set(self.names)
         self._cache: Dict[str, np.ndarray] = {}
@@ -316,7 +321,8 @@ class LazyValues(Mapping):
         return len(self.names)
 
 
-def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mapping[str, np.ndarray], *, rtol, atol,
+def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mapping[str, np.ndarray],
+                     settings: CheckSettings, *,
                      binding: Mapping[str, int] = {}, outputs: Mapping[str, str] = {},
                      producers: Mapping[str, str] = {}, budget: int = CHUNK_BYTES,
                      quantized: Iterable[str] = (), skip: Iterable[str] = ()) -> Localization:
@@ -325,17 +331,17 @@ def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mappin
     their shapes), then per chunk one run of each model that gives out those values.
     Its ``values`` are ``LazyValues``."""
     t0 = time.perf_counter()
-    loc = Localization(f"{cand_probe.runtime} vs {ref_probe.runtime}", dict(binding))
+    loc = Localization(f"{cand_probe.name} vs {ref_probe.name}", dict(binding))
     skip = set(skip)
-    pairs = {v: r for v, r in by_name(steps, ref_probe.call("all_names")).items() if v not in skip}
+    pairs = {v: r for v, r in by_name(steps, ref_probe.all_names()).items() if v not in skip}
     order = [v for s in steps for v in s.outputs if v in pairs]
-    sizes = cand_probe.call("sizes", dict(feeds), order) if order else {}
+    sizes = cand_probe.sizes(feeds, order) if order else {}
     cand_keys: List[str] = []
     ref_keys: List[str] = []
     for chunk in chunks(order, sizes, budget):
         cand = cand_probe.values(feeds, chunk)
         ref = ref_probe.values(feeds, [pairs[v] for v in chunk])
-        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, quantized, outputs)
+        found, compared = diverging(steps, cand, ref, pairs, settings, quantized, outputs)
         loc.divergence += found
         loc.compared += compared
         cand_keys += list(cand)
@@ -355,8 +361,8 @@ def _finish(loc: Localization, steps: Sequence[Step], pairs: Mapping[str, str], 
         loc.region = region_of(steps, loc.culprit.value, pairs)
 
 
-def bisect(loc: Localization, steps: Sequence[Step], probe: Probe, feeds, ref: Mapping[str, np.ndarray],
-           pairs: Mapping[str, str], differing: Sequence[str], budget: int, rtol, atol,
+def bisect(loc: Localization, steps: Sequence[Step], probe: Runner, feeds, ref: Mapping[str, np.ndarray],
+           pairs: Mapping[str, str], differing: Sequence[str], budget: int, settings: CheckSettings,
            producers: Mapping[str, str] = {}, why: str = "every value agrees when the module returns them all") -> None:
     """Find the earliest matched value that differs among those ``differing[0]``
     (a result that differs when the whole module runs) is computed from, one cut of
@@ -374,7 +380,7 @@ def bisect(loc: Localization, steps: Sequence[Step], probe: Probe, feeds, ref: M
         mid = (lo + hi) // 2
         got = probe.values(feeds, [order[mid]])
         budget -= 1
-        found, _ = diverging(steps, got, ref, pairs, rtol, atol)
+        found, _ = diverging(steps, got, ref, pairs, settings)
         if found:
             hi, seen[order[mid]] = mid, found[0]
         else:
@@ -418,69 +424,55 @@ def onnx_steps(model) -> List[Step]:
                  [x for x in n.input if x], [x for x in n.output if x]) for n in model.graph.node]
 
 
-def localize_onnx(candidate, reference, feeds, provider_list: Sequence[str], *, rtol, atol,
+def localize_onnx(candidate, reference, feeds, settings: CheckSettings, *,
                   binding: Mapping[str, int] = {}) -> Localization:
-    """ONNX against ONNX on onnxruntime, values matched by name (ModelProtos, their
-    external data loaded)."""
-    from .probes import ChildProbe, OrtProbe
-
+    """ONNX against ONNX on the runtime that runs ONNX on the ``settings``' provider,
+    values matched by name (ModelProtos, their external data loaded)."""
+    provider = settings.provider
+    runtime = runner_for(ONNX, provider)
     steps = onnx_steps(candidate)
     producers = {o: n.op_type for n in reference.graph.node for o in n.output}
-    return localize_chunked(steps, ChildProbe(OrtProbe, candidate, provider_list, model="the candidate"),
-                            ChildProbe(OrtProbe, reference, provider_list, model="the reference"), feeds,
-                            rtol=rtol, atol=atol, binding=binding,
+    return localize_chunked(steps, runtime.runner(candidate, provider, what="the candidate"),
+                            runtime.runner(reference, provider, what="the reference"), feeds, settings,
+                            binding=binding,
                             outputs={o.name: o.name for o in candidate.graph.output}, producers=producers)
 
 
-def localize_tflite(candidate, reference, graph: Graph, feeds, *, rtol, atol,
+def localize_tflite(candidate, reference, graph: Graph, feeds, settings: CheckSettings, *,
                     binding: Mapping[str, int] = {}) -> Localization:
     """TFLite against TFLite on LiteRT (paths; ``graph`` the candidate's primary
     subgraph), tensors matched by name and compared a chunk at a time
     (``localize_chunked``); a quantized tensor may differ by one step.
     Builtin kernels, or LiteRT's default resolver for a custom op only it runs (as
     the check)."""
-    from .probes import ChildProbe, LiteRTProbe
-
+    provider = settings.provider
+    runtime = runner_for(TFLITE, provider)
     steps = steps_of(graph)
     quantized = [v.name for n in graph.nodes() for v in n.outputs
                  if v.quant is not None and v.quant.scale and v.type.dtype in ("int8", "uint8", "int16")]
-    ref_probe, kernels, folded = ChildProbe(LiteRTProbe, reference, model=str(reference)), "builtin", set()
-    if ref_probe.call("unresolved_custom_op"):
-        ref_probe.close()
-        ref_probe, kernels = ChildProbe(LiteRTProbe, reference, "default", model=str(reference)), "default"
+    ref_probe = runtime.runner(reference, provider)
+    kernels, folded = ref_probe.kwargs.get("kernels", "builtin"), set()
+    if kernels != "builtin":
         # XNNPACK computes what depends on constants only (a float16 weight's
         # DEQUANTIZE) once, when it takes the graph: LiteRT never writes those tensors
         folded = {n.output.name for n in graph.nodes() if n.kind == CONST}
         for s in steps:
             if s.inputs and all(x in folded for x in s.inputs):
                 folded.update(s.outputs)
-    return localize_chunked(steps, ChildProbe(LiteRTProbe, candidate, kernels, model=str(candidate)), ref_probe,
-                            feeds, rtol=rtol, atol=atol, binding=binding, quantized=quantized, skip=folded,
+    return localize_chunked(steps, runtime.runner(candidate, provider, kernels=kernels), ref_probe,
+                            feeds, settings, binding=binding, quantized=quantized, skip=folded,
                             outputs={n.inputs[0].name: n.inputs[0].name for n in graph.outputs},
                             producers=ref_probe.call("producers"))
 
 
-def reference_probe(reference, provider_list: Sequence[str]):
-    """The probe of a ``.tflite`` or ``.onnx`` reference (a path), its input and output
-    names in order, and its op per value."""
-    from ..importers.reader import KINDS, check_external_data, sniff
-    from .probes import ChildProbe, LiteRTProbe, OrtProbe
+def reference_probe(reference, provider: str):
+    """The runner of a ``.tflite`` or ``.onnx`` reference (a path) on the runtime that
+    runs its format, its input and output names in order, and its op per value."""
+    from ..importers.reader import check_external_data, sniff
 
-    kind = KINDS.get(sniff(reference))
-    if kind is not None and kind.litert:
-        probe = ChildProbe(LiteRTProbe, reference, model=str(reference))
-        if probe.call("unresolved_custom_op"):  # as the check: LiteRT's default resolver
-            probe.close()
-            probe = ChildProbe(LiteRTProbe, reference, "default", model=str(reference))
-        return probe, probe.call("input_names"), probe.call("output_names"), probe.call("producers")
-    import onnx
-
-    check_external_data(Path(reference))
-    proto = onnx.load(str(reference))
-    inits = {t.name for t in proto.graph.initializer}
-    producers = {o: n.op_type for n in proto.graph.node for o in n.output}
-    return (ChildProbe(OrtProbe, proto, provider_list, model=str(reference)), [i.name for i in proto.graph.input if i.name not in inits],
-            [o.name for o in proto.graph.output], producers)
+    check_external_data(pathlib.Path(reference))  # the runtime reads it beside the file: inside its folder only
+    runner = runner_for(sniff(reference), provider).runner(reference, provider)
+    return runner, runner.call("input_names"), runner.call("output_names"), runner.call("producers")
 
 
 def value_bytes(graph: Graph) -> Dict[str, int]:
@@ -497,7 +489,7 @@ def value_bytes(graph: Graph) -> Dict[str, int]:
     return out
 
 
-def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, rtol, atol,
+def localize_mlir(text: str, reference, feeds, settings: CheckSettings, *,
                   binding: Mapping[str, int] = {}, differing: Sequence[int] = (),
                   budget: int = BUDGET, chunk: int = CHUNK_BYTES) -> Localization:
     """A TOSA module (``text``) on IREE against the ``.tflite`` or ``.onnx`` it came
@@ -506,11 +498,10 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
     more than ``chunk`` bytes, they are matched on ``sketch``es and compared a chunk
     at a time (``_mlir_chunked``), the module cut at a chunk of them per run."""
     from ..importers.mlir import parse_mlir
-    from .iree_run import TosaError, bind_dims
-    from .probes import IreeProbe, printed
+    from .iree_run import TosaError, bind_dims, printed
 
     t0 = time.perf_counter()
-    ref_probe, ref_inputs, ref_outputs, producers = reference_probe(reference, provider_list)
+    ref_probe, ref_inputs, ref_outputs, producers = reference_probe(reference, settings.provider)
     text = printed(bind_dims(text, [np.shape(a) for a in feeds.values()]))  # names as MLIR prints them
     model = parse_mlir(text)
     graph = model.graph
@@ -527,23 +518,23 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
         pairs.update(by_content({v: a for v, a in cand.items() if v not in pairs}, ref))
         return pairs
 
-    probe = IreeProbe(text, contained=True)  # (compiled and run in the children)
+    probe = runner_for(MODULE, settings.provider).runner(text, settings.provider)  # (compiled and run in the children)
     outputs = dict(zip(results, ref_outputs))
     sizes = value_bytes(graph)
     names = probe.all_names()
     whole = sum(sizes.get(n, chunk + 1) for n in names) <= chunk
     try:
         if whole:
-            loc = localize(steps, probe, ref_probe, feeds, match=match, rtol=rtol, atol=atol, binding=binding,
+            loc = localize(steps, probe, ref_probe, feeds, match=match, settings=settings, binding=binding,
                            outputs=outputs, producers=producers)
         else:
-            loc = _mlir_chunked(steps, probe, ref_probe, feeds, names, sizes, fixed, rtol=rtol, atol=atol,
+            loc = _mlir_chunked(steps, probe, ref_probe, feeds, names, sizes, fixed, settings,
                                 binding=binding, outputs=outputs, producers=producers, chunk=chunk)
         budget -= 1
     except TosaError as e:  # the module cut at every value: bisect with names and positions only
-        loc = Localization(f"{probe.runtime} vs {ref_probe.runtime}", dict(binding))
-        loc.values = ({}, ref_probe.values(feeds) if whole else LazyValues(ref_probe, feeds, ref_probe.call(
-            "all_names")), {})
+        loc = Localization(f"{probe.name} vs {ref_probe.name}", dict(binding))
+        loc.values = ({}, ref_probe.values(feeds) if whole else LazyValues(ref_probe, feeds, ref_probe.all_names()),
+                      {})
         loc.note = f"IREE does not run the module cut at every value ({e})"
     cand, ref, pairs = loc.values
     if not pairs:
@@ -551,7 +542,7 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
         loc.values = (cand, ref, pairs)
     wrong = [results[i] for i in differing if i < len(results)]
     if not loc.divergence and wrong and budget > 0:
-        bisect(loc, steps, probe, feeds, ref, pairs, wrong, budget, rtol, atol, producers,
+        bisect(loc, steps, probe, feeds, ref, pairs, wrong, budget, settings, producers,
                loc.note or "every value agrees when the module returns them all")
     loc.runs = probe.runs + ref_probe.runs
     loc.seconds = time.perf_counter() - t0
@@ -560,19 +551,20 @@ def localize_mlir(text: str, reference, feeds, provider_list: Sequence[str], *, 
 
 
 def _mlir_chunked(steps: Sequence[Step], probe, ref_probe, feeds, names: Sequence[str], sizes: Mapping[str, int],
-                  fixed: Mapping[str, str], *, rtol, atol, binding: Mapping[str, int], outputs: Mapping[str, str],
+                  fixed: Mapping[str, str], settings: CheckSettings, *, binding: Mapping[str, int],
+                  outputs: Mapping[str, str],
                   producers: Mapping[str, str], chunk: int) -> Localization:
     """``localize`` for a module whose values do not fit in ``chunk`` bytes: both
     models' values are summarized (``sketch``) a chunk at a time, the unnamed ones
     matched on their summaries, then the matched values compared a chunk at a time.
     Its ``values`` are ``LazyValues``."""
     t0 = time.perf_counter()
-    loc = Localization(f"{probe.runtime} vs {ref_probe.runtime}", dict(binding))
-    ref_names = ref_probe.call("all_names")
+    loc = Localization(f"{probe.name} vs {ref_probe.name}", dict(binding))
+    ref_names = ref_probe.all_names()
     known = set(ref_names)
     pairs = {v: r for v, r in fixed.items() if r in known}
-    ref_sizes = ref_probe.call("sizes", dict(feeds), ref_names)
-    ref_sk = ref_probe.call("sketches", dict(feeds), ref_names, ref_sizes, chunk)
+    ref_sizes = ref_probe.sizes(feeds, ref_names)
+    ref_sk = ref_probe.sketches(feeds, ref_names, ref_sizes, chunk)
     cand_sk = probe.sketches(feeds, [n for n in names if n not in pairs], sizes, chunk)
     pairs.update(by_content({v: sk for v, (_, sk) in cand_sk.items()}, {r: sk for r, (_, sk) in ref_sk.items()},
                             cand_counts={v: c for v, (c, _) in cand_sk.items()},
@@ -583,7 +575,7 @@ def _mlir_chunked(steps: Sequence[Step], probe, ref_probe, feeds, names: Sequenc
     for part in chunks(order, sizes, chunk):
         cand = probe.values(feeds, part)
         ref = ref_probe.values(feeds, list(dict.fromkeys(pairs[v] for v in part)))
-        found, compared = diverging(steps, cand, ref, pairs, rtol, atol, (), outputs)
+        found, compared = diverging(steps, cand, ref, pairs, settings, (), outputs)
         loc.divergence += found
         loc.compared += compared
         cand_keys += list(cand)

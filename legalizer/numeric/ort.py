@@ -18,12 +18,14 @@ import onnx
 from ..errors import CheckUnavailable, first_line
 # (compare, BindingResult, OutputResult: the check's public names, kept importable from here)
 from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  # noqa: F401
+from .settings import CheckSettings, settings_of
 from .user_inputs import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
-from .child import ChildRunner, RunFault, label
+from .child import RunFault
 from .runner import Runner
+from .runtimes import ONNX, runner_for
 from .runtime_shapes import verify_run_time
 from .search import PROBE_MEMORY, TooBig, graph_sizes, search, sizes_in_name
 
@@ -131,13 +133,11 @@ def synthesize(model: onnx.ModelProto, dims: Mapping[str, int], given: Mapping[s
     return make_feeds(input_specs(model), dims, given, seed)
 
 
-def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
-          inputs=None, rtol: float = RTOL, atol: float = ATOL, max_bindings: int = 8, seed: int = 0,
-          declared: Optional[onnx.ModelProto] = None, not_one: bool = False,
-          choices: Optional[Mapping[str, List[int]]] = None,
-          input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims: Optional[Mapping[str, int]] = None,
+          inputs=None, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+          declared: Optional[onnx.ModelProto] = None, choices: Optional[Mapping[str, List[int]]] = None,
           hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
-          profile: Optional[str] = None, record: bool = False, raise_faults: bool = False) -> CheckResult:
+          profile: Optional[str] = None, raise_faults: bool = False, **changes) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
@@ -146,11 +146,14 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     rejects every synthesized binding, the bindings are searched for (``search.py``;
     ``hints``: per dim, sizes to try first, e.g. its range's bounds). With ``profile``
     the legalized model's run-time shapes are verified under it (``runtime_shapes``).
-    With ``record`` the result keeps what each compared binding fed and got
-    (``CheckResult.runs``, for --save-inputs / --save-outputs). A model whose child
-    process faults (``child.RunFault``) leaves the check not run (``raise_faults``:
-    raised, for ``--against``)."""
-    provider_list = providers(provider)
+    ``settings`` (``CheckSettings``; ``changes``: its fields by keyword) say where it
+    runs and what agrees; with its ``record`` the result keeps what each compared binding
+    fed and got (``CheckResult.runs``, for --save-inputs / --save-outputs). A model whose
+    child process faults (``child.RunFault``) leaves the check not run
+    (``raise_faults``: raised, for ``--against``)."""
+    settings = settings_of(settings, **changes)
+    runtime = runner_for(ONNX, settings.provider)
+    used = runtime.names(settings.provider)  # (UsageError for a provider onnxruntime does not have)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
             onnx.load_model(str(original), load_external_data=False)
@@ -158,62 +161,60 @@ def check(original, legalized, *, provider: str = "auto", dims: Optional[Mapping
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
     opened: List[Runner] = []
     try:
-        return _check(original, legalized, declared, given, fixed, provider, provider_list, opened, rtol=rtol,
-                      atol=atol, max_bindings=max_bindings, seed=seed, not_one=not_one, choices=choices, hints=hints,
-                      max_search_tries=max_search_tries, profile=profile, record=record)
+        return _check(original, legalized, declared, given, fixed, runtime, opened, settings, choices=choices,
+                      hints=hints, max_search_tries=max_search_tries, profile=profile)
     except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
         if raise_faults:
             raise
-        return CheckResult(False, provider_list[0], error=str(e))
+        return CheckResult(False, used, error=str(e))
     finally:
         for r in opened:  # (the child stays, warm, for the next check of the run)
             r.deactivate()
 
 
-def runner(model, provider_list: Sequence[str], what: str, basic: bool = False) -> ChildRunner:
-    """An ONNX model (a ModelProto or a path) on onnxruntime, in the child process;
-    ``what`` names it when it is not a path ("the original")."""
-    return ChildRunner(OrtRunner, model, list(provider_list), basic, model=label(model) or what,
-                       fetch=("provider", "outputs"))
+def runner(model, provider: str, what: str, basic: bool = False) -> Runner:
+    """An ONNX model (a ModelProto or a path) on the runtime that runs ONNX on
+    ``provider`` (``runtimes.py``), in the child process; ``what`` names it when it is
+    not a path ("the original")."""
+    return runner_for(ONNX, provider).runner(model, provider, what=what, basic=basic)
 
 
-def _load_both(original, legalized, provider, provider_list,
-               opened) -> Union[CheckResult, Tuple[ChildRunner, ChildRunner]]:
-    """The original and the legalized model loaded on onnxruntime (added to
-    ``opened``), or the CheckResult of the one that does not load."""
-    ref = runner(original, provider_list, "the original")
+def _load_both(original, legalized, provider, runtime, opened) -> Union[CheckResult, Tuple[Runner, Runner]]:
+    """The original and the legalized model loaded on ``runtime`` (added to ``opened``),
+    or the CheckResult of the one that does not load."""
+    ref = runtime.runner(original, provider, what="the original")
     opened.append(ref)
     try:
         ref.activate()
     except RunFault:
         raise
-    except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
-        return CheckResult(False, provider_list[0], error=f"the original does not load on onnxruntime: {first_line(e)}")
+    except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
+        return CheckResult(False, runtime.names(provider),
+                           error=f"the original does not load on {runtime.name}: {first_line(e)}")
     used = ref.provider
-    if provider == "cuda" and used != "CUDAExecutionProvider":
-        from ..errors import UsageError
-        raise UsageError("--provider cuda: onnxruntime could not start its CUDA provider (missing CUDA or"
-                         " cuDNN libraries?); see the docs, Getting started: Checking on a GPU")
-    new = runner(legalized, provider_list, "the legalized model")
+    runtime.started(provider, ref)
+    new = runtime.runner(legalized, provider, what="the legalized model")
     opened.append(new)
     try:
         new.activate()
     except RunFault:
         raise
     except Exception as e:  # noqa: BLE001
-        return CheckResult(True, used, error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
+        return CheckResult(True, used, error=f"the legalized model does not load on {runtime.name}: {first_line(e)}")
     return ref, new
 
 
-def _check(original, legalized, declared, given, fixed, provider, provider_list, opened, *, rtol, atol, max_bindings, seed,
-           not_one, choices, hints, max_search_tries, profile, record) -> CheckResult:
-    loaded = _load_both(original, legalized, provider, provider_list, opened)
+def _check(original, legalized, declared, given, fixed, runtime, opened, settings: CheckSettings, *, choices, hints,
+           max_search_tries, profile) -> CheckResult:
+    loaded = _load_both(original, legalized, settings.provider, runtime, opened)
     if isinstance(loaded, CheckResult):
         return loaded
     ref, new = loaded
     used = ref.provider
     result = CheckResult(True, used)
     specs = input_specs(declared)
+
+    seed, not_one, max_bindings = settings.seed, settings.not_one, settings.max_bindings
 
     def feeds_of(binding: Dict[str, int]) -> Dict[str, np.ndarray]:
         return make_feeds(specs, binding, given, seed)
@@ -227,8 +228,8 @@ def _check(original, legalized, declared, given, fixed, provider, provider_list,
         return ref.attempt(feeds, memory=PROBE_MEMORY)
 
     # outputs by position: the legalized model keeps the original's order
-    comparator = Comparator(ref, new, result, rtol, atol, pairing=Pairing(by_position=True))
-    if record:
+    comparator = Comparator(ref, new, result, settings.rtol, settings.atol, pairing=Pairing(by_position=True))
+    if settings.record:
         comparator.runs = result.runs = []
     free = _free_keys(declared, fixed)
     plan = bindings_for(declared, fixed, max_bindings, seed, not_one, choices)
@@ -250,7 +251,8 @@ def _check(original, legalized, declared, given, fixed, provider, provider_list,
         return CheckResult(False, used, error=str(e))
     first = next((b for b in result.bindings if not b.skipped), None)
     if profile is not None and first is not None:
-        result.runtime = verify_run_time(legalized, feeds_of(first.dims), first.dims, profile, provider_list)
+        result.runtime = verify_run_time(legalized, feeds_of(first.dims), first.dims, profile,
+                                         providers(settings.provider))
     searched = f"; a search of {result.search.tried} more found none it accepts" if result.search else ""
     return unless_compared(result, f"the original model fails on onnxruntime for every input binding tried"
                                    f" ({len(plan)} synthesized{searched}): ")

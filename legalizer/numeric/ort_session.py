@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 import onnx
@@ -14,22 +14,33 @@ from .inputs import InputSpec, static_or_key
 from .runner import Runner
 
 
+# The execution providers each ``--provider`` choice asks for: "auto" is CUDA where
+# onnxruntime has it, else the CPU; a choice that names one must get it.
+EXECUTION = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+REQUIRED = {"cuda": "CUDAExecutionProvider"}
+
+
 def providers(choice: str = "auto") -> List[str]:
     """Execution providers for ``cpu``, ``cuda`` or ``auto`` (CUDA when present)."""
     import onnxruntime as ort
 
     available = ort.get_available_providers()
-    if choice == "cpu":
-        return ["CPUExecutionProvider"]
-    if choice == "cuda":
-        if "CUDAExecutionProvider" not in available:
-            raise UsageError("--provider cuda: onnxruntime has no CUDAExecutionProvider here (install"
-                             " onnxruntime-gpu instead of onnxruntime; see the docs, Getting started:"
-                             " Checking on a GPU)")
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    if "CUDAExecutionProvider" in available:
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    return ["CPUExecutionProvider"]
+    want = REQUIRED.get(choice)
+    if want is not None and want not in available:
+        raise UsageError("--provider cuda: onnxruntime has no CUDAExecutionProvider here (install"
+                         " onnxruntime-gpu instead of onnxruntime; see the docs, Getting started:"
+                         " Checking on a GPU)")
+    if choice in EXECUTION:
+        return list(EXECUTION[choice])
+    return list(EXECUTION["cuda" if "CUDAExecutionProvider" in available else "cpu"])
+
+
+def confirm(choice: str, runner) -> None:
+    """UsageError when the loaded ``runner`` did not start the provider ``choice`` names."""
+    want = REQUIRED.get(choice)
+    if want is not None and runner.provider != want:
+        raise UsageError("--provider cuda: onnxruntime could not start its CUDA provider (missing CUDA or"
+                         " cuDNN libraries?); see the docs, Getting started: Checking on a GPU")
 
 
 def session(model, provider_list: Sequence[str], basic: bool = False, arena: bool = True):
@@ -70,7 +81,9 @@ def _ort_dtype(type_str: str) -> str:
 
 class OrtRunner(Runner):
     """An ONNX model (a ModelProto, or a path: external data resolves beside it) on
-    onnxruntime; ``basic``: see ``session``."""
+    onnxruntime; ``basic``: see ``session``. Its intermediate values (``values``) are
+    added to the graph's outputs, as Polygraphy's ``--onnx-outputs mark all`` does
+    (top-level values; a subgraph's stay inside it)."""
 
     name = "onnxruntime"
 
@@ -79,6 +92,7 @@ class OrtRunner(Runner):
         self.model, self.provider_list, self.basic = model, list(provider_list), basic
         self.session = None
         self.outputs: List[str] = []
+        self._sessions: Dict[tuple, object] = {}  # the session that gives out some values (one at a time)
 
     def activate_impl(self) -> None:
         self.session = session(self.model, self.provider_list, self.basic)
@@ -99,3 +113,72 @@ class OrtRunner(Runner):
 
     def infer_impl(self, feed):
         return dict(zip(self.outputs, self.session.run(None, dict(feed))))
+
+    # -- intermediate values ---------------------------------------------------------
+    def _proto(self) -> onnx.ModelProto:
+        if not isinstance(self.model, onnx.ModelProto):  # a path: read once, external data checked
+            from ..importers.reader import check_external_data
+            from pathlib import Path
+
+            check_external_data(Path(self.model))
+            self.model = onnx.load(str(self.model))
+        return self.model
+
+    def input_names(self) -> List[str]:
+        """The graph inputs that are fed (initializers left out), in order."""
+        graph = self._proto().graph
+        inits = {t.name for t in graph.initializer}
+        return [i.name for i in graph.input if i.name not in inits]
+
+    def output_names(self) -> List[str]:
+        return [o.name for o in self._proto().graph.output]
+
+    def producers(self) -> Dict[str, str]:
+        """The op type that computes each value, by value name."""
+        return {o: n.op_type for n in self._proto().graph.node for o in n.output}
+
+    def all_names(self) -> List[str]:
+        """The top-level values in graph order (each node's outputs), then the outputs."""
+        graph = self._proto().graph
+        names = [o for n in graph.node for o in n.output if o]
+        return list(dict.fromkeys(names + [o.name for o in graph.output]))
+
+    def _values_session(self, names: Sequence[str]):
+        key = tuple(names)
+        if key not in self._sessions:
+            m = onnx.ModelProto()
+            m.CopyFrom(self._proto())
+            declared = {o.name for o in m.graph.output}
+            for name in names:
+                if name not in declared:  # untyped: onnxruntime infers it
+                    m.graph.output.append(onnx.ValueInfoProto(name=name))
+            self._sessions = {}  # one at a time, without an arena: each holds a chunk's values after its run
+            self._sessions = {key: session(m, self.provider_list, arena=False)}
+        return self._sessions[key]
+
+    def sizes(self, feed, names: Sequence[str]) -> Dict[str, int]:
+        """The bytes each value of ``names`` takes at most (its element count times 8),
+        from one run that gives out the value's ``Shape`` only: onnxruntime frees the
+        values themselves as it goes, so this run takes what a plain run takes."""
+        m = onnx.ModelProto()
+        m.CopyFrom(self._proto())
+        del m.graph.output[:]
+        outs = []
+        for k, name in enumerate(names):
+            out = f"{name}@size{k}"
+            m.graph.node.append(onnx.helper.make_node("Shape", [name], [out]))
+            m.graph.output.append(onnx.ValueInfoProto(name=out))
+            outs.append(out)
+        self._sessions = {}
+        self.runs += 1
+        got = session(m, self.provider_list, arena=False).run(outs, dict(feed))
+        return {n: 8 * int(np.prod(s)) for n, s in zip(names, got)}
+
+    def values(self, feed, names=None):
+        names = self.all_names() if names is None else list(names)
+        sess = self._values_session(names)
+        want = [o.name for o in sess.get_outputs()]
+        self.runs += 1
+        got = sess.run(want, dict(feed))
+        asked = set(names)
+        return {n: v for n, v in zip(want, got) if n in asked and isinstance(v, np.ndarray)}

@@ -32,6 +32,8 @@ from onnx import helper
 
 from .child import RunFault
 from .localize import Localization, Step, compare_value, onnx_steps, steps_of
+from .runtimes import MODULE, ONNX, runner_for
+from .settings import CheckSettings
 
 MAX_TESTS = 400  # subgraphs one reduction tries at most
 
@@ -126,13 +128,14 @@ def _seed(steps: Sequence[Step], loc: Localization) -> List[Step]:
     return [s for s in steps if s.node in names]
 
 
-def _still_differs(outputs: Sequence[str], got: Mapping[str, np.ndarray], loc: Localization, rtol, atol) -> bool:
+def _still_differs(outputs: Sequence[str], got: Mapping[str, np.ndarray], loc: Localization,
+                   settings: CheckSettings) -> bool:
     """Whether a matched output of a subgraph run differs from the reference's value."""
     _, ref, pairs = loc.values
     for v in outputs:
         r = pairs.get(v)
         if r is not None and r in ref and v in got:
-            if not compare_value(v, got[v], ref[r], float(rtol), float(atol), False).ok:
+            if not compare_value(v, got[v], ref[r], float(settings.rtol), float(settings.atol), False).ok:
                 return True
     return False
 
@@ -190,12 +193,10 @@ def _array_type(a: np.ndarray):
     return helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(np.asarray(a).dtype), np.shape(a))
 
 
-def _ort_run(sub: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider_list) -> Dict[str, np.ndarray]:
-    """``sub`` run on onnxruntime, in the child process (``child.py``)."""
-    from .child import ChildRunner
-    from .ort_session import OrtRunner
-
-    with ChildRunner(OrtRunner, sub, list(provider_list), model="a subgraph of the candidate") as runner:
+def _ort_run(sub: onnx.ModelProto, feeds: Mapping[str, np.ndarray], provider: str) -> Dict[str, np.ndarray]:
+    """``sub`` run on the runtime that runs ONNX on ``provider`` (``runtimes.py``), in the
+    child process (``child.py``)."""
+    with runner_for(ONNX, provider).runner(sub, provider, what="a subgraph of the candidate") as runner:
         return runner.infer(feeds)
 
 
@@ -220,7 +221,7 @@ def _reference_slice(ref: onnx.ModelProto, inputs: Sequence[str], outputs: Seque
 
 
 def reduce_onnx(candidate: onnx.ModelProto, reference: onnx.ModelProto, loc: Localization, feeds,
-                provider_list, path: Path, *, rtol, atol, force: bool = False,
+                settings: CheckSettings, path: Path, *, force: bool = False,
                 protect: Sequence[Path] = ()) -> Reduced:
     """The smallest subgraph of ``candidate`` whose outputs still differ from the
     reference's values, written at ``path`` with its reference part and inputs."""
@@ -244,7 +245,7 @@ def reduce_onnx(candidate: onnx.ModelProto, reference: onnx.ModelProto, loc: Loc
             return False
         model, arrays, outs = built
         try:
-            return _still_differs(outs, _ort_run(model, arrays, provider_list), loc, rtol, atol)
+            return _still_differs(outs, _ort_run(model, arrays, settings.provider), loc, settings)
         except RunFault:  # the child crashed or ran out of its limits: the reduction stops, and says why
             raise
         except Exception:  # noqa: BLE001 - a subgraph onnxruntime rejects does not show it
@@ -320,7 +321,7 @@ class _Module:
     def __init__(self, text: str):
         from ..importers.mlir import parse_mlir
         from .iree_run import parse
-        from .probes import main_func
+        from .iree_run import main_func
 
         self.text = text
         self.graph = parse_mlir(text).graph
@@ -361,13 +362,11 @@ class _Module:
         return text, inputs, outputs
 
 
-def reduce_mlir(text: str, loc: Localization, feeds, path: Path, *, rtol, atol, force: bool = False,
+def reduce_mlir(text: str, loc: Localization, feeds, path: Path, settings: CheckSettings, *, force: bool = False,
                 protect: Sequence[Path] = ()) -> Reduced:
     """The smallest part of a TOSA module (``text`` as MLIR prints it, the one
     localized) whose results still differ from the reference's values, run on IREE;
     written with its inputs and the reference's values of its results."""
-    from .iree_run import IreeRunner
-
     module = _Module(text)
     steps = steps_of(module.graph)
     args = dict(zip([n.output.name for n in module.graph.inputs], feeds.values()))
@@ -378,13 +377,14 @@ def reduce_mlir(text: str, loc: Localization, feeds, path: Path, *, rtol, atol, 
         if arrays is None or not any(o in loc.values[2] for o in outs):
             return False
         try:
-            with IreeRunner(sub_text, contained=True, model="a part of the module") as runner:
+            provider = settings.provider
+            with runner_for(MODULE, provider).runner(sub_text, provider, what="a part of the module") as runner:
                 got = dict(zip(outs, runner.infer(arrays).values()))
         except RunFault:
             raise
         except Exception:  # noqa: BLE001 - IREE rejects it: it does not show the divergence
             return False
-        return _still_differs(outs, got, loc, rtol, atol)
+        return _still_differs(outs, got, loc, settings)
 
     kept, tests = _found(search(steps, _seed(steps, loc), fails))
     sub_text, ins, outs = module.sub(kept)

@@ -9,17 +9,28 @@ runners): onnxruntime (``ort.OrtRunner``), LiteRT (``litert.LiteRTRunner``), IRE
     runner.infer(feed)        {output name: array} for {input name: array}
     runner.deactivate()       let the loaded model go
 
+Localization asks a runner for the model's intermediate values, as an option of the run
+(no activation needed: each such run makes what it needs, a chunk of values at a time):
+
+    runner.all_names()                 every value it can give, in the model's order
+    runner.values(feed, names)         {value name: array} of those (None: all of them)
+    runner.sizes(feed, names)          the bytes each value takes, from one run
+    runner.sketches(feed, names, ...)  a bounded summary of each (``probes.sketch``)
+    runner.runs                        how many times values were run (the report's ``runs``)
+
 ``name`` names the runtime in reports. Outputs come in the model's order; a runtime
 whose outputs have no names (IREE, XLA, PyTorch) names them ``result #i``.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from ..errors import CheckUnavailable
 from .inputs import InputSpec
+from .probes import CHUNK_BYTES, chunks, sketch
 
 
 def positional(values) -> Dict[str, np.ndarray]:
@@ -33,9 +44,11 @@ class Runner:
     than dropping references."""
 
     name = ""
+    runs = 0
 
     def __init__(self) -> None:
         self.is_active = False
+        self.runs = 0
 
     def __enter__(self) -> "Runner":
         return self.activate()
@@ -60,6 +73,37 @@ class Runner:
         if not self.is_active:
             raise RuntimeError(f"{self.name} runner: activate it before infer")
         return self.infer_impl(feed)
+
+    @property
+    def provider(self) -> str:
+        """What ran the model, as the check's summary names it (onnxruntime: its
+        execution provider)."""
+        return self.name
+
+    # -- intermediate values (localization) ----------------------------------------------
+    def all_names(self) -> List[str]:
+        """Every value ``values`` can give, in the model's order."""
+        raise CheckUnavailable(f"{self.name} does not give a model's intermediate values")
+
+    def values(self, feed: Mapping[str, np.ndarray], names: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+        """The intermediate values ``names`` (None: every one) of a run on ``feed``."""
+        raise CheckUnavailable(f"{self.name} does not give a model's intermediate values")
+
+    def sizes(self, feed: Mapping[str, np.ndarray], names: Sequence[str]) -> Dict[str, int]:
+        """The bytes each value of ``names`` takes (at most), from one run on ``feed``."""
+        raise CheckUnavailable(f"{self.name} does not give a model's intermediate values")
+
+    def sketches(self, feed: Mapping[str, np.ndarray], names: Sequence[str], sizes: Mapping[str, int],
+                 budget: int = CHUNK_BYTES) -> Dict[str, list]:
+        """For content matching: each float value of ``names`` as [its element count,
+        its ``sketch``], from runs that give out a chunk of them at a time."""
+        out: Dict[str, list] = {}
+        for chunk in chunks(names, sizes, budget):
+            for n, a in self.values(feed, chunk).items():
+                a = np.asarray(a)
+                if a.dtype.kind == "f":
+                    out[n] = [int(a.size), sketch(a)]
+        return out
 
     def activate_impl(self) -> None:
         pass

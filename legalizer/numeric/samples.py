@@ -17,13 +17,15 @@ import numpy as np
 import onnx
 
 from ..errors import CheckUnavailable, UsageError, first_line
-from .compare import ATOL, RTOL, HISTOGRAM_EDGES, Comparator, unless_compared
+from .compare import HISTOGRAM_EDGES, Comparator, unless_compared
 from .user_inputs import user_dims
 from .inputs import make_feeds
-from .ort import OrtRunner, declared_shapes, input_specs
-from .ort_session import providers
+from .child import RunFault
+from .ort import declared_shapes, input_specs
 from .results import CheckResult
 from .runner import Runner
+from .runtimes import ONNX, runner_for
+from .settings import CheckSettings, settings_of
 
 Feed = Dict[str, np.ndarray]
 
@@ -61,17 +63,20 @@ class Renamed(Runner):
         return {n: a for n, a in got.items() if self.keep is None or n in self.keep}
 
 
-def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray]], *,
+def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray]],
+                  settings: Optional[CheckSettings] = None, *,
                   expected: Optional[Sequence[Mapping[str, np.ndarray]]] = None, reference: str = "",
-                  provider: str = "auto", dims: Optional[Mapping[str, int]] = None, rtol=RTOL, atol=ATOL,
-                  declared: Optional[onnx.ModelProto] = None, record: bool = False, seed: int = 0) -> CheckResult:
+                  dims: Optional[Mapping[str, int]] = None, declared: Optional[onnx.ModelProto] = None,
+                  **changes) -> CheckResult:
     """Compare the legalized model with its reference on each of ``samples`` (feed
     dicts; an input a sample leaves out is synthesized, as for ``--input``). The
     reference is the original run on onnxruntime, or with ``expected`` (per sample the
     outputs by name; ``reference`` says where they came from) those outputs.
     UsageError when a sample does not fit the model's inputs, or stored outputs do not
-    fit its outputs."""
-    provider_list = providers(provider)
+    fit its outputs. ``settings``: as ``ort.check``'s."""
+    settings = settings_of(settings, **changes)
+    runtime = runner_for(ONNX, settings.provider)
+    label = runtime.names(settings.provider)  # (UsageError for a provider onnxruntime does not have)
     if declared is None:
         declared = original if isinstance(original, onnx.ModelProto) else \
             onnx.load_model(str(original), load_external_data=False)
@@ -84,6 +89,20 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
             plan.append(user_dims(decl, dims, None, sample))
         except UsageError as e:
             raise UsageError(f"sample {k}: {e}") from None
+    opened: List[Runner] = []
+    try:
+        return _check_samples(original, legalized, samples, plan, specs, names, opened, runtime, settings, label,
+                              expected=expected, reference=reference)
+    except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
+        return CheckResult(False, label, error=str(e))
+    finally:
+        for r in opened:
+            r.deactivate()
+
+
+def _check_samples(original, legalized, samples, plan, specs, names, opened, runtime, settings, label, *, expected,
+                   reference) -> CheckResult:
+    provider = settings.provider
     notes: List[str] = []
     keep = None
     if expected is not None:
@@ -91,26 +110,31 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
         ref: Runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
         used = ""
     else:
-        ref = OrtRunner(original, provider_list)
+        ref = runtime.runner(original, provider, what="the original")
+        opened.append(ref)
         try:
             ref.activate()
-        except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
-            return CheckResult(False, provider_list[0],
-                               error=f"the original does not load on onnxruntime: {first_line(e)}")
+        except RunFault:
+            raise
+        except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
+            return CheckResult(False, label, error=f"the original does not load on {runtime.name}: {first_line(e)}")
         used = ref.provider
-    new = OrtRunner(legalized, provider_list)
+    new = runtime.runner(legalized, provider, what="the legalized model")
+    opened.append(new)
     try:
         new.activate()
+    except RunFault:
+        raise
     except Exception as e:  # noqa: BLE001
-        return CheckResult(expected is None, used or provider_list[0],
-                           error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
+        return CheckResult(expected is None, used or label,
+                           error=f"the legalized model does not load on {runtime.name}: {first_line(e)}")
     result = CheckResult(True, used or new.provider, reference=reference, notes=notes)
-    comparator = Comparator(ref, Renamed(new, names, keep).activate(), result, rtol, atol)
-    if record:
+    comparator = Comparator(ref, Renamed(new, names, keep).activate(), result, settings.rtol, settings.atol)
+    if settings.record:
         comparator.runs = result.runs = []
     for k, (binding, sample) in enumerate(zip(plan, samples)):
         try:
-            feeds = make_feeds(specs, binding, sample, seed)
+            feeds = make_feeds(specs, binding, sample, settings.seed)
         except CheckUnavailable as e:
             return CheckResult(False, result.provider, error=f"sample {k}: {e}")
         if isinstance(ref, StoredRunner):

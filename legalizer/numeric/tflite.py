@@ -36,13 +36,15 @@ from ..tflite_records import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
-from .compare import ATOL, RTOL, STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
+from .compare import STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
 from .user_inputs import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
-from .child import ChildRunner, Remote, RunFault
-from .ort import OrtRunner
-from .ort_session import providers
+from .child import Remote, RunFault
+from .ort import runner as onnx_runner
 from .results import CheckResult, OutputResult
+from .runner import Runner
+from .runtimes import ONNX, TFLITE, runner_for
+from .settings import CheckSettings, settings_of
 
 ORT, LITERT = "onnxruntime", "LiteRT"
 
@@ -82,19 +84,19 @@ class _OnnxSide:
     and why. ``op_by_op``: (the legalized .tflite, its LiteRT kernels), to judge op by
     op an output that misses end to end (subgraph 0)."""
 
-    def __init__(self, model: Model, k: int, provider_list: List[str], quantized: Mapping[str, bool], prefix: str,
-                 rtol, atol, op_by_op=None):
+    def __init__(self, model: Model, k: int, settings: CheckSettings, quantized: Mapping[str, bool], prefix: str,
+                 op_by_op=None):
         from ..exporters.tflite_onnx import onnx_form
 
         self.graph = model.graphs[k]
-        self.provider_list, self.quantized, self.prefix = provider_list, quantized, prefix
-        self.rtol, self.atol, self.op_by_op = rtol, atol, op_by_op
+        self.provider, self.quantized, self.prefix = settings.provider, quantized, prefix
+        self.rtol, self.atol, self.op_by_op = settings.rtol, settings.atol, op_by_op
         # onnxruntime computes quantized ops in float and requantizes: a float output
         # downstream of them agrees within one step of the coarsest quantization.
         self.step = max((max(v.quant.scale) for n in self.graph.nodes() for v in n.outputs
                          if v.quant is not None and v.quant.scale), default=0.0)
         self.notes: List[str] = []
-        self.runner: Optional[ChildRunner] = None
+        self.runner: Optional[Runner] = None
         self.form: Optional[onnx.ModelProto] = None
         self.results: Dict[str, Value] = {}  # the form's tensors that hold op results, for _op_by_op
         self.litert_all = None  # the legalized model on LiteRT keeping every tensor, for _op_by_op
@@ -115,8 +117,8 @@ class _OnnxSide:
             # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
             # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
             # a scalar") and would compute int8 ops in integer kernels, not as written.
-            self.runner = ChildRunner(OrtRunner, form, provider_list, True, model=f"the ONNX form of subgraph"
-                                      f" '{self.graph.name}'", fetch=("outputs",)).activate()
+            self.runner = onnx_runner(form, self.provider, f"the ONNX form of subgraph '{self.graph.name}'", basic=True)
+            self.runner.activate()
         except RunFault:
             raise
         except Exception as e:  # noqa: BLE001 - onnxruntime's own words
@@ -160,7 +162,7 @@ class _OnnxSide:
         if self.litert_all is None:
             legalized, kernels = self.op_by_op
             self.litert_all = Remote(OpByOp, str(legalized), kernels, model=str(legalized), runtime=LITERT)
-        return _op_by_op(outs, (self.form, self.results), feeds, self.litert_all, self.provider_list,
+        return _op_by_op(outs, (self.form, self.results), feeds, self.litert_all, self.provider,
                          float(rtol), float(atol), self.step)
 
 
@@ -183,11 +185,11 @@ def _litert_kernels(original: Path, model: Model):
     return "builtin", LITERT
 
 
-def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str = "auto",
+def check_tflite(original: Path, legalized: Path, model: Model, settings: Optional[CheckSettings] = None, *,
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
-                 rtol: float = RTOL, atol: float = ATOL, seed: int = 0, litert_only: bool = False,
-                 samples: Optional[List[Mapping[str, np.ndarray]]] = None, record: bool = False,
-                 expected: Optional[List[Mapping[str, np.ndarray]]] = None, reference: str = "") -> CheckResult:
+                 litert_only: bool = False, samples: Optional[List[Mapping[str, np.ndarray]]] = None,
+                 expected: Optional[List[Mapping[str, np.ndarray]]] = None, reference: str = "",
+                 **changes) -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
     Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``.
     Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
@@ -207,9 +209,9 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
                                                  f" {install_hint('litert')}")
     opened: list = []
     try:
-        return _check_tflite(original, legalized, model, opened, provider=provider, dims=dims, inputs=inputs,
-                             rtol=rtol, atol=atol, seed=seed, litert_only=litert_only, samples=samples,
-                             record=record, expected=expected, reference=reference)
+        return _check_tflite(original, legalized, model, opened, settings_of(settings, **changes), dims=dims,
+                             inputs=inputs, litert_only=litert_only, samples=samples, expected=expected,
+                             reference=reference)
     except LiteRTError as e:
         return CheckResult(False, LITERT, error=str(e))
     except RunFault as e:
@@ -218,29 +220,31 @@ def check_tflite(original: Path, legalized: Path, model: Model, *, provider: str
         return CheckResult(False, LITERT, error=str(e))
     finally:
         for r in opened:
-            r.deactivate() if isinstance(r, ChildRunner) else r.close()
+            r.deactivate() if isinstance(r, Runner) else r.close()
 
 
-def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *, provider, dims, inputs, rtol,
-                  atol, seed, litert_only, samples, record, expected, reference) -> CheckResult:
-    from .litert import LiteRTError, LiteRTRunner
+def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, settings: CheckSettings, *, dims,
+                  inputs, litert_only, samples, expected, reference) -> CheckResult:
+    from .litert import LiteRTError
 
     kernels, litert = _litert_kernels(original, model)
-    provider_list = providers(provider)
-    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {provider_list[0]}")
+    provider = settings.provider
+    runtime = runner_for(TFLITE, provider)
+    onnx_label = runner_for(ONNX, provider).names(provider)  # (UsageError for a provider it does not have)
+    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {onnx_label}")
     notes: List[str] = []
     for k, graph in enumerate(model.graphs):
         if not graph.outputs:
             continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         prefix = f"{graph.name}/" if len(model.graphs) > 1 else ""
-        ref = ChildRunner(LiteRTRunner, str(original), k, kernels=kernels, model=str(original))
+        ref = runtime.runner(original, provider, subgraph=k, kernels=kernels)
         opened.append(ref)
         ref.activate()
-        new = ChildRunner(LiteRTRunner, str(legalized), k, kernels=kernels, model=str(legalized))
+        new = runtime.runner(legalized, provider, subgraph=k, kernels=kernels)
         opened.append(new)
         new.activate()
-        onnx_side = None if litert_only else _OnnxSide(model, k, provider_list, quantized, prefix, rtol, atol,
+        onnx_side = None if litert_only else _OnnxSide(model, k, settings, quantized, prefix,
                                                         (legalized, kernels) if k == 0 else None)
         if onnx_side is not None:
             opened.append(onnx_side)
@@ -254,17 +258,17 @@ def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, *
                                        [n.output.name for n in graph.inputs])
             ref_runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
             result.reference, result.notes = reference, result.notes + more
-        comparator = Comparator(ref_runner, new, result, rtol,
-                                atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
+        comparator = Comparator(ref_runner, new, result, settings.rtol,
+                                settings.atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
                                 also=onnx_side.compare if onnx_side is not None else None)
         specs = graph_input_specs(graph)
-        if record and k == 0:
+        if settings.record and k == 0:
             comparator.runs = result.runs = []
         for binding, given, j in _plan(graph, k, samples, dims, inputs):
             if j is not None and hasattr(ref_runner, "index"):
                 ref_runner.index = j
             try:
-                feeds = make_feeds(specs, binding, given, seed)
+                feeds = make_feeds(specs, binding, given, settings.seed)
             except CheckUnavailable as e:
                 return CheckResult(False, result.provider, error=str(e))
             comparator.binding(binding, feeds, label={f"{prefix}{key}": v for key, v in binding.items()}, sample=j,
@@ -341,7 +345,7 @@ class OpByOp:
         self.tensors = self.litert.tensors()
         return list(self.tensors)
 
-    def differ(self, feeds: Mapping[str, np.ndarray], anchored: onnx.ModelProto, provider_list: List[str],
+    def differ(self, feeds: Mapping[str, np.ndarray], anchored: onnx.ModelProto, provider: str,
                fed: List[list], tolerances: List[float]) -> List[list]:
         """[tensor name, detail, max abs err] of each op of ``fed`` ([form name, tensor
         name, quantized]) whose result, computed by ``anchored`` from the operands of the
@@ -350,7 +354,9 @@ class OpByOp:
         tensors = self.tensors
         feed = dict(feeds)
         feed.update({n + ANCHOR: tensors[t] for n, t, _ in fed})
-        with OrtRunner(anchored, provider_list, True) as sess:
+        from .ort_session import OrtRunner, providers
+
+        with OrtRunner(anchored, providers(provider), True) as sess:
             got = sess.infer(feed)
         bad = []
         for n, t, quantized in fed:
@@ -361,7 +367,7 @@ class OpByOp:
         return bad
 
 
-def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], litert, provider_list,
+def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], litert, provider: str,
               rtol: float, atol: float, step: float) -> List[OutputResult]:
     """``outs`` (the ONNX form's outputs, some off end to end) judged op by op against
     the legalized model's LiteRT run on the same ``feeds`` (``litert``: an ``OpByOp`` in
@@ -371,7 +377,7 @@ def _op_by_op(outs: List[OutputResult], form, feeds: Mapping[str, np.ndarray], l
     try:  # both in the child: LiteRT keeping every tensor, and the anchored ONNX form
         names = set(litert.call("run", dict(feeds)))
         fed = {n: v for n, v in results.items() if v.name in names}
-        differ = litert.call("differ", dict(feeds), _anchored(proto, fed), list(provider_list),
+        differ = litert.call("differ", dict(feeds), _anchored(proto, fed), provider,
                              [[n, v.name, v.quant is not None and bool(v.quant.scale)] for n, v in fed.items()],
                              [float(rtol), float(atol), float(step)])
     except RunFault:

@@ -11,13 +11,13 @@ from typing import List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import CheckUnavailable, first_line
-from .compare import ATOL, RTOL, Comparator, Pairing, unless_compared
+from .compare import Comparator, Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
 from .child import ChildRunner, RunFault
 from .ort import bindings_for, input_specs, runner, source_of
-from .ort_session import providers
 from .results import CheckResult, OutputResult
 from .runner import Runner, positional
+from .settings import CheckSettings, settings_of
 
 
 class TorchRunner(Runner):
@@ -93,11 +93,10 @@ def preload(path, trust: bool) -> None:
     child.preload(preload_key(path, trust), TorchFileRunner, str(path), bool(trust), model=str(path))
 
 
-def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Mapping[str, int]] = None,
-                inputs: Optional[Mapping[str, np.ndarray]] = None, rtol: float = RTOL, atol: float = ATOL,
-                max_bindings: int = 8, seed: int = 0, not_one: bool = False,
+def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
+                dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                 choices: Optional[Mapping[str, List[int]]] = None, searched: bool = False, path=None,
-                trust: bool = False) -> CheckResult:
+                trust: bool = False, **changes) -> CheckResult:
     """Compare PyTorch running ``source.program`` (a ``TorchSource``) with
     ``legalized`` (a ModelProto or a path) on onnxruntime. The result's ``provider``
     is ``"torch"``; a binding the program rejects (a guard on a dim's range) is
@@ -105,12 +104,12 @@ def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Map
     ``choices`` are what the onnxruntime check's search found. ``path``: the ``.pt2``
     the program was read from (``trust``: as it was read), so that the child reads it
     again and runs it there; without it (a program this process was handed, through the
-    API) PyTorch runs it here, where its caller already ran it."""
+    API) PyTorch runs it here, where its caller already ran it. ``settings``: as
+    ``ort.check``'s."""
     opened: List[Runner] = []
     try:
-        return _check_torch(source, legalized, opened, provider=provider, dims=dims, inputs=inputs, rtol=rtol,
-                            atol=atol, max_bindings=max_bindings, seed=seed, not_one=not_one, choices=choices,
-                            searched=searched, path=path, trust=trust)
+        return _check_torch(source, legalized, opened, settings_of(settings, **changes), dims=dims, inputs=inputs,
+                            choices=choices, searched=searched, path=path, trust=trust)
     except RunFault as e:
         return CheckResult(False, "torch", error=str(e))
     finally:
@@ -118,10 +117,10 @@ def check_torch(source, legalized, *, provider: str = "auto", dims: Optional[Map
             r.deactivate()
 
 
-def _check_torch(source, legalized, opened, *, provider, dims, inputs, rtol, atol, max_bindings, seed, not_one,
-                 choices, searched, path, trust) -> CheckResult:
+def _check_torch(source, legalized, opened, settings: CheckSettings, *, dims, inputs, choices, searched, path,
+                 trust) -> CheckResult:
     declared = source.onnx
-    new = runner(legalized, providers(provider), "the legalized model")
+    new = runner(legalized, settings.provider, "the legalized model")
     opened.append(new)
     try:
         new.activate()
@@ -151,12 +150,13 @@ def _check_torch(source, legalized, opened, *, provider, dims, inputs, rtol, ato
     # PyTorch's outputs have no names: by position, named as the legalized model names them
     pairing = Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [OutputResult(
         "*", False, detail=f"torch returns {want} outputs, the model {have}")])
-    comparator = Comparator(torch, new, result, rtol, atol, pairing=pairing,
+    comparator = Comparator(torch, new, result, settings.rtol, settings.atol, pairing=pairing,
                             refused=lambda e: f"torch fails: {first_line(e)}")
     specs = input_specs(declared)
     try:
-        comparator.bindings(bindings_for(declared, dims or {}, max_bindings, seed, not_one, choices),
-                            lambda binding: make_feeds(specs, binding, inputs or {}, seed),
+        comparator.bindings(bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
+                                         choices),
+                            lambda binding: make_feeds(specs, binding, inputs or {}, settings.seed),
                             source_of(declared, dims or {}, searched))
     except RunFault:
         raise
