@@ -91,9 +91,10 @@ class _Writer:
         t.fields["type"] = _type_code(v)
         shape = v.type.shape
         if shape is not None:
-            t.fields["shape"] = np.array([d if isinstance(d, int) else 1 for d in shape], np.int32)
+            # (lists: the writer packs a short vector of scalars faster than numpy does)
+            t.fields["shape"] = [d if isinstance(d, int) else 1 for d in shape]
             if any(not isinstance(d, int) for d in shape) or "shape_signature" in (v.info.fields if isinstance(v.info, FbTable) else {}):
-                t.fields["shape_signature"] = np.array([d if isinstance(d, int) else -1 for d in shape], np.int32)
+                t.fields["shape_signature"] = [d if isinstance(d, int) else -1 for d in shape]
             else:
                 t.fields.pop("shape_signature", None)
         else:
@@ -137,8 +138,8 @@ class _Writer:
         rec = node.proto if isinstance(node.proto, OpRecord) else None
         op = FbTable("Operator", dict(rec.rest.fields) if rec is not None else {})
         op.fields["opcode_index"] = self.opcode(node)
-        op.fields["inputs"] = np.array([-1 if v is None else index[id(v)] for v in node.inputs], np.int32)
-        op.fields["outputs"] = np.array([index[id(v)] for v in node.outputs], np.int32)
+        op.fields["inputs"] = [-1 if v is None else index[id(v)] for v in node.inputs]
+        op.fields["outputs"] = [index[id(v)] for v in node.outputs]
         table = rec.options_table if rec is not None else None
         if rec is None and node.domain == TFLITE_DOMAIN:  # a new node; an imported one keeps its own
             rule = self.rules.get(node.op)
