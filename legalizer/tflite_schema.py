@@ -186,32 +186,14 @@ def _string(buf, at: int) -> str:
     return bytes(buf[at + 4:at + 4 + n]).decode("utf-8", "replace")
 
 
-@functools.lru_cache(maxsize=None)
-def _slots(table: str) -> int:
-    """How many vtable entries the fields of ``table`` take."""
-    return max([max(s.slot, s.type_slot) - 4 >> 1 for s in _layout(table)], default=-1) + 1
-
-
-@functools.lru_cache(maxsize=None)
-def _vtable(count: int) -> struct.Struct:
-    return struct.Struct(f"<{count}H")
-
-
 def _read_at(buf, pos: int, table: str) -> FbTable:
     """The ``FbTable`` of the ``table`` at ``pos`` of ``buf``, from its vtable."""
     vt = pos - _I32.unpack_from(buf, pos)[0]
     vt_len = _U16.unpack_from(buf, vt)[0]
-    # every field's place at once: the vtable's entries after its two sizes (those at
-    # slot offsets below its length)
-    # (no more than the schema's: a long vtable is not read past what the table has)
-    count = min(max(0, (vt_len - 3) >> 1), _slots(table))
-    if count:
-        vtable = _vtable(count).unpack_from(buf, vt + 4)
     out = FbTable(table)
     fields = out.fields
     for s in _layout(table):
-        i = (s.slot - 4) >> 1
-        o = vtable[i] if i < count else 0
+        o = _U16.unpack_from(buf, vt + s.slot)[0] if s.slot < vt_len else 0
         kind = s.kind
         if kind == "scalar":
             fields[s.key] = s.cast(s.unpack.unpack_from(buf, pos + o)[0]) if o else s.default
@@ -220,8 +202,7 @@ def _read_at(buf, pos: int, table: str) -> FbTable:
             reader.Init(buf, pos)
             _read_field(reader, s.key, _fields(table)[s.key], fields)
         elif kind == "union":
-            i = (s.type_slot - 4) >> 1
-            t = vtable[i] if i < count else 0
+            t = _U16.unpack_from(buf, vt + s.type_slot)[0] if s.type_slot < vt_len else 0
             code = _U8.unpack_from(buf, pos + t)[0] if t else 0
             if code == 0:
                 continue
