@@ -373,7 +373,7 @@ class _Writer:
                 continue
             present.append((p.order, p, value))
         if len(present) > 1:
-            present.sort(key=_first)
+            present.sort()  # (by order alone: no two fields share one)
         key = None
         if plan.shareable:
             key = (t.type, *[(p.order, float(v).hex() if isinstance(v, (float, np.floating)) else v)
@@ -382,30 +382,32 @@ class _Writer:
             if hit is not None:
                 return hit
         b = self.b
-        placed, calls = [], []  # (width, struct code, value, slot, target offset or None); others
+        # (-width, order, struct code, value, slot, target offset or None): the widest
+        # first, in schema order within a width; then fields of another form
+        placed, calls = [], []
         for _, p, value in present:
             kind = p.kind
             if kind == "scalar":
-                placed.append((p.width, p.code, value, p.slot, None))
+                placed.append((-p.width, p.order, p.code, value, p.slot, None))
                 continue
             if kind == "vector":
                 off = self.scalars(p, value)
             elif isinstance(value, FbTable):
                 off = self.table(value)
             elif isinstance(value, str):
-                off = b.CreateString(value)
+                off = self.string(value)
             elif isinstance(value, list):
-                off = self.offsets([b.CreateString(x) if isinstance(x, str) else self.table(x) for x in value])
+                off = self.offsets([self.string(x) if isinstance(x, str) else self.table(x) for x in value])
             elif kind == "call":
                 calls.append((p.add, value))
                 continue
             else:
                 raise TypeError(f"table {t.type}: field {p.key} holds a {type(value).__name__}")
-            placed.append((4, "I", 0, p.slot, off))
+            placed.append((-4, p.order, "I", 0, p.slot, off))
         b.StartObject(plan.count)
         if placed:
             if len(placed) > 1:
-                placed.sort(key=_first, reverse=True)  # the widest first; stable: in schema order within a width
+                placed.sort()
             self.place(placed)
         for add, value in calls:
             add(b, value)
@@ -417,15 +419,16 @@ class _Writer:
     def place(self, placed) -> None:
         """The fields of the table being built, in one write: widest first from its end
         (so that each lies on its width with no padding between), each slot noted in the
-        builder's vtable, as ``Prepend<Type>Slot`` would."""
+        builder's vtable, as ``Prepend<Type>Slot`` would. ``placed`` as ``table`` sorts it
+        (widths negated)."""
         b = self.b
-        b.Prep(placed[0][0], 0)
-        size = sum([x[0] for x in placed])
+        b.Prep(-placed[0][0], 0)
+        size = -sum([x[0] for x in placed])
         b.Prep(1, size)  # room only: aligned already
         end = b.Offset()  # the first field ends here, counted from the buffer's end
         codes, values, vtable = [], [], b.current_vtable
-        for width, code, value, slot, target in placed:
-            end += width
+        for width, _, code, value, slot, target in placed:
+            end -= width
             vtable[slot] = end
             codes.append(code)
             values.append(value if target is None else end - target)  # an offset: from the field
@@ -452,16 +455,33 @@ class _Writer:
             off = self.vectors.get(key)
             if off is not None:
                 return off
-        b.StartVector(p.width, n, p.width)
-        b.head -= n * p.width
         try:
-            struct.pack_into(f"<{n}{p.code}", b.Bytes, b.head, *value)
+            data = struct.pack(f"<{n}{p.code}", *value)
         except struct.error:  # a list of another type than the field's: numpy casts it
-            struct.pack_into(f"<{n}{p.code}", b.Bytes, b.head, *np.asarray(value, p.dtype).tolist())
-        off = b.EndVector()
+            data = np.asarray(value, p.dtype).tobytes()
+        off = self.vector(data, n, p.width)
         if key is not None:
             self.vectors[key] = off
         return off
+
+    def vector(self, data: bytes, n: int, align: int) -> int:
+        """A vector of ``n`` elements whose bytes are ``data``: its length and its bytes
+        in one write, where ``StartVector`` and ``EndVector`` would put them."""
+        b = self.b
+        size = len(data)
+        b.Prep(4, size)  # the length, aligned, right before the data (and room for both)
+        if align > 4:
+            b.Prep(align, size)
+        head = b.head - size - 4
+        _U32.pack_into(b.Bytes, head, n)
+        b.Bytes[head + 4:head + 4 + size] = data
+        b.head = head
+        return b.Offset()
+
+    def string(self, text: str) -> int:
+        """``CreateString``'s layout (length, UTF-8 bytes, a zero) in one write."""
+        data = text.encode("utf-8")
+        return self.vector(data + b"\0", len(data), 4)
 
     def offsets(self, offs) -> int:
         """A vector of the tables (or strings) at ``offs``, in one write: each element
@@ -476,10 +496,6 @@ class _Writer:
         b.Bytes[head:head + 4 * n] = (here - np.asarray(offs, np.int64)).astype("<u4").tobytes()
         b.vectorNumElems = n
         return b.EndVector()
-
-
-def _first(x):
-    return x[0]
 
 
 def write(builder: flatbuffers.Builder, t: FbTable) -> int:

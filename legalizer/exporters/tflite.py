@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..atomic_files import Staged, staged_output
+from ..ir.gc import paused_gc
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Quantization
 from ..model import Model
@@ -261,12 +262,13 @@ def _encode(model: Model) -> Tuple[bytes, List[Tuple[int, np.ndarray]]]:
     for g in model.graphs:
         if g.frontend != TFLITE_DOMAIN:
             raise BadInput(f"graph '{g.name}' holds {g.frontend} ops; only a TFLite model can be written as .tflite")
-    table = w.model(model)
-    size = sum(int(b.fields["data"].size) for b in w.buffers if "data" in b.fields)
-    initial = max(1024, size + (1 << 16))
-    if not w.external:
-        return serialize(table, initial_size=initial), []
-    return _with_external(table, w.buffers, w.external, initial)
+    with paused_gc():  # a table or more a node: the collector would walk them all, again and again
+        table = w.model(model)
+        size = sum(int(b.fields["data"].size) for b in w.buffers if "data" in b.fields)
+        initial = max(1024, size + (1 << 16))
+        if not w.external:
+            return serialize(table, initial_size=initial), []
+        return _with_external(table, w.buffers, w.external, initial)
 
 
 def _with_external(table: FbTable, buffers: List[FbTable], external: Dict[int, np.ndarray],
