@@ -44,9 +44,9 @@ NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8":
          "complex128": np.complex128, "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16}
 
 # Fields of a tensor / operator table that the IR models; the rest is kept as it was.
-TENSOR_FIELDS = ("shape", "shape_signature", "type", "buffer", "name", "quantization")
-OPERATOR_FIELDS = ("opcode_index", "inputs", "outputs", "builtin_options", "builtin_options_type",
-                   "builtin_options2", "builtin_options2_type")
+TENSOR_FIELDS = frozenset(("shape", "shape_signature", "type", "buffer", "name", "quantization"))
+OPERATOR_FIELDS = frozenset(("opcode_index", "inputs", "outputs", "builtin_options", "builtin_options_type",
+                             "builtin_options2", "builtin_options2_type"))
 
 
 def _quantization(q: Optional[FbTable]) -> Optional[Quantization]:
@@ -98,6 +98,7 @@ class _Importer:
         self.buffers: List[FbTable] = table.get("buffers", [])
         self.opcodes: List[FbTable] = table.get("operator_codes", [])
         self.external: Dict[int, np.ndarray] = {}  # TFLiteSource.external
+        self.kinds: Dict[int, Tuple[str, str]] = {}  # opcode index -> (domain, op type), once known good
 
     def buffer_data(self, index: int, tensor: str) -> Optional[np.ndarray]:
         if index <= 0:
@@ -278,10 +279,18 @@ class _Importer:
             raise BadInput(f"subgraph {sg_index}: operator {k} has opcode index {idx}, but the model has"
                            f" {len(self.opcodes)} operator codes")
         code = self.opcodes[idx]
-        builtin = max(int(code.get("deprecated_builtin_code", 0)), int(code.get("builtin_code", 0)))
-        name = builtin_name(builtin)
-        if name is None:
-            raise BadInput(f"subgraph {sg_index}: operator {k} has unknown builtin operator code {builtin}")
+        kind = self.kinds.get(idx)
+        if kind is None:
+            builtin = max(int(code.get("deprecated_builtin_code", 0)), int(code.get("builtin_code", 0)))
+            name = builtin_name(builtin)
+            if name is None:
+                raise BadInput(f"subgraph {sg_index}: operator {k} has unknown builtin operator code {builtin}")
+            if name == "CUSTOM":
+                kind = CUSTOM_DOMAIN, code.get("custom_code") or "custom"
+            else:
+                kind = TFLITE_DOMAIN, name
+            self.kinds[idx] = kind
+        domain, op_type = kind
         rest = FbTable("Operator", {key: v for key, v in op.fields.items() if key not in OPERATOR_FIELDS})
         options_table, attrs = None, {}
         for union in ("builtin_options", "builtin_options2"):
@@ -289,10 +298,6 @@ class _Importer:
             if opts is not None:
                 options_table = opts.type
                 attrs = {key: _attr_value(v) for key, v in opts.fields.items()}
-        if name == "CUSTOM":
-            domain, op_type = CUSTOM_DOMAIN, code.get("custom_code") or "custom"
-        else:
-            domain, op_type = TFLITE_DOMAIN, name
         return Node(OP, op_type, domain, "", attrs=attrs, proto=OpRecord(code, rest, options_table))
 
 
