@@ -152,7 +152,7 @@ class _Importer:
             v = tensor(i, "an input")
             if i in consts:  # fed or constant? LiteRT crashes writing into its read-only data
                 raise BadInput(f"subgraph {index}: input tensor '{v.name}' also has constant data"
-                               f" (buffer {int(tensors[i].get('buffer', 0))})")
+                               f" (buffer {consts[i].data.index})")
             nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
         produced = set(graph_inputs)
         for i in sorted(consts):
@@ -196,14 +196,18 @@ class _Importer:
             if data is not None:
                 consts[i] = Node(CONST, "$const", name=name, outputs=[v],
                                  data=self.const_data(data, v, name, t.get("sparsity"), buffer))
+            # made into the IR: let the table go (the file's tables and the IR built from
+            # them held at once were the peak; the list keeps its length for the checks)
+            tensors[i] = None
         return values, consts
 
     def _operators(self, index: int, sg: FbTable, values: List[Value], produced: set) -> List[Node]:
         """The operator nodes of subgraph ``index``, in the order listed (which is the
         order TFLite runs them); adds the tensors they write to ``produced``."""
         nodes = []
-        later = {i: k for k, op in enumerate(sg.get("operators", [])) for i in _ints(op.get("outputs", []))}
-        for k, op in enumerate(sg.get("operators", [])):
+        ops = sg.get("operators", [])
+        later = {i: k for k, op in enumerate(ops) for i in _ints(op.get("outputs", []))}
+        for k, op in enumerate(ops):
             node = self.operator(k, op, index)
             where = f"operator {k} ({node.op})"
             node.inputs = [_tensor_at(index, values, i, where) for i in _ints(op.get("inputs", []))]
@@ -221,6 +225,7 @@ class _Importer:
             node.outputs = [values[i] for i in outs]
             _name_broadcast_dims(node)
             nodes.append(node)
+            ops[k] = None  # as the tensors' tables
         return nodes
 
     def tensor_type(self, t: FbTable, where: str) -> TensorType:
