@@ -13,6 +13,7 @@ way through legalize.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -30,6 +31,8 @@ SCHEMA_VERSION = 3
 # Union fields whose enum is not named after the field.
 _UNION_ENUMS = {"Details": "QuantizationDetails", "ArraySegments": "SparseIndexVector",
                 "ArrayIndices": "SparseIndexVector"}
+# Vectors of scalars that rarely repeat (an op's own tensors): not looked up to be shared.
+_UNSHARED = {("Operator", "Inputs"), ("Operator", "Outputs"), ("Operator", "Intermediates")}
 # Vectors whose data must be aligned for the runtime to use it in place.
 _ALIGN = {("Buffer", "Data"): 16}
 _FLAGS = {"Bool": np.bool_, "Int8": np.int8, "Uint8": np.uint8, "Int16": np.int16, "Uint16": np.uint16,
@@ -278,54 +281,226 @@ def _read_field(obj: Any, key: str, f: _Field, fields: Dict[str, Any]) -> None:
 
 
 # ---- writing ------------------------------------------------------------------------
+# The generated ``<Table>Add<Field>`` functions each call one builder method with the
+# field's vtable slot and default; a 300k-op model made millions of those calls through
+# two layers of functions. So each field's slot, flags and default are read once from
+# its function, and the builder's own methods are called with them. A table's vector of
+# tables (or strings) is written at once, and what repeats (small vectors of scalars,
+# tables of scalars alone: a shape [1], an empty AddOptions) is written once and shared.
+@dataclass(frozen=True)
+class _Put:
+    key: str
+    slot: int  # the field's index among the table's (StartObject's count)
+    kind: str  # scalar | vector | ref (table, union, string, vector of tables/strings) | call
+    flags: Any = None  # scalar: flatbuffers.number_types flags
+    default: Any = None  # scalar: the schema's default (the builder leaves it out)
+    dtype: Any = None  # vector: the element dtype
+    align: Optional[int] = None  # vector: the data's alignment, where it needs more
+    add: Any = None  # call: the generated function, for a field of another form
+    width: int = 0  # scalar: its bytes
+    code: str = ""  # scalar, vector: the struct code of one
+    shared: bool = False  # vector: a short one is written once
+    order: int = 0  # its place in the schema's order of the table's fields
+
+
+@dataclass(frozen=True)
+class _Plan:
+    count: int
+    puts: Dict[str, _Put]  # by key
+    shareable: bool  # scalars alone: equal tables may be one
+
+
+_STRUCT = {("b", 1): "?", ("i", 1): "b", ("u", 1): "B", ("i", 2): "h", ("u", 2): "H", ("i", 4): "i", ("u", 4): "I",
+           ("i", 8): "q", ("u", 8): "Q", ("f", 4): "f", ("f", 8): "d"}  # numpy kind and size -> struct code
+_SLOT_CALL = re.compile(r"builder\.Prepend(\w+?)Slot\((\d+), .*, ([^,()]+)\)\s*$")
+
+
+def _put(table: str, key: str, camel: str, f_kind: str, dtype=None) -> _Put:
+    add = getattr(_module(table), f"{table}Add{camel}")
+    m = _SLOT_CALL.search(inspect.getsource(add))
+    if m is not None and m.group(1) == "UOffsetTRelative":
+        if f_kind == "vector":
+            dt = np.dtype(dtype)
+            return _Put(key, int(m.group(2)), "vector", dtype=dt, align=_ALIGN.get((table, camel)),
+                        width=dt.itemsize, code=_STRUCT[dt.kind, dt.itemsize], shared=(table, camel) not in _UNSHARED)
+        return _Put(key, int(m.group(2)), "ref")
+    flags = getattr(flatbuffers.number_types, f"{m.group(1)}Flags", None) if m is not None else None
+    if flags is not None and f_kind not in ("vector", "union"):
+        try:
+            default = ast.literal_eval(m.group(3))
+        except (ValueError, SyntaxError):
+            default = None
+        if isinstance(default, (int, float, bool)):
+            return _Put(key, int(m.group(2)), "scalar", flags=flags, default=default, width=flags.bytewidth,
+                        code=flags.packer_type.format[-1])
+    return _Put(key, -1, "call", add=add)
+
+
+@functools.lru_cache(maxsize=None)
+def _plan(table: str) -> _Plan:
+    mod = _module(table)
+    count = int(re.search(r"StartObject\((\d+)\)", inspect.getsource(getattr(mod, f"{table}Start"))).group(1))
+    puts = {}
+    for key, f in _fields(table).items():
+        if f.kind == "union":
+            puts[f"{key}_type"] = _put(table, f"{key}_type", f"{f.camel}Type", "scalar")
+        puts[key] = _put(table, key, f.camel, f.kind, f.dtype)
+    puts = {k: dataclasses.replace(p, order=i) for i, (k, p) in enumerate(puts.items())}
+    return _Plan(count, puts, all(p.kind == "scalar" for p in puts.values()))
+
+
+class _Writer:
+    """One flatbuffer's writing: the builder and what it already holds."""
+
+    def __init__(self, builder: flatbuffers.Builder):
+        self.b = builder
+        self.vectors: Dict[Tuple, int] = {}  # a small vector of scalars -> its offset
+        self.tables: Dict[Tuple, int] = {}  # a table of scalars alone -> its offset
+        self.plans: Dict[str, _Plan] = {}
+
+    def table(self, t: FbTable) -> int:
+        plan = self.plans.get(t.type)
+        if plan is None:
+            plan = self.plans[t.type] = _plan(t.type)
+        fields, puts = t.fields, plan.puts
+        present = []  # (schema order, put, value): the bytes depend on the table alone, not its dict's order
+        for k, value in fields.items():
+            p = puts.get(k)
+            if p is None:
+                unknown = set(fields) - set(puts)
+                raise KeyError(f"table {t.type} has no field {', '.join(sorted(unknown))}")
+            if value is None or (p.kind == "scalar" and value == p.default):  # the builder leaves a default out
+                continue
+            present.append((p.order, p, value))
+        if len(present) > 1:
+            present.sort()  # (by order alone: no two fields share one)
+        key = None
+        if plan.shareable:
+            key = (t.type, *[(p.order, float(v).hex() if isinstance(v, (float, np.floating)) else v)
+                             for _, p, v in present])
+            hit = self.tables.get(key)
+            if hit is not None:
+                return hit
+        b = self.b
+        # (-width, order, struct code, value, slot, target offset or None): the widest
+        # first, in schema order within a width; then fields of another form
+        placed, calls = [], []
+        for _, p, value in present:
+            kind = p.kind
+            if kind == "scalar":
+                placed.append((-p.width, p.order, p.code, value, p.slot, None))
+                continue
+            if kind == "vector":
+                off = self.scalars(p, value)
+            elif isinstance(value, FbTable):
+                off = self.table(value)
+            elif isinstance(value, str):
+                off = self.string(value)
+            elif isinstance(value, list):
+                off = self.offsets([self.string(x) if isinstance(x, str) else self.table(x) for x in value])
+            elif kind == "call":
+                calls.append((p.add, value))
+                continue
+            else:
+                raise TypeError(f"table {t.type}: field {p.key} holds a {type(value).__name__}")
+            placed.append((-4, p.order, "I", 0, p.slot, off))
+        b.StartObject(plan.count)
+        if placed:
+            if len(placed) > 1:
+                placed.sort()
+            self.place(placed)
+        for add, value in calls:
+            add(b, value)
+        off = b.EndObject()
+        if key is not None:
+            self.tables[key] = off
+        return off
+
+    def place(self, placed) -> None:
+        """The fields of the table being built, in one write: widest first from its end
+        (so that each lies on its width with no padding between), each slot noted in the
+        builder's vtable, as ``Prepend<Type>Slot`` would. ``placed`` as ``table`` sorts it
+        (widths negated)."""
+        b = self.b
+        b.Prep(-placed[0][0], 0)
+        size = -sum([x[0] for x in placed])
+        b.Prep(1, size)  # room only: aligned already
+        end = b.Offset()  # the first field ends here, counted from the buffer's end
+        codes, values, vtable = [], [], b.current_vtable
+        for width, _, code, value, slot, target in placed:
+            end -= width
+            vtable[slot] = end
+            codes.append(code)
+            values.append(value if target is None else end - target)  # an offset: from the field
+        b.head -= size
+        codes.reverse()
+        values.reverse()
+        struct.pack_into("<" + "".join(codes), b.Bytes, b.head, *values)
+
+    def scalars(self, p: _Put, value) -> int:
+        """A vector of scalars (a numpy array or a list); a small one written once."""
+        b = self.b
+        if p.align is not None or (isinstance(value, np.ndarray) and value.nbytes > 64):
+            arr = np.ascontiguousarray(value, p.dtype).reshape(-1)
+            data = arr.view(np.uint8)
+            b.StartVector(arr.itemsize, arr.size, max(p.align or 1, arr.itemsize))
+            b.head = b.head - data.size
+            b.Bytes[b.head:b.head + data.size] = data.tobytes()
+            return b.EndVector()
+        if isinstance(value, np.ndarray):
+            value = value.astype(p.dtype, copy=False).reshape(-1).tolist()
+        n = len(value)
+        key = (p.code, *value) if p.shared and n * p.width <= 64 else None
+        if key is not None:
+            off = self.vectors.get(key)
+            if off is not None:
+                return off
+        try:
+            data = struct.pack(f"<{n}{p.code}", *value)
+        except struct.error:  # a list of another type than the field's: numpy casts it
+            data = np.asarray(value, p.dtype).tobytes()
+        off = self.vector(data, n, p.width)
+        if key is not None:
+            self.vectors[key] = off
+        return off
+
+    def vector(self, data: bytes, n: int, align: int) -> int:
+        """A vector of ``n`` elements whose bytes are ``data``: its length and its bytes
+        in one write, where ``StartVector`` and ``EndVector`` would put them."""
+        b = self.b
+        size = len(data)
+        b.Prep(4, size)  # the length, aligned, right before the data (and room for both)
+        if align > 4:
+            b.Prep(align, size)
+        head = b.head - size - 4
+        _U32.pack_into(b.Bytes, head, n)
+        b.Bytes[head + 4:head + 4 + size] = data
+        b.head = head
+        return b.Offset()
+
+    def string(self, text: str) -> int:
+        """``CreateString``'s layout (length, UTF-8 bytes, a zero) in one write."""
+        data = text.encode("utf-8")
+        return self.vector(data + b"\0", len(data), 4)
+
+    def offsets(self, offs) -> int:
+        """A vector of the tables (or strings) at ``offs``, in one write: each element
+        is its target's offset from the element itself, as PrependUOffsetTRelative
+        writes it."""
+        b = self.b
+        n = len(offs)
+        b.StartVector(4, n, 4)
+        head = b.head - 4 * n
+        b.head = head
+        here = len(b.Bytes) - head - 4 * np.arange(n, dtype=np.int64)  # each element's offset from the end
+        b.Bytes[head:head + 4 * n] = (here - np.asarray(offs, np.int64)).astype("<u4").tobytes()
+        b.vectorNumElems = n
+        return b.EndVector()
+
+
 def write(builder: flatbuffers.Builder, t: FbTable) -> int:
     """Build ``t`` (children first, as flatbuffers requires); return its offset."""
-    mod = _module(t.type)
-    fields = _fields(t.type)
-    unknown = set(t.fields) - set(fields) - {f"{k}_type" for k, f in fields.items() if f.kind == "union"}
-    if unknown:
-        raise KeyError(f"table {t.type} has no field {', '.join(sorted(unknown))}")
-    offsets: Dict[str, int] = {}
-    for key, f in fields.items():
-        value = t.fields.get(key)
-        if value is None:
-            continue
-        if f.kind == "vector":
-            offsets[key] = _scalar_vector(builder, mod, t.type, f, value)
-        elif f.kind == "union" or isinstance(value, FbTable):
-            offsets[key] = write(builder, value)
-        elif isinstance(value, str):
-            offsets[key] = builder.CreateString(value)
-        elif isinstance(value, list):
-            items = [builder.CreateString(x) if isinstance(x, str) else write(builder, x) for x in value]
-            getattr(mod, f"{t.type}Start{f.camel}Vector")(builder, len(items))
-            for off in reversed(items):
-                builder.PrependUOffsetTRelative(off)
-            offsets[key] = builder.EndVector()
-    getattr(mod, f"{t.type}Start")(builder)
-    for key, f in fields.items():
-        if f.kind == "union":
-            code = t.fields.get(f"{key}_type")
-            if code:
-                getattr(mod, f"{t.type}Add{f.camel}Type")(builder, code)
-        value = t.fields.get(key)
-        if value is None:
-            continue
-        add = getattr(mod, f"{t.type}Add{f.camel}")
-        add(builder, offsets[key] if key in offsets else value)
-    return getattr(mod, f"{t.type}End")(builder)
-
-
-def _scalar_vector(builder: flatbuffers.Builder, mod, table: str, f: _Field, value) -> int:
-    arr = np.ascontiguousarray(np.asarray(value, dtype=f.dtype)).reshape(-1)
-    align = _ALIGN.get((table, f.camel))
-    if align is None:
-        return builder.CreateNumpyVector(arr)
-    data = arr.view(np.uint8)
-    builder.StartVector(1, data.size, align)
-    builder.head = builder.head - data.size
-    builder.Bytes[builder.head:builder.head + data.size] = data.tobytes()
-    return builder.EndVector()
+    return _Writer(builder).table(t)
 
 
 def serialize(model: FbTable, initial_size: int = 1024) -> bytes:
@@ -343,6 +518,7 @@ def builtin_name(code: int) -> Optional[str]:
     return enum_name("BuiltinOperator", code)
 
 
+@functools.lru_cache(maxsize=None)
 def options_type(options_table: Optional[str]) -> Tuple[str, int]:
     """Which union (``builtin_options`` or ``builtin_options_2``) holds options table
     ``options_table``, and its code there."""

@@ -713,6 +713,29 @@ def test_localize_tflite_holds_a_chunk_of_values_at_a_time(monkeypatch, tmp_path
     np.testing.assert_array_equal(ref["v12"], x + 12)
 
 
+@pytest.mark.needs("litert")
+def test_litert_runner_values_run_a_chunk_up_to_its_last_value(tmp_path):
+    """A chunk's copy of the model ends at the last op that computes a value asked for
+    (LiteRT runs every op of its plan: an early chunk ran the whole model before), and
+    gives those values as the whole model computes them."""
+    import tflite
+
+    from legalizer.numeric.litert import LiteRTRunner
+    from legalizer.tflite_schema import read
+
+    n, k = 1 << 10, 24
+    (tmp_path / "chain.tflite").write_bytes(_tflite_chain(n, k, wrong_at=11))
+    probe = LiteRTRunner(tmp_path / "chain.tflite")
+    cut = read(tflite.Model.GetRootAs(probe._cut(["v3", "v5"]), 0))  # noqa: SLF001 - the copy the run takes
+    sg = cut.fields["subgraphs"][0]
+    assert len(sg.fields["operators"]) == 5 and sg.fields["outputs"].tolist() == [5, 7]
+    x = (np.arange(n) % 7).astype(np.float32)
+    got = probe.values({"x": x}, ["v3", "v5", "v12"])
+    np.testing.assert_array_equal(got["v3"], x + 3)
+    np.testing.assert_array_equal(got["v5"], x + 5)
+    np.testing.assert_array_equal(got["v12"], x + 13)  # past the op that adds 2
+
+
 @pytest.mark.needs("iree")
 @pytest.mark.needs("litert")
 def test_localize_a_tosa_module_a_chunk_at_a_time(monkeypatch):

@@ -426,3 +426,35 @@ def with_dynamic_batch(data: bytes) -> bytes:
             if not int(t.get("buffer", 0)) and shape is not None and len(shape) and shape[0] == 1:
                 t.fields["shape_signature"] = np.concatenate([[-1], shape[1:]]).astype(np.int32)
     return serialize(model)
+
+
+def assert_same_tables(got: bytes, want: bytes) -> None:
+    """``got`` and ``want`` hold the same model, table for table and field for field, as
+    the ``tflite`` package's own accessors read them (not the same bytes: the writer
+    lays fields out in its own order and writes what repeats once)."""
+    import tflite
+
+    from legalizer.tflite_schema import read_by_accessors
+
+    same_table(read_by_accessors(tflite.Model.GetRootAs(got, 0)),
+               read_by_accessors(tflite.Model.GetRootAs(want, 0)))
+
+
+def same_table(a: Any, b: Any, where: str = "Model") -> None:
+    """``a`` is ``b``: the same tables, fields and values (arrays of the same dtype and
+    bytes), ``where`` naming the first difference."""
+    if isinstance(b, FbTable):
+        assert isinstance(a, FbTable) and a.type == b.type, where
+        assert sorted(a.fields) == sorted(b.fields), (where, sorted(set(a.fields) ^ set(b.fields)))
+        for k in b.fields:
+            same_table(a.fields[k], b.fields[k], f"{where}.{k}")
+    elif isinstance(b, list):
+        assert isinstance(a, list) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same_table(x, y, f"{where}[{i}]")
+    elif isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and a.dtype == b.dtype and a.tobytes() == b.tobytes(), where
+    elif isinstance(b, float) and b != b:
+        assert isinstance(a, float) and a != a, where  # NaN
+    else:
+        assert type(a) is type(b) and a == b, (where, a, b)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..atomic_files import Staged, staged_output
+from ..ir.gc import paused_gc
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Quantization
 from ..model import Model
@@ -91,9 +92,10 @@ class _Writer:
         t.fields["type"] = _type_code(v)
         shape = v.type.shape
         if shape is not None:
-            t.fields["shape"] = np.array([d if isinstance(d, int) else 1 for d in shape], np.int32)
+            # (lists: the writer packs a short vector of scalars faster than numpy does)
+            t.fields["shape"] = [d if isinstance(d, int) else 1 for d in shape]
             if any(not isinstance(d, int) for d in shape) or "shape_signature" in (v.info.fields if isinstance(v.info, FbTable) else {}):
-                t.fields["shape_signature"] = np.array([d if isinstance(d, int) else -1 for d in shape], np.int32)
+                t.fields["shape_signature"] = [d if isinstance(d, int) else -1 for d in shape]
             else:
                 t.fields.pop("shape_signature", None)
         else:
@@ -137,8 +139,8 @@ class _Writer:
         rec = node.proto if isinstance(node.proto, OpRecord) else None
         op = FbTable("Operator", dict(rec.rest.fields) if rec is not None else {})
         op.fields["opcode_index"] = self.opcode(node)
-        op.fields["inputs"] = np.array([-1 if v is None else index[id(v)] for v in node.inputs], np.int32)
-        op.fields["outputs"] = np.array([index[id(v)] for v in node.outputs], np.int32)
+        op.fields["inputs"] = [-1 if v is None else index[id(v)] for v in node.inputs]
+        op.fields["outputs"] = [index[id(v)] for v in node.outputs]
         table = rec.options_table if rec is not None else None
         if rec is None and node.domain == TFLITE_DOMAIN:  # a new node; an imported one keeps its own
             rule = self.rules.get(node.op)
@@ -260,12 +262,13 @@ def _encode(model: Model) -> Tuple[bytes, List[Tuple[int, np.ndarray]]]:
     for g in model.graphs:
         if g.frontend != TFLITE_DOMAIN:
             raise BadInput(f"graph '{g.name}' holds {g.frontend} ops; only a TFLite model can be written as .tflite")
-    table = w.model(model)
-    size = sum(int(b.fields["data"].size) for b in w.buffers if "data" in b.fields)
-    initial = max(1024, size + (1 << 16))
-    if not w.external:
-        return serialize(table, initial_size=initial), []
-    return _with_external(table, w.buffers, w.external, initial)
+    with paused_gc():  # a table or more a node: the collector would walk them all, again and again
+        table = w.model(model)
+        size = sum(int(b.fields["data"].size) for b in w.buffers if "data" in b.fields)
+        initial = max(1024, size + (1 << 16))
+        if not w.external:
+            return serialize(table, initial_size=initial), []
+        return _with_external(table, w.buffers, w.external, initial)
 
 
 def _with_external(table: FbTable, buffers: List[FbTable], external: Dict[int, np.ndarray],

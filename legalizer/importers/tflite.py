@@ -44,9 +44,9 @@ NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8":
          "complex128": np.complex128, "uint64": np.uint64, "uint32": np.uint32, "uint16": np.uint16}
 
 # Fields of a tensor / operator table that the IR models; the rest is kept as it was.
-TENSOR_FIELDS = ("shape", "shape_signature", "type", "buffer", "name", "quantization")
-OPERATOR_FIELDS = ("opcode_index", "inputs", "outputs", "builtin_options", "builtin_options_type",
-                   "builtin_options2", "builtin_options2_type")
+TENSOR_FIELDS = frozenset(("shape", "shape_signature", "type", "buffer", "name", "quantization"))
+OPERATOR_FIELDS = frozenset(("opcode_index", "inputs", "outputs", "builtin_options", "builtin_options_type",
+                             "builtin_options2", "builtin_options2_type"))
 
 
 def _quantization(q: Optional[FbTable]) -> Optional[Quantization]:
@@ -98,6 +98,7 @@ class _Importer:
         self.buffers: List[FbTable] = table.get("buffers", [])
         self.opcodes: List[FbTable] = table.get("operator_codes", [])
         self.external: Dict[int, np.ndarray] = {}  # TFLiteSource.external
+        self.kinds: Dict[int, Tuple[str, str]] = {}  # opcode index -> (domain, op type), once known good
 
     def buffer_data(self, index: int, tensor: str) -> Optional[np.ndarray]:
         if index <= 0:
@@ -151,7 +152,7 @@ class _Importer:
             v = tensor(i, "an input")
             if i in consts:  # fed or constant? LiteRT crashes writing into its read-only data
                 raise BadInput(f"subgraph {index}: input tensor '{v.name}' also has constant data"
-                               f" (buffer {int(tensors[i].get('buffer', 0))})")
+                               f" (buffer {consts[i].data.index})")
             nodes.append(Node(INPUT, "$input", name=v.name, outputs=[v]))
         produced = set(graph_inputs)
         for i in sorted(consts):
@@ -195,14 +196,18 @@ class _Importer:
             if data is not None:
                 consts[i] = Node(CONST, "$const", name=name, outputs=[v],
                                  data=self.const_data(data, v, name, t.get("sparsity"), buffer))
+            # made into the IR: let the table go (the file's tables and the IR built from
+            # them held at once were the peak; the list keeps its length for the checks)
+            tensors[i] = None
         return values, consts
 
     def _operators(self, index: int, sg: FbTable, values: List[Value], produced: set) -> List[Node]:
         """The operator nodes of subgraph ``index``, in the order listed (which is the
         order TFLite runs them); adds the tensors they write to ``produced``."""
         nodes = []
-        later = {i: k for k, op in enumerate(sg.get("operators", [])) for i in _ints(op.get("outputs", []))}
-        for k, op in enumerate(sg.get("operators", [])):
+        ops = sg.get("operators", [])
+        later = {i: k for k, op in enumerate(ops) for i in _ints(op.get("outputs", []))}
+        for k, op in enumerate(ops):
             node = self.operator(k, op, index)
             where = f"operator {k} ({node.op})"
             node.inputs = [_tensor_at(index, values, i, where) for i in _ints(op.get("inputs", []))]
@@ -220,6 +225,7 @@ class _Importer:
             node.outputs = [values[i] for i in outs]
             _name_broadcast_dims(node)
             nodes.append(node)
+            ops[k] = None  # as the tensors' tables
         return nodes
 
     def tensor_type(self, t: FbTable, where: str) -> TensorType:
@@ -278,10 +284,18 @@ class _Importer:
             raise BadInput(f"subgraph {sg_index}: operator {k} has opcode index {idx}, but the model has"
                            f" {len(self.opcodes)} operator codes")
         code = self.opcodes[idx]
-        builtin = max(int(code.get("deprecated_builtin_code", 0)), int(code.get("builtin_code", 0)))
-        name = builtin_name(builtin)
-        if name is None:
-            raise BadInput(f"subgraph {sg_index}: operator {k} has unknown builtin operator code {builtin}")
+        kind = self.kinds.get(idx)
+        if kind is None:
+            builtin = max(int(code.get("deprecated_builtin_code", 0)), int(code.get("builtin_code", 0)))
+            name = builtin_name(builtin)
+            if name is None:
+                raise BadInput(f"subgraph {sg_index}: operator {k} has unknown builtin operator code {builtin}")
+            if name == "CUSTOM":
+                kind = CUSTOM_DOMAIN, code.get("custom_code") or "custom"
+            else:
+                kind = TFLITE_DOMAIN, name
+            self.kinds[idx] = kind
+        domain, op_type = kind
         rest = FbTable("Operator", {key: v for key, v in op.fields.items() if key not in OPERATOR_FIELDS})
         options_table, attrs = None, {}
         for union in ("builtin_options", "builtin_options2"):
@@ -289,10 +303,6 @@ class _Importer:
             if opts is not None:
                 options_table = opts.type
                 attrs = {key: _attr_value(v) for key, v in opts.fields.items()}
-        if name == "CUSTOM":
-            domain, op_type = CUSTOM_DOMAIN, code.get("custom_code") or "custom"
-        else:
-            domain, op_type = TFLITE_DOMAIN, name
         return Node(OP, op_type, domain, "", attrs=attrs, proto=OpRecord(code, rest, options_table))
 
 

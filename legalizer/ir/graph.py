@@ -127,6 +127,15 @@ class Node:
         return f"<{self.kind} {self.op} {self.label!r}>"
 
 
+def _holds_graph(attrs: Dict[str, Any]) -> bool:
+    """Whether ``Node.subgraphs`` yields anything for these attrs (asked of every node of
+    a graph, each time the passes walk its subgraphs: without a generator a node)."""
+    for a in attrs.values():
+        if isinstance(a, Graph) or (isinstance(a, list) and any(isinstance(g, Graph) for g in a)):
+            return True
+    return False
+
+
 class Graph:
     """A (sub)graph of nodes. ``opsets`` maps domain to opset version; a subgraph
     shares its model's. ``owner`` is the node whose attribute holds a subgraph."""
@@ -490,7 +499,7 @@ class Graph:
     def subgraphs(self) -> List[Tuple[Node, str, "Graph"]]:
         """(owner, attribute, subgraph) for this graph's nodes' subgraphs (not nested
         ones), owners in topological order."""
-        owners = [n for d in self._nx._node.values() if (n := d["n"]).attrs and any(True for _ in n.subgraphs())]
+        owners = [n for d in self._nx._node.values() if (n := d["n"]).attrs and _holds_graph(n.attrs)]
         if not owners:  # most graphs: no topological order needed
             return []
         if len(owners) > 1:

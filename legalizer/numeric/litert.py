@@ -464,7 +464,16 @@ class LiteRTRunner(Runner):
         if any(int(b.fields.get("offset", 0) or 0) > 1 for b in table.fields.get("buffers", [])):
             return None
         sg = table.fields["subgraphs"][0]
-        cut_sg = FbTable(sg.type, dict(sg.fields, outputs=np.array([self._index[n] for n in names], np.int32)))
+        outputs = [self._index[n] for n in names]
+        # LiteRT runs every op of the plan, needed or not: the ops after the last one
+        # that computes an asked-for value are left out (a chunk early in the model no
+        # longer costs a whole run; those before stay, whatever they do)
+        ops = sg.fields.get("operators", [])
+        wanted, last = set(outputs), -1
+        for k, op in enumerate(ops):
+            if not wanted.isdisjoint(int(t) for t in op.fields.get("outputs", [])):
+                last = k
+        cut_sg = FbTable(sg.type, dict(sg.fields, outputs=np.array(outputs, np.int32), operators=ops[:last + 1]))
         fields = dict(table.fields, subgraphs=[cut_sg] + list(table.fields["subgraphs"][1:]))
         fields.pop("signature_defs", None)  # subgraph 0 run as itself, not through a signature's names
         return serialize(FbTable(table.type, fields), initial_size=1 << 20)
@@ -486,7 +495,7 @@ class LiteRTRunner(Runner):
                 got = model.tensors()
             else:
                 got = LiteRTModel(content, kernels=self.kernels).run(feed, 0)
-        return {n: np.array(got[n]) for n in names if n in got}
+        return {n: np.asarray(got[n]) for n in names if n in got}  # (LiteRT gave copies)
 
 
 # -- functions -------------------------------------------------------------------------
