@@ -439,6 +439,7 @@ class ChildRunner(Runner):
         self.fetch = tuple(fetch)
         self.remote: Optional[Remote] = preloaded  # built ahead (``preload``): activated once it is ready
         self._built_unloaded = False  # the remote was built for values alone, its runner not activated
+        self._begun = False  # its loading was begun without waiting (``begin``)
         self._provider = ""
 
     @property
@@ -461,6 +462,21 @@ class ChildRunner(Runner):
         for k, v in self.remote.fetched.items():
             setattr(self, k.replace(".", "_"), v)
 
+    def begin(self) -> "ChildRunner":
+        """Have the child start loading the model now, while this process goes on (it
+        makes the next model, or its feeds); ``activate`` waits for it, and raises what
+        loading it raised."""
+        if self.remote is None and not self.is_active:
+            self.remote = Remote(self.factory, *self.args, model=self.model_label, runtime=self.name,
+                                 fetch=self.fetch, activate=True, wait=False, **self.kwargs)
+            self._begun = True
+        return self
+
+    def deactivate(self) -> None:
+        if self._begun and not self.is_active:  # begun, never waited for: let it go all the same
+            self.close()
+        super().deactivate()
+
     def deactivate_impl(self) -> None:
         if self.remote is not None:
             self.remote.close()
@@ -470,7 +486,7 @@ class ChildRunner(Runner):
         """Let the runner in the child go, loaded or not."""
         if self.remote is not None:
             self.remote.close()
-        self.remote, self._built_unloaded, self.is_active = None, False, False
+        self.remote, self._built_unloaded, self._begun, self.is_active = None, False, False, False
 
     def _remote(self) -> Remote:
         """The runner in the child, built (not activated) if it is not yet."""

@@ -44,8 +44,8 @@ def confirm(choice: str, runner) -> None:
 
 
 def session(model, provider_list: Sequence[str], basic: bool = False, arena: bool = True):
-    """An onnxruntime session for a ModelProto or a model path (a path resolves
-    external data beside the model). ``basic`` keeps to onnxruntime's basic graph
+    """An onnxruntime session for a ModelProto (or its bytes) or a model path (a path
+    resolves external data beside the model). ``basic`` keeps to onnxruntime's basic graph
     optimizations (no QDQ fusion into integer kernels). ``arena=False``: memory is
     given back after each run (onnxruntime's CPU arena keeps a run's peak)."""
     import onnxruntime as ort
@@ -57,7 +57,8 @@ def session(model, provider_list: Sequence[str], basic: bool = False, arena: boo
     if basic:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     opts.enable_cpu_mem_arena = arena
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else \
+        model if isinstance(model, bytes) else str(model)
     # CUDA multiplies in TF32 by default: ~1e-3 relative, beyond the check's tolerance against
     # an fp32 reference (PyTorch on CPU, LiteRT); the check wants the model's fp32 numbers.
     providers = [(p, CUDA_OPTIONS) if p == "CUDAExecutionProvider" else p for p in provider_list]
@@ -80,7 +81,7 @@ def _ort_dtype(type_str: str) -> str:
 
 
 class OrtRunner(Runner):
-    """An ONNX model (a ModelProto, or a path: external data resolves beside it) on
+    """An ONNX model (a ModelProto or its bytes, or a path: external data resolves beside it) on
     onnxruntime; ``basic``: see ``session``. Its intermediate values (``values``) are
     added to the graph's outputs, as Polygraphy's ``--onnx-outputs mark all`` does
     (top-level values; a subgraph's stay inside it)."""
@@ -116,6 +117,8 @@ class OrtRunner(Runner):
 
     # -- intermediate values ---------------------------------------------------------
     def _proto(self) -> onnx.ModelProto:
+        if isinstance(self.model, bytes):  # serialized (sent so to the child: parsed only if asked)
+            self.model = onnx.load_from_string(self.model)
         if not isinstance(self.model, onnx.ModelProto):  # a path: read once, external data checked
             from ..importers.reader import check_external_data
             from pathlib import Path

@@ -63,6 +63,11 @@ class Runner:
             self.is_active = True
         return self
 
+    def begin(self) -> "Runner":
+        """Start loading the model without waiting, where the runtime can (in another
+        process); ``activate`` then waits for it. Here: nothing (``activate`` loads)."""
+        return self
+
     def deactivate(self) -> None:
         if self.is_active:
             self.deactivate_impl()

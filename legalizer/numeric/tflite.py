@@ -117,12 +117,29 @@ class _OnnxSide:
             # Basic optimizations: onnxruntime 1.31's QDQ fusions reject some valid
             # quantized graphs (QLinearAdd after an Expand: "Scale and Zero-point must be
             # a scalar") and would compute int8 ops in integer kernels, not as written.
-            self.runner = onnx_runner(form, self.provider, f"the ONNX form of subgraph '{self.graph.name}'", basic=True)
-            self.runner.activate()
+            # (its bytes: the child hands them to onnxruntime as they are, not parsed and
+            # serialized again)
+            self.runner = onnx_runner(form.SerializeToString(), self.provider,
+                                      f"the ONNX form of subgraph '{self.graph.name}'", basic=True).begin()
         except RunFault:
             raise
         except Exception as e:  # noqa: BLE001 - onnxruntime's own words
             self.note([o.name for o in form.graph.output], f"onnxruntime cannot load their ONNX form: {first_line(e)}")
+
+    def ready(self) -> "_OnnxSide":
+        """Wait for its model to load in the child (begun in ``__init__``); a note, and
+        no runner, if onnxruntime does not take it."""
+        if self.runner is not None:
+            try:
+                self.runner.activate()
+            except RunFault:
+                raise
+            except Exception as e:  # noqa: BLE001 - onnxruntime's own words
+                self.note([o.name for o in self.form.graph.output],
+                          f"onnxruntime cannot load their ONNX form: {first_line(e)}")
+                self.runner.deactivate()
+                self.runner = None
+        return self
 
     def close(self) -> None:
         """Let its models in the child go."""
@@ -238,16 +255,20 @@ def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, s
             continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         prefix = f"{graph.name}/" if len(model.graphs) > 1 else ""
+        # the child loads both while this process makes the ONNX form, and that while it
+        # is sent and loaded: the check waits only for what it runs next
         ref = runtime.runner(original, provider, subgraph=k, kernels=kernels)
-        opened.append(ref)
-        ref.activate()
+        opened.append(ref.begin())
         new = runtime.runner(legalized, provider, subgraph=k, kernels=kernels)
-        opened.append(new)
-        new.activate()
+        opened.append(new.begin())
         onnx_side = None if litert_only else _OnnxSide(model, k, settings, quantized, prefix,
                                                         (legalized, kernels) if k == 0 else None)
         if onnx_side is not None:
             opened.append(onnx_side)
+        ref.activate()
+        new.activate()
+        if onnx_side is not None:
+            onnx_side.ready()
         pairing = Pairing(label=lambda i, n, prefix=prefix: f"{prefix}{n} ({LITERT})",
                           quantized=lambda n, quantized=quantized: quantized.get(n, False))
         ref_runner = ref
