@@ -16,7 +16,7 @@ import ast
 import dataclasses
 import functools
 import importlib
-import inspect
+import linecache
 import re
 import struct
 from dataclasses import dataclass, field
@@ -39,6 +39,22 @@ _FLAGS = {"Bool": np.bool_, "Int8": np.int8, "Uint8": np.uint8, "Int16": np.int1
           "Int32": np.int32, "Uint32": np.uint32, "Int64": np.int64, "Uint64": np.uint64,
           "Float32": np.float32, "Float64": np.float64}
 
+
+def source_of(fn) -> str:
+    """The source of a generated function (the ``tflite`` package's): its ``def`` line
+    and the lines indented under it, as ``inspect.getsource`` gives them but from the
+    module's lines read once (getsource tokenizes the file anew each time: 30 ms of
+    every run for the tables a model has)."""
+    code = fn.__code__
+    lines = linecache.getlines(code.co_filename)
+    start = code.co_firstlineno - 1
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    return "".join(lines[start:end])
 
 def snake(camel: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
@@ -88,7 +104,7 @@ def _fields(table: str) -> Dict[str, _Field]:
         if f"{camel}Type" in camels:
             kind, dtype = "union", None
         elif hasattr(reader, f"{camel}AsNumpy"):
-            src = inspect.getsource(getattr(reader, f"{camel}AsNumpy"))
+            src = source_of(getattr(reader, f"{camel}AsNumpy"))
             kind, dtype = "vector", _FLAGS[re.search(r"GetVectorAsNumpy\(flatbuffers\.number_types\.(\w+)Flags", src).group(1)]
         else:
             kind, dtype = "other", None
@@ -141,7 +157,7 @@ class _Slot:
 
 
 def _source(reader, name: str) -> str:
-    return inspect.getsource(getattr(reader, name))
+    return source_of(getattr(reader, name))
 
 
 def _slot_of(table: str, key: str, f: _Field) -> _Slot:
@@ -317,7 +333,7 @@ _SLOT_CALL = re.compile(r"builder\.Prepend(\w+?)Slot\((\d+), .*, ([^,()]+)\)\s*$
 
 def _put(table: str, key: str, camel: str, f_kind: str, dtype=None) -> _Put:
     add = getattr(_module(table), f"{table}Add{camel}")
-    m = _SLOT_CALL.search(inspect.getsource(add))
+    m = _SLOT_CALL.search(source_of(add))
     if m is not None and m.group(1) == "UOffsetTRelative":
         if f_kind == "vector":
             dt = np.dtype(dtype)
@@ -339,7 +355,7 @@ def _put(table: str, key: str, camel: str, f_kind: str, dtype=None) -> _Put:
 @functools.lru_cache(maxsize=None)
 def _plan(table: str) -> _Plan:
     mod = _module(table)
-    count = int(re.search(r"StartObject\((\d+)\)", inspect.getsource(getattr(mod, f"{table}Start"))).group(1))
+    count = int(re.search(r"StartObject\((\d+)\)", source_of(getattr(mod, f"{table}Start"))).group(1))
     puts = {}
     for key, f in _fields(table).items():
         if f.kind == "union":
