@@ -111,11 +111,16 @@ def _emitter(model: Union[Model, Graph], opset: Optional[int], subgraph: int) ->
 
 
 def _model(e: Emitter, outputs: Sequence[Node]) -> onnx.ModelProto:
-    gp = helper.make_graph(e.nodes, e.graph.name or "main", [_boundary_info(n.output) for n in e.graph.inputs],
-                           [_boundary_info(n.inputs[0]) for n in outputs], initializer=e.inits)
+    # (filled in place: make_graph and make_model would copy every weight twice more)
     opsets = [helper.make_opsetid("", e.opset)]
-    m = helper.make_model(gp, opset_imports=opsets, producer_name="legalize")
-    m.ir_version = helper.find_min_ir_version_for(opsets)
+    m = onnx.ModelProto(ir_version=helper.find_min_ir_version_for(opsets), producer_name="legalize")
+    m.opset_import.extend(opsets)
+    gp = m.graph
+    gp.node.extend(e.nodes)
+    gp.name = e.graph.name or "main"
+    gp.input.extend([_boundary_info(n.output) for n in e.graph.inputs])
+    gp.output.extend([_boundary_info(n.inputs[0]) for n in outputs])
+    gp.initializer.extend(e.inits)
     return m
 
 

@@ -62,7 +62,9 @@ def _dequantized(data: np.ndarray, q: Quantization) -> np.ndarray:
         zp, scale = np.broadcast_to(zp, scale.shape).reshape(shape), scale.reshape(shape)
     else:
         zp, scale = zp[0], scale[0]
-    return (data.astype(np.int64) - zp).astype(np.float32) * scale
+    # (8- and 16-bit data in int32, exact as in int64 and half the memory traffic)
+    wide = np.int32 if data.dtype.itemsize <= 2 else np.int64
+    return (data.astype(wide) - zp.astype(wide)).astype(np.float32) * scale
 
 
 def option(n: Node, key: str, default=0):
