@@ -279,11 +279,16 @@ def test_a_symlink_that_stays_inside_the_model_folder_is_followed(tmp_path):
 
 # -- TFLite: buffers stored by offset ---------------------------------------------------------
 
-def _patched(data: bytes, old: int, new: int) -> bytes:
-    """``data`` with the one uint64 ``old`` (a buffer's offset or size) set to ``new``."""
-    packed = struct.pack("<Q", old)
-    assert data.count(packed) == 1
-    return data.replace(packed, struct.pack("<Q", new))
+def _patched(data: bytes, buffer: int, field: str, old: int, new: int) -> bytes:
+    """``data`` with buffer ``buffer``'s uint64 ``field`` (offset or size), now ``old``,
+    set to ``new``, where the flatbuffer holds it (the same 8 bytes may stand elsewhere
+    too)."""
+    import tflite
+
+    b = tflite.Model.GetRootAs(data, 0).Buffers(buffer)
+    at = b._tab.Pos + b._tab.Offset({"offset": 6, "size": 8}[field])  # noqa: SLF001 - the schema's vtable slots
+    assert struct.unpack_from("<Q", data, at)[0] == old
+    return data[:at] + struct.pack("<Q", new) + data[at + 8:]
 
 
 @pytest.mark.parametrize("field, value", [("offset", 2**40), ("size", 2**62), ("offset", 2**64 - 1)],
@@ -293,7 +298,7 @@ def test_a_tflite_buffer_outside_the_file_is_bad_input(field, value, tmp_path, l
 
     data, _, _ = _offset_model()
     offset, size, _ = _buffer_layout(data)[2]
-    bad = _patched(data, offset if field == "offset" else size, value)
+    bad = _patched(data, 2, field, offset if field == "offset" else size, value)
     offset, size = (value, size) if field == "offset" else (offset, value)
     src = tmp_path / "m.tflite"
     src.write_bytes(bad)

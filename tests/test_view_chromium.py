@@ -32,12 +32,19 @@ def test_the_page_shows_both_models_and_a_nodes_overlay(tmp_path):
         b.call("Page.enable", session=True)
         b.call("Emulation.setDeviceMetricsOverride", session=True, width=1600, height=900, deviceScaleFactor=1,
                mobile=False)
-        b.call("Page.navigate", session=True, url=v.url.split("?", 1)[0] + "?data=" + quote(json.dumps(data)))
-        text, end = "", time.monotonic() + 90
-        while not ("inserted: reshape" in text and "rewritten: reshape inserted" in text) and time.monotonic() < end:
-            time.sleep(1)
-            text = b.evaluate("document.body.innerText") or ""
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        lines = []
+        # Until both info panels show their lines. Model Explorer now and then leaves the
+        # second pane's node unselected (its graph info shown instead, the values only in
+        # its node data table): the page is loaded again then, three times at most.
+        for _ in range(3):
+            b.call("Page.navigate", session=True, url=v.url.split("?", 1)[0] + "?data=" + quote(json.dumps(data)))
+            end = time.monotonic() + 30
+            while not ("inserted: reshape" in lines and "rewritten: reshape inserted" in lines) and \
+                    time.monotonic() < end:
+                time.sleep(1)
+                lines = [ln.strip() for ln in (b.evaluate("document.body.innerText") or "").splitlines() if ln.strip()]
+            if "inserted: reshape" in lines and "rewritten: reshape inserted" in lines:
+                break
         # the two panes' titles, and the selected node's overlay values in its info panel
         assert "bias.onnx | g" in lines and "bias.legal.onnx | g (2)" in lines
         k = lines.index("inserted: reshape")
