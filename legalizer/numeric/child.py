@@ -144,11 +144,23 @@ def _how(status: int) -> str:
 RUN, COMPILE = "run", "compile"
 
 
+def _widen(fd: int) -> None:
+    """A pipe of 1 MiB, where the system allows it (Linux's default limit for anyone):
+    a model or a value of megabytes crosses in 16 times fewer turns than through 64 KiB."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ"), 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
 class _Process:
     """One child process and its pipes."""
 
     def __init__(self, pool: str = RUN) -> None:
         replies_r, replies_w = os.pipe()
+        _widen(replies_r)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the folder that holds ``legalizer``
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -162,6 +174,7 @@ class _Process:
         finally:
             os.close(replies_w)
         self.requests = self.popen.stdin.fileno()
+        _widen(self.requests)
         self.replies = replies_r
         self.owner = os.getpid()
         # Requests whose replies nobody waits for yet, read before the next: None for a
