@@ -19,6 +19,7 @@ from legalizer.numeric.settings import CheckSettings
 
 from needs import require
 from helpers import assert_clean, cli_command, cli_env, lines
+from tflite_build import add_chain
 
 
 def _interrupted_within_a_second(proc) -> None:
@@ -190,6 +191,17 @@ _OUT_OF_RANGE = [("tosa.scatter", 64), ("tosa.scatter", 4096), ("tosa.scatter", 
 _IDS = [f"{op[5:]}_{i:g}" for op, i in _OUT_OF_RANGE]
 
 
+def _run_indexed(op: str, index, computed: bool, tmp_path, legalize):
+    """The module indexing at ``index`` run --against its ONNX reference: (module,
+    reference, the finished process), which left nothing behind."""
+    module = tmp_path / "m.mlir"
+    module.write_text(_indexed(op, index, computed=computed))
+    ref = _gather_ref(tmp_path / "ref.onnx") if op == "tosa.gather" else _scatter_ref(tmp_path / "ref.onnx")
+    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
+    assert_clean(p)
+    return module, ref, p
+
+
 @pytest.mark.needs("iree")
 @pytest.mark.parametrize("op,index", _OUT_OF_RANGE, ids=_IDS)
 def test_a_constant_index_out_of_the_buffer_is_the_comparisons_error(op, index, tmp_path, legalize):
@@ -197,11 +209,7 @@ def test_a_constant_index_out_of_the_buffer_is_the_comparisons_error(op, index, 
     wrote 7.0 past its buffer and the run ended "results match"; a gather at 2e9 killed
     the run (SIGSEGV). A constant index out of range is found before IREE compiles the
     module: one line naming it, exit 2, no "match"."""
-    module = tmp_path / "m.mlir"
-    module.write_text(_indexed(op, index, computed=False))
-    ref = _gather_ref(tmp_path / "ref.onnx") if op == "tosa.gather" else _scatter_ref(tmp_path / "ref.onnx")
-    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
-    assert_clean(p)
+    module, ref, p = _run_indexed(op, index, False, tmp_path, legalize)
     assert p.returncode == 2, p.stdout + p.stderr
     does = "read" if op == "tosa.gather" else "write"
     assert lines(p.stderr) == [
@@ -217,11 +225,7 @@ def test_an_index_out_of_the_buffer_at_run_time_stays_inside_it(op, index, tmp_p
     """The same indices computed at run time: clamped to [0, K-1] before IREE compiles
     the module, they read or write row 3, inside the buffer; the results then differ
     from the reference's (exit 1), never "results match"."""
-    module = tmp_path / "m.mlir"
-    module.write_text(_indexed(op, index, computed=True))
-    ref = _gather_ref(tmp_path / "ref.onnx") if op == "tosa.gather" else _scatter_ref(tmp_path / "ref.onnx")
-    p = legalize(module, "--verify-only", "--against", ref, "-q", timeout=300)
-    assert_clean(p)
+    module, ref, p = _run_indexed(op, index, True, tmp_path, legalize)
     assert p.returncode == 1, p.stdout + p.stderr
     assert lines(p.stdout)[-1] == f"{module}: legal under 'tosa', results DIFFER (IREE llvm-cpu vs onnxruntime)"
     assert "match" not in p.stdout
@@ -643,37 +647,6 @@ def test_localize_holds_a_chunk_of_values_at_a_time(monkeypatch):
     np.testing.assert_array_equal(cand_values["v4"], np.full(n, 6.0, np.float32))
 
 
-def _tflite_chain(n: int, values: int, wrong_at: int = -1) -> bytes:
-    """A TFLite model: x[n], then ``values`` ADDs of 1 (step ``wrong_at`` adds 2)."""
-    from legalizer.tflite_schema import FbTable, builtin_code, options_type, serialize
-
-    def i32(*v):
-        return np.array(v, np.int32)
-
-    def const(v: float):
-        return FbTable("Buffer", {"data": np.frombuffer(np.float32([v]).tobytes(), np.uint8)})
-
-    tensors = [FbTable("Tensor", {"shape": i32(n), "type": 0, "buffer": 1, "name": "x"}),
-               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 2, "name": "one"}),
-               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 3, "name": "two"})]
-    _, options = options_type("AddOptions")
-    ops = []
-    for i in range(values):
-        tensors.append(FbTable("Tensor", {"shape": i32(n), "type": 0, "buffer": 0, "name": f"v{i + 1}"}))
-        ops.append(FbTable("Operator", {"opcode_index": 0, "inputs": i32(len(tensors) - 2 if i else 0,
-                                                                          2 if i == wrong_at else 1),
-                                         "outputs": i32(len(tensors) - 1), "builtin_options_type": options,
-                                         "builtin_options": FbTable("AddOptions", {})}))
-    code = builtin_code("ADD")
-    return serialize(FbTable("Model", {
-        "version": 3, "description": "chain", "buffers": [FbTable("Buffer", {}), FbTable("Buffer", {}), const(1.0),
-                                                          const(2.0)],
-        "operator_codes": [FbTable("OperatorCode", {"builtin_code": code, "deprecated_builtin_code": code,
-                                                    "version": 1})],
-        "subgraphs": [FbTable("SubGraph", {"tensors": tensors, "inputs": i32(0), "outputs": i32(len(tensors) - 1),
-                                           "operators": ops, "name": "main"})]}))
-
-
 def _recorded(monkeypatch, cls):
     """The bytes of values each ``cls.values`` call gave, as a list the test reads."""
     asked = []
@@ -698,8 +671,8 @@ def test_localize_tflite_holds_a_chunk_of_values_at_a_time(monkeypatch, tmp_path
     from legalizer.numeric.child import ChildRunner
 
     n, k = 1 << 20, 24  # 4 MiB a value, 96 MiB in all
-    (tmp_path / "bad.tflite").write_bytes(_tflite_chain(n, k, wrong_at=11))
-    (tmp_path / "good.tflite").write_bytes(_tflite_chain(n, k))
+    (tmp_path / "bad.tflite").write_bytes(add_chain(k, n, wrong_at=11))
+    (tmp_path / "good.tflite").write_bytes(add_chain(k, n))
     asked = _recorded(monkeypatch, ChildRunner)
     graph = legalizer.load(tmp_path / "bad.tflite").graph
     x = (np.arange(n) % 7).astype(np.float32)  # whole numbers: every sum exact
@@ -724,7 +697,7 @@ def test_litert_runner_values_run_a_chunk_up_to_its_last_value(tmp_path):
     from legalizer.tflite_schema import read
 
     n, k = 1 << 10, 24
-    (tmp_path / "chain.tflite").write_bytes(_tflite_chain(n, k, wrong_at=11))
+    (tmp_path / "chain.tflite").write_bytes(add_chain(k, n, wrong_at=11))
     probe = LiteRTRunner(tmp_path / "chain.tflite")
     cut = read(tflite.Model.GetRootAs(probe._cut(["v3", "v5"]), 0))  # noqa: SLF001 - the copy the run takes
     sg = cut.fields["subgraphs"][0]

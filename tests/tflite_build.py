@@ -458,3 +458,34 @@ def same_table(a: Any, b: Any, where: str = "Model") -> None:
         assert isinstance(a, float) and a != a, where  # NaN
     else:
         assert type(a) is type(b) and a == b, (where, a, b)
+
+
+def add_chain(ops: int, elements: int = 1, wrong_at: int = -1) -> bytes:
+    """A chain of ADDs: x[elements] (float32), then ``ops`` ADDs of the constant 1
+    (the one at ``wrong_at`` adds 2): tensors x, one, two, v1..v<ops>, v<ops> the output.
+    (scripts/tflite_chain.py writes it at scale.)"""
+    def i32(*v):
+        return np.array(v, np.int32)
+
+    def const(v: float):
+        return FbTable("Buffer", {"data": np.frombuffer(np.float32([v]).tobytes(), np.uint8)})
+
+    tensors = [FbTable("Tensor", {"shape": i32(elements), "type": 0, "buffer": 1, "name": "x"}),
+               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 2, "name": "one"}),
+               FbTable("Tensor", {"shape": i32(1), "type": 0, "buffer": 3, "name": "two"})]
+    union, code = options_type("AddOptions")
+    opts = []
+    for i in range(ops):
+        tensors.append(FbTable("Tensor", {"shape": i32(elements), "type": 0, "buffer": 0, "name": f"v{i + 1}"}))
+        src = len(tensors) - 2 if i else 0
+        opts.append(FbTable("Operator", {"opcode_index": 0, "inputs": i32(src, 2 if i == wrong_at else 1),
+                                         "outputs": i32(len(tensors) - 1), f"{union}_type": code,
+                                         union: FbTable("AddOptions", {})}))
+    add = builtin_code("ADD")
+    return serialize(FbTable("Model", {
+        "version": 3, "description": "chain",
+        "buffers": [FbTable("Buffer", {}), FbTable("Buffer", {}), const(1.0), const(2.0)],
+        "operator_codes": [FbTable("OperatorCode", {"builtin_code": add, "deprecated_builtin_code": add,
+                                                    "version": 1})],
+        "subgraphs": [FbTable("SubGraph", {"tensors": tensors, "inputs": i32(0), "outputs": i32(len(tensors) - 1),
+                                           "operators": opts, "name": "main"})]}))

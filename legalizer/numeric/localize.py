@@ -336,11 +336,21 @@ def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mappin
     pairs = {v: r for v, r in by_name(steps, ref_probe.all_names()).items() if v not in skip}
     order = [v for s in steps for v in s.outputs if v in pairs]
     sizes = cand_probe.sizes(feeds, order) if order else {}
+    return _compare_in_chunks(loc, steps, cand_probe, ref_probe, feeds, chunks(order, sizes, budget), pairs, settings,
+                              quantized, outputs, producers, t0)
+
+
+def _compare_in_chunks(loc: Localization, steps: Sequence[Step], cand_probe, ref_probe, feeds, parts, pairs,
+                       settings: CheckSettings, quantized, outputs, producers, t0: float,
+                       ref_names: Optional[List[str]] = None) -> Localization:
+    """``loc`` once the values of each of ``parts`` are compared, one run of each model
+    a part (its values alone held at once); its ``values`` are ``LazyValues`` (of the
+    reference: ``ref_names``, or the values it gave)."""
     cand_keys: List[str] = []
     ref_keys: List[str] = []
-    for chunk in chunks(order, sizes, budget):
-        cand = cand_probe.values(feeds, chunk)
-        ref = ref_probe.values(feeds, [pairs[v] for v in chunk])
+    for part in parts:
+        cand = cand_probe.values(feeds, part)
+        ref = ref_probe.values(feeds, list(dict.fromkeys(pairs[v] for v in part)))
         found, compared = diverging(steps, cand, ref, pairs, settings, quantized, outputs)
         loc.divergence += found
         loc.compared += compared
@@ -348,7 +358,8 @@ def localize_chunked(steps: Sequence[Step], cand_probe, ref_probe, feeds: Mappin
         ref_keys += list(ref)
         del cand, ref
     _finish(loc, steps, pairs, producers)
-    loc.values = (LazyValues(cand_probe, feeds, cand_keys), LazyValues(ref_probe, feeds, ref_keys), pairs)
+    loc.values = (LazyValues(cand_probe, feeds, cand_keys),
+                  LazyValues(ref_probe, feeds, ref_keys if ref_names is None else ref_names), pairs)
     loc.runs = cand_probe.runs + ref_probe.runs
     loc.seconds = time.perf_counter() - t0
     return loc
@@ -571,17 +582,5 @@ def _mlir_chunked(steps: Sequence[Step], probe, ref_probe, feeds, names: Sequenc
                             ref_counts={r: c for r, (c, _) in ref_sk.items()}))
     del cand_sk, ref_sk
     order = [v for s in steps for v in s.outputs if v in pairs]
-    cand_keys: List[str] = []
-    for part in chunks(order, sizes, chunk):
-        cand = probe.values(feeds, part)
-        ref = ref_probe.values(feeds, list(dict.fromkeys(pairs[v] for v in part)))
-        found, compared = diverging(steps, cand, ref, pairs, settings, (), outputs)
-        loc.divergence += found
-        loc.compared += compared
-        cand_keys += list(cand)
-        del cand, ref
-    _finish(loc, steps, pairs, producers)
-    loc.values = (LazyValues(probe, feeds, cand_keys), LazyValues(ref_probe, feeds, ref_names), pairs)
-    loc.runs = probe.runs + ref_probe.runs
-    loc.seconds = time.perf_counter() - t0
-    return loc
+    return _compare_in_chunks(loc, steps, probe, ref_probe, feeds, chunks(order, sizes, chunk), pairs, settings, (),
+                              outputs, producers, t0, ref_names)

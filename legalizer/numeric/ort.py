@@ -154,9 +154,7 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
     settings = settings_of(settings, **changes)
     runtime = runner_for(ONNX, settings.provider)
     used = runtime.names(settings.provider)  # (UsageError for a provider onnxruntime does not have)
-    if declared is None:
-        declared = original if isinstance(original, onnx.ModelProto) else \
-            onnx.load_model(str(original), load_external_data=False)
+    declared = declarations(original, declared)
     given = as_arrays(inputs)
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
     opened: List[Runner] = []
@@ -179,29 +177,39 @@ def runner(model, provider: str, what: str, basic: bool = False) -> Runner:
     return runner_for(ONNX, provider).runner(model, provider, what=what, basic=basic)
 
 
-def _load_both(original, legalized, provider, runtime, opened) -> Union[CheckResult, Tuple[Runner, Runner]]:
-    """The original and the legalized model loaded on ``runtime`` (added to ``opened``),
-    or the CheckResult of the one that does not load."""
-    ref = runtime.runner(original, provider, what="the original")
-    opened.append(ref)
+def declarations(original, declared: Optional[onnx.ModelProto] = None) -> onnx.ModelProto:
+    """``declared``, or the original's declarations (its proto, or the file read
+    without its external data)."""
+    if declared is not None:
+        return declared
+    return original if isinstance(original, onnx.ModelProto) else \
+        onnx.load_model(str(original), load_external_data=False)
+
+
+def loaded(runtime, model, provider: str, what: str, opened: list, ran: bool,
+           label: str) -> Union[Runner, CheckResult]:
+    """``model`` loaded on ``runtime`` (added to ``opened``), or the CheckResult
+    (``ran``, ``label``) that says ``what`` does not load there, in its words."""
+    r = runtime.runner(model, provider, what=what)
+    opened.append(r)
     try:
-        ref.activate()
+        r.activate()
     except RunFault:
         raise
     except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
-        return CheckResult(False, runtime.names(provider),
-                           error=f"the original does not load on {runtime.name}: {first_line(e)}")
-    used = ref.provider
+        return CheckResult(ran, label, error=f"{what} does not load on {runtime.name}: {first_line(e)}")
+    return r
+
+
+def _load_both(original, legalized, provider, runtime, opened) -> Union[CheckResult, Tuple[Runner, Runner]]:
+    """The original and the legalized model loaded on ``runtime`` (added to ``opened``),
+    or the CheckResult of the one that does not load."""
+    ref = loaded(runtime, original, provider, "the original", opened, False, runtime.names(provider))
+    if isinstance(ref, CheckResult):
+        return ref
     runtime.started(provider, ref)
-    new = runtime.runner(legalized, provider, what="the legalized model")
-    opened.append(new)
-    try:
-        new.activate()
-    except RunFault:
-        raise
-    except Exception as e:  # noqa: BLE001
-        return CheckResult(True, used, error=f"the legalized model does not load on {runtime.name}: {first_line(e)}")
-    return ref, new
+    new = loaded(runtime, legalized, provider, "the legalized model", opened, True, ref.provider)
+    return new if isinstance(new, CheckResult) else (ref, new)
 
 
 def _check(original, legalized, declared, given, fixed, runtime, opened, settings: CheckSettings, *, choices, hints,

@@ -16,12 +16,12 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import onnx
 
-from ..errors import CheckUnavailable, UsageError, first_line
+from ..errors import CheckUnavailable, UsageError
 from .compare import HISTOGRAM_EDGES, Comparator, unless_compared
 from .user_inputs import user_dims
 from .inputs import make_feeds
 from .child import RunFault
-from .ort import declared_shapes, input_specs
+from .ort import declarations, declared_shapes, input_specs, loaded
 from .results import CheckResult
 from .runner import Runner
 from .runtimes import ONNX, runner_for
@@ -77,9 +77,7 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
     settings = settings_of(settings, **changes)
     runtime = runner_for(ONNX, settings.provider)
     label = runtime.names(settings.provider)  # (UsageError for a provider onnxruntime does not have)
-    if declared is None:
-        declared = original if isinstance(original, onnx.ModelProto) else \
-            onnx.load_model(str(original), load_external_data=False)
+    declared = declarations(original, declared)
     decl = declared_shapes(declared)
     names = [o.name for o in declared.graph.output]
     specs = input_specs(declared)
@@ -110,24 +108,13 @@ def _check_samples(original, legalized, samples, plan, specs, names, opened, run
         ref: Runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
         used = ""
     else:
-        ref = runtime.runner(original, provider, what="the original")
-        opened.append(ref)
-        try:
-            ref.activate()
-        except RunFault:
-            raise
-        except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
-            return CheckResult(False, label, error=f"the original does not load on {runtime.name}: {first_line(e)}")
+        ref = loaded(runtime, original, provider, "the original", opened, False, label)
+        if isinstance(ref, CheckResult):
+            return ref
         used = ref.provider
-    new = runtime.runner(legalized, provider, what="the legalized model")
-    opened.append(new)
-    try:
-        new.activate()
-    except RunFault:
-        raise
-    except Exception as e:  # noqa: BLE001
-        return CheckResult(expected is None, used or label,
-                           error=f"the legalized model does not load on {runtime.name}: {first_line(e)}")
+    new = loaded(runtime, legalized, provider, "the legalized model", opened, expected is None, used or label)
+    if isinstance(new, CheckResult):
+        return new
     result = CheckResult(True, used or new.provider, reference=reference, notes=notes)
     comparator = Comparator(ref, Renamed(new, names, keep).activate(), result, settings.rtol, settings.atol)
     if settings.record:
