@@ -510,6 +510,21 @@ def _checked(src: Path, tmp_path: Path):
 
 
 @needs_litert
+def test_an_onnx_form_onnxruntime_refuses_leaves_the_litert_side(tmp_path, monkeypatch):
+    """The ONNX form's loading is begun in the child and waited for after LiteRT's: a
+    form onnxruntime refuses is a note, its outputs compared on LiteRT alone."""
+    from legalizer.numeric import tflite as ct
+
+    real = ct.onnx_runner
+    monkeypatch.setattr(ct, "onnx_runner", lambda form, *a, **k: real(b"not an ONNX model", *a, **k))
+    res = _checked(_cancelling_float_model(tmp_path / "m.tflite"), tmp_path)
+    assert res.ran and res.ok and res.provider == "LiteRT", res.to_json()
+    assert [o.name for b in res.bindings for o in b.outputs] == ["y (LiteRT)"]
+    assert res.error.startswith("output 'y' of subgraph 'main' not compared on onnxruntime: onnxruntime cannot load"
+                                " their ONNX form: "), res.error
+
+
+@needs_litert
 def test_float_rounding_that_compounds_is_judged_op_by_op(tmp_path):
     """A float output that cancels large sums is off on onnxruntime by far more than
     the tolerances allow (as pose_landmark_full's segmentation output, 1.2e-4 of its
