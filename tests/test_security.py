@@ -173,6 +173,49 @@ def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused, legaliz
     assert lines(p.stderr) == [f"legalize: error: {module}: {REFUSED}{refused}"]
 
 
+_CALLS = {
+    "self": ("@main -> @main", 'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n'
+                               '  %0 = func.call @main(%a) : (tensor<4xf32>) -> tensor<4xf32>\n'
+                               '  return %0 : tensor<4xf32>\n}\n'),
+    "mutual": ("@f -> @g -> @f", "".join(
+        f'func.func @{f}(%a: tensor<4xf32>) -> tensor<4xf32> {{\n'
+        f'  %0 = call @{g}(%a) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}}\n'
+        for f, g in (("main", "f"), ("f", "g"), ("g", "f")))),
+    "indirect": ("@main -> @main", 'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n'
+                                   '  %f = func.constant @main : (tensor<4xf32>) -> tensor<4xf32>\n'
+                                   '  %0 = func.call_indirect %f(%a) : (tensor<4xf32>) -> tensor<4xf32>\n'
+                                   '  return %0 : tensor<4xf32>\n}\n'),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_CALLS))
+def test_against_refuses_a_recursive_call_graph_before_iree_compiles(tmp_path, kind, legalize):
+    """A self-recursive func.call ran iree-compile until --run-timeout (300 s): a call
+    graph with a cycle is refused before IREE's compiler sees the module."""
+    require("iree")
+    cycle, body = _CALLS[kind]
+    module = tmp_path / "m.mlir"
+    module.write_text(body)
+    start = time.monotonic()
+    p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q", "--run-timeout", "120")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {module}: --against compiles no recursive call"
+                                                   f" graph: {cycle}; IREE's compiler does not end on one"])
+    assert time.monotonic() - start < 100  # not the run's time limit
+
+
+def test_against_compiles_a_call_graph_without_a_cycle(tmp_path, legalize):
+    require("iree")
+    module = tmp_path / "m.mlir"
+    module.write_text("".join(f'func.func @{f}(%a: tensor<4xf32>) -> tensor<4xf32> {{\n'
+                              f'  %0 = call @{g}(%a) : (tensor<4xf32>) -> tensor<4xf32>\n'
+                              f'  return %0 : tensor<4xf32>\n}}\n' for f, g in (("main", "f"), ("f", "g")))
+                      + 'func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n')
+    p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+
+
 def test_against_compiles_tosa_with_the_attributes_of_its_producer(tmp_path, legalize):
     """What is refused is not TOSA: a module with TensorFlow's discardable attributes
     (dropped before IREE sees it) is compiled, run and compared."""
