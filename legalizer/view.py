@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import typer
 
-from .errors import UsageError
+from .errors import UsageError, first_line
 from .extras import install_hint
 from .targets import DEFAULT_TARGET, TARGETS
 
@@ -135,7 +135,7 @@ def _convert(models: List[Path]) -> List[str]:
         try:
             graphs = _adapter(sniff(m)).convert(str(m), {})
         except Exception as e:  # the adapters' own errors: one line, not their traceback
-            raise UsageError(f"{m}: Model Explorer cannot draw it: {type(e).__name__}: {e}") from None
+            raise UsageError(f"{m}: Model Explorer cannot draw it: {type(e).__name__}: {first_line(e)}") from None
         out.append(json.dumps(convert_adapter_response(graphs)))
     return out
 
@@ -151,7 +151,9 @@ def _bind(host: str, port: int, expose: bool) -> Tuple[tuple, int]:
     if not loopback and not expose:
         raise UsageError(f"--host {host}: not a loopback address; give --expose to serve the models' graphs and"
                          " overlays to other machines")
-    family, _, _, _, address = infos[0]
+    # localhost may resolve to ::1 first: the IPv4 address where there is one, as the
+    # browser and most clients try it too
+    family, _, _, _, address = next((i for i in infos if i[0] == socket.AF_INET), infos[0])
     return address, family
 
 
