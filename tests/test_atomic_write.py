@@ -220,3 +220,21 @@ def test_a_temporary_carries_its_marker(tmp_path):
     tmp = atomic_files.temp_beside(tmp_path / "x.onnx", made)
     assert os.getxattr(tmp, atomic_files.MARKER) == tmp.name.encode()
     atomic_files.remove_temps(made)
+
+
+def test_a_link_to_a_regular_file_keeps_the_rule_of_a_file(tmp_path):
+    """Only a link into the command's descriptors is written through: a link to a
+    regular file needs --force like the file, and is then replaced by the output, its
+    target left as it was."""
+    target = tmp_path / "target.json"
+    target.write_text("kept")
+    link = tmp_path / "r.json"
+    link.symlink_to(target)
+    assert atomic_files.descriptor(link) is None
+    assert atomic_files.descriptor(Path("/dev/fd/1")) == 1
+    with pytest.raises(atomic_files.UsageError, match="already exists"):
+        atomic_files.check_output_path(link)
+    with atomic_files.atomic_output(link, force=True) as tmp:
+        Path(tmp).write_text("new")
+    assert not link.is_symlink() and link.read_text() == "new" and target.read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "target.json"]
