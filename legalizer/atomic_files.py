@@ -6,12 +6,14 @@ and the checks that outputs are distinct from inputs and each other and may be w
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import re
 import secrets
 import socket
 import stat
+import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +83,8 @@ _swept: set = set()
 def sweep_stale(folder: Path) -> List[Path]:
     """Remove the temporary files of runs that were killed (SIGKILL: nothing of them
     ran to remove their own) from ``folder``, once per process and folder: a file named
-    by ``temp_name`` on this host whose process is gone, a regular file of this user.
+    by ``temp_name`` on this host whose process is gone, a regular file of this user
+    that carries the marker ``temp_beside`` gave it (``MARKER``), never a name alone.
     A process of this host that is alive (another run, or one that took a killed run's
     number) keeps its files. What was removed."""
     try:
@@ -103,12 +106,35 @@ def sweep_stale(folder: Path) -> List[Path]:
         p = Path(folder) / name
         try:
             st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _marked(p):
                 os.unlink(p)
                 removed.append(p)
         except OSError:
             continue
     return removed
+
+
+# The extended attribute that marks a file as a temporary of this tool: its value is the
+# file's own name. The sweep removes only files that carry it; a name alone is never
+# enough (a user's ``.notes.txt.legalize-<host>-<pid>-<hex>.tmp`` stays).
+MARKER = "user.legalize.temporary"
+
+
+def _mark(fd: int, name: str) -> None:
+    try:
+        os.setxattr(fd, MARKER, name.encode())
+    except OSError as e:
+        # A file system without user attributes (some FUSE and network mounts, tmpfs
+        # before Linux 6.6): the temporary is unmarked, so a SIGKILL's leftover stays.
+        if e.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.ENOSYS, errno.E2BIG, errno.ENOSPC):
+            raise
+
+
+def _marked(path: Path) -> bool:
+    try:
+        return os.getxattr(path, MARKER, follow_symlinks=False) == path.name.encode()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -131,9 +157,11 @@ def temp_beside(path: Path, temps: List[Path]) -> Path:
     (``sweep_stale``)."""
     path = Path(path)
     mode = _file_mode(path)
-    sweep_stale(path.parent)
+    # a descriptor's temporary is not made in /dev or /proc: in the temporary folder
+    folder = Path(tempfile.gettempdir()) if descriptor(path) is not None else path.parent
+    sweep_stale(folder)
     for _ in range(100):
-        tmp = path.with_name(temp_name(path.name))
+        tmp = folder / temp_name(path.name)
         temps.append(tmp)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -144,6 +172,7 @@ def temp_beside(path: Path, temps: List[Path]) -> Path:
             temps.pop()
             raise UsageError(f"{path}: cannot write: {e.strerror}") from None
         try:
+            _mark(fd, tmp.name)
             os.fchmod(fd, mode)  # made private, then given the usual permissions
         finally:
             os.close(fd)
@@ -190,6 +219,10 @@ def commit(tmp: Path, path: Path, *, force: bool) -> None:
     only a regular file is replaced (never a device, a FIFO or a socket)."""
     if stop_requested:
         raise KeyboardInterrupt
+    fd = descriptor(path)
+    if fd is not None:
+        _write_through(tmp, fd)
+        return
     if not force:
         try:
             os.link(tmp, path)
@@ -208,6 +241,54 @@ def commit(tmp: Path, path: Path, *, force: bool) -> None:
         return
     _refuse_special(path)
     os.replace(tmp, path)
+
+
+# A link into a process's descriptors: /proc/self/fd/1 (what /dev/stdout and /dev/fd/1
+# lead to), /proc/<pid>/fd/N, /proc/<pid>/task/<tid>/fd/N.
+_PROC_FD = re.compile(r"^/proc/(self|thread-self|\d+)(?:/task/\d+)?/fd/(\d+)$")
+
+
+def descriptor(path: Path) -> Optional[int]:
+    """The descriptor of this process that ``path`` names through its links
+    (``/dev/stdout``, ``/dev/fd/2``, ``/proc/self/fd/N``, a link to one of them), else
+    None. Such a path is written through, as ``tee`` writes it: renaming a file over it
+    would replace the link (``/dev/stdout`` itself) instead. UsageError if it is another
+    process's descriptor or one not open for writing."""
+    p = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        head, tail = os.path.split(p)
+        p = os.path.join(os.path.realpath(head), tail)
+        m = _PROC_FD.match(p)
+        if m is not None:
+            if m.group(1) not in ("self", "thread-self", str(os.getpid())):
+                raise UsageError(f"{path}: is a descriptor of another process; legalize writes only files"
+                                 " and its own descriptors")
+            fd = int(m.group(2))
+            try:
+                mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+            except OSError:
+                mode = None
+            if mode not in (os.O_WRONLY, os.O_RDWR):
+                raise UsageError(f"{path}: is descriptor {fd} of legalize, which is not open for writing")
+            return fd
+        if not os.path.islink(p):
+            return None
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return None
+
+
+def _write_through(tmp: Path, fd: int) -> None:
+    """Copy the finished ``tmp`` to descriptor ``fd`` (at its offset, as the command's own
+    output goes), then remove it."""
+    with open(tmp, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view):]
+    os.unlink(tmp)
 
 
 def _refuse_special(path: Path) -> None:
@@ -288,6 +369,8 @@ def check_output_path(path: Path, *, force: bool = False, protect: Optional[Path
     """UsageError unless ``path`` can be written by ``atomic_output``. Call it before
     the work, so that a bad output path fails at once and with nothing written."""
     path = Path(path)
+    if descriptor(path) is not None:
+        return  # written through (``commit``), its temporary in the temporary folder
     if path.is_dir():
         raise UsageError(f"{path}: is a directory")
     if protect is not None and path.exists() and Path(protect).exists() and os.path.samefile(path, protect):

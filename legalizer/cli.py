@@ -523,13 +523,14 @@ def _check_writes(model: Path, options, report: Optional[Path], html: Optional[P
         html_report.check_path(html, protect=models)
         outputs.append(("the HTML report (--html)", html))
         options.regions = True
-    against = options.against
-    read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs])
-    check_distinct(outputs, read + [("an input array (--input)", f) for f in input_files] + golden_reads)
     if overlay is not None:
         from . import overlay as overlays
 
         overlays.check_folder(overlay, model, options.output, force)
+        outputs += overlays.planned(overlay, model, options.output)
+    against = options.against
+    read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs])
+    check_distinct(outputs, read + [("an input array (--input)", f) for f in input_files] + golden_reads)
 
 
 def _run_one(model: Path, options, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],

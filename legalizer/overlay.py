@@ -229,6 +229,16 @@ def paths(folder: Path, input_path: Path, output_path: Optional[Path], kinds: Se
     return out
 
 
+def planned(folder: Path, input_path: Path, output_path: Optional[Path]) -> List[Tuple[str, Path]]:
+    """The folder and every overlay file a run may write into it, as (what, path) pairs
+    for ``atomic_files.check_distinct``: none may be an input or another output."""
+    out = [("the overlay folder (--overlay)", Path(folder))]
+    for side, files in paths(folder, input_path, output_path).items():
+        model = "input model" if side == "input" else "legalized model"
+        out += [(f"the {model}'s {kind} overlay (--overlay)", p) for kind, p in files.items()]
+    return out
+
+
 def check_folder(folder: Path, input_path: Path, output_path: Optional[Path], force: bool) -> None:
     """UsageError unless the overlays can be written (before the work)."""
     from .errors import UsageError

@@ -13,6 +13,7 @@ instead of opening it.
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import socket
 import sys
@@ -25,11 +26,13 @@ from urllib.parse import quote
 
 import typer
 
-from .errors import UsageError
+from .errors import UsageError, first_line
 from .extras import install_hint
 from .targets import DEFAULT_TARGET, TARGETS
 
 ONNX_EXTENSION = "model_explorer_onnx"  # the adapter Model Explorer loads for .onnx files
+# The formats the view draws (``reader.sniff``'s names).
+ADAPTERS = ("onnx", "tflite")
 
 HELP = """Open MODEL in Model Explorer beside its legalized form, with legalize's overlays
 (verdicts, rewrites, runtime constraints, and where a localization ran, each value's
@@ -62,15 +65,18 @@ def pane(model: Path, graph_id: str, node: str = "") -> dict:
 
 
 def page_url(host: str, port: int, models: List[Path], overlays: List[Tuple[Path, Path]],
-             graph_ids: List[str]) -> str:
-    """The address of Model Explorer's page with ``models`` loaded (one pane each, side
-    by side) and each overlay file applied to its model ((model, overlay) pairs)."""
-    data = {"models": [{"url": str(Path(m).resolve())} for m in models],
-            "nodeData": [str(Path(o).resolve()) for _, o in overlays],
+             graph_ids: List[str], token: str = "") -> str:
+    """The address of the page with ``models`` loaded (one pane each, side by side) and
+    each overlay applied to its model ((model, overlay) pairs). The page fetches them
+    from the server by index (``graphs://<name>/<i>``, ``node_data://<name>/<i>``), never
+    by path; ``token`` opens the server (``view_server``)."""
+    data = {"models": [{"url": f"graphs://{Path(m).name}/{i}"} for i, m in enumerate(models)],
+            "nodeData": [f"node_data://{Path(o).name}/{i}" for i, (_, o) in enumerate(overlays)],
             "nodeDataTargets": [Path(m).name for m, _ in overlays]}
     if len(models) == 2:
         data["uiState"] = {"paneStates": [pane(m, g) for m, g in zip(models, graph_ids)]}
-    return f"http://{host}:{port}/?data={quote(json.dumps(data))}"
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"http://{netloc}/?token={token}&data={quote(json.dumps(data))}"
 
 
 def _graph_ids(model: Path) -> List[str]:
@@ -103,23 +109,79 @@ def _rekey(path: Path, ids: dict) -> None:
     path.write_text(json.dumps({ids.get(g, g): v for g, v in data.items()}), encoding="utf-8")
 
 
-def _serve(host: str, port: int, models: List[Path], overlays: List[Tuple[Path, Path]], browser: bool) -> None:
-    """Start Model Explorer's server with the models and overlays; block until ^C."""
-    from model_explorer import config as me_config, server
+def _adapter(fmt: str):
+    """The Model Explorer adapter that draws ``fmt``, taken by its class (no extension
+    registry: the ``.pt2`` adapter, which unpickles, is not even imported)."""
+    if fmt == "onnx":
+        from model_explorer_onnx.main import ONNXAdapter
 
-    cfg = me_config()
+        return ONNXAdapter()
+    from model_explorer.builtin_tflite_flatbuffer_adapter import BuiltinTfliteFlatbufferAdapter
+
+    return BuiltinTfliteFlatbufferAdapter()
+
+
+def _convert(models: List[Path]) -> List[str]:
+    """Each model's graphs as Model Explorer draws them (the ONNX adapter, the built-in
+    TFLite flatbuffer reader: both read data), as JSON, made before the server starts:
+    the page gets them by index."""
+    from model_explorer.utils import convert_adapter_response
+
+    from .importers.reader import sniff
+
+    out = []
     for m in models:
-        cfg.add_model_from_path(str(m))
-    for m, o in overlays:
-        cfg.add_node_data_from_path(str(o), model_name=Path(m).name)
+        _drawable(m)
+        try:
+            graphs = _adapter(sniff(m)).convert(str(m), {})
+        except Exception as e:  # the adapters' own errors: one line, not their traceback
+            raise UsageError(f"{m}: Model Explorer cannot draw it: {type(e).__name__}: {first_line(e)}") from None
+        out.append(json.dumps(convert_adapter_response(graphs)))
+    return out
+
+
+def _bind(host: str, port: int, expose: bool) -> Tuple[tuple, int]:
+    """The address to listen on, and its family. A host that is not loopback needs
+    ``--expose``: the page is then served to whoever reaches it and has its token."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise UsageError(f"--host {host}: cannot resolve it: {e}") from None
+    loopback = all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback for i in infos)
+    if not loopback and not expose:
+        raise UsageError(f"--host {host}: not a loopback address; give --expose to serve the models' graphs and"
+                         " overlays to other machines")
+    # localhost may resolve to ::1 first: the IPv4 address where there is one, as the
+    # browser and most clients try it too
+    family, _, _, _, address = next((i for i in infos if i[0] == socket.AF_INET), infos[0])
+    return address, family
+
+
+def _serve(host: str, port: int, models: List[Path], overlays: List[Tuple[Path, Path]], browser: bool,
+           expose: bool = False) -> None:
+    """Serve the page with the models and overlays (``view_server``); block until ^C."""
+    import model_explorer
+
+    from .view_server import ViewServer, bundle
+
+    address, family = _bind(host, port, expose)
     ids = page_ids(models)
     for m, o in overlays:
         _rekey(o, ids[models.index(m)])
-    url = page_url(host, port, models, overlays, [next(iter(i.values()), "") for i in ids])
+    graphs = _convert(models)
+    node_data = [o.read_text(encoding="utf-8") for _, o in overlays]
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        httpd = ViewServer(address, bundle(Path(model_explorer.__file__).parent / "web_app"), graphs, node_data,
+                           host_header=netloc, family=family)
+    except OSError as e:
+        raise UsageError(f"--port {port}: cannot listen on {host}:{port}: {e.strerror}") from None
+    url = page_url(host, port, models, overlays, [next(iter(i.values()), "") for i in ids], httpd.token)
     print(f"legalize view: {url}", flush=True)
     if browser:
         threading.Thread(target=_open_when_up, args=(host, port, url), daemon=True).start()
-    server.start(host=host, port=port, config=cfg, extensions=[ONNX_EXTENSION], no_open_in_browser=True)
+    with httpd:
+        httpd.serve_forever()
 
 
 def _open_when_up(host: str, port: int, url: str, timeout: float = 60.0) -> None:
@@ -135,10 +197,10 @@ def _open_when_up(host: str, port: int, url: str, timeout: float = 60.0) -> None
             time.sleep(0.3)
 
 
-def _port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def _port_free(host: str, port: int, address: tuple, family: int) -> None:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         try:
-            s.bind((host if host != "localhost" else "127.0.0.1", port))
+            s.bind(address)
         except OSError as e:
             raise UsageError(f"--port {port}: cannot listen on {host}:{port}: {e.strerror}") from None
 
@@ -155,8 +217,20 @@ def _from_report(model: Path, report: Path, folder: Path) -> Tuple[List[Path], L
     output = Path(data["output"]) if data.get("output") else None
     if output is not None and not output.is_file():
         raise UsageError(f"--report {report}: its output {output} is not there any more")
+    if output is not None:
+        _drawable(output, f"--report {report}: its output ")
     made = overlay.node_data(model, data, output)
     return _written(folder, model, output, made)
+
+
+def _drawable(path: Path, what: str = "") -> None:
+    """Refuse, before any work, a model the view cannot draw (a ``.pt2``: its adapter
+    unpickles, and it is not served)."""
+    from .importers.reader import sniff
+
+    fmt = sniff(path)
+    if fmt not in ADAPTERS:
+        raise UsageError(f"{what}{path}: legalize view shows ONNX and TFLite models, not {fmt}")
 
 
 def _written(folder: Path, model: Path, output: Optional[Path], made) -> Tuple[List[Path], List[Tuple[Path, Path]]]:
@@ -203,13 +277,19 @@ def view(
                                             " (each value's error in the overlays); default: when the check"
                                             " fails.", show_default=False),
     port: int = typer.Option(8080, "--port", min=1, max=65535, help="The server's port."),
-    host: str = typer.Option("localhost", "--host", help="The server's host."),
+    host: str = typer.Option("localhost", "--host", help="The address the server listens on; one that is not"
+                             " loopback needs --expose."),
+    expose: bool = typer.Option(False, "--expose", help="Allow a --host that other machines reach. Whoever reaches"
+                                " it with the printed address (its token) sees both models' graphs (node names,"
+                                " shapes, attributes and constants' values as the page shows them) and the run's"
+                                " overlays; the address and token cross the network in clear (plain HTTP)."),
     no_browser: bool = typer.Option(False, "--no-browser", help="Print the page's address; open no browser."),
 ) -> None:
     require()
     if not model.is_file():
         raise UsageError(f"{model}: no such file")
-    _port_free(host, port)
+    _drawable(model)
+    _port_free(host, port, *_bind(host, port, expose))
     with tempfile.TemporaryDirectory(prefix="legalize-view-") as d:
         folder = Path(d)
         if report is not None:
@@ -217,6 +297,6 @@ def view(
         else:
             models, overlays = _run_job(model, target, localize, folder)
         try:
-            _serve(host, port, models, overlays, browser=not no_browser)
+            _serve(host, port, models, overlays, browser=not no_browser, expose=expose)
         except KeyboardInterrupt:
             print("legalize view: stopped", file=sys.stderr)

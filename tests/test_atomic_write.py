@@ -184,3 +184,57 @@ def test_a_stop_lost_in_a_destructor_still_stops_before_the_commit(tmp_path, mon
     monkeypatch.undo()
     code, _, _ = legalize_in_process(src, tmp_path / "out.onnx", "--no-check")  # a new run starts afresh
     assert code == 0 and (tmp_path / "out.onnx").exists()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_sweep_removes_only_what_a_run_marked(tmp_path, legalize):
+    """A file whose name only looks like a dead run's temporary is the user's: the next
+    run into the folder keeps it. A temporary the tool made carries its marker (an
+    extended attribute naming the file), and one a killed run left is removed."""
+    host, pid = atomic_files._HOST, _dead_pid()
+    notes = tmp_path / f".notes.txt.{atomic_files.TEMP_TAG}-{host}-{pid}-0123abcd.tmp"
+    notes.write_text("the user's notes\n")
+    made = []
+    atomic_files.temp_beside(tmp_path / "x.onnx", made)  # as the tool makes one, then renamed as a dead run's
+    left = tmp_path / f".x.onnx.{atomic_files.TEMP_TAG}-{host}-{pid}-89abcdef.tmp"
+    os.rename(made[0], left)
+    os.setxattr(left, atomic_files.MARKER, left.name.encode())  # its marker names the file it marks
+    forged = tmp_path / f".y.onnx.{atomic_files.TEMP_TAG}-{host}-{pid}-00000000.tmp"
+    forged.write_text("not a temporary")
+    os.setxattr(forged, atomic_files.MARKER, b"another name")
+    src = tmp_path / "m.onnx"
+    shutil.copy(MODELS / "mlp_bias.onnx", src)
+    p = legalize(src, tmp_path / "o.onnx", "-q", "--no-check")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == sorted([notes.name, forged.name, "m.onnx", "o.onnx"])
+    assert notes.read_text() == "the user's notes\n"
+
+
+def test_a_temporary_carries_its_marker(tmp_path):
+    made = []
+    tmp = atomic_files.temp_beside(tmp_path / "x.onnx", made)
+    assert os.getxattr(tmp, atomic_files.MARKER) == tmp.name.encode()
+    atomic_files.remove_temps(made)
+
+
+def test_a_link_to_a_regular_file_keeps_the_rule_of_a_file(tmp_path):
+    """Only a link into the command's descriptors is written through: a link to a
+    regular file needs --force like the file, and is then replaced by the output, its
+    target left as it was."""
+    target = tmp_path / "target.json"
+    target.write_text("kept")
+    link = tmp_path / "r.json"
+    link.symlink_to(target)
+    assert atomic_files.descriptor(link) is None
+    assert atomic_files.descriptor(Path("/dev/fd/1")) == 1
+    with pytest.raises(atomic_files.UsageError, match="already exists"):
+        atomic_files.check_output_path(link)
+    with atomic_files.atomic_output(link, force=True) as tmp:
+        Path(tmp).write_text("new")
+    assert not link.is_symlink() and link.read_text() == "new" and target.read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "target.json"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import lines
 from needs import polygraphy_command
 from legalizer.numeric import polygraphy_json
 from legalizer.numeric.golden import read_inputs, read_outputs
@@ -406,3 +407,84 @@ def test_tflite_check_takes_samples_and_saves_its_runs(tmp_path, legalize_in_pro
     assert [b["ok"] for b in check["bindings"]] == [True, True, False]
     failed = {o["name"] for o in check["bindings"][2]["outputs"] if not o["ok"]}
     assert failed and all(n.startswith("out1") for n in failed)
+
+
+# -- golden data bounded before it is allocated ----------------------------------------
+
+CAP = 2 * 10**9  # the refusals below happen well inside it; before them, each case took 3-6 GB
+
+
+def _capped():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
+
+
+def _header(shape) -> bytes:
+    """A .npy header of float32 declaring ``shape`` (as np.save writes one, any dims)."""
+    text = "{'descr': '<f4', 'fortran_order': False, 'shape': %r, }" % (tuple(shape),)
+    text += " " * (63 - (10 + len(text)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode()
+
+
+@pytest.mark.parametrize("case", ["npz_member_name", "json_inputs", "json_outputs"])
+def test_sample_counts_are_bounded_before_allocation(tmp_path, case, legalize):
+    """A 292-byte .npz whose member is '99999999999/x.npy' took 5.9 GB, 60 MB of JSON
+    '{}' samples 3.1 GB: the samples are counted (from the member names; from the list,
+    an element at a time) before the rest is read or any array made."""
+    x = _npy(np.zeros((2, 4), np.float32))
+    if case == "npz_member_name":
+        f = tmp_path / "in.npz"
+        with zipfile.ZipFile(f, "w") as z:
+            z.writestr("99999999999/x.npy", x)
+        args = ["--load-inputs", f]
+        words = f"--load-inputs {f}: array '99999999999/x' is sample 99999999999, more than a check runs (10000 samples)"
+    elif case == "json_inputs":
+        f = tmp_path / "in.json"
+        f.write_text("[" + ", ".join(["{}"] * 15_000_000) + "]")  # 60 MB
+        args = ["--load-inputs", f]
+        words = f"--load-inputs {f}: more than 10000 iterations, more than a check runs (10000 samples)"
+    else:
+        i = _json_inputs(tmp_path, x)
+        f = tmp_path / "out.json"
+        f.write_text('{"polygraphy_class": "RunResults", "lst": [["r", [' + ", ".join(["{}"] * 15_000_000) + "]]]}")
+        args = ["--load-inputs", i, "--load-outputs", f]
+        words = f"--load-outputs {f}: not run results: more than 1,000,000 JSON objects"
+    p = legalize(MLP, tmp_path / "m.legal.onnx", *args, preexec_fn=_capped)
+    assert p.returncode == 2 and lines(p.stderr) == [f"legalize: error: {words}"], p.stderr[-2000:]
+    assert not (tmp_path / "m.legal.onnx").exists()
+
+
+@pytest.mark.parametrize("shape, words", [
+    ((-2, -3), "dim -2 is negative"),
+    ((0, 2**70), f"dim {2**70} is more elements of float32 than the check takes (1 GiB)"),
+])
+@pytest.mark.parametrize("form", ["json", "npz"])
+def test_npy_headers_with_negative_or_huge_dims_are_one_line(tmp_path, shape, words, form, legalize):
+    data = _header(shape) + bytes(24 if shape[0] < 0 else 0)  # (-2, -3) "holds" its 6 elements
+    if form == "json":
+        f = _json_inputs(tmp_path, data)
+        where = "iteration 0, input 'x'"
+    else:
+        f = tmp_path / "in.npz"
+        with zipfile.ZipFile(f, "w") as z:
+            z.writestr("x.npy", data)
+        where = "array 'x'"
+    p = legalize(MLP, tmp_path / "m.legal.onnx", "--load-inputs", f, preexec_fn=_capped)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: --load-inputs {f}: {where}: declares shape"
+                                                   f" {list(shape)}: {words}"])
+
+
+@pytest.mark.parametrize("shape, words", [((-2, -3), "dim -2 is negative"), ((0, 2**70), f"dim {2**70} is over the"
+                                                                                          " limit")])
+def test_input_npy_headers_with_negative_or_huge_dims_are_one_line(tmp_path, shape, words, legalize):
+    f = tmp_path / "x.npy"
+    f.write_bytes(_header(shape) + bytes(24 if shape[0] < 0 else 0))
+    z = tmp_path / "in.npz"
+    with zipfile.ZipFile(z, "w") as archive:
+        archive.writestr("x.npy", f.read_bytes())
+    declared = "x".join(map(str, shape))
+    for arg, what in ((f"x={f}", f"x: array '{f}'"), (str(z), f"{z}: array 'x'")):
+        p = legalize(MLP, tmp_path / "m.legal.onnx", "--input", arg, preexec_fn=_capped)
+        assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: --input {what} declares {declared} of"
+                                                       f" float32: {words}; refusing to read it"])

@@ -7,6 +7,7 @@ address-space limit."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -172,6 +173,49 @@ def test_against_refuses_what_is_not_tosa(tmp_path, name, body, refused, legaliz
     assert lines(p.stderr) == [f"legalize: error: {module}: {REFUSED}{refused}"]
 
 
+_CALLS = {
+    "self": ("@main -> @main", 'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n'
+                               '  %0 = func.call @main(%a) : (tensor<4xf32>) -> tensor<4xf32>\n'
+                               '  return %0 : tensor<4xf32>\n}\n'),
+    "mutual": ("@f -> @g -> @f", "".join(
+        f'func.func @{f}(%a: tensor<4xf32>) -> tensor<4xf32> {{\n'
+        f'  %0 = call @{g}(%a) : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}}\n'
+        for f, g in (("main", "f"), ("f", "g"), ("g", "f")))),
+    "indirect": ("@main -> @main", 'func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n'
+                                   '  %f = func.constant @main : (tensor<4xf32>) -> tensor<4xf32>\n'
+                                   '  %0 = func.call_indirect %f(%a) : (tensor<4xf32>) -> tensor<4xf32>\n'
+                                   '  return %0 : tensor<4xf32>\n}\n'),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_CALLS))
+def test_against_refuses_a_recursive_call_graph_before_iree_compiles(tmp_path, kind, legalize):
+    """A self-recursive func.call ran iree-compile until --run-timeout (300 s): a call
+    graph with a cycle is refused before IREE's compiler sees the module."""
+    require("iree")
+    cycle, body = _CALLS[kind]
+    module = tmp_path / "m.mlir"
+    module.write_text(body)
+    start = time.monotonic()
+    p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q", "--run-timeout", "120")
+    assert_clean(p)
+    assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {module}: --against compiles no recursive call"
+                                                   f" graph: {cycle}; IREE's compiler does not end on one"])
+    assert time.monotonic() - start < 100  # not the run's time limit
+
+
+def test_against_compiles_a_call_graph_without_a_cycle(tmp_path, legalize):
+    require("iree")
+    module = tmp_path / "m.mlir"
+    module.write_text("".join(f'func.func @{f}(%a: tensor<4xf32>) -> tensor<4xf32> {{\n'
+                              f'  %0 = call @{g}(%a) : (tensor<4xf32>) -> tensor<4xf32>\n'
+                              f'  return %0 : tensor<4xf32>\n}}\n' for f, g in (("main", "f"), ("f", "g")))
+                      + 'func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}\n')
+    p = legalize(module, "--verify-only", "--against", _identity(tmp_path / "ref.onnx"), "-q")
+    assert_clean(p)
+    assert p.returncode == 0, p.stderr
+
+
 def test_against_compiles_tosa_with_the_attributes_of_its_producer(tmp_path, legalize):
     """What is refused is not TOSA: a module with TensorFlow's discardable attributes
     (dropped before IREE sees it) is compiled, run and compared."""
@@ -245,6 +289,53 @@ def test_a_device_or_a_fifo_is_never_replaced(tmp_path, legalize):
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode) and null.is_symlink()
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert sorted(os.listdir(tmp_path)) == ["fifo.json", "m.onnx", "null.onnx"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_link_to_a_descriptor_is_written_through_never_replaced(tmp_path):
+    """`legalize m.onnx o.onnx --report /dev/stdout > log` replaced the link /dev/stdout
+    with a file. A path that leads to one of the command's descriptors (a link to
+    /proc/self/fd/1, as /dev/stdout is, or /dev/fd/1) is written through, as tee writes
+    it; the link stays. (The system's /dev/stdout is not used here: on a code that
+    replaces the link, the test would replace it.)"""
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")
+    chained = tmp_path / "r.json"
+    chained.symlink_to(stdout)  # a link to the link
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for i, report in enumerate((stdout, chained, Path("/dev/fd/1"))):
+        log = tmp_path / f"log{i}"
+        with open(log, "w") as out:
+            p = subprocess.run(cli_command(src, tmp_path / f"o{i}.onnx", "--report", report, "-q"), stdout=out,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert p.returncode == 0, p.stderr
+        summary, report_text = log.read_text().split("\n", 1)  # the command's line, then the report after it
+        assert summary.startswith(f"{src}: legalized for 'tosa' -> ")
+        assert json.loads(report_text)["output"] == str(tmp_path / f"o{i}.onnx")
+    assert os.readlink(stdout) == "/proc/self/fd/1" and os.readlink(chained) == str(stdout)
+    assert sorted(os.listdir(tmp_path)) == ["log0", "log1", "log2", "m.onnx", "o0.onnx", "o1.onnx", "o2.onnx",
+                                            "r.json", "stdout"]  # no temporary left beside them
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_descriptor_that_cannot_be_written_through_fails_before_the_work(tmp_path, legalize):
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    stdin = tmp_path / "stdin"
+    stdin.symlink_to("/proc/self/fd/0")
+    other = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE)
+    try:
+        theirs = Path(f"/proc/{other.pid}/fd/1")
+        for report, why in ((stdin, f"{stdin}: is descriptor 0 of legalize, which is not open for writing"),
+                            (theirs, f"{theirs}: is a descriptor of another process; legalize writes only files"
+                                     " and its own descriptors")):
+            p = legalize(src, tmp_path / "o.onnx", "--report", report, "-q")
+            assert_clean(p)
+            assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {why}"])
+    finally:
+        other.kill()
+        other.wait()
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "stdin"] and os.readlink(stdin) == "/proc/self/fd/0"
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
@@ -549,3 +640,34 @@ def test_reduce_side_files_are_checked_before_the_work(tmp_path, legalize):
     assert (p.returncode, lines(p.stderr)) == (2, [
         f"legalize: error: {tmp_path / 'r.expected.npz'}: already exists (use --force to replace it)"])
     assert _files(tmp_path) == before
+
+
+def test_overlays_join_the_distinct_outputs_check(tmp_path, legalize):
+    """--overlay DIR replaced a --load-inputs file named DIR/<stem>.verdict.json, and
+    --overlay naming the output model was an internal error after all the work: each
+    overlay file and the folder are outputs like the others, checked before any work."""
+    src = _copy(MODELS / "mlp_bias.onnx", tmp_path / "m.onnx")
+    ov = tmp_path / "ov"
+    ov.mkdir()
+    p = legalize(src, tmp_path / "s.onnx", "--save-inputs", ov / "m.verdict.json", "-q")
+    assert p.returncode == 0, p.stderr
+    saved = (ov / "m.verdict.json").read_bytes()
+
+    def tree():
+        return {str(f.relative_to(tmp_path)): f.read_bytes() for f in sorted(tmp_path.rglob("*")) if f.is_file()}
+
+    before = tree()
+    for args, why in (
+            ([tmp_path / "o.onnx", "--load-inputs", ov / "m.verdict.json", "--overlay", ov, "--force"],
+             f"{ov / 'm.verdict.json'}: is the loaded inputs (--load-inputs) and the input model's verdict overlay"
+             " (--overlay); refusing to overwrite it"),
+            ([tmp_path / "o.onnx", "--overlay", tmp_path / "o.onnx"],
+             f"{tmp_path / 'o.onnx'}: is both the output model and the overlay folder (--overlay); give each its"
+             " own path"),
+            ([tmp_path / "o.onnx", "--overlay", tmp_path, "--report", tmp_path / "o.verdict.json"],
+             f"{tmp_path / 'o.verdict.json'}: is both the report (--report) and the legalized model's verdict"
+             " overlay (--overlay); give each its own path")):
+        p = legalize(src, *args, "-q")
+        assert_clean(p)
+        assert (p.returncode, lines(p.stderr)) == (2, [f"legalize: error: {why}"])
+    assert tree() == before and (ov / "m.verdict.json").read_bytes() == saved

@@ -5,6 +5,7 @@ IREE's MLIR, compiled for llvm-cpu and run on IREE's runtime against onnxruntime
 from __future__ import annotations
 
 import functools
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -716,8 +717,8 @@ def test_an_alias_bomb_is_refused_from_its_text():
     text = _doubling(40)  # about 900 bytes, 2^40 leaves once expanded
     with pytest.raises(legalizer.BadInput) as e:
         check_aliases(text, "m.mlir")
-    assert str(e.value).startswith("m.mlir: alias #a17 expands to 109,051,899 bytes of text, more than the limit of"
-                                   " 67,108,864")
+    assert str(e.value).startswith("m.mlir: alias #a23 expands to 1,703,931 bytes of text, more than the limit of"
+                                   " 1,048,576")
     check_aliases(_doubling(12), "m.mlir")  # 4,096 leaves: a module as any other
     # a module that uses a modest alias many times is bounded by its total
     many = "#big = [" + ", ".join(["1 : i32"] * 10_000) + "]\n" + "".join(
@@ -732,5 +733,39 @@ def test_an_alias_bomb_is_one_line_and_exit_2(tmp_path, legalize_in_process):
     path.write_text(_doubling(40))
     code, out, err = legalize_in_process(path, "--verify-only")
     assert code == 2 and err.splitlines() == [
-        f"legalize: error: {path}: alias #a17 expands to 109,051,899 bytes of text, more than the limit of 67,108,864"
-        " (64 times the file, or 64 MiB); legalize reads no such module"], err
+        f"legalize: error: {path}: alias #a23 expands to 1,703,931 bytes of text, more than the limit of 1,048,576"
+        " (64 times the file, or 1 MiB); legalize reads no such module"], err
+
+
+def _doubling_up(levels: int) -> str:
+    """As MLIR reads aliases: each defined before it is used (``_doubling`` is refused
+    by MLIR's parser too), the last one used."""
+    lines = ["#a0 = 1 : i32"] + [f"#a{i + 1} = [#a{i}, #a{i}]" for i in range(levels)]
+    return "\n".join(lines) + (f"\nfunc.func @main(%x: tensor<2xf32>) -> tensor<2xf32> attributes {{big = #a{levels}}}"
+                               " {\n  return %x : tensor<2xf32>\n}\n")
+
+
+def test_twenty_doubling_levels_are_refused_in_under_a_second():
+    """Bounded by the expanded size, not the depth: 20 levels (493 bytes, 2^20 leaves,
+    9.4 MB of text once expanded) went through, and took 200 MB and seconds to walk."""
+    from legalizer.importers.mlir_bounds import check_aliases
+
+    text = _doubling_up(20)
+    assert len(text) == 493
+    start = time.monotonic()
+    with pytest.raises(legalizer.BadInput) as e:
+        check_aliases(text, "m.mlir")
+    assert time.monotonic() - start < 1.0
+    assert str(e.value) == ("m.mlir: alias #a17 expands to 1,703,931 bytes of text, more than the limit of 1,048,576"
+                            " (64 times the file, or 1 MiB); legalize reads no such module")
+    check_aliases(_doubling_up(10), "m.mlir")  # 1,024 leaves: a module as any other
+
+
+@pytest.mark.needs("mlir")
+def test_twenty_doubling_levels_are_one_line_and_exit_2(tmp_path, legalize_in_process):
+    path = tmp_path / "bomb.mlir"
+    path.write_text(_doubling_up(20))
+    code, out, err = legalize_in_process(path, "--verify-only")
+    assert code == 2 and err.splitlines() == [
+        f"legalize: error: {path}: alias #a17 expands to 1,703,931 bytes of text, more than the limit of 1,048,576"
+        " (64 times the file, or 1 MiB); legalize reads no such module"], err

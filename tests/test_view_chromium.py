@@ -37,7 +37,7 @@ def test_the_page_shows_both_models_and_a_nodes_overlay(tmp_path):
         # second pane's node unselected (its graph info shown instead, the values only in
         # its node data table): the page is loaded again then, three times at most.
         for _ in range(3):
-            b.call("Page.navigate", session=True, url=v.url.split("?", 1)[0] + "?data=" + quote(json.dumps(data)))
+            b.call("Page.navigate", session=True, url=f"{v.base}/?token={v.token}&data={quote(json.dumps(data))}")
             end = time.monotonic() + 30
             while not ("inserted: reshape" in lines and "rewritten: reshape inserted" in lines) and \
                     time.monotonic() < end:

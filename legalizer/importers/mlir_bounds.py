@@ -52,7 +52,7 @@ def check_nesting(text: str, source: str) -> None:
 # Aliases (``#a = [#b, #b]``, ``!t = ...``) are text that MLIR's parser, and whatever
 # walks what it parsed, expand: 40 levels that double make a 989-byte module terabytes
 # wide. Each alias's expanded size is counted from the text before anything parses it.
-MIN_EXPANDED = 64 << 20  # the expanded text may reach this, or EXPANSION times the text
+MIN_EXPANDED = 1 << 20  # the expanded text may reach this, or EXPANSION times the text
 EXPANSION = 64
 _ALIAS_DEF = re.compile(r"^[ \t]*([#!][A-Za-z_][\w$.-]*)[ \t]*=", re.M)
 _ALIAS_REF = re.compile(r"[#!][A-Za-z_][\w$.-]*")

@@ -86,6 +86,8 @@ def read_npz_checked(path: Path, flag: str, max_bytes: int = MAX_INPUT_BYTES) ->
             if total > MAX_FILE_BYTES:
                 raise UsageError(f"{flag} {path}: inflates to {total / 2**30:.3g} GiB, more than a golden file"
                                  f" may ({MAX_FILE_BYTES / 2**30:.3g} GiB)")
+            _sample_count([i.filename[:-4] if i.filename.endswith(".npy") else i.filename for i in infos],
+                          path, flag)
             for info in infos:
                 name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
                 if info.file_size > max_bytes + 4096:
@@ -102,6 +104,19 @@ def read_npz_checked(path: Path, flag: str, max_bytes: int = MAX_INPUT_BYTES) ->
     if not arrays:
         raise UsageError(f"{flag} {path}: the archive holds no arrays")
     return arrays
+
+
+def _sample_count(names: Sequence[str], path: Path, flag: str) -> int:
+    """How many samples an ``.npz`` of these member names holds (``_split_samples``),
+    refused past ``MAX_SAMPLES`` from the names alone, before any member is read."""
+    keys = [_SAMPLE_KEY.fullmatch(n) for n in names]
+    if not keys or not all(keys):
+        return 1
+    top = max(keys, key=lambda m: int(m.group(1)))
+    if int(top.group(1)) >= MAX_SAMPLES:
+        raise UsageError(f"{flag} {path}: array '{top.group(0)}' is sample {int(top.group(1))}, more than a check"
+                         f" runs ({MAX_SAMPLES} samples)")
+    return int(top.group(1)) + 1
 
 
 def _split_samples(arrays: Mapping[str, np.ndarray]) -> Samples:
@@ -146,7 +161,7 @@ def read_inputs(path: Path, flag: str = "--load-inputs") -> Samples:
         samples = []
         for f in _files(path, flag):
             try:
-                samples += polygraphy_json.load_inputs(_read_text(f, flag), MAX_INPUT_BYTES)
+                samples += polygraphy_json.load_inputs(_read_text(f, flag), MAX_INPUT_BYTES, MAX_SAMPLES)
             except FormatError as e:
                 raise UsageError(f"{flag} {f}: {e}") from None
             _bounded(samples, path, flag)

@@ -4,7 +4,7 @@ extra: iree-base-compiler and iree-base-runtime)."""
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -137,16 +137,65 @@ def compilable(text: str) -> str:
         for op in module.body.operations:
             _check_top_level(op.operation)
         _strip_attributes(module.operation)
-        stack = [op.operation for op in module.body.operations]
+        calls: Dict[str, List[str]] = {}
+        stack = [(op.operation, _symbol(op.operation)) for op in module.body.operations]
         while stack:  # its own stack: the text's nesting is bounded, the walk need not recurse
-            op = stack.pop()
+            op, function = stack.pop()
             _check_op(op)
+            if op.name in _CALLS and function is not None:
+                calls.setdefault(function, []).append(_callee(op))
             for region in op.regions:
                 for block in region.blocks:
                     for arg in block.arguments:
                         _check_reference(str(arg.type), f"a block argument of '{op.name}'")
-                    stack.extend(inner.operation for inner in block.operations)
+                    stack.extend((inner.operation, function) for inner in block.operations)
+        _check_acyclic(calls)
         return module.operation.get_asm(enable_debug_info=False)
+
+
+# The ops that name a function to call (func.constant makes one func.call_indirect calls).
+_CALLS = {"func.call": "callee", "func.constant": "value"}
+
+
+def _symbol(op) -> Optional[str]:
+    try:
+        return _ir_symbol(op.attributes["sym_name"])
+    except KeyError:
+        return None
+
+
+def _ir_symbol(attr) -> str:
+    """``@name`` of a symbol name or reference attribute (printed ``"name"`` / ``@name``)."""
+    text = str(attr)
+    return text if text.startswith("@") else "@" + text.strip('"')
+
+
+def _callee(op) -> str:
+    return _ir_symbol(op.attributes[_CALLS[op.name]])
+
+
+def _check_acyclic(calls: Dict[str, List[str]]) -> None:
+    """Refused if a function reaches itself through calls: IREE's compiler inlines and
+    does not end on a recursive call graph (it ran until --run-timeout)."""
+    state: Dict[str, int] = {}  # 1: on the path, 2: done
+    for root in sorted(calls):
+        if state.get(root):
+            continue
+        path, todo = [root], [iter(calls.get(root, ()))]
+        state[root] = 1
+        while todo:
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                todo.pop()
+            elif state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                raise Refused(f"--against compiles no recursive call graph: {' -> '.join(cycle)}; IREE's compiler"
+                              " does not end on one")
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                todo.append(iter(calls.get(nxt, ())))
 
 
 def _refuse(what: str) -> Refused:

@@ -70,6 +70,15 @@ def npy_header(data: bytes, where: str, max_bytes: int) -> Tuple[np.dtype, Tuple
         raise FormatError(f"{where}: not a .npy array: {e}") from None
     if dtype.hasobject:
         raise FormatError(f"{where}: holds Python objects (dtype {dtype}), which are never unpickled")
+    # Each dim on its own (a zero elsewhere makes the product 0, and numpy still
+    # refuses a dim past its index type), then the product, in Python's integers.
+    limit = max_bytes // max(dtype.itemsize, 1)
+    for d in shape:
+        if d < 0:
+            raise FormatError(f"{where}: declares shape {list(shape)}: dim {d} is negative")
+        if d > limit:
+            raise FormatError(f"{where}: declares shape {list(shape)}: dim {d} is more elements of {dtype} than the"
+                              f" check takes ({max_bytes / 2**30:.3g} GiB)")
     count = 1
     for d in shape:
         count *= int(d)
@@ -101,13 +110,73 @@ def decode_array(obj, where: str, max_bytes: int) -> np.ndarray:
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
-def _parse(text: str, what: str):
+# Golden data is a few objects per array (an array's text is its base64 bytes): more
+# objects than this is a file made to fill memory (60 MB of ``{}`` took 3 GB), refused
+# while it is parsed.
+MAX_OBJECTS = 1_000_000
+
+
+class _TooMany(Exception):
+    pass
+
+
+def _decoder(max_objects: int) -> json.JSONDecoder:
+    made = 0
+
+    def counted(pairs):
+        nonlocal made
+        made += 1
+        if made > max_objects:
+            raise _TooMany
+        return dict(pairs)
+
+    return json.JSONDecoder(object_pairs_hook=counted)
+
+
+def _parse(text: str, what: str, max_items: int = 0, max_objects: int = MAX_OBJECTS):
+    """The JSON ``text``; where it is a list, one element at a time, refused past
+    ``max_items`` elements (0: no limit) before the rest is parsed; and refused past
+    ``max_objects`` objects in all."""
+    decoder = _decoder(max_objects)
     try:
-        return json.loads(text)
+        start = _skip(text, 0)
+        if not max_items or not text.startswith("[", start):
+            return decoder.decode(text)
+        items, i = [], _skip(text, start + 1)
+        if text.startswith("]", i):
+            return _end(text, i + 1, items)
+        while True:
+            item, i = decoder.raw_decode(text, i)
+            items.append(item)
+            if len(items) > max_items:
+                raise FormatError(f"more than {max_items} iterations, more than a check runs ({max_items}"
+                                  " samples)")
+            i = _skip(text, i)
+            if text.startswith("]", i):
+                return _end(text, i + 1, items)
+            if not text.startswith(",", i):
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+            i = _skip(text, i + 1)
+    except _TooMany:
+        raise FormatError(f"not {what}: more than {max_objects:,} JSON objects") from None
     except RecursionError:
         raise FormatError(f"not {what}: nested too deeply") from None
+    except FormatError:
+        raise
     except ValueError as e:
         raise FormatError(f"not JSON: {e}") from None
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\n\r":
+        i += 1
+    return i
+
+
+def _end(text: str, i: int, items: list) -> list:
+    if _skip(text, i) != len(text):
+        raise json.JSONDecodeError("Extra data", text, _skip(text, i))
+    return items
 
 
 # -- input data ---------------------------------------------------------------------
@@ -117,9 +186,10 @@ def dump_inputs(samples: Sequence[Mapping[str, np.ndarray]]) -> str:
     return json.dumps([{name: encode_array(a) for name, a in feed.items()} for feed in samples], indent=4)
 
 
-def load_inputs(text: str, max_bytes: int) -> List[Feed]:
-    """The feed dicts of ``--save-inputs`` data: a list of them, or one alone."""
-    data = _parse(text, "input data")
+def load_inputs(text: str, max_bytes: int, max_samples: int = 0) -> List[Feed]:
+    """The feed dicts of ``--save-inputs`` data: a list of them, or one alone; more than
+    ``max_samples`` (0: any number) is refused before the rest is parsed."""
+    data = _parse(text, "input data", max_samples)
     items = data if isinstance(data, list) else [data]
     samples = []
     for k, feed in enumerate(items):

@@ -141,6 +141,10 @@ def _check_declared(f, where: str, array: str, holds: int) -> None:
         raise ValueError(f"array '{array}' is in .npy format version {version[0]}.{version[1]},"
                          f" which is not read here")
     shape, _, dtype = _HEADERS[version](f)
+    for d in shape:  # each dim on its own: a zero elsewhere makes the product 0
+        if d < 0 or d * max(dtype.itemsize, 1) > MAX_ARRAY_BYTES:
+            raise UsageError(f"--input {where}: array '{array}' declares {'x'.join(map(str, shape))} of {dtype}:"
+                             f" dim {d} is {'negative' if d < 0 else 'over the limit'}; refusing to read it")
     size = math.prod(shape) * dtype.itemsize
     declares = f"array '{array}' declares {'x'.join(map(str, shape))} of {dtype} ({size:,} bytes)"
     if size > MAX_ARRAY_BYTES:
