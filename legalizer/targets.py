@@ -210,6 +210,11 @@ for _t in (
     Target("ethos-u55", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_concat", "fold_for_npu", "one_sided_broadcast",
                                                 "equalize_ranks", "reshape_forms", "dead_code_elimination"),
            "Vela's legacy core, U55/U65", max_rank=4, backend="ethos-u55"),
+    # Qualcomm's HTP through onnxruntime's QNN execution provider (its rules in
+    # rules/backends.toml and rules/qnn_htp.toml, found by scripts/qnn_htp_probe.py): every
+    # tensor at rank <= 5 (transposes and broadcasts folded), static shapes.
+    Target("qnn-htp", "mlir", ("split_variadic", "fold_transposes", "fold_ranks", "dead_code_elimination"),
+           "Qualcomm HTP, onnxruntime's QNN EP", max_rank=5, static_shapes=True),
 ):
     register_target(_t)
 DEFAULT_TARGET = "tosa"

@@ -316,3 +316,107 @@ def fold_ranks(graph: Graph, ctx: PassContext) -> bool:
             continue
         changed |= folder.fold(folder.region(node, seen))
     return changed
+
+
+# -- transposes --------------------------------------------------------------------------
+
+def _transpose_groups(shape: Sequence[int], perm: Sequence[int]) -> Tuple[List[List[int]], List[int]]:
+    """A transpose's input dims in groups that stay adjacent and in order through it
+    (size-1 dims dropped: a reshape removes them), in input order, and the permutation of
+    the groups (output position -> group)."""
+    kept = [k for k in range(len(shape)) if shape[k] != 1]
+    place = {k: i for i, k in enumerate(kept)}
+    by_out: List[List[int]] = []
+    for p in (p for p in perm if shape[p] != 1):
+        if by_out and place[p] == place[by_out[-1][-1]] + 1:
+            by_out[-1].append(p)
+        else:
+            by_out.append([p])
+    groups = sorted(by_out, key=lambda g: g[0])
+    return groups, [groups.index(g) for g in by_out]
+
+
+def _block_swaps(perm: Sequence[int], limit: int) -> List[Tuple[List[int], List[int]]]:
+    """``perm`` (of groups, output position -> input position) as transposes of at most
+    ``limit`` dims each: each step brings the next wanted group forward past the block
+    before it (dims: before, block, group, after - rank 4 at most). Each step is (the
+    current order of groups, the step's permutation of those groups) after merging."""
+    if len(perm) <= limit:
+        return [(list(range(len(perm))), list(perm))]
+    cur = list(range(len(perm)))
+    steps = []
+    for i, want in enumerate(perm):
+        j = cur.index(want)
+        if j == i:
+            continue
+        steps.append((list(cur), list(range(i)) + [j] + list(range(i, j)) + list(range(j + 1, len(cur)))))
+        cur = cur[:i] + [want] + cur[i:j] + cur[j + 1:]
+    return steps
+
+
+class _TransposeFolder:
+    def __init__(self, graph: Graph, ctx: PassContext):
+        self.graph, self.ctx = graph, ctx
+        self.ops = ops_for(graph)
+        self.folder = _Folder(graph, ctx)
+
+    def _source(self, v: Value) -> Value:
+        """What ``v`` is a row-major reshape of (through reshapes), or ``v``."""
+        while v.producer is not None and v.producer.kind == OP and v.producer.op in RESHAPES \
+                and v.producer.inputs and v.producer.inputs[0] is not None and v.producer.inputs[0].quant == v.quant:
+            v = v.producer.inputs[0]
+        return v
+
+    def _view(self, v: Value, shape: Sequence[int], base: str) -> Value:
+        src = self._source(v)
+        if src.type.shape is not None and tuple(src.type.shape) == tuple(shape):
+            return src
+        return self.folder._reshape(src, list(shape), v.type.with_shape(tuple(shape)), base, v)
+
+    def fold(self, node: Node, limit: int) -> bool:
+        x, out = node.inputs[0], node.outputs[0]
+        shape, result = x.type.shape, out.type.shape
+        if shape is None or result is None or not all(isinstance(d, int) for d in shape) or \
+                len(shape) <= limit or 0 in shape:
+            return False
+        perm_attr = node.attrs.get("perm")
+        perm = list(perm_attr.ints) if perm_attr is not None else list(range(len(shape)))[::-1]
+        groups, gperm = _transpose_groups(shape, perm)
+        sizes = [int(np.prod([shape[k] for k in g])) for g in groups] or [1]
+        if not groups:
+            gperm = [0]
+        value = x
+        for order, step in _block_swaps(gperm, limit):
+            # merge the groups the step keeps adjacent and in order
+            merged, mperm = _transpose_groups([sizes[g] for g in order], step)
+            dims = [int(np.prod([sizes[order[k]] for k in m])) for m in merged]
+            value = self._view(value, dims, f"{x.name}_f{len(dims)}")
+            t = self.graph.add_op("Transpose", [value], [out.type.with_shape(tuple(dims[k] for k in mperm))],
+                                  name=self.graph.fresh_name(node.name or "transpose"),
+                                  attrs={"perm": self.ops.ints_attr("perm", mperm)},
+                                  output_names=[f"{out.name}_f{len(dims)}"])
+            value = t.output
+        for u, i in self.graph.users(out):
+            if self.folder._absorbs(u, i):  # a reshape to a constant shape reads the fold itself
+                self.graph.set_input(u, i, value)
+        if self.graph.users(out):  # the rest, and a graph output (which keeps its name), the shape it had
+            self.graph.replace_all_uses_with(out, self.folder._reshape(value, list(result), out.type,
+                                                                       f"{out.name}_unfolded"))
+        self.ctx.stats["transposes_folded"] += 1
+        return True
+
+
+def fold_transposes(graph: Graph, ctx: PassContext) -> bool:
+    """Each ``Transpose`` above ``ctx.max_rank`` at the lowest rank its permutation needs:
+    the dims it keeps adjacent and in order merge, size-1 dims go; one that still needs
+    more dims becomes a chain of transposes of at most 4 (each brings one group of dims
+    forward past the block before it). Reshapes in and out are absorbed as rank folding
+    absorbs them. Static shapes only."""
+    limit = ctx.max_rank
+    if limit is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "Transpose"]:
+        changed |= folder.fold(node, limit)
+    return changed
