@@ -120,6 +120,27 @@ class Target:
                            " static shapes only")
         return why
 
+    def interface_refusals(self, graph, level: Optional[str] = None) -> List[str]:
+        """The graph inputs and outputs over the rank limit ("input 'x' has rank 6"): no legal form
+        keeps the model's interface, so legalizing cannot help them (and a fold around
+        them only adds reshapes the backend refuses too). The limit is the deployment
+        backend's own (a TOSA level's is judged on the emitted module)."""
+        if self.backend is None:
+            return []
+        from .verifier.backend_rules import backend
+
+        limit = backend(self.backend).max_rank
+        if limit is None:
+            return []
+        out = []
+        for kind, nodes in (("input", graph.inputs), ("output", graph.outputs)):
+            for node in nodes:
+                v = node.output if kind == "input" else node.inputs[0]
+                s = v.type.shape if v is not None else None
+                if s is not None and len(s) > limit:
+                    out.append(f"{kind} '{v.name}' has rank {len(s)}")
+        return out
+
     def refused(self, graphs, level: Optional[str] = None) -> List[dict]:
         """Every op of ``graphs`` (and their subgraphs) the backend refuses: node, op and
         reasons, for the report. Every value is some node's result: one look at each
@@ -214,7 +235,7 @@ for _t in (
     # rules/backends.toml and rules/qnn_htp.toml, found by scripts/qnn_htp_probe.py): every
     # tensor at rank <= 5 (transposes and broadcasts folded), static shapes.
     Target("qnn-htp", "mlir", ("split_variadic", "fold_transposes", "fold_ranks", "dead_code_elimination"),
-           "Qualcomm HTP, onnxruntime's QNN EP", max_rank=5, static_shapes=True),
+           "Qualcomm HTP, onnxruntime's QNN EP", max_rank=5, static_shapes=True, backend="qnn-htp"),
 ):
     register_target(_t)
 DEFAULT_TARGET = "tosa"

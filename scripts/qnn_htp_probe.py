@@ -13,6 +13,7 @@ backend that aborts takes only that op's row with it).
 
     python scripts/qnn_htp_probe.py                 # every op, write rules/qnn_htp.toml
     python scripts/qnn_htp_probe.py --only Add --print
+    python scripts/qnn_htp_probe.py --fresh         # probe again what .cache/qnn_probe/ keeps
 """
 
 from __future__ import annotations
@@ -113,8 +114,11 @@ def build(op: str, r: int, variant: str):
         nodes.append(helper.make_node("Concat", [inp("a", s), inp("b", s)], ["y"], axis=0))
     elif kind == "softmax":
         nodes.append(helper.make_node("Softmax", [inp("x", s)], ["y"], axis=-1))
-    elif kind == "reduce":
-        nodes.append(helper.make_node(op, [inp("x", s), const("ax", np.array([r - 1], np.int64))], ["y"], keepdims=1))
+    elif kind == "reduce":  # (at opset 17 only ReduceSum takes its axes as an input)
+        if op == "ReduceSum":
+            nodes.append(helper.make_node(op, [inp("x", s), const("ax", np.array([r - 1], np.int64))], ["y"], keepdims=1))
+        else:
+            nodes.append(helper.make_node(op, [inp("x", s)], ["y"], axes=[r - 1], keepdims=1))
     elif kind == "slice":
         nodes.append(helper.make_node("Slice", [inp("x", s), const("st", np.array([1], np.int64)),
                                                 const("en", np.array([s[-1]], np.int64)),
@@ -188,7 +192,9 @@ def probe_one(op: str, rank=None) -> list:
                 found = _VALIDATE.search(text)
                 lines = [m.group(1).strip() for m in _EP_LINE.finditer(text)
                          if "File mapped" not in m.group(1) and "EPContext" not in m.group(1)]
-                row["reason"] = found.group(1) if found else (lines[0] if lines else row["error"])
+                reason = found.group(1) if found else (lines[0] if lines else row["error"])
+                # the probe's node names are its own: the table says {node}
+                row["reason"] = re.sub(r"for node `[^`]*`", "for node `{node}`", reason)
             rows.append(row)
     return rows
 
@@ -249,6 +255,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", help="probe this op only (repeatable)")
     ap.add_argument("--out", type=Path, default=ROOT / "rules" / "qnn_htp.toml")
     ap.add_argument("--print", action="store_true", help="print the rows; write nothing")
+    ap.add_argument("--fresh", action="store_true", help="probe again the ops probed before (.cache/qnn_probe)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -256,7 +263,15 @@ def main(argv=None) -> int:
         print(json.dumps(probe_one(args.child, args.rank)))
         return 0
     rows = []
+    from onnxruntime_qnn import __version__ as qnn_version
+
+    cache = ROOT / ".cache" / "qnn_probe" / qnn_version  # each op's rows, kept until --fresh
+    cache.mkdir(parents=True, exist_ok=True)
     for op in args.only or PROBES:
+        kept = cache / f"{op}.json"
+        if kept.exists() and not args.fresh:
+            rows += json.loads(kept.read_text())
+            continue
         got = _in_child(op)
         if got is None:  # the backend took the process down: each rank alone, to see which
             got = []
@@ -266,6 +281,7 @@ def main(argv=None) -> int:
                     [{"op": op, "variant": v, "rank": r, "taken": False, "reason": _crashed}
                      for v in variants(op) if build(op, r, v) is not None]
         rows += got
+        kept.write_text(json.dumps(got))
         taken = {}
         for g in got:
             taken.setdefault(g["variant"], []).append(g["rank"] if g["taken"] else f"!{g['rank']}")

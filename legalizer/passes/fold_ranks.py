@@ -141,7 +141,10 @@ class _Folder:
     def _rank(self, node: Node) -> Optional[int]:
         if node.kind != OP or len(node.outputs) != 1 or node.attrs and any(True for _ in node.subgraphs()):
             return None
-        if node.op not in self.unary:
+        if node.op == "Expand":  # a broadcast of operand 0 to a constant shape (rewritten with the fold)
+            if len(node.inputs) != 2 or node.inputs[1] is None or constant_array(node.inputs[1]) is None:
+                return None
+        elif node.op not in self.unary:
             found = self.lookup(node)
             if found is None:
                 return None
@@ -151,7 +154,7 @@ class _Folder:
         shape = node.outputs[0].type.shape
         if shape is None:
             return None
-        values = [v for v in node.inputs if v is not None] + [node.outputs[0]]
+        values = [v for v in node.inputs[:1 if node.op == "Expand" else None] if v is not None] + [node.outputs[0]]
         for v in values:
             s = v.type.shape
             if s is None or len(s) > len(shape) or 0 in s or (v.quant is not None and v.quant.per_axis):
@@ -185,6 +188,9 @@ class _Folder:
         values = outs + list(edge.values())
         shapes = [(1,) * (R - len(v.type.shape)) + tuple(v.type.shape) for v in values]
         size, groups = _dim_groups(shapes, R)
+        limit = self.ctx.max_rank
+        if limit and len(groups) > limit and self._expand_operands(region, edge, shapes[len(outs):], size, limit):
+            return self.fold(region)  # at the shapes the copies made
         if len(groups) >= R:
             return False
         new_out = [_folded(s, groups, size) for s in shapes[:len(outs)]]
@@ -201,6 +207,74 @@ class _Folder:
         self.ctx.stats["ranks_folded"] += R - len(groups)
         return True
 
+    def _expand_operands(self, region: _Region, edge: Dict[int, Value], shapes: List[Tuple], size: List,
+                         limit: int) -> bool:
+        """Where the region's broadcasts keep it above ``limit`` even folded (operands
+        broadcast along alternate dims): operands copied to the region's full shape, the
+        smallest first, until it folds within the limit. Each copy is made at rank 3 at
+        most (a run of broadcast dims between the dims before and after it, merged), so the
+        copies stay within the limit themselves. Static shapes only; False: none made."""
+        if any(d is _CONFLICT or not isinstance(d, int) for d in size):
+            return False
+        full = tuple(size)
+        cands = sorted(((v, s) for v, s in zip(edge.values(), shapes) if s != full),
+                       key=lambda vs: int(np.prod(vs[1])))
+        chosen, left = [], [s for s in shapes]
+        outs = [tuple(n.outputs[0].type.shape) for n in region.nodes]
+        for v, s in cands:
+            chosen.append(v)
+            left = [full if x is s else x for x in left]
+            if len(_dim_groups(outs + left, len(full))[1]) <= limit:
+                break
+        else:
+            if len(_dim_groups(outs + left, len(full))[1]) > limit:
+                return False
+        for v, s in zip(edge.values(), shapes):
+            if v in chosen:
+                copy = self._copied(v, s, full)
+                for n in region.nodes:
+                    for i, u in enumerate(n.inputs):
+                        if u is v:
+                            self.graph.set_input(n, i, copy)
+        return True
+
+    def _copied(self, v: Value, shape: Tuple, full: Tuple) -> Value:
+        """``v`` (at ``shape``, the region's rank) copied to ``full``: at compile time for a
+        constant; else an ``Expand`` for each run of broadcast dims, at rank 3."""
+        self.ctx.stats["operands_copied"] += 1
+        array = constant_array(v)
+        if array is not None:
+            return add_const(self.graph, f"{v.name}_full", np.ascontiguousarray(np.broadcast_to(array.reshape(shape), full)))
+        src, cur = v, list(shape)
+        k = 0
+        while k < len(full):
+            if cur[k] == full[k]:
+                k += 1
+                continue
+            end = k
+            while end < len(full) and cur[end] != full[end]:
+                end += 1
+            before, after = int(np.prod(cur[:k])), int(np.prod(cur[end:]))
+            run = int(np.prod(full[k:end]))
+            x = self._operand_view(src, [before, 1, after], v)
+            to = add_const(self.graph, f"{v.name}_x{k}_shape", np.asarray([before, run, after], np.int64))
+            src = self.graph.add_op("Expand", [x, to], [v.type.with_shape((before, run, after))],
+                                    name=self.graph.fresh_name(f"{v.name}_copy{k}"),
+                                    output_names=[f"{v.name}_x{k}"]).output
+            cur[k:end] = full[k:end]
+            k = end
+        return self._reshape(src, list(full), v.type.with_shape(full), f"{v.name}_full", v)
+
+    def _operand_view(self, v: Value, dims: List[int], like: Value) -> Value:
+        src = v
+        prod = v.producer
+        if prod is not None and prod.kind == OP and prod.op in RESHAPES and prod.inputs \
+                and prod.inputs[0] is not None and prod.inputs[0].quant == v.quant:
+            src = prod.inputs[0]
+        if src.type.shape is not None and list(src.type.shape) == dims:
+            return src
+        return self._reshape(src, dims, like.type.with_shape(tuple(dims)), f"{like.name}_f{len(dims)}", like)
+
     def _outside(self, region: _Region, u: Node) -> bool:
         return u.id not in region.ids or u.graph is not self.graph
 
@@ -208,7 +282,7 @@ class _Folder:
         """Operands of the region made outside it, by id."""
         edge: Dict[int, Value] = {}
         for n in region.nodes:
-            for v in n.inputs:
+            for v in n.inputs[:1] if n.op == "Expand" else n.inputs:
                 if v is not None and (v.producer is None or v.producer.graph is not self.graph
                                       or v.producer.id not in region.ids):
                     edge[id(v)] = v
@@ -232,9 +306,14 @@ class _Folder:
         """The fold itself: operands at the edge folded, results given their folded
         shapes, and reshaped back for the users outside that do not absorb them."""
         for n in region.nodes:
-            for i, v in enumerate(n.inputs):
+            for i, v in enumerate(n.inputs[:1] if n.op == "Expand" else n.inputs):
                 if v is not None and id(v) in edge:
                     self.graph.set_input(n, i, self._operand(v, new_edge[id(v)]))
+        folded = dict((id(v), s) for v, s in results)
+        for n in region.nodes:
+            if n.op == "Expand":  # its shape: the result's, folded
+                shape = np.asarray(folded[id(n.outputs[0])], np.int64)
+                self.graph.set_input(n, 1, add_const(self.graph, f"{n.outputs[0].name}_shape", shape))
         old_types = {id(v): v.type for v, _ in results}
         for v, s in results:
             v.type = v.type.with_shape(s)
@@ -386,13 +465,14 @@ class _TransposeFolder:
         if not groups:
             gperm = [0]
         value = x
-        for order, step in _block_swaps(gperm, limit):
+        steps = _block_swaps(gperm, limit)
+        for k, (order, step) in enumerate(steps):
             # merge the groups the step keeps adjacent and in order
             merged, mperm = _transpose_groups([sizes[g] for g in order], step)
             dims = [int(np.prod([sizes[order[k]] for k in m])) for m in merged]
             value = self._view(value, dims, f"{x.name}_f{len(dims)}")
             t = self.graph.add_op("Transpose", [value], [out.type.with_shape(tuple(dims[k] for k in mperm))],
-                                  name=self.graph.fresh_name(node.name or "transpose"),
+                                  name=self.graph.fresh_name((node.name or "transpose") + (f"_{k}" if len(steps) > 1 else "")),
                                   attrs={"perm": self.ops.ints_attr("perm", mperm)},
                                   output_names=[f"{out.name}_f{len(dims)}"])
             value = t.output
