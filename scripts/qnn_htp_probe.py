@@ -153,6 +153,7 @@ def variants(op: str):
 
 
 _VALIDATE = re.compile(r"(QNN\.backendValidateOpConfig\(\) failed for node `[^`]*` of type `[^`]*` with error code \d+)")
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 _EP_LINE = re.compile(r"\[[WE]:onnxruntime:[^\]]*\] (.*)")
 
 
@@ -228,8 +229,9 @@ def table_text(rows: list) -> str:
         refused = [g for g in group if not g["taken"]]
         if refused:
             lines.append(f"[{key}.refused]")
-            for g in refused:
-                lines.append(f'"{g["rank"]}" = {json.dumps(g["reason"])}')
+            for g in refused:  # (the log's colour codes left out)
+                reason = _COLOUR.sub("", g["reason"]).strip()
+                lines.append(f'"{g["rank"]}" = {json.dumps(reason)}')
         lines.append("")
     return "\n".join(lines)
 

@@ -99,6 +99,24 @@ def rank4_already():
     return _model(nodes, [("x", [1, 4, 8, 8])], [("y", [1, 4, 8, 8])], [_floats("c", [8])])
 
 
+def matmul_weights_rank5():
+    """A rank-5 activation by a constant matrix: the QNN EP's FullyConnected, which takes rank <= 4."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")]
+    return _model(nodes, [("x", [1, 2, 3, 4, 8])], [("y", [1, 2, 3, 4, 6])], [_floats("w", [8, 6])])
+
+
+def matmul_rank6():
+    """Attention scores of a rank-6 view: two activations, batch dims alike."""
+    nodes = [helper.make_node("Reshape", ["q", "s6"], ["q6"], name="q_to6"),
+             helper.make_node("Reshape", ["k", "s6t"], ["k6"], name="k_to6"),
+             helper.make_node("MatMul", ["q6", "k6"], ["a6"], name="scores"),
+             helper.make_node("Reshape", ["a6", "s_out"], ["y"], name="back")]
+    return _model(nodes, [("q", [2, 6, 4, 8]), ("k", [2, 6, 8, 4])], [("y", [2, 6, 4, 4])],
+                  [_ints("s6", [2, 2, 3, 1, 4, 8]), _ints("s6t", [2, 2, 3, 1, 8, 4]), _ints("s_out", [2, 6, 4, 4])])
+
+
 KINDS: Dict[str, Callable] = {f.__name__: f for f in (window_partition, transpose_chain, two_sided_broadcast,
                                                       expand_chain, low_rank_operand)}
-CASES: Dict[str, Callable] = {**KINDS, "rank4_already": rank4_already}
+# at rank <= 5, but a MatMul HTP refuses there
+MATMULS: Dict[str, Callable] = {f.__name__: f for f in (matmul_weights_rank5, matmul_rank6)}
+CASES: Dict[str, Callable] = {**KINDS, **MATMULS, "rank4_already": rank4_already}

@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from helpers import cli_in_process
-from htp_cases import CASES, KINDS, rank6_input
+from htp_cases import CASES, KINDS, MATMULS, rank6_input
 from needs import require
 from onnx import TensorProto, helper
 
@@ -37,6 +37,9 @@ SHAPES = {
                                                       (1, 2, 30), (10, 3, 6), (60, 4, 3)]},
     "expand_chain": {"Expand": [(2, 2, 3, 4, 5)], "Mul": [(2, 2, 3, 4, 5)], "Sigmoid": [(2, 2, 3, 4, 5)]},
     "low_rank_operand": {"Mul": [(12, 2, 20)], "Add": [(12, 2, 20)]},
+    # FullyConnected's rows; the batch dims of the rank-6 scores merged (the 1 gone)
+    "matmul_weights_rank5": {"MatMul": [(24, 6)]},
+    "matmul_rank6": {"MatMul": [(12, 4, 4)]},
 }
 
 
@@ -63,12 +66,12 @@ def _ranks(proto):
             list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input)}
 
 
-@pytest.mark.parametrize("name", sorted(KINDS))
+@pytest.mark.parametrize("name", sorted(KINDS) + sorted(MATMULS))
 def test_each_kind_is_legal_for_htp_at_rank_5_and_computes_the_same(tmp_path, name):
     code, out, path, rep = _legalize(tmp_path, name)
     assert code == 0, out
     original, legal = CASES[name](), onnx.load(str(path))
-    assert max(_ranks(original).values()) >= 6
+    assert max(_ranks(original).values()) >= (5 if name in MATMULS else 6)
     assert max(_ranks(legal).values()) <= 5
     got = {}
     m = import_model(legal)
@@ -165,7 +168,7 @@ def htp():
     return qnn_ep
 
 
-@pytest.mark.parametrize("name", sorted(KINDS))
+@pytest.mark.parametrize("name", sorted(KINDS) + sorted(MATMULS))
 def test_htp_refuses_each_original_and_takes_the_result_whole(htp, tmp_path, name):
     original = CASES[name]()
     with pytest.raises(Exception, match="assigned to the default CPU EP|Failed to finalize"):
@@ -195,3 +198,45 @@ def test_a_model_htp_already_takes_stays_placed_and_equal(htp, tmp_path):
     a = htp.qnn_session(original.SerializeToString(), quiet=True).run(None, feeds)[0]
     b = htp.qnn_session(str(path), quiet=True).run(None, feeds)[0]
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_matmul_by_a_constant_matrix_is_judged_as_htps_fully_connected(tmp_path):
+    _, _, _, rep = _legalize(tmp_path, "matmul_weights_rank5")
+    rules = json.loads(rep.read_text())["target_rules"]
+    assert [(r["node"], r["reasons"]) for r in rules["refused_before"]] == [
+        ("fc", ["QNN.backendValidateOpConfig() failed for node `fc` of type `FullyConnected` with error code 3110"])]
+    assert rules["refused_after"] == []
+
+
+def _dynamic_window_partition():
+    """window_partition with a symbolic batch: its Reshape targets computed from Shape."""
+    from onnx import numpy_helper
+
+    ints = lambda n, v: numpy_helper.from_array(np.asarray(v, np.int64), n)  # noqa: E731
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Concat", ["n", "rest6"], ["s6"], axis=0), helper.make_node("Reshape", ["x", "s6"], ["v6"]),
+             helper.make_node("Transpose", ["v6"], ["t6"], perm=[0, 1, 3, 2, 4, 5]),
+             helper.make_node("Add", ["t6", "bias"], ["a6"]),
+             helper.make_node("Concat", ["n", "rest3"], ["s3"], axis=0), helper.make_node("Reshape", ["a6", "s3"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 8, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64, 4])],
+                          [ints("zero", [0]), ints("rest6", [2, 4, 2, 4, 4]), ints("rest3", [64, 4]),
+                           numpy_helper.from_array(RNG.standard_normal([4, 4, 4]).astype(np.float32), "bias")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("bind,batch", [((), 1), (("--dim", "batch=3"), 3)])
+def test_dynamic_dims_are_made_static_at_the_bound_size_else_1(tmp_path, bind, batch):
+    src, out, rep = tmp_path / "dyn.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    onnx.save(_dynamic_window_partition(), src)
+    code, text, err = cli_in_process(src, "--target", "qnn-htp", "-o", out, "--report", rep, *bind)
+    assert code == 0, text + err
+    assert f"legalize: warning: shapes made static at batch={batch}: 1 input dims, 1 Shape ops folded" in err
+    legal = onnx.load(str(out))
+    assert [d.dim_value for d in legal.graph.input[0].type.tensor_type.shape.dim] == [batch, 8, 8, 4]
+    assert "Shape" not in {n.op_type for n in legal.graph.node} and max(_ranks(legal).values()) <= 5
+    report = json.loads(rep.read_text())
+    assert report["target_rules"]["refused_after"] == []
+    assert [b["dims"] for b in report["check"]["bindings"]] == [{"batch": batch}]

@@ -102,3 +102,41 @@ def refusals(log: str) -> List[dict]:
 def log_errors(log: str) -> List[str]:
     """The warning and error lines of a session's log, less those every session logs."""
     return [m.group(1).strip() for m in _LINE.finditer(log) if not any(n in m.group(1) for n in _NOISE)]
+
+
+_UNSUPPORTED = re.compile(r"\{ name: ([^,]*), type: ([^ ]*) \}")
+
+
+def placement(model, feeds=None, options: Optional[Mapping[str, str]] = None) -> dict:
+    """Whether HTP takes ``model`` (bytes or a path) whole, CPU fallback off: ``{"whole",
+    "refused": [{"node", "op"}], "reasons": [the backend's lines], "error", "outputs"}``.
+    The nodes the EP does not place are those its log names ("Unsupported nodes in QNN
+    EP: { name: ..., type: ... }"), the backend's reasons its validation lines. With
+    ``feeds``, a model taken whole is run and its outputs returned. In this process: the
+    log is read from its stderr (file descriptor 2) while the session is made."""
+    import os
+    import tempfile
+
+    out = {"whole": False, "refused": [], "reasons": [], "error": None, "outputs": None}
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            sess = qnn_session(model, options)
+            out["whole"] = True
+        except Exception as e:  # noqa: BLE001 - the session's refusal is the finding
+            sess, out["error"] = None, str(e).strip().splitlines()[0]
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        text = log.read().decode(errors="replace")
+    seen = set()
+    for m in _UNSUPPORTED.finditer(text):
+        if m.group(1) not in seen:
+            seen.add(m.group(1))
+            out["refused"].append({"node": m.group(1), "op": m.group(2)})
+    out["reasons"] = list(dict.fromkeys(r["message"] for r in refusals(text)))
+    if sess is not None and feeds is not None:
+        out["outputs"] = sess.run(None, feeds)
+    return out

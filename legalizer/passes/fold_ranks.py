@@ -500,3 +500,53 @@ def fold_transposes(graph: Graph, ctx: PassContext) -> bool:
     for node in [n for n in graph.nodes() if n.kind == OP and n.op == "Transpose"]:
         changed |= folder.fold(node, limit)
     return changed
+
+
+# -- matrix products ---------------------------------------------------------------------
+
+# The highest rank of the activation a MatMul by a constant matrix may have on the backends
+# that make it a fully connected layer (HTP's FullyConnected: rank <= 4, onnxruntime-qnn
+# #377; rules/qnn_htp.toml's MatMul:weights row).
+FULLY_CONNECTED_RANK = 4
+
+
+def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
+    """Each ``MatMul`` of static shapes at a rank its backend refuses, at rank 2 or 3: by a
+    constant matrix ([..., M, K] x [K, N]) above rank ``FULLY_CONNECTED_RANK``, the leading
+    dims merge into the rows ([P*M, K] x [K, N]); of two activations above
+    ``ctx.max_rank``, the batch dims that both operands have alike merge (as rank folding
+    merges dims). The result is reshaped back, or read folded by a reshape after it."""
+    limit = ctx.max_rank
+    if limit is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "MatMul"]:
+        a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+        shapes = [v.type.shape for v in (a, b, out)]
+        if any(s is None or not all(isinstance(d, int) for d in s) or 0 in s for s in shapes):
+            continue
+        sa, sb, so = (tuple(s) for s in shapes)
+        if len(sb) == 2 and constant_array(b) is not None and len(sa) > FULLY_CONNECTED_RANK:
+            rows = int(np.prod(sa[:-1]))
+            new_a, new_b, new_out = (rows, sa[-1]), sb, (rows, sb[-1])
+        elif len(so) > limit and len(sa) == len(sb) == len(so):
+            size, groups = _dim_groups([sa[:-2], sb[:-2], so[:-2]], len(so) - 2)
+            if len(groups) + 2 > limit or any(size[g[0]] is _CONFLICT for g in groups):
+                continue
+            fold = lambda s: tuple(_folded(s[:-2], groups, size)) + tuple(s[-2:])  # noqa: E731
+            new_a, new_b, new_out = fold(sa), fold(sb), fold(so)
+        else:
+            continue
+        fa = folder._view(a, new_a, f"{a.name}_f{len(new_a)}")
+        fb = b if new_b == sb else folder._view(b, new_b, f"{b.name}_f{len(new_b)}")
+        mm = graph.add_op("MatMul", [fa, fb], [out.type.with_shape(new_out)], name=graph.fresh_name(node.name or "matmul"),
+                          output_names=[f"{out.name}_f{len(new_out)}"]).output
+        for u, i in graph.users(out):
+            if folder.folder._absorbs(u, i):
+                graph.set_input(u, i, mm)
+        if graph.users(out):
+            graph.replace_all_uses_with(out, folder.folder._reshape(mm, list(so), out.type, f"{out.name}_unfolded"))
+        ctx.stats["matmuls_folded"] += 1
+        changed = True
+    return changed

@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional
 
-from ..ir.graph import OP, Node
+from ..ir.graph import CONST, OP, Node
 from ..ir.types import all_static
 from ..oprules import RuleLookup, builtin_rules, frontend_rules, table_text
 from ..tflite_records import TFLITE_DOMAIN
@@ -74,17 +74,32 @@ def converts_to() -> Mapping[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def op_ranks(name: str) -> Mapping[str, tuple]:
-    """Op -> (the ranks the backend takes, {rank: its words for refusing the op at that
-    rank}), from the table ``rules/NAME``. A binary op's row is its one-sided form's (the
-    legal forms' broadcasts), else its first."""
+    """Op (``OP`` or ``OP:variant``) -> (the ranks the backend takes, {rank: its words for
+    refusing the op at that rank}), from the table ``rules/NAME``. An op's first row also
+    stands for the op itself."""
     data = tomllib.loads(table_text(name))
     out: Dict[str, tuple] = {}
     for key, row in data.items():
-        op, _, variant = key.partition(":")
-        if op in out and variant != "one-sided":
-            continue
-        out[op] = (frozenset(row.get("takes", ())), {int(r): why for r, why in row.get("refused", {}).items()})
+        entry = (frozenset(row.get("takes", ())), {int(r): why for r, why in row.get("refused", {}).items()})
+        out[key] = entry
+        out.setdefault(key.partition(":")[0], entry)
     return out
+
+
+def _variant(node: Node, op: str, lookup: RuleLookup) -> str:
+    """The table's row for ``node``: a MatMul with a constant matrix as its second operand
+    is what the QNN EP makes a FullyConnected (``MatMul:weights``), another a MatMul of
+    activations; a broadcasting binary op is judged as its one-sided form (what the legal
+    forms leave) unless its operands have the result's shape."""
+    if op == "MatMul":
+        w = node.inputs[1] if len(node.inputs) > 1 else None
+        const = w is not None and w.producer is not None and w.producer.kind == CONST and \
+            w.type.shape is not None and len(w.type.shape) == 2
+        return "MatMul:weights" if const else "MatMul:activations"
+    if _binary(node, lookup):
+        same = all(v is not None and v.type.shape == node.outputs[0].type.shape for v in node.inputs)
+        return f"{op}:same" if same else f"{op}:one-sided"
+    return op
 
 
 def _as(node: Node, be: Optional[Backend] = None) -> Optional[str]:
@@ -141,7 +156,8 @@ def _broken(node: Node, op: Optional[str], be: Backend, lookup: RuleLookup) -> I
     values = [v for v in node.inputs if v is not None] + list(node.outputs)
     shapes = [v.type.shape for v in values]
     rank = max((len(s) for s in shapes if s is not None), default=0)
-    probed = op_ranks(be.op_ranks).get(op) if be.op_ranks and op else None
+    table = op_ranks(be.op_ranks) if be.op_ranks and op else {}
+    probed = table.get(_variant(node, op, lookup), table.get(op)) if table else None
     if probed is not None:  # the backend's own verdict at this rank, in its words
         takes, refused = probed
         if rank not in takes and (rank in refused or (be.max_rank is not None and rank > be.max_rank)):
