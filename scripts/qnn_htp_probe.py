@@ -45,6 +45,8 @@ PROBES = {
     # the axis ops folding keeps at a lower rank
     "Softmax": ("softmax", {}), "ReduceSum": ("reduce", {}), "ReduceMean": ("reduce", {}),
     "ReduceMax": ("reduce", {}), "Slice": ("slice", {}), "Gather": ("gather", {}),
+    # (its rank is its indices': an attention mask's expansion, as torch.export writes it)
+    "GatherND": ("gathernd", {}),
     # matrix products: both operands activations (QNN MatMul), a constant rank-2 weight
     # (the EP's FullyConnected)
     "MatMul": ("matmul", {}), "Gemm": ("gemm", {}),
@@ -125,6 +127,11 @@ def build(op: str, r: int, variant: str):
                                                 const("ax", np.array([r - 1], np.int64))], ["y"]))
     elif kind == "gather":
         nodes.append(helper.make_node("Gather", [inp("x", s), const("i", np.array([1, 0], np.int64))], ["y"], axis=0))
+    elif kind == "gathernd":  # indices of rank r, each a (row, column) of a [2, 8] matrix
+        if r == 1:
+            return None
+        idx = np.stack([np.arange(8) % 2, np.arange(8)], -1).reshape([1] * (r - 2) + [8, 2])
+        nodes.append(helper.make_node("GatherND", [inp("x", [2, 8]), const("i", idx.astype(np.int64))], ["y"]))
     elif kind == "matmul":
         if r == 1:
             return None
@@ -254,7 +261,7 @@ def _in_child(op: str, rank=None):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", action="append", help="probe this op only (repeatable)")
+    ap.add_argument("--only", action="append", help="probe this op only (repeatable; writes no table)")
     ap.add_argument("--out", type=Path, default=ROOT / "rules" / "qnn_htp.toml")
     ap.add_argument("--print", action="store_true", help="print the rows; write nothing")
     ap.add_argument("--fresh", action="store_true", help="probe again the ops probed before (.cache/qnn_probe)")
@@ -288,8 +295,9 @@ def main(argv=None) -> int:
         for g in got:
             taken.setdefault(g["variant"], []).append(g["rank"] if g["taken"] else f"!{g['rank']}")
         print(f"{op:12s} " + "  ".join(f"{v or 'ranks'}: {' '.join(map(str, t))}" for v, t in taken.items()))
-    if args.print:
-        print(json.dumps(rows, indent=1))
+    if args.print or args.only:  # (a part of the table is never written as the table)
+        if args.print:
+            print(json.dumps(rows, indent=1))
         return 0
     args.out.write_text(table_text(rows))
     print(f"wrote {args.out}")

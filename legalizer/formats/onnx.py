@@ -70,7 +70,7 @@ class OnnxFormat(Format):
         if done.bound:
             run.dims.update(done.bound)
             run.report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
-                                       + f": {done.shapes_set} input dims, {done.folded} Shape ops folded")
+                                       + f": {done.shapes_set} input dims, {done.folded} shape values folded")
         return bool(done.bound)
 
     def declared(self, model: Model):

@@ -115,13 +115,13 @@ def _iree(model, provider: str, *, what: str = "the module") -> Runner:
 
 
 RUNTIMES: List[Runtime] = [
-    Runtime("LiteRT", (TFLITE,), ANY, _litert, quantized=True),
-    Runtime("onnxruntime", (ONNX,), ANY, _ort, label=_ort_label, confirm=_ort_confirm),
-    Runtime("IREE llvm-cpu", (MODULE,), ANY, _iree, reference=False),
     # --provider qnn: the legalized model on Qualcomm's HTP, against the original on the CPU
     # (the `qnn` extra: onnxruntime-qnn)
     Runtime("onnxruntime QNN HTP", (ONNX,), ("qnn",), _ort, label=lambda p: "QNNExecutionProvider", reference=False,
             original="cpu", tolerance=QNN_TOLERANCE),
+    Runtime("LiteRT", (TFLITE,), ANY, _litert, quantized=True),
+    Runtime("onnxruntime", (ONNX,), ANY, _ort, label=_ort_label, confirm=_ort_confirm),
+    Runtime("IREE llvm-cpu", (MODULE,), ANY, _iree, reference=False),
 ]
 
 

@@ -447,6 +447,10 @@ class _TransposeFolder:
         return v
 
     def _view(self, v: Value, shape: Sequence[int], base: str) -> Value:
+        array = constant_array(v)
+        if array is not None and array.size == int(np.prod(shape)):  # at compile time
+            self.ctx.stats["constants_folded"] += 1
+            return add_const(self.graph, base, array.reshape(tuple(shape)), v.quant)
         src = self._source(v)
         if src.type.shape is not None and tuple(src.type.shape) == tuple(shape):
             return src
@@ -548,5 +552,43 @@ def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
         if graph.users(out):
             graph.replace_all_uses_with(out, folder.folder._reshape(mm, list(so), out.type, f"{out.name}_unfolded"))
         ctx.stats["matmuls_folded"] += 1
+        changed = True
+    return changed
+
+
+# -- gathers -----------------------------------------------------------------------------
+
+# The highest rank of a GatherND's indices HTP takes (rules/qnn_htp.toml's GatherND row).
+INDEX_RANK = 4
+
+
+def fold_gather_indices(graph: Graph, ctx: PassContext) -> bool:
+    """Each ``GatherND`` (``batch_dims`` 0) whose indices are over ``INDEX_RANK``, with the
+    indices' leading dims merged: [..., K] -> [N, K] (a constant at compile time), the
+    result [N, ...] reshaped back (or read folded by a reshape after it). An attention
+    mask's expansion exported as a rank-5 GatherND (``mask[:, None, None, :]``) is one."""
+    if ctx.max_rank is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "GatherND"]:
+        bd = node.attrs.get("batch_dims")
+        data, idx, out = node.inputs[0], node.inputs[1], node.outputs[0]
+        shapes = [v.type.shape for v in (data, idx, out)]
+        if (bd is not None and bd.i != 0) or any(s is None or not all(isinstance(d, int) for d in s) for s in shapes) \
+                or len(shapes[1]) <= INDEX_RANK:
+            continue
+        lead = int(np.prod(shapes[1][:-1]))
+        k = shapes[1][-1]
+        new_out = (lead,) + tuple(shapes[0][k:])
+        fi = folder._view(idx, (lead, k), f"{idx.name}_f2")
+        g = graph.add_op("GatherND", [data, fi], [out.type.with_shape(new_out)], name=graph.fresh_name(node.name or "gathernd"),
+                         output_names=[f"{out.name}_f{len(new_out)}"]).output
+        for u, i in graph.users(out):
+            if folder.folder._absorbs(u, i):
+                graph.set_input(u, i, g)
+        if graph.users(out):
+            graph.replace_all_uses_with(out, folder.folder._reshape(g, list(shapes[2]), out.type, f"{out.name}_unfolded"))
+        ctx.stats["gathers_folded"] += 1
         changed = True
     return changed
