@@ -117,6 +117,36 @@ def matmul_rank6():
 
 KINDS: Dict[str, Callable] = {f.__name__: f for f in (window_partition, transpose_chain, two_sided_broadcast,
                                                       expand_chain, low_rank_operand)}
+def mask_gathernd():
+    """BERT's attention mask as torch.export writes ``mask[:, None, None, :]``: a GatherND of
+    the boolean mask with rank-5 indices (HTP takes neither bool data nor those indices)."""
+    idx = np.stack([np.zeros(8, np.int64), np.arange(8)], -1).reshape(1, 1, 1, 8, 2)
+    nodes = [helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.BOOL, name="to_bool"),
+             helper.make_node("GatherND", ["m", "idx"], ["m4"], name="expand_mask"),
+             helper.make_node("Where", ["m4", "x", "neg"], ["y"], name="masked")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 8]),
+                                       helper.make_tensor_value_info("x", F, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", F, [1, 4, 8, 8])],
+                          [numpy_helper.from_array(idx, "idx"), numpy_helper.from_array(np.float32(-1e4), "neg")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def rms_norm():
+    """Llama's RMS norm, as torch.export writes it (onnxruntime-qnn fuses it, and the fused
+    graph fails to finalize)."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"], name="square"),
+             helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1, name="mean"),
+             helper.make_node("Add", ["m", "eps"], ["a"], name="add_eps"), helper.make_node("Sqrt", ["a"], ["s"], name="sqrt"),
+             helper.make_node("Reciprocal", ["s"], ["r"], name="rsqrt"), helper.make_node("Mul", ["x", "r"], ["n"], name="norm"),
+             helper.make_node("Mul", ["w", "n"], ["y"], name="scale")]
+    return _model(nodes, [("x", [1, 8, 32])], [("y", [1, 8, 32])],
+                  [numpy_helper.from_array(np.float32(2), "two"), numpy_helper.from_array(np.float32(1e-6), "eps"),
+                   _floats("w", [32])])
+
+
 # at rank <= 5, but a MatMul HTP refuses there
 MATMULS: Dict[str, Callable] = {f.__name__: f for f in (matmul_weights_rank5, matmul_rank6)}
-CASES: Dict[str, Callable] = {**KINDS, **MATMULS, "rank4_already": rank4_already}
+CASES: Dict[str, Callable] = {**KINDS, **MATMULS, "rank4_already": rank4_already, "mask_gathernd": mask_gathernd,
+                              "rms_norm": rms_norm}

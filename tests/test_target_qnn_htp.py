@@ -44,8 +44,13 @@ SHAPES = {
 
 
 def _feeds(proto):
-    return {i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
-            for i in proto.graph.input}
+    out = {}
+    for i in proto.graph.input:
+        t = i.type.tensor_type
+        shape = [d.dim_value for d in t.shape.dim]
+        out[i.name] = RNG.integers(0, 2, shape).astype(np.int64) if t.elem_type == TensorProto.INT64 else \
+            RNG.standard_normal(shape).astype(np.float32)
+    return out
 
 
 def _cpu(proto, feeds):
@@ -240,3 +245,50 @@ def test_dynamic_dims_are_made_static_at_the_bound_size_else_1(tmp_path, bind, b
     report = json.loads(rep.read_text())
     assert report["target_rules"]["refused_after"] == []
     assert [b["dims"] for b in report["check"]["bindings"]] == [{"batch": batch}]
+
+
+def test_a_boolean_mask_gathered_at_rank_5_is_gathered_as_int32_at_rank_2(tmp_path):
+    code, out, path, rep = _legalize(tmp_path, "mask_gathernd")
+    assert code == 0, out
+    m = import_model(onnx.load(str(path)))
+    (g,) = [n for n in m.graph.ops() if n.op == "GatherND"]
+    assert g.inputs[0].type.dtype == "int32" and g.inputs[1].type.shape == (8, 2) and g.outputs[0].type.shape == (8,)
+    assert [n.op for n in m.graph.ops()] == ["Cast", "Cast", "GatherND", "Cast", "Reshape", "Where"]
+    rules = json.loads(rep.read_text())["target_rules"]
+    assert [r["node"] for r in rules["refused_before"]] == ["expand_mask"] and rules["refused_after"] == []
+    original = CASES["mask_gathernd"]()
+    feeds = _feeds(original)
+    np.testing.assert_array_equal(_cpu(onnx.load(str(path)), feeds)[0], _cpu(original, feeds)[0])
+
+
+def test_htp_takes_the_mask_gathered_as_int32(htp, tmp_path):
+    original = CASES["mask_gathernd"]()
+    with pytest.raises(Exception, match="assigned to the default CPU EP"):
+        htp.qnn_session(original.SerializeToString(), quiet=True)
+    code, out, path, _ = _legalize(tmp_path, "mask_gathernd")
+    assert code == 0, out
+    feeds = _feeds(original)
+    got = htp.qnn_session(str(path), quiet=True).run(None, feeds)[0]
+    np.testing.assert_allclose(got, _cpu(original, feeds)[0], rtol=QNN_TOLERANCE[0], atol=QNN_TOLERANCE[1])
+
+
+def test_an_rms_norm_squares_by_mul(tmp_path):
+    code, out, path, _ = _legalize(tmp_path, "rms_norm")
+    assert code == 0, out
+    legal = onnx.load(str(path))
+    assert [n.op_type for n in legal.graph.node] == ["Mul", "ReduceMean", "Add", "Sqrt", "Reciprocal", "Mul", "Mul"]
+    assert list(legal.graph.node[0].input) == ["x", "x"]
+    original = CASES["rms_norm"]()
+    feeds = _feeds(original)
+    np.testing.assert_array_equal(_cpu(legal, feeds)[0], _cpu(original, feeds)[0])
+
+
+def test_htp_fails_the_fused_rms_norm_and_runs_the_rewritten_one(htp, tmp_path):
+    original = CASES["rms_norm"]()
+    with pytest.raises(Exception, match="QNN_COMMON_ERROR_MEM_ALLOC"):
+        htp.qnn_session(original.SerializeToString(), quiet=True)
+    code, out, path, _ = _legalize(tmp_path, "rms_norm")
+    assert code == 0, out
+    feeds = _feeds(original)
+    got = htp.qnn_session(str(path), quiet=True).run(None, feeds)[0]
+    np.testing.assert_allclose(got, _cpu(original, feeds)[0], rtol=QNN_TOLERANCE[0], atol=QNN_TOLERANCE[1])

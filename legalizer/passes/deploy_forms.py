@@ -474,3 +474,23 @@ def gather_bool_as_int32(graph: Graph, ctx: PassContext) -> bool:
         ctx.stats["gathers_retyped"] += 1
         changed = True
     return changed
+
+
+def square_as_mul(graph: Graph, ctx: PassContext) -> bool:
+    """``Pow(x, 2)`` as ``Mul(x, x)`` (the same correctly rounded square). onnxruntime-qnn
+    2.7.0 fuses an RMS norm written with ``Pow(x, 2)`` (Pow, ReduceMean, Add, Sqrt,
+    Reciprocal, Mul, Mul by the weight: Llama's, Mistral's, Qwen's) into one HTP op whose
+    graph then fails to finalize ("QNN_COMMON_ERROR_MEM_ALLOC", whatever the SoC, VTCM or
+    precision); written with ``Mul`` it is not fused, and runs."""
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "Pow"]:
+        exponent = constant_array(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+        x, out = node.inputs[0], node.outputs[0]
+        if exponent is None or exponent.size != 1 or float(exponent.reshape(())) != 2.0 or x.type.shape != out.type.shape:
+            continue
+        sq = graph.add_op("Mul", [x, x], [out.type], name=graph.fresh_name(f"{node.name or 'pow'}_square"),
+                          output_names=[f"{out.name}_square"]).output
+        graph.replace_all_uses_with(out, sq)
+        ctx.stats["squares_as_mul"] += 1
+        changed = True
+    return changed
