@@ -115,8 +115,35 @@ def matmul_rank6():
                   [_ints("s6", [2, 2, 3, 1, 4, 8]), _ints("s6t", [2, 2, 3, 1, 8, 4]), _ints("s_out", [2, 6, 4, 4])])
 
 
-KINDS: Dict[str, Callable] = {f.__name__: f for f in (window_partition, transpose_chain, two_sided_broadcast,
-                                                      expand_chain, low_rank_operand)}
+
+def rms_norm():
+    """Llama's RMS norm, as torch.export writes it (onnxruntime-qnn fuses it, and the fused
+    graph fails to finalize)."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"], name="square"),
+             helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1, name="mean"),
+             helper.make_node("Add", ["m", "eps"], ["a"], name="add_eps"), helper.make_node("Sqrt", ["a"], ["s"], name="sqrt"),
+             helper.make_node("Reciprocal", ["s"], ["r"], name="rsqrt"), helper.make_node("Mul", ["x", "r"], ["n"], name="norm"),
+             helper.make_node("Mul", ["w", "n"], ["y"], name="scale")]
+    return _model(nodes, [("x", [1, 8, 32])], [("y", [1, 8, 32])],
+                  [numpy_helper.from_array(np.float32(2), "two"), numpy_helper.from_array(np.float32(1e-6), "eps"),
+                   _floats("w", [32])])
+
+
+def axis_ops_rank6():
+    """A masked softmax, a slice, a mean and a concatenation of a rank-6 view (GQA's heads
+    split in groups: [batch, kv heads, group, seq, seq] and one more)."""
+    nodes = [helper.make_node("Reshape", ["x", "s6"], ["v6"], name="to6"),
+             helper.make_node("Add", ["v6", "mask"], ["m6"], name="masked"),
+             helper.make_node("Softmax", ["m6"], ["p6"], axis=-1, name="softmax"),
+             helper.make_node("Slice", ["p6", "st", "en", "ax"], ["h6"], name="half"),
+             helper.make_node("ReduceMean", ["h6"], ["r6"], axes=[4], keepdims=1, name="mean"),
+             helper.make_node("Concat", ["h6", "r6"], ["c6"], axis=4, name="cat"),
+             helper.make_node("Reshape", ["c6", "s_out"], ["y"], name="back")]
+    return _model(nodes, [("x", [2, 6, 8, 8])], [("y", [2, 6, 5, 8])],
+                  [_ints("s6", [2, 1, 2, 3, 8, 8]), _floats("mask", [1, 1, 1, 1, 8, 8]), _ints("st", [0]),
+                   _ints("en", [4]), _ints("ax", [4]), _ints("s_out", [2, 6, 5, 8])])
+
+
 def mask_gathernd():
     """BERT's attention mask as torch.export writes ``mask[:, None, None, :]``: a GatherND of
     the boolean mask with rank-5 indices (HTP takes neither bool data nor those indices)."""
@@ -133,19 +160,8 @@ def mask_gathernd():
     return m
 
 
-def rms_norm():
-    """Llama's RMS norm, as torch.export writes it (onnxruntime-qnn fuses it, and the fused
-    graph fails to finalize)."""
-    nodes = [helper.make_node("Pow", ["x", "two"], ["p"], name="square"),
-             helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1, name="mean"),
-             helper.make_node("Add", ["m", "eps"], ["a"], name="add_eps"), helper.make_node("Sqrt", ["a"], ["s"], name="sqrt"),
-             helper.make_node("Reciprocal", ["s"], ["r"], name="rsqrt"), helper.make_node("Mul", ["x", "r"], ["n"], name="norm"),
-             helper.make_node("Mul", ["w", "n"], ["y"], name="scale")]
-    return _model(nodes, [("x", [1, 8, 32])], [("y", [1, 8, 32])],
-                  [numpy_helper.from_array(np.float32(2), "two"), numpy_helper.from_array(np.float32(1e-6), "eps"),
-                   _floats("w", [32])])
-
-
+KINDS: Dict[str, Callable] = {f.__name__: f for f in (window_partition, transpose_chain, two_sided_broadcast,
+                                                      expand_chain, low_rank_operand, axis_ops_rank6)}
 # at rank <= 5, but a MatMul HTP refuses there
 MATMULS: Dict[str, Callable] = {f.__name__: f for f in (matmul_weights_rank5, matmul_rank6)}
 CASES: Dict[str, Callable] = {**KINDS, **MATMULS, "rank4_already": rank4_already, "mask_gathernd": mask_gathernd,

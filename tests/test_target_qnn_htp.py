@@ -37,6 +37,9 @@ SHAPES = {
                                                       (1, 2, 30), (10, 3, 6), (60, 4, 3)]},
     "expand_chain": {"Expand": [(2, 2, 3, 4, 5)], "Mul": [(2, 2, 3, 4, 5)], "Sigmoid": [(2, 2, 3, 4, 5)]},
     "low_rank_operand": {"Mul": [(12, 2, 20)], "Add": [(12, 2, 20)]},
+    # each acts along one merged axis, the dims before and after it merged
+    "axis_ops_rank6": {"Add": [(12, 64)], "Softmax": [(96, 8)], "Slice": [(12, 4, 8)], "ReduceMean": [(12, 1, 8)],
+                       "Concat": [(12, 5, 8)]},
     # FullyConnected's rows; the batch dims of the rank-6 scores merged (the 1 gone)
     "matmul_weights_rank5": {"MatMul": [(24, 6)]},
     "matmul_rank6": {"MatMul": [(12, 4, 4)]},

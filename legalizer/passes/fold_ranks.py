@@ -592,3 +592,114 @@ def fold_gather_indices(graph: Graph, ctx: PassContext) -> bool:
         ctx.stats["gathers_folded"] += 1
         changed = True
     return changed
+
+
+# -- ops along axes ------------------------------------------------------------------------
+
+_SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
+_REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                     "ReduceLogSumExp", "ReduceSumSquare"})
+
+
+def _axis_view(shape: Sequence[int], first: int, last: int) -> Tuple[Tuple[int, ...], int]:
+    """``shape`` as [the dims before], [first..last], [the dims after], each merged (an
+    empty side left out), and where the acted-on dim lands."""
+    pre, mid, post = shape[:first], shape[first:last + 1], shape[last + 1:]
+    out = ([int(np.prod(pre))] if pre else []) + [int(np.prod(mid))] + ([int(np.prod(post))] if post else [])
+    return tuple(out), 1 if pre else 0
+
+
+def _axes_of(node: Node, rank: int) -> Optional[List[int]]:
+    """The axes ``node`` acts along (normalized, sorted), None when not constant or known."""
+    op, opset = node.op, node.graph.opsets.get("", 13) if node.graph is not None else 13
+    if op in _SOFTMAX:
+        if opset < 13:
+            return None  # (before 13: the input coerced to 2-D at the axis, not one axis)
+        a = node.attrs.get("axis")
+        axes = [a.i if a is not None else -1]
+    elif op == "Concat":
+        axes = [node.attrs["axis"].i]
+    elif op == "Slice":
+        if len(node.inputs) < 4 or node.inputs[3] is None:
+            return None
+        got = constant_array(node.inputs[3])
+        axes = None if got is None else got.reshape(-1).tolist()
+    else:  # a reduction: axes as its input (ReduceSum 13+, all 18+) or attribute
+        if len(node.inputs) > 1 and node.inputs[1] is not None:
+            got = constant_array(node.inputs[1])
+            axes = None if got is None else got.reshape(-1).tolist()
+        else:
+            a = node.attrs.get("axes")
+            axes = list(a.ints) if a is not None else None
+        if axes is None or not axes:
+            return None
+    if axes is None:
+        return None
+    return sorted(a % rank for a in axes)
+
+
+def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
+    """Each op that acts along some axes (``Softmax``, ``LogSoftmax``, ``Concat``, ``Slice``
+    along one axis, a reduction along adjacent axes) above ``ctx.max_rank`` at rank 3 at
+    most: the dims before the axes merge, the axes merge, the dims after merge, and the op
+    acts along the one merged axis. Static shapes, constant axes and slice bounds only."""
+    limit = ctx.max_rank
+    if limit is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    ops = _SOFTMAX | _REDUCE | {"Concat", "Slice"}
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op in ops and n.domain in ("", "ai.onnx")]:
+        x, out = node.inputs[0], node.outputs[0]
+        s, so = x.type.shape, out.type.shape
+        if s is None or so is None or len(s) <= limit or not all(isinstance(d, int) for d in s) or \
+                not all(isinstance(d, int) for d in so):
+            continue
+        axes = _axes_of(node, len(s))
+        if axes is None or axes != list(range(axes[0], axes[-1] + 1)) or (node.op == "Slice" and len(axes) != 1):
+            continue
+        first, last = axes[0], axes[-1]
+        if node.op in _REDUCE and len(so) != len(s):
+            continue  # keepdims 0: the result's dims are not the operand's
+        if node.op == "Concat":
+            ins = [v for v in node.inputs]
+            if any(v is None or v.type.shape is None or not all(isinstance(d, int) for d in v.type.shape) for v in ins):
+                continue
+            views = [_axis_view(v.type.shape, first, last) for v in ins]
+            folded_ins = [folder._view(v, view, f"{v.name}_f{len(view)}") for v, (view, _) in zip(ins, views)]
+            new_out, at = _axis_view(so, first, last)
+            attrs = {"axis": _int_attr("axis", at)}
+        else:
+            view, at = _axis_view(s, first, last)
+            new_out, _ = _axis_view(so, first, last)
+            folded_ins = [folder._view(x, view, f"{x.name}_f{len(view)}")]
+            attrs = {k: v for k, v in node.attrs.items() if k not in ("axis", "axes")}
+            if node.op in _SOFTMAX:
+                attrs["axis"] = _int_attr("axis", at)
+                rest = []
+            elif node.op == "Slice":
+                rest = list(node.inputs[1:3]) + [add_const(graph, f"{node.name}_axes", np.asarray([at], np.int64))] + \
+                    list(node.inputs[4:])
+            elif len(node.inputs) > 1:  # axes as an input
+                rest = [add_const(graph, f"{node.name}_axes", np.asarray([at], np.int64))]
+            else:
+                attrs["axes"] = folder.ops.ints_attr("axes", [at])
+                rest = []
+            folded_ins += rest
+        new = graph.add_op(node.op_type, folded_ins, [out.type.with_shape(new_out)],
+                           name=graph.fresh_name(node.name or node.op_type.lower()), attrs=attrs,
+                           output_names=[f"{out.name}_f{len(new_out)}"]).output
+        for u, i in graph.users(out):
+            if folder.folder._absorbs(u, i):
+                graph.set_input(u, i, new)
+        if graph.users(out):
+            graph.replace_all_uses_with(out, folder.folder._reshape(new, list(so), out.type, f"{out.name}_unfolded"))
+        ctx.stats["axis_ops_folded"] += 1
+        changed = True
+    return changed
+
+
+def _int_attr(key: str, value: int):
+    from onnx import helper
+
+    return helper.make_attribute(key, value)
