@@ -218,7 +218,7 @@ for _t in (
     # of equal rank (the GPU delegate aligns a lower-rank operand from the left, LiteRT #8980).
     # BROADCAST_TO is folded into its consumers before the ranks fold (the consumer's
     # region then folds with it), the rest copied at the folded rank after.
-    Target("litert-gpu", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_tile", "equalize_ranks", "elementwise_at_rank4",
+    Target("litert-gpu", "tosa", _DEPLOY_HEAD + ("fold_axis_ops", "broadcast_to_as_tile", "equalize_ranks", "elementwise_at_rank4",
                                                  "reshape_forms", "reshape_constants_before_dequantize",
                                                  "dead_code_elimination"),
            "LiteRT's GPU delegate", max_rank=4, backend="litert-gpu"),

@@ -609,9 +609,34 @@ def _axis_view(shape: Sequence[int], first: int, last: int) -> Tuple[Tuple[int, 
     return tuple(out), 1 if pre else 0
 
 
+def _strided_axes(node: Node, shape: Sequence[int]) -> Optional[List[int]]:
+    """The dims a TFLite ``STRIDED_SLICE`` does not take whole (constant bounds, no
+    ellipsis, new or shrunk axes), None otherwise."""
+    a = node.attrs
+    if any(a.get(k) for k in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask", "offset")):
+        return None
+    bounds = [constant_array(v) if v is not None else None for v in node.inputs[1:4]]
+    if len(bounds) != 3 or any(b is None for b in bounds):
+        return None
+    begin, end, stride = (b.reshape(-1).tolist() for b in bounds)
+    if not len(begin) == len(end) == len(stride) == len(shape):
+        return None
+    acted = []
+    for k, d in enumerate(shape):
+        b = 0 if a.get("begin_mask", 0) >> k & 1 else begin[k]
+        e = d if a.get("end_mask", 0) >> k & 1 else end[k]
+        if not (stride[k] == 1 and b in (0, -d) and (e >= d or e == 0 and a.get("end_mask", 0) >> k & 1)):
+            acted.append(k)
+    return acted or [len(shape) - 1]
+
+
 def _axes_of(node: Node, rank: int) -> Optional[List[int]]:
     """The axes ``node`` acts along (normalized, sorted), None when not constant or known."""
     op, opset = node.op, node.graph.opsets.get("", 13) if node.graph is not None else 13
+    if op == "tflite.SOFTMAX":
+        return [rank - 1]
+    if op == "tflite.STRIDED_SLICE":
+        return _strided_axes(node, node.inputs[0].type.shape)
     if op in _SOFTMAX:
         if opset < 13:
             return None  # (before 13: the input coerced to 2-D at the axis, not one axis)
@@ -640,16 +665,16 @@ def _axes_of(node: Node, rank: int) -> Optional[List[int]]:
 
 def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
     """Each op that acts along some axes (``Softmax``, ``LogSoftmax``, ``Concat``, ``Slice``
-    along one axis, a reduction along adjacent axes) above ``ctx.max_rank`` at rank 3 at
-    most: the dims before the axes merge, the axes merge, the dims after merge, and the op
+    along one axis, a reduction along adjacent axes; TFLite's ``SOFTMAX`` and a
+    ``STRIDED_SLICE`` along one axis) above ``ctx.max_rank`` at rank 3 at most: the dims before the axes merge, the axes merge, the dims after merge, and the op
     acts along the one merged axis. Static shapes, constant axes and slice bounds only."""
     limit = ctx.max_rank
     if limit is None:
         return False
     folder = _TransposeFolder(graph, ctx)
     changed = False
-    ops = _SOFTMAX | _REDUCE | {"Concat", "Slice"}
-    for node in [n for n in graph.nodes() if n.kind == OP and n.op in ops and n.domain in ("", "ai.onnx")]:
+    ops = _SOFTMAX | _REDUCE | {"Concat", "Slice", "tflite.SOFTMAX", "tflite.STRIDED_SLICE"}
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op in ops]:
         x, out = node.inputs[0], node.outputs[0]
         s, so = x.type.shape, out.type.shape
         if s is None or so is None or len(s) <= limit or not all(isinstance(d, int) for d in s) or \
@@ -661,7 +686,29 @@ def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
         first, last = axes[0], axes[-1]
         if node.op in _REDUCE and len(so) != len(s):
             continue  # keepdims 0: the result's dims are not the operand's
-        if node.op == "Concat":
+        if node.op == "tflite.STRIDED_SLICE":
+            if len(axes) != 1:
+                continue
+            view, at = _axis_view(s, first, last)
+            k = first
+            a = node.attrs
+            b = 0 if a.get("begin_mask", 0) >> k & 1 else int(constant_array(node.inputs[1]).reshape(-1)[k])
+            e = s[k] if a.get("end_mask", 0) >> k & 1 else int(constant_array(node.inputs[2]).reshape(-1)[k])
+            st = int(constant_array(node.inputs[3]).reshape(-1)[k])
+            begin = [0] * len(view)
+            end, stride = list(view), [1] * len(view)
+            begin[at], end[at], stride[at] = b, e, st
+            dtype = constant_array(node.inputs[1]).dtype
+            bounds = [add_const(graph, f"{node.name}_{what}", np.asarray(vals, dtype))
+                      for what, vals in (("begin", begin), ("end", end), ("strides", stride))]
+            folded_ins = [folder._view(x, view, f"{x.name}_f{len(view)}")] + bounds
+            new_out, _ = _axis_view(so, first, last)
+            attrs = dict(node.attrs, begin_mask=0, end_mask=0)
+        elif node.op == "tflite.SOFTMAX":
+            view, _ = _axis_view(s, first, last)
+            folded_ins = [folder._view(x, view, f"{x.name}_f{len(view)}")]
+            new_out, attrs = view, dict(node.attrs)
+        elif node.op == "Concat":
             ins = [v for v in node.inputs]
             if any(v is None or v.type.shape is None or not all(isinstance(d, int) for d in v.type.shape) for v in ins):
                 continue
@@ -686,9 +733,10 @@ def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
                 attrs["axes"] = folder.ops.ints_attr("axes", [at])
                 rest = []
             folded_ins += rest
-        new = graph.add_op(node.op_type, folded_ins, [out.type.with_shape(new_out)],
+        new = graph.add_op(node.op_type, folded_ins, [out.type.with_shape(new_out)], domain=node.domain,
                            name=graph.fresh_name(node.name or node.op_type.lower()), attrs=attrs,
                            output_names=[f"{out.name}_f{len(new_out)}"]).output
+        new.quant = out.quant
         for u, i in graph.users(out):
             if folder.folder._absorbs(u, i):
                 graph.set_input(u, i, new)
