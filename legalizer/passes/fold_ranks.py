@@ -244,7 +244,8 @@ class _Folder:
         self.ctx.stats["operands_copied"] += 1
         array = constant_array(v)
         if array is not None:
-            return add_const(self.graph, f"{v.name}_full", np.ascontiguousarray(np.broadcast_to(array.reshape(shape), full)))
+            copied = np.ascontiguousarray(np.broadcast_to(array.reshape(shape), full))
+            return add_const(self.graph, f"{v.name}_full", copied)
         src, cur = v, list(shape)
         k = 0
         while k < len(full):
@@ -476,7 +477,8 @@ class _TransposeFolder:
             dims = [int(np.prod([sizes[order[k]] for k in m])) for m in merged]
             value = self._view(value, dims, f"{x.name}_f{len(dims)}")
             t = self.graph.add_op("Transpose", [value], [out.type.with_shape(tuple(dims[k] for k in mperm))],
-                                  name=self.graph.fresh_name((node.name or "transpose") + (f"_{k}" if len(steps) > 1 else "")),
+                                  name=self.graph.fresh_name((node.name or "transpose")
+                                                             + (f"_{k}" if len(steps) > 1 else "")),
                                   attrs={"perm": self.ops.ints_attr("perm", mperm)},
                                   output_names=[f"{out.name}_f{len(dims)}"])
             value = t.output
@@ -666,8 +668,9 @@ def _axes_of(node: Node, rank: int) -> Optional[List[int]]:
 def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
     """Each op that acts along some axes (``Softmax``, ``LogSoftmax``, ``Concat``, ``Slice``
     along one axis, a reduction along adjacent axes; TFLite's ``SOFTMAX`` and a
-    ``STRIDED_SLICE`` along one axis) above ``ctx.max_rank`` at rank 3 at most: the dims before the axes merge, the axes merge, the dims after merge, and the op
-    acts along the one merged axis. Static shapes, constant axes and slice bounds only."""
+    ``STRIDED_SLICE`` along one axis) above ``ctx.max_rank``, at rank 3 at most: the dims
+    before the axes merge, the axes merge, the dims after merge, and the op acts along the
+    one merged axis. Static shapes, constant axes and slice bounds only."""
     limit = ctx.max_rank
     if limit is None:
         return False
