@@ -236,7 +236,7 @@ for _t in (
     # tensor at rank <= 5 (transposes and broadcasts folded), static shapes.
     Target("qnn-htp", "mlir", ("split_variadic", "fold_transposes", "fold_matmuls", "fold_axis_ops",
                                "fold_gather_indices", "gather_bool_as_int32", "square_as_mul", "fold_ranks",
-                               "dead_code_elimination"),
+                               "fold_ranks_for_rank4_ops", "dead_code_elimination"),
            "Qualcomm HTP, onnxruntime's QNN EP", max_rank=5, static_shapes=True, backend="qnn-htp"),
 ):
     register_target(_t)

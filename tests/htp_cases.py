@@ -144,6 +144,13 @@ def axis_ops_rank6():
                    _ints("en", [4]), _ints("ax", [4]), _ints("s_out", [2, 6, 5, 8])])
 
 
+def tanh_rank5():
+    """A rank-5 Tanh and Max, which HTP refuses at rank 5 (it takes Add there)."""
+    nodes = [helper.make_node("Tanh", ["x"], ["t"], name="tanh"),
+             helper.make_node("Max", ["t", "floor"], ["y"], name="max")]
+    return _model(nodes, [("x", [2, 3, 4, 5, 6])], [("y", [2, 3, 4, 5, 6])], [_floats("floor", [1, 1, 1, 1, 6])])
+
+
 def mask_gathernd():
     """BERT's attention mask as torch.export writes ``mask[:, None, None, :]``: a GatherND of
     the boolean mask with rank-5 indices (HTP takes neither bool data nor those indices)."""
@@ -162,7 +169,7 @@ def mask_gathernd():
 
 KINDS: Dict[str, Callable] = {f.__name__: f for f in (window_partition, transpose_chain, two_sided_broadcast,
                                                       expand_chain, low_rank_operand, axis_ops_rank6)}
-# at rank <= 5, but a MatMul HTP refuses there
-MATMULS: Dict[str, Callable] = {f.__name__: f for f in (matmul_weights_rank5, matmul_rank6)}
+# at rank <= 5, but with ops HTP refuses there
+MATMULS: Dict[str, Callable] = {f.__name__: f for f in (matmul_weights_rank5, matmul_rank6, tanh_rank5)}
 CASES: Dict[str, Callable] = {**KINDS, **MATMULS, "rank4_already": rank4_already, "mask_gathernd": mask_gathernd,
                               "rms_norm": rms_norm}

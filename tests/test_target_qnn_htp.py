@@ -43,6 +43,8 @@ SHAPES = {
     # FullyConnected's rows; the batch dims of the rank-6 scores merged (the 1 gone)
     "matmul_weights_rank5": {"MatMul": [(24, 6)]},
     "matmul_rank6": {"MatMul": [(12, 4, 4)]},
+    # the region below rank 5: [2*3*4*5, 6] (the constant broadcasts along the last dim only)
+    "tanh_rank5": {"Tanh": [(120, 6)], "Max": [(120, 6)]},
 }
 
 

@@ -7,7 +7,8 @@ from .deploy_forms import (broadcast_to_as_concat, broadcast_to_as_tile, broadca
                            gather_bool_as_int32, square_as_mul,
                            one_sided_broadcast, reshape_constants_before_dequantize, reshape_forms)
 from .equalize_ranks import equalize_ranks
-from .fold_ranks import fold_axis_ops, fold_gather_indices, fold_matmuls, fold_ranks, fold_transposes
+from .fold_ranks import (fold_axis_ops, fold_gather_indices, fold_matmuls, fold_ranks, fold_ranks_for_rank4_ops,
+                         fold_transposes)
 from .explicit_broadcast import explicit_broadcast, lower_broadcast_in_dim, needs_explicit_broadcast
 from .legacy_broadcast import legacy_broadcast
 from .rank_agnostic import rank_agnostic, rank_agnostic_expand
@@ -20,4 +21,4 @@ __all__ = ["PassContext", "PassManager", "PassResult", "broadcast_to_as_concat",
            "gather_bool_as_int32", "square_as_mul",
            "one_sided_broadcast", "reshape_constants_before_dequantize", "reshape_forms",
            "explicit_broadcast", "lower_broadcast_in_dim", "needs_explicit_broadcast", "dead_code_elimination",
-           "equalize_ranks", "fold_axis_ops", "fold_gather_indices", "fold_matmuls", "fold_ranks", "fold_transposes", "legacy_broadcast", "rank_agnostic", "rank_agnostic_expand", "split_variadic"]
+           "equalize_ranks", "fold_axis_ops", "fold_gather_indices", "fold_matmuls", "fold_ranks", "fold_ranks_for_rank4_ops", "fold_transposes", "legacy_broadcast", "rank_agnostic", "rank_agnostic_expand", "split_variadic"]

@@ -754,3 +754,27 @@ def _int_attr(key: str, value: int):
     from onnx import helper
 
     return helper.make_attribute(key, value)
+
+
+# The elementwise ops HTP refuses at rank 5, which it takes at rank 4 (rules/qnn_htp.toml:
+# ElementWiseMaximum, ...Minimum, ...Power, Tanh, ...SquareRoot, ...Neg; error code 3110).
+RANK4_ELEMENTWISE = frozenset({"Max", "Min", "Pow", "Tanh", "Sqrt", "Neg"})
+
+
+def fold_ranks_for_rank4_ops(graph: Graph, ctx: PassContext) -> bool:
+    """The elementwise regions at ``ctx.max_rank`` with an op of ``RANK4_ELEMENTWISE`` in
+    them, folded as regions above the limit are, to a rank below it."""
+    limit = ctx.max_rank
+    if not limit:
+        return False
+    below = PassContext(rules=ctx.rules, stats=ctx.stats, assume_dynamic_not_one=ctx.assume_dynamic_not_one,
+                        max_rank=limit - 1)
+    folder = _Folder(graph, below)
+    seen: Set[int] = set()
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op in RANK4_ELEMENTWISE and len(n.outputs) == 1
+                 and n.outputs[0].type.shape is not None and len(n.outputs[0].type.shape) == limit]:
+        if node.id in seen or folder.rank(node) is None:
+            continue
+        changed |= folder.fold(folder.region(node, seen))
+    return changed
