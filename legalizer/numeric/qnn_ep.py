@@ -27,8 +27,9 @@ INSTALL_HINT = f"--provider qnn needs onnxruntime's QNN execution provider: {ins
 # The provider options every session gets: the HTP backend of one SoC, Snapdragon X Elite
 # (SC8380XP, HTP v73: Windows-on-Arm laptops). Without a SoC named, the x86 simulator's
 # default configuration fails the graph finalization of some graphs
-# ("QNN_COMMON_ERROR_MEM_ALLOC": a rank-5 transpose, any Where, ViT and Swin exports) that
-# it finalizes for any SoC named. A SoC named also turns on what the device does with a
+# ("QNN_COMMON_ERROR_MEM_ALLOC": a rank-5 transpose, a lone Where, the corpus's ViT export)
+# that it finalizes once a SoC is named (fp16 precision on or off; vtcm_mb,
+# htp_performance_mode and htp_arch do not fix the ViT). A SoC named also turns on what the device does with a
 # float32 model: its ops run at fp16 (enable_htp_fp16_precision, on by default).
 HTP_OPTIONS = {"backend_type": "htp", "soc_model": "SC8380XP"}
 _registered = False
