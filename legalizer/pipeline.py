@@ -222,8 +222,15 @@ def _rewrite(job: Run) -> None:
     spec = job.target
     job.res.ops_before = _op_counts(model)
     model.constraints = job.res.input_verification.constraints  # what the report lists, for emitters to assert
+    over = spec.interface_refusals(model.graph, options.level)
+    if over:  # before any work: nothing is written
+        raise BadInput(f"target '{spec.name}' takes rank <= {spec.rank_limit(options.level)}, and no legal form"
+                       f" keeps the model's interface: {', '.join(over)}")
     refused_before = spec.refused(model.graphs, options.level)
-    if options.static or (spec.backend is not None and job.dims):  # a backend takes static shapes
+    if spec.static_shapes and job.fmt.name == "onnx":  # (the target's: --dim's sizes, else 1)
+        if job.fmt.specialize(job) and _constraints_at_bound_sizes(job):
+            return
+    elif options.static or (spec.backend is not None and job.dims):  # a backend takes static shapes
         if not job.fmt.static_shapes:
             if options.static:
                 raise UsageError(f"--static makes a TFLite model's shapes static; {job.path} is {job.fmt.name}")

@@ -120,6 +120,27 @@ class Target:
                            " static shapes only")
         return why
 
+    def interface_refusals(self, graph, level: Optional[str] = None) -> List[str]:
+        """The graph inputs and outputs over the rank limit ("input 'x' has rank 6"): no legal form
+        keeps the model's interface, so legalizing cannot help them (and a fold around
+        them only adds reshapes the backend refuses too). The limit is the deployment
+        backend's own (a TOSA level's is judged on the emitted module)."""
+        if self.backend is None:
+            return []
+        from .verifier.backend_rules import backend
+
+        limit = backend(self.backend).max_rank
+        if limit is None:
+            return []
+        out = []
+        for kind, nodes in (("input", graph.inputs), ("output", graph.outputs)):
+            for node in nodes:
+                v = node.output if kind == "input" else node.inputs[0]
+                s = v.type.shape if v is not None else None
+                if s is not None and len(s) > limit:
+                    out.append(f"{kind} '{v.name}' has rank {len(s)}")
+        return out
+
     def refused(self, graphs, level: Optional[str] = None) -> List[dict]:
         """Every op of ``graphs`` (and their subgraphs) the backend refuses: node, op and
         reasons, for the report. Every value is some node's result: one look at each
@@ -197,7 +218,7 @@ for _t in (
     # of equal rank (the GPU delegate aligns a lower-rank operand from the left, LiteRT #8980).
     # BROADCAST_TO is folded into its consumers before the ranks fold (the consumer's
     # region then folds with it), the rest copied at the folded rank after.
-    Target("litert-gpu", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_tile", "equalize_ranks", "elementwise_at_rank4",
+    Target("litert-gpu", "tosa", _DEPLOY_HEAD + ("fold_axis_ops", "broadcast_to_as_tile", "equalize_ranks", "elementwise_at_rank4",
                                                  "reshape_forms", "reshape_constants_before_dequantize",
                                                  "dead_code_elimination"),
            "LiteRT's GPU delegate", max_rank=4, backend="litert-gpu"),
@@ -210,6 +231,13 @@ for _t in (
     Target("ethos-u55", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_concat", "fold_for_npu", "one_sided_broadcast",
                                                 "equalize_ranks", "reshape_forms", "dead_code_elimination"),
            "Vela's legacy core, U55/U65", max_rank=4, backend="ethos-u55"),
+    # Qualcomm's HTP through onnxruntime's QNN execution provider (its rules in
+    # rules/backends.toml and rules/qnn_htp.toml, found by scripts/qnn_htp_probe.py): every
+    # tensor at rank <= 5 (transposes and broadcasts folded), static shapes.
+    Target("qnn-htp", "mlir", ("split_variadic", "fold_transposes", "fold_matmuls", "fold_axis_ops",
+                               "fold_gather_indices", "gather_bool_as_int32", "square_as_mul", "fold_ranks",
+                               "fold_ranks_for_rank4_ops", "dead_code_elimination"),
+           "Qualcomm HTP, onnxruntime's QNN EP", max_rank=5, static_shapes=True, backend="qnn-htp"),
 ):
     register_target(_t)
 DEFAULT_TARGET = "tosa"

@@ -226,6 +226,34 @@ def const_rows_add(dtype):
     return m.build(m.binary("ADD", x, m.const("c", [3, 1, 8], seed=4), [3, 4, 8], "y"))
 
 
+def gqa_strided_slice(dtype):
+    """GQA's query groups as TF converts them: a rank-5 view sliced along one axis
+    (STRIDED_SLICE), then a broadcast over the other half."""
+    m = _Model(dtype)
+    q = m.input("q", [1, 8, 8, 16])
+    q5 = m.reshape(q, [1, 2, 4, 8, 16], "q5")
+    y = m.t("half", [1, 2, 2, 8, 16])
+    m.ops.append(op("STRIDED_SLICE", [q5, m.ints("b", [0, 0, 0, 0, 0]), m.ints("e", [1, 2, 2, 8, 16]),
+                                      m.ints("s", [1, 1, 1, 1, 1])], [y], "StridedSliceOptions", begin_mask=0,
+                    end_mask=0))
+    return m.build(m.reshape(y, [1, 4, 8, 16], "y"))
+
+
+def softmax_mask_5d(dtype):
+    """Attention probabilities of a 5-D masked score: SOFTMAX at rank 5."""
+    m = _Model(dtype)
+    s, mask = m.input("s", [1, 8, 8, 8]), m.input("mask", [1, 8, 8])
+    s5 = m.reshape(s, [1, 2, 4, 8, 8], "s5")
+    m5 = m.reshape(mask, [1, 1, 1, 8, 8], "m5")
+    y5 = m.binary("ADD", s5, m5, [1, 2, 4, 8, 8], "y5")
+    p5 = m.t("p5", [1, 2, 4, 8, 8])
+    m.ops.append(op("SOFTMAX", [y5], [p5], "SoftmaxOptions", beta=1.0))
+    return m.build(m.reshape(p5, [1, 8, 8, 8], "y"))
+
+
+# LiteRT's GPU only (the axis ops Vela's tests do not take)
+AXIS_CASES: Dict[str, Callable] = {f.__name__: f for f in (gqa_strided_slice, softmax_mask_5d)}
+
 CASES: Dict[str, Callable] = {f.__name__: f for f in (
     gqa_repeat_kv, mask_5d, mask_5d_broadcast_to, expand_dims_mul, squeeze_add, mixed_rank_3_4, mixed_rank_1_4,
     mixed_rank_2_4, mixed_rank_2_3, mixed_rank_3_4_two_sided, broadcast_to_add, broadcast_to_output, rank5_chain,

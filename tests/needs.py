@@ -29,6 +29,7 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     "mlir": ("iree.compiler",),  # MLIR's parser (tosa-opt for the older TOSA syntax: the tool below)
     "ray": ("ray",),
     "vela": ("ethosu.vela",),
+    "qnn": ("onnxruntime_qnn",),
     "sandbox": ("pyseccomp",),
     "docs": ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"),
     "viewer": ("model_explorer", "model_explorer_onnx", "ai_edge_model_explorer_adapter"),

@@ -80,7 +80,7 @@ def test_a_provider_no_runtime_serves_is_refused(tmp_path):
     src = tmp_path / "chain.onnx"
     onnx.save(_chain(2.0), src)
     code, out, err = cli_in_process(str(src), "--provider", PROVIDER)
-    assert code == 2 and err.strip().endswith("--provider must be auto, cpu or cuda, not 'toy'")
+    assert code == 2 and err.strip().endswith("--provider must be auto, cpu, cuda or qnn, not 'toy'")
 
 
 def test_a_runner_gives_values_unloaded_then_runs_loaded(toy):

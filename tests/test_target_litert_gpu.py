@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from deploy_cases import CASES, feeds
+from deploy_cases import AXIS_CASES, CASES, feeds
 from needs import require
 from tflite_build import build_tflite, op, tensor
 
@@ -270,3 +270,48 @@ def test_static_drops_the_constraints_on_the_dims_it_made_static(tmp_path, stati
     rep = res.report.to_json()
     assert [c["text"] for c in rep["constraints"]] == constraints
     assert rep["check"]["ok"]
+
+
+# Ops along axes at rank 5 (tests/deploy_cases.py's AXIS_CASES): what the delegate says of each original.
+AXIS_REFUSED_BEFORE = {
+    "gqa_strided_slice": {"RESHAPE": "Tensor dimensions must be less than 5. half",
+                          "STRIDED_SLICE": "Output shape mismatch"},
+    "softmax_mask_5d": {"ADD": "Tensor dimensions must be less than 5. s5",
+                        "RESHAPE": "Tensor dimensions must be less than 5. m5",
+                        "SOFTMAX": "Tensor dimensions must be less than 5. y5"},
+}
+AXIS_SHAPES = {"gqa_strided_slice": {"STRIDED_SLICE": [(2, 2, 128)]}, "softmax_mask_5d": {"SOFTMAX": [(64, 8)]}}
+
+
+def _legalize_axis(tmp_path, name):
+    data, shapes = AXIS_CASES[name]("float32")
+    src, out = tmp_path / f"{name}.tflite", tmp_path / f"{name}.legal.tflite"
+    src.write_bytes(data)
+    res = run(src, RunOptions(target="litert-gpu", output=out))
+    assert res.exit_code == 0, res.report.to_json()
+    return src, out, shapes, res.report
+
+
+@pytest.mark.parametrize("name", sorted(AXIS_CASES))
+def test_ops_along_an_axis_fold_to_the_gpus_rank(tmp_path, name):
+    src, out, shapes, report = _legalize_axis(tmp_path, name)
+    assert report.target_rules["refused_before"] and report.target_rules["refused_after"] == []
+    got = {}
+    for node in load_tflite(out).graph.ops():
+        got.setdefault(node.op_type, []).append(tuple(node.outputs[0].type.shape))
+        assert all(v is None or len(v.type.shape) <= 4 for v in list(node.inputs) + list(node.outputs)), node
+    for op_type, shapes_ in AXIS_SHAPES[name].items():
+        assert got[op_type] == shapes_
+
+
+@pytest.mark.parametrize("name", sorted(AXIS_CASES))
+def test_the_gpu_takes_the_folded_axis_ops_whole_and_matches_the_cpu(gpu, tmp_path, name):
+    src, out, shapes, _ = _legalize_axis(tmp_path, name)
+    before = litert_gpu.gpu_compile(str(src))
+    assert not before.ok and before.refused == AXIS_REFUSED_BEFORE[name]
+    inputs = feeds(shapes, "float32")
+    after = litert_gpu.gpu_compile(str(out), inputs)
+    assert after.ok, after.message
+    reference = run_tflite(str(src), inputs)
+    for key, want in reference.items():
+        np.testing.assert_allclose(after.outputs[key], want, rtol=1e-5, atol=1e-5)

@@ -60,6 +60,19 @@ class OnnxFormat(Format):
         return staged_model(proto, path, model.base_dir, force=force, protect=model.source, initializers=inits,
                             nodes=nodes)
 
+    def specialize(self, run) -> bool:
+        """A static-shape target's: the dims bound (``--dim``/``--input-shape``), else 1,
+        made static and the shape arithmetic folded (``numeric.static_onnx``); the check
+        binds the same sizes. Whether any dim was dynamic."""
+        from ..numeric.static_onnx import specialize_onnx
+
+        done = specialize_onnx(run.model, run.dims)
+        if done.bound:
+            run.dims.update(done.bound)
+            run.report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
+                                       + f": {done.shapes_set} input dims, {done.folded} shape values folded")
+        return bool(done.bound)
+
     def declared(self, model: Model):
         from ..numeric.ort import declared_shapes
 

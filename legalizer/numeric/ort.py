@@ -154,6 +154,8 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
     settings = settings_of(settings, **changes)
     runtime = runner_for(ONNX, settings.provider)
     used = runtime.names(settings.provider)  # (UsageError for a provider onnxruntime does not have)
+    if runtime.tolerance is not None and (settings.rtol, settings.atol) == (RTOL, ATOL):  # none given
+        settings = settings_of(settings, rtol=runtime.tolerance[0], atol=runtime.tolerance[1])
     declared = declarations(original, declared)
     given = as_arrays(inputs)
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
@@ -204,12 +206,19 @@ def loaded(runtime, model, provider: str, what: str, opened: list, ran: bool,
 def _load_both(original, legalized, provider, runtime, opened) -> Union[CheckResult, Tuple[Runner, Runner]]:
     """The original and the legalized model loaded on ``runtime`` (added to ``opened``),
     or the CheckResult of the one that does not load."""
-    ref = loaded(runtime, original, provider, "the original", opened, False, runtime.names(provider))
+    on = runtime.original or provider  # the original's provider: the reference's
+    home = runner_for(ONNX, on) if runtime.original else runtime
+    ref = loaded(home, original, on, "the original", opened, False, runtime.names(provider))
     if isinstance(ref, CheckResult):
         return ref
-    runtime.started(provider, ref)
-    new = loaded(runtime, legalized, provider, "the legalized model", opened, True, ref.provider)
-    return new if isinstance(new, CheckResult) else (ref, new)
+    home.started(on, ref)
+    new = loaded(runtime, legalized, provider, "the legalized model", opened, True,
+                 runtime.names(provider) if runtime.original else ref.provider)
+    if isinstance(new, CheckResult):
+        return new
+    if runtime.original:
+        runtime.started(provider, new)
+    return ref, new
 
 
 def _check(original, legalized, declared, given, fixed, runtime, opened, settings: CheckSettings, *, choices, hints,
@@ -218,7 +227,7 @@ def _check(original, legalized, declared, given, fixed, runtime, opened, setting
     if isinstance(loaded, CheckResult):
         return loaded
     ref, new = loaded
-    used = ref.provider
+    used = new.provider
     result = CheckResult(True, used)
     specs = input_specs(declared)
 

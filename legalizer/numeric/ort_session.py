@@ -17,13 +17,19 @@ from .runner import Runner
 # The execution providers each ``--provider`` choice asks for: "auto" is CUDA where
 # onnxruntime has it, else the CPU; a choice that names one must get it.
 EXECUTION = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
-REQUIRED = {"cuda": "CUDAExecutionProvider"}
+REQUIRED = {"cuda": "CUDAExecutionProvider", "qnn": "QNNExecutionProvider"}
 
 
 def providers(choice: str = "auto") -> List[str]:
-    """Execution providers for ``cpu``, ``cuda`` or ``auto`` (CUDA when present)."""
+    """Execution providers for ``cpu``, ``cuda``, ``qnn`` or ``auto`` (CUDA when present)."""
     import onnxruntime as ort
 
+    if choice == "qnn":  # a plugin EP: onnxruntime lists it only once registered (qnn_ep)
+        from .qnn_ep import EP_NAME, INSTALL_HINT, available as qnn_available
+
+        if not qnn_available():
+            raise UsageError(INSTALL_HINT)
+        return [EP_NAME]
     available = ort.get_available_providers()
     want = REQUIRED.get(choice)
     if want is not None and want not in available:
@@ -52,7 +58,12 @@ def session(model, provider_list: Sequence[str], basic: bool = False, arena: boo
 
     # Quiet: a binding the original rejects is an expected outcome, reported by us.
     ort.set_default_logger_severity(4)
-    opts = ort.SessionOptions()
+    if list(provider_list) == ["QNNExecutionProvider"]:  # HTP alone: a node it refuses fails the session
+        from .qnn_ep import session_options
+
+        opts = session_options()
+    else:
+        opts = ort.SessionOptions()
     opts.log_severity_level = 4
     if basic:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -62,6 +73,8 @@ def session(model, provider_list: Sequence[str], basic: bool = False, arena: boo
     # CUDA multiplies in TF32 by default: ~1e-3 relative, beyond the check's tolerance against
     # an fp32 reference (PyTorch on CPU, LiteRT); the check wants the model's fp32 numbers.
     providers = [(p, CUDA_OPTIONS) if p == "CUDAExecutionProvider" else p for p in provider_list]
+    if providers == ["QNNExecutionProvider"]:  # (given by the options' device)
+        return ort.InferenceSession(source, opts, disabled_optimizers=UNSAFE_OPTIMIZERS)
     # onnxruntime 1.32's WeightBiasQuantization quantizes the float weights of a Conv that
     # sits between QuantizeLinear/DequantizeLinear nodes per tensor, which loses the
     # per-channel precision a TFLite model's weights had (59 int8 steps off on a per-axis

@@ -43,6 +43,11 @@ class Runtime:
     confirm: Optional[Callable[[str, Runner], None]] = None
     reference: bool = True  # it runs the reference of --against (not the module compared)
     quantized: bool = False  # an integer output of its models is quantized: compared within one step
+    # The --provider the original runs on instead, as the reference of the legalized model
+    # on this one (None: both run here).
+    original: Optional[str] = None
+    # (rtol, atol) the check takes unless given: what its arithmetic needs (None: the check's).
+    tolerance: Optional[Tuple[float, float]] = None
 
     def runner(self, model, provider: str, **options) -> Runner:
         return self.make(model, provider, **options)
@@ -79,6 +84,13 @@ def _ort_confirm(provider: str, runner: Runner) -> None:
     confirm(provider, runner)
 
 
+# HTP runs a float32 model at fp16 (11 significant bits: each op rounds to 2^-11 = 4.9e-4
+# relative, and what the probe measured on single ops, rules/qnn_htp.toml, is within 2e-3
+# absolute on values of size 1-4). A model's outputs gather the roundings of every op on their
+# path: 1e-2 relative, and 1e-3 absolute for outputs near 0 (softmax probabilities, ...).
+QNN_TOLERANCE = (1e-2, 1e-3)
+
+
 def _litert(model, provider: str, *, what: str = "the model", subgraph=0, kernels: Optional[str] = None) -> Runner:
     """A ``.tflite`` (a path) on LiteRT, in the child; ``kernels`` None: its builtin
     kernels, or LiteRT's default resolver for a custom op only that runs (as the check
@@ -103,6 +115,10 @@ def _iree(model, provider: str, *, what: str = "the module") -> Runner:
 
 
 RUNTIMES: List[Runtime] = [
+    # --provider qnn: the legalized model on Qualcomm's HTP, against the original on the CPU
+    # (the `qnn` extra: onnxruntime-qnn)
+    Runtime("onnxruntime QNN HTP", (ONNX,), ("qnn",), _ort, label=lambda p: "QNNExecutionProvider", reference=False,
+            original="cpu", tolerance=QNN_TOLERANCE),
     Runtime("LiteRT", (TFLITE,), ANY, _litert, quantized=True),
     Runtime("onnxruntime", (ONNX,), ANY, _ort, label=_ort_label, confirm=_ort_confirm),
     Runtime("IREE llvm-cpu", (MODULE,), ANY, _iree, reference=False),

@@ -32,7 +32,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..ir.graph import CONST, OP, Graph, Node, Value
-from ..ir.types import all_static
+from ..ir.types import TensorType, all_static
 from ..oprules import RuleLookup
 from ..tflite_records import TFLITE_DOMAIN
 from .base import PassContext
@@ -449,3 +449,48 @@ def _constant_target(node: Node) -> bool:
     if len(node.inputs) < 2 or node.inputs[1] is None:
         return "new_shape" in node.attrs
     return constant_array(node.inputs[1]) is not None
+
+
+def gather_bool_as_int32(graph: Graph, ctx: PassContext) -> bool:
+    """A ``GatherND`` of boolean data (an attention mask's expansion, as torch.export
+    writes ``mask[:, None, None, :]``) gathers it as int32 between two ``Cast``s: HTP's
+    GatherNd refuses bool and int64 data at any rank and takes int32 (rules/qnn_htp.toml
+    probes float; the dtypes were tried the same way). Exact: 0 and 1 go there and back."""
+    from onnx import helper
+
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "GatherND"]:
+        data, out = node.inputs[0], node.outputs[0]
+        if data is None or data.type.dtype != "bool":
+            continue
+        as_int = graph.add_op("Cast", [data], [TensorType("int32", data.type.shape)], name=graph.fresh_name(f"{node.name}_to_int32"),
+                              attrs={"to": helper.make_attribute("to", 6)}, output_names=[f"{data.name}_int32"]).output
+        g = graph.add_op("GatherND", [as_int] + list(node.inputs[1:]), [TensorType("int32", out.type.shape)],
+                         name=graph.fresh_name(f"{node.name}_int32"), attrs=dict(node.attrs),
+                         output_names=[f"{out.name}_int32"]).output
+        back = graph.add_op("Cast", [g], [out.type], name=graph.fresh_name(f"{node.name}_to_bool"),
+                            attrs={"to": helper.make_attribute("to", 9)}, output_names=[f"{out.name}_bool"]).output
+        graph.replace_all_uses_with(out, back)
+        ctx.stats["gathers_retyped"] += 1
+        changed = True
+    return changed
+
+
+def square_as_mul(graph: Graph, ctx: PassContext) -> bool:
+    """``Pow(x, 2)`` as ``Mul(x, x)`` (the same correctly rounded square). onnxruntime-qnn
+    2.7.0 fuses an RMS norm written with ``Pow(x, 2)`` (Pow, ReduceMean, Add, Sqrt,
+    Reciprocal, Mul, Mul by the weight: Llama's, Mistral's, Qwen's) into one HTP op whose
+    graph then fails to finalize ("QNN_COMMON_ERROR_MEM_ALLOC", whatever the SoC, VTCM or
+    precision); written with ``Mul`` it is not fused, and runs."""
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "Pow"]:
+        exponent = constant_array(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+        x, out = node.inputs[0], node.outputs[0]
+        if exponent is None or exponent.size != 1 or float(exponent.reshape(())) != 2.0 or x.type.shape != out.type.shape:
+            continue
+        sq = graph.add_op("Mul", [x, x], [out.type], name=graph.fresh_name(f"{node.name or 'pow'}_square"),
+                          output_names=[f"{out.name}_square"]).output
+        graph.replace_all_uses_with(out, sq)
+        ctx.stats["squares_as_mul"] += 1
+        changed = True
+    return changed

@@ -141,7 +141,10 @@ class _Folder:
     def _rank(self, node: Node) -> Optional[int]:
         if node.kind != OP or len(node.outputs) != 1 or node.attrs and any(True for _ in node.subgraphs()):
             return None
-        if node.op not in self.unary:
+        if node.op == "Expand":  # a broadcast of operand 0 to a constant shape (rewritten with the fold)
+            if len(node.inputs) != 2 or node.inputs[1] is None or constant_array(node.inputs[1]) is None:
+                return None
+        elif node.op not in self.unary:
             found = self.lookup(node)
             if found is None:
                 return None
@@ -151,7 +154,7 @@ class _Folder:
         shape = node.outputs[0].type.shape
         if shape is None:
             return None
-        values = [v for v in node.inputs if v is not None] + [node.outputs[0]]
+        values = [v for v in node.inputs[:1 if node.op == "Expand" else None] if v is not None] + [node.outputs[0]]
         for v in values:
             s = v.type.shape
             if s is None or len(s) > len(shape) or 0 in s or (v.quant is not None and v.quant.per_axis):
@@ -185,6 +188,9 @@ class _Folder:
         values = outs + list(edge.values())
         shapes = [(1,) * (R - len(v.type.shape)) + tuple(v.type.shape) for v in values]
         size, groups = _dim_groups(shapes, R)
+        limit = self.ctx.max_rank
+        if limit and len(groups) > limit and self._expand_operands(region, edge, shapes[len(outs):], size, limit):
+            return self.fold(region)  # at the shapes the copies made
         if len(groups) >= R:
             return False
         new_out = [_folded(s, groups, size) for s in shapes[:len(outs)]]
@@ -201,6 +207,75 @@ class _Folder:
         self.ctx.stats["ranks_folded"] += R - len(groups)
         return True
 
+    def _expand_operands(self, region: _Region, edge: Dict[int, Value], shapes: List[Tuple], size: List,
+                         limit: int) -> bool:
+        """Where the region's broadcasts keep it above ``limit`` even folded (operands
+        broadcast along alternate dims): operands copied to the region's full shape, the
+        smallest first, until it folds within the limit. Each copy is made at rank 3 at
+        most (a run of broadcast dims between the dims before and after it, merged), so the
+        copies stay within the limit themselves. Static shapes only; False: none made."""
+        if any(d is _CONFLICT or not isinstance(d, int) for d in size):
+            return False
+        full = tuple(size)
+        cands = sorted(((v, s) for v, s in zip(edge.values(), shapes) if s != full),
+                       key=lambda vs: int(np.prod(vs[1])))
+        chosen, left = [], [s for s in shapes]
+        outs = [tuple(n.outputs[0].type.shape) for n in region.nodes]
+        for v, s in cands:
+            chosen.append(v)
+            left = [full if x is s else x for x in left]
+            if len(_dim_groups(outs + left, len(full))[1]) <= limit:
+                break
+        else:
+            if len(_dim_groups(outs + left, len(full))[1]) > limit:
+                return False
+        for v, s in zip(edge.values(), shapes):
+            if v in chosen:
+                copy = self._copied(v, s, full)
+                for n in region.nodes:
+                    for i, u in enumerate(n.inputs):
+                        if u is v:
+                            self.graph.set_input(n, i, copy)
+        return True
+
+    def _copied(self, v: Value, shape: Tuple, full: Tuple) -> Value:
+        """``v`` (at ``shape``, the region's rank) copied to ``full``: at compile time for a
+        constant; else an ``Expand`` for each run of broadcast dims, at rank 3."""
+        self.ctx.stats["operands_copied"] += 1
+        array = constant_array(v)
+        if array is not None:
+            copied = np.ascontiguousarray(np.broadcast_to(array.reshape(shape), full))
+            return add_const(self.graph, f"{v.name}_full", copied)
+        src, cur = v, list(shape)
+        k = 0
+        while k < len(full):
+            if cur[k] == full[k]:
+                k += 1
+                continue
+            end = k
+            while end < len(full) and cur[end] != full[end]:
+                end += 1
+            before, after = int(np.prod(cur[:k])), int(np.prod(cur[end:]))
+            run = int(np.prod(full[k:end]))
+            x = self._operand_view(src, [before, 1, after], v)
+            to = add_const(self.graph, f"{v.name}_x{k}_shape", np.asarray([before, run, after], np.int64))
+            src = self.graph.add_op("Expand", [x, to], [v.type.with_shape((before, run, after))],
+                                    name=self.graph.fresh_name(f"{v.name}_copy{k}"),
+                                    output_names=[f"{v.name}_x{k}"]).output
+            cur[k:end] = full[k:end]
+            k = end
+        return self._reshape(src, list(full), v.type.with_shape(full), f"{v.name}_full", v)
+
+    def _operand_view(self, v: Value, dims: List[int], like: Value) -> Value:
+        src = v
+        prod = v.producer
+        if prod is not None and prod.kind == OP and prod.op in RESHAPES and prod.inputs \
+                and prod.inputs[0] is not None and prod.inputs[0].quant == v.quant:
+            src = prod.inputs[0]
+        if src.type.shape is not None and list(src.type.shape) == dims:
+            return src
+        return self._reshape(src, dims, like.type.with_shape(tuple(dims)), f"{like.name}_f{len(dims)}", like)
+
     def _outside(self, region: _Region, u: Node) -> bool:
         return u.id not in region.ids or u.graph is not self.graph
 
@@ -208,7 +283,7 @@ class _Folder:
         """Operands of the region made outside it, by id."""
         edge: Dict[int, Value] = {}
         for n in region.nodes:
-            for v in n.inputs:
+            for v in n.inputs[:1] if n.op == "Expand" else n.inputs:
                 if v is not None and (v.producer is None or v.producer.graph is not self.graph
                                       or v.producer.id not in region.ids):
                     edge[id(v)] = v
@@ -232,9 +307,14 @@ class _Folder:
         """The fold itself: operands at the edge folded, results given their folded
         shapes, and reshaped back for the users outside that do not absorb them."""
         for n in region.nodes:
-            for i, v in enumerate(n.inputs):
+            for i, v in enumerate(n.inputs[:1] if n.op == "Expand" else n.inputs):
                 if v is not None and id(v) in edge:
                     self.graph.set_input(n, i, self._operand(v, new_edge[id(v)]))
+        folded = dict((id(v), s) for v, s in results)
+        for n in region.nodes:
+            if n.op == "Expand":  # its shape: the result's, folded
+                shape = np.asarray(folded[id(n.outputs[0])], np.int64)
+                self.graph.set_input(n, 1, add_const(self.graph, f"{n.outputs[0].name}_shape", shape))
         old_types = {id(v): v.type for v, _ in results}
         for v, s in results:
             v.type = v.type.with_shape(s)
@@ -312,6 +392,388 @@ def fold_ranks(graph: Graph, ctx: PassContext) -> bool:
     starts = sorted((n for n in graph.unordered_nodes() if n.kind == OP and len(n.outputs) == 1
                      and (s := n.outputs[0].type.shape) is not None and len(s) > limit), key=lambda n: n.id)
     for node in starts:
+        if node.id in seen or folder.rank(node) is None:
+            continue
+        changed |= folder.fold(folder.region(node, seen))
+    return changed
+
+
+# -- transposes --------------------------------------------------------------------------
+
+def _transpose_groups(shape: Sequence[int], perm: Sequence[int]) -> Tuple[List[List[int]], List[int]]:
+    """A transpose's input dims in groups that stay adjacent and in order through it
+    (size-1 dims dropped: a reshape removes them), in input order, and the permutation of
+    the groups (output position -> group)."""
+    kept = [k for k in range(len(shape)) if shape[k] != 1]
+    place = {k: i for i, k in enumerate(kept)}
+    by_out: List[List[int]] = []
+    for p in (p for p in perm if shape[p] != 1):
+        if by_out and place[p] == place[by_out[-1][-1]] + 1:
+            by_out[-1].append(p)
+        else:
+            by_out.append([p])
+    groups = sorted(by_out, key=lambda g: g[0])
+    return groups, [groups.index(g) for g in by_out]
+
+
+def _block_swaps(perm: Sequence[int], limit: int) -> List[Tuple[List[int], List[int]]]:
+    """``perm`` (of groups, output position -> input position) as transposes of at most
+    ``limit`` dims each: each step brings the next wanted group forward past the block
+    before it (dims: before, block, group, after - rank 4 at most). Each step is (the
+    current order of groups, the step's permutation of those groups) after merging."""
+    if len(perm) <= limit:
+        return [(list(range(len(perm))), list(perm))]
+    cur = list(range(len(perm)))
+    steps = []
+    for i, want in enumerate(perm):
+        j = cur.index(want)
+        if j == i:
+            continue
+        steps.append((list(cur), list(range(i)) + [j] + list(range(i, j)) + list(range(j + 1, len(cur)))))
+        cur = cur[:i] + [want] + cur[i:j] + cur[j + 1:]
+    return steps
+
+
+class _TransposeFolder:
+    def __init__(self, graph: Graph, ctx: PassContext):
+        self.graph, self.ctx = graph, ctx
+        self.ops = ops_for(graph)
+        self.folder = _Folder(graph, ctx)
+
+    def _source(self, v: Value) -> Value:
+        """What ``v`` is a row-major reshape of (through reshapes), or ``v``."""
+        while v.producer is not None and v.producer.kind == OP and v.producer.op in RESHAPES \
+                and v.producer.inputs and v.producer.inputs[0] is not None and v.producer.inputs[0].quant == v.quant:
+            v = v.producer.inputs[0]
+        return v
+
+    def _view(self, v: Value, shape: Sequence[int], base: str) -> Value:
+        array = constant_array(v)
+        if array is not None and array.size == int(np.prod(shape)):  # at compile time
+            self.ctx.stats["constants_folded"] += 1
+            return add_const(self.graph, base, array.reshape(tuple(shape)), v.quant)
+        src = self._source(v)
+        if src.type.shape is not None and tuple(src.type.shape) == tuple(shape):
+            return src
+        return self.folder._reshape(src, list(shape), v.type.with_shape(tuple(shape)), base, v)
+
+    def fold(self, node: Node, limit: int) -> bool:
+        x, out = node.inputs[0], node.outputs[0]
+        shape, result = x.type.shape, out.type.shape
+        if shape is None or result is None or not all(isinstance(d, int) for d in shape) or \
+                len(shape) <= limit or 0 in shape:
+            return False
+        perm_attr = node.attrs.get("perm")
+        perm = list(perm_attr.ints) if perm_attr is not None else list(range(len(shape)))[::-1]
+        groups, gperm = _transpose_groups(shape, perm)
+        sizes = [int(np.prod([shape[k] for k in g])) for g in groups] or [1]
+        if not groups:
+            gperm = [0]
+        value = x
+        steps = _block_swaps(gperm, limit)
+        for k, (order, step) in enumerate(steps):
+            # merge the groups the step keeps adjacent and in order
+            merged, mperm = _transpose_groups([sizes[g] for g in order], step)
+            dims = [int(np.prod([sizes[order[k]] for k in m])) for m in merged]
+            value = self._view(value, dims, f"{x.name}_f{len(dims)}")
+            t = self.graph.add_op("Transpose", [value], [out.type.with_shape(tuple(dims[k] for k in mperm))],
+                                  name=self.graph.fresh_name((node.name or "transpose")
+                                                             + (f"_{k}" if len(steps) > 1 else "")),
+                                  attrs={"perm": self.ops.ints_attr("perm", mperm)},
+                                  output_names=[f"{out.name}_f{len(dims)}"])
+            value = t.output
+        for u, i in self.graph.users(out):
+            if self.folder._absorbs(u, i):  # a reshape to a constant shape reads the fold itself
+                self.graph.set_input(u, i, value)
+        if self.graph.users(out):  # the rest, and a graph output (which keeps its name), the shape it had
+            self.graph.replace_all_uses_with(out, self.folder._reshape(value, list(result), out.type,
+                                                                       f"{out.name}_unfolded"))
+        self.ctx.stats["transposes_folded"] += 1
+        return True
+
+
+def fold_transposes(graph: Graph, ctx: PassContext) -> bool:
+    """Each ``Transpose`` above ``ctx.max_rank`` at the lowest rank its permutation needs:
+    the dims it keeps adjacent and in order merge, size-1 dims go; one that still needs
+    more dims becomes a chain of transposes of at most 4 (each brings one group of dims
+    forward past the block before it). Reshapes in and out are absorbed as rank folding
+    absorbs them. Static shapes only."""
+    limit = ctx.max_rank
+    if limit is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "Transpose"]:
+        changed |= folder.fold(node, limit)
+    return changed
+
+
+# -- matrix products ---------------------------------------------------------------------
+
+# The highest rank of the activation a MatMul by a constant matrix may have on the backends
+# that make it a fully connected layer (HTP's FullyConnected: rank <= 4, onnxruntime-qnn
+# #377; rules/qnn_htp.toml's MatMul:weights row).
+FULLY_CONNECTED_RANK = 4
+
+
+def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
+    """Each ``MatMul`` of static shapes at a rank its backend refuses, at rank 2 or 3: by a
+    constant matrix ([..., M, K] x [K, N]) above rank ``FULLY_CONNECTED_RANK``, the leading
+    dims merge into the rows ([P*M, K] x [K, N]); of two activations above
+    ``ctx.max_rank``, the batch dims that both operands have alike merge (as rank folding
+    merges dims). The result is reshaped back, or read folded by a reshape after it."""
+    limit = ctx.max_rank
+    if limit is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "MatMul"]:
+        a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+        shapes = [v.type.shape for v in (a, b, out)]
+        if any(s is None or not all(isinstance(d, int) for d in s) or 0 in s for s in shapes):
+            continue
+        sa, sb, so = (tuple(s) for s in shapes)
+        if len(sb) == 2 and constant_array(b) is not None and len(sa) > FULLY_CONNECTED_RANK:
+            rows = int(np.prod(sa[:-1]))
+            new_a, new_b, new_out = (rows, sa[-1]), sb, (rows, sb[-1])
+        elif len(so) > limit and len(sa) == len(sb) == len(so):
+            size, groups = _dim_groups([sa[:-2], sb[:-2], so[:-2]], len(so) - 2)
+            if len(groups) + 2 > limit or any(size[g[0]] is _CONFLICT for g in groups):
+                continue
+            fold = lambda s: tuple(_folded(s[:-2], groups, size)) + tuple(s[-2:])  # noqa: E731
+            new_a, new_b, new_out = fold(sa), fold(sb), fold(so)
+        else:
+            continue
+        fa = folder._view(a, new_a, f"{a.name}_f{len(new_a)}")
+        fb = b if new_b == sb else folder._view(b, new_b, f"{b.name}_f{len(new_b)}")
+        mm = graph.add_op("MatMul", [fa, fb], [out.type.with_shape(new_out)], name=graph.fresh_name(node.name or "matmul"),
+                          output_names=[f"{out.name}_f{len(new_out)}"]).output
+        for u, i in graph.users(out):
+            if folder.folder._absorbs(u, i):
+                graph.set_input(u, i, mm)
+        if graph.users(out):
+            graph.replace_all_uses_with(out, folder.folder._reshape(mm, list(so), out.type, f"{out.name}_unfolded"))
+        ctx.stats["matmuls_folded"] += 1
+        changed = True
+    return changed
+
+
+# -- gathers -----------------------------------------------------------------------------
+
+# The highest rank of a GatherND's indices HTP takes (rules/qnn_htp.toml's GatherND row).
+INDEX_RANK = 4
+
+
+def fold_gather_indices(graph: Graph, ctx: PassContext) -> bool:
+    """Each ``GatherND`` (``batch_dims`` 0) whose indices are over ``INDEX_RANK``, with the
+    indices' leading dims merged: [..., K] -> [N, K] (a constant at compile time), the
+    result [N, ...] reshaped back (or read folded by a reshape after it). An attention
+    mask's expansion exported as a rank-5 GatherND (``mask[:, None, None, :]``) is one."""
+    if ctx.max_rank is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "GatherND"]:
+        bd = node.attrs.get("batch_dims")
+        data, idx, out = node.inputs[0], node.inputs[1], node.outputs[0]
+        shapes = [v.type.shape for v in (data, idx, out)]
+        if (bd is not None and bd.i != 0) or any(s is None or not all(isinstance(d, int) for d in s) for s in shapes) \
+                or len(shapes[1]) <= INDEX_RANK:
+            continue
+        lead = int(np.prod(shapes[1][:-1]))
+        k = shapes[1][-1]
+        new_out = (lead,) + tuple(shapes[0][k:])
+        fi = folder._view(idx, (lead, k), f"{idx.name}_f2")
+        g = graph.add_op("GatherND", [data, fi], [out.type.with_shape(new_out)], name=graph.fresh_name(node.name or "gathernd"),
+                         output_names=[f"{out.name}_f{len(new_out)}"]).output
+        for u, i in graph.users(out):
+            if folder.folder._absorbs(u, i):
+                graph.set_input(u, i, g)
+        if graph.users(out):
+            graph.replace_all_uses_with(out, folder.folder._reshape(g, list(shapes[2]), out.type, f"{out.name}_unfolded"))
+        ctx.stats["gathers_folded"] += 1
+        changed = True
+    return changed
+
+
+# -- ops along axes ------------------------------------------------------------------------
+
+_SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
+_REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                     "ReduceLogSumExp", "ReduceSumSquare"})
+
+
+def _axis_view(shape: Sequence[int], first: int, last: int) -> Tuple[Tuple[int, ...], int]:
+    """``shape`` as [the dims before], [first..last], [the dims after], each merged (an
+    empty side left out), and where the acted-on dim lands."""
+    pre, mid, post = shape[:first], shape[first:last + 1], shape[last + 1:]
+    out = ([int(np.prod(pre))] if pre else []) + [int(np.prod(mid))] + ([int(np.prod(post))] if post else [])
+    return tuple(out), 1 if pre else 0
+
+
+def _strided_axes(node: Node, shape: Sequence[int]) -> Optional[List[int]]:
+    """The dims a TFLite ``STRIDED_SLICE`` does not take whole (constant bounds, no
+    ellipsis, new or shrunk axes), None otherwise."""
+    a = node.attrs
+    if any(a.get(k) for k in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask", "offset")):
+        return None
+    bounds = [constant_array(v) if v is not None else None for v in node.inputs[1:4]]
+    if len(bounds) != 3 or any(b is None for b in bounds):
+        return None
+    begin, end, stride = (b.reshape(-1).tolist() for b in bounds)
+    if not len(begin) == len(end) == len(stride) == len(shape):
+        return None
+    acted = []
+    for k, d in enumerate(shape):
+        b = 0 if a.get("begin_mask", 0) >> k & 1 else begin[k]
+        e = d if a.get("end_mask", 0) >> k & 1 else end[k]
+        if not (stride[k] == 1 and b in (0, -d) and (e >= d or e == 0 and a.get("end_mask", 0) >> k & 1)):
+            acted.append(k)
+    return acted or [len(shape) - 1]
+
+
+def _axes_of(node: Node, rank: int) -> Optional[List[int]]:
+    """The axes ``node`` acts along (normalized, sorted), None when not constant or known."""
+    op, opset = node.op, node.graph.opsets.get("", 13) if node.graph is not None else 13
+    if op == "tflite.SOFTMAX":
+        return [rank - 1]
+    if op == "tflite.STRIDED_SLICE":
+        return _strided_axes(node, node.inputs[0].type.shape)
+    if op in _SOFTMAX:
+        if opset < 13:
+            return None  # (before 13: the input coerced to 2-D at the axis, not one axis)
+        a = node.attrs.get("axis")
+        axes = [a.i if a is not None else -1]
+    elif op == "Concat":
+        axes = [node.attrs["axis"].i]
+    elif op == "Slice":
+        if len(node.inputs) < 4 or node.inputs[3] is None:
+            return None
+        got = constant_array(node.inputs[3])
+        axes = None if got is None else got.reshape(-1).tolist()
+    else:  # a reduction: axes as its input (ReduceSum 13+, all 18+) or attribute
+        if len(node.inputs) > 1 and node.inputs[1] is not None:
+            got = constant_array(node.inputs[1])
+            axes = None if got is None else got.reshape(-1).tolist()
+        else:
+            a = node.attrs.get("axes")
+            axes = list(a.ints) if a is not None else None
+        if axes is None or not axes:
+            return None
+    if axes is None:
+        return None
+    return sorted(a % rank for a in axes)
+
+
+def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
+    """Each op that acts along some axes (``Softmax``, ``LogSoftmax``, ``Concat``, ``Slice``
+    along one axis, a reduction along adjacent axes; TFLite's ``SOFTMAX`` and a
+    ``STRIDED_SLICE`` along one axis) above ``ctx.max_rank``, at rank 3 at most: the dims
+    before the axes merge, the axes merge, the dims after merge, and the op acts along the
+    one merged axis. Static shapes, constant axes and slice bounds only."""
+    limit = ctx.max_rank
+    if limit is None:
+        return False
+    folder = _TransposeFolder(graph, ctx)
+    changed = False
+    ops = _SOFTMAX | _REDUCE | {"Concat", "Slice", "tflite.SOFTMAX", "tflite.STRIDED_SLICE"}
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op in ops]:
+        x, out = node.inputs[0], node.outputs[0]
+        s, so = x.type.shape, out.type.shape
+        if s is None or so is None or len(s) <= limit or not all(isinstance(d, int) for d in s) or \
+                not all(isinstance(d, int) for d in so):
+            continue
+        axes = _axes_of(node, len(s))
+        if axes is None or axes != list(range(axes[0], axes[-1] + 1)) or (node.op == "Slice" and len(axes) != 1):
+            continue
+        first, last = axes[0], axes[-1]
+        if node.op in _REDUCE and len(so) != len(s):
+            continue  # keepdims 0: the result's dims are not the operand's
+        if node.op == "tflite.STRIDED_SLICE":
+            if len(axes) != 1:
+                continue
+            view, at = _axis_view(s, first, last)
+            k = first
+            a = node.attrs
+            b = 0 if a.get("begin_mask", 0) >> k & 1 else int(constant_array(node.inputs[1]).reshape(-1)[k])
+            e = s[k] if a.get("end_mask", 0) >> k & 1 else int(constant_array(node.inputs[2]).reshape(-1)[k])
+            st = int(constant_array(node.inputs[3]).reshape(-1)[k])
+            begin = [0] * len(view)
+            end, stride = list(view), [1] * len(view)
+            begin[at], end[at], stride[at] = b, e, st
+            dtype = constant_array(node.inputs[1]).dtype
+            bounds = [add_const(graph, f"{node.name}_{what}", np.asarray(vals, dtype))
+                      for what, vals in (("begin", begin), ("end", end), ("strides", stride))]
+            folded_ins = [folder._view(x, view, f"{x.name}_f{len(view)}")] + bounds
+            new_out, _ = _axis_view(so, first, last)
+            attrs = dict(node.attrs, begin_mask=0, end_mask=0)
+        elif node.op == "tflite.SOFTMAX":
+            view, _ = _axis_view(s, first, last)
+            folded_ins = [folder._view(x, view, f"{x.name}_f{len(view)}")]
+            new_out, attrs = view, dict(node.attrs)
+        elif node.op == "Concat":
+            ins = [v for v in node.inputs]
+            if any(v is None or v.type.shape is None or not all(isinstance(d, int) for d in v.type.shape) for v in ins):
+                continue
+            views = [_axis_view(v.type.shape, first, last) for v in ins]
+            folded_ins = [folder._view(v, view, f"{v.name}_f{len(view)}") for v, (view, _) in zip(ins, views)]
+            new_out, at = _axis_view(so, first, last)
+            attrs = {"axis": _int_attr("axis", at)}
+        else:
+            view, at = _axis_view(s, first, last)
+            new_out, _ = _axis_view(so, first, last)
+            folded_ins = [folder._view(x, view, f"{x.name}_f{len(view)}")]
+            attrs = {k: v for k, v in node.attrs.items() if k not in ("axis", "axes")}
+            if node.op in _SOFTMAX:
+                attrs["axis"] = _int_attr("axis", at)
+                rest = []
+            elif node.op == "Slice":
+                rest = list(node.inputs[1:3]) + [add_const(graph, f"{node.name}_axes", np.asarray([at], np.int64))] + \
+                    list(node.inputs[4:])
+            elif len(node.inputs) > 1:  # axes as an input
+                rest = [add_const(graph, f"{node.name}_axes", np.asarray([at], np.int64))]
+            else:
+                attrs["axes"] = folder.ops.ints_attr("axes", [at])
+                rest = []
+            folded_ins += rest
+        new = graph.add_op(node.op_type, folded_ins, [out.type.with_shape(new_out)], domain=node.domain,
+                           name=graph.fresh_name(node.name or node.op_type.lower()), attrs=attrs,
+                           output_names=[f"{out.name}_f{len(new_out)}"]).output
+        new.quant = out.quant
+        for u, i in graph.users(out):
+            if folder.folder._absorbs(u, i):
+                graph.set_input(u, i, new)
+        if graph.users(out):
+            graph.replace_all_uses_with(out, folder.folder._reshape(new, list(so), out.type, f"{out.name}_unfolded"))
+        ctx.stats["axis_ops_folded"] += 1
+        changed = True
+    return changed
+
+
+def _int_attr(key: str, value: int):
+    from onnx import helper
+
+    return helper.make_attribute(key, value)
+
+
+# The elementwise ops HTP refuses at rank 5, which it takes at rank 4 (rules/qnn_htp.toml:
+# ElementWiseMaximum, ...Minimum, ...Power, Tanh, ...SquareRoot, ...Neg; error code 3110).
+RANK4_ELEMENTWISE = frozenset({"Max", "Min", "Pow", "Tanh", "Sqrt", "Neg"})
+
+
+def fold_ranks_for_rank4_ops(graph: Graph, ctx: PassContext) -> bool:
+    """The elementwise regions at ``ctx.max_rank`` with an op of ``RANK4_ELEMENTWISE`` in
+    them, folded as regions above the limit are, to a rank below it."""
+    limit = ctx.max_rank
+    if not limit:
+        return False
+    below = PassContext(rules=ctx.rules, stats=ctx.stats, assume_dynamic_not_one=ctx.assume_dynamic_not_one,
+                        max_rank=limit - 1)
+    folder = _Folder(graph, below)
+    seen: Set[int] = set()
+    changed = False
+    for node in [n for n in graph.nodes() if n.kind == OP and n.op in RANK4_ELEMENTWISE and len(n.outputs) == 1
+                 and n.outputs[0].type.shape is not None and len(n.outputs[0].type.shape) == limit]:
         if node.id in seen or folder.rank(node) is None:
             continue
         changed |= folder.fold(folder.region(node, seen))

@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional
 
-from ..ir.graph import OP, Node
+from ..ir.graph import CONST, OP, Node
 from ..ir.types import all_static
 from ..oprules import RuleLookup, builtin_rules, frontend_rules, table_text
 from ..tflite_records import TFLITE_DOMAIN
@@ -47,6 +47,12 @@ class Backend:
     shape_operands: bool = False
     shape_reason: str = ""
     refused: Mapping[str, str] = field(default_factory=dict)
+    # "onnx": the backend takes ONNX ops themselves (onnxruntime's QNN EP), judged by their
+    # own names; "tflite" (default): TFLite ops, an ONNX op as the one it converts to.
+    ops: str = "tflite"
+    # rules/NAME: the ranks at which the backend takes each op, as its own validation found
+    # them (scripts/qnn_htp_probe.py); an op it lists is judged by it, not by max_rank.
+    op_ranks: str = ""
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,9 +72,42 @@ def converts_to() -> Mapping[str, str]:
     return {r.onnx: op.split(".", 1)[1] for op, r in frontend_rules(TFLITE_DOMAIN).items() if r.onnx}
 
 
-def _as(node: Node) -> Optional[str]:
-    """The TFLite op ``node`` is judged as: itself, or for an ONNX op the one it converts
-    to (None: an ONNX op the table does not map); "" for a node of neither."""
+@functools.lru_cache(maxsize=None)
+def op_ranks(name: str) -> Mapping[str, tuple]:
+    """Op (``OP`` or ``OP:variant``) -> (the ranks the backend takes, {rank: its words for
+    refusing the op at that rank}), from the table ``rules/NAME``. An op's first row also
+    stands for the op itself."""
+    data = tomllib.loads(table_text(name))
+    out: Dict[str, tuple] = {}
+    for key, row in data.items():
+        entry = (frozenset(row.get("takes", ())), {int(r): why for r, why in row.get("refused", {}).items()})
+        out[key] = entry
+        out.setdefault(key.partition(":")[0], entry)
+    return out
+
+
+def _variant(node: Node, op: str, lookup: RuleLookup) -> str:
+    """The table's row for ``node``: a MatMul with a constant matrix as its second operand
+    is what the QNN EP makes a FullyConnected (``MatMul:weights``), another a MatMul of
+    activations; a broadcasting binary op is judged as its one-sided form (what the legal
+    forms leave) unless its operands have the result's shape."""
+    if op == "MatMul":
+        w = node.inputs[1] if len(node.inputs) > 1 else None
+        const = w is not None and w.producer is not None and w.producer.kind == CONST and \
+            w.type.shape is not None and len(w.type.shape) == 2
+        return "MatMul:weights" if const else "MatMul:activations"
+    if _binary(node, lookup):
+        same = all(v is not None and v.type.shape == node.outputs[0].type.shape for v in node.inputs)
+        return f"{op}:same" if same else f"{op}:one-sided"
+    return op
+
+
+def _as(node: Node, be: Optional[Backend] = None) -> Optional[str]:
+    """The op ``node`` is judged as: itself, or for an ONNX op the TFLite op it converts
+    to (None: an ONNX op the table does not map), unless ``be`` takes ONNX ops; "" for a
+    node of neither."""
+    if be is not None and be.ops == "onnx":
+        return node.op_type if node.domain in ("", "ai.onnx") else ""
     if node.domain == TFLITE_DOMAIN:
         return node.op_type
     if node.domain in ("", "ai.onnx"):
@@ -88,13 +127,13 @@ def refused_ops(graphs, name: str) -> List[dict]:
             for node in g.nodes():
                 if node.kind != OP:
                     continue
-                op = _as(node)
+                op = _as(node, be)
                 if op == "":
                     continue
                 why = [reason for _, reason in _broken(node, op, be, lookup)]
                 if why:
                     entry = {"node": node.label, "op": node.op, "reasons": why}
-                    if op is not None and node.domain != TFLITE_DOMAIN:
+                    if op is not None and node.domain != TFLITE_DOMAIN and be.ops != "onnx":
                         entry["as"] = op
                     out.append(entry)
     return out
@@ -103,11 +142,12 @@ def refused_ops(graphs, name: str) -> List[dict]:
 def backend_reasons(node: Node, name: str) -> List[str]:
     """The reasons, in backend ``name``'s words, for which it refuses ``node`` (a TFLite
     op); empty: it takes it."""
-    op = _as(node)
+    be = backend(name)
+    op = _as(node, be)
     if op == "" or node.graph is None:
         return []
     lookup = RuleLookup(node.graph, builtin_rules())
-    return [reason for _, reason in _broken(node, op, backend(name), lookup)]
+    return [reason for _, reason in _broken(node, op, be, lookup)]
 
 
 def _broken(node: Node, op: Optional[str], be: Backend, lookup: RuleLookup) -> Iterator[tuple]:
@@ -115,9 +155,18 @@ def _broken(node: Node, op: Optional[str], be: Backend, lookup: RuleLookup) -> I
         yield "op", be.refused[op]
     values = [v for v in node.inputs if v is not None] + list(node.outputs)
     shapes = [v.type.shape for v in values]
-    if be.max_rank is not None and any(s is not None and len(s) > be.max_rank for s in shapes):
+    rank = max((len(s) for s in shapes if s is not None), default=0)
+    table = op_ranks(be.op_ranks) if be.op_ranks and op else {}
+    probed = table.get(_variant(node, op, lookup), table.get(op)) if table else None
+    if probed is not None:  # the backend's own verdict at this rank, in its words
+        takes, refused = probed
+        if rank not in takes and (rank in refused or (be.max_rank is not None and rank > be.max_rank)):
+            yield "rank", refused.get(rank, be.rank_reason).replace("{node}", node.label)
+    elif be.max_rank is not None and rank > be.max_rank:
         yield "rank", be.rank_reason
     if be.dynamic_dims == "first" and any(s is None or not all_static(s[1:]) for s in shapes):
+        yield "dynamic", be.dynamic_reason
+    if be.dynamic_dims == "none" and any(s is None or not all_static(s) for s in shapes):
         yield "dynamic", be.dynamic_reason
     # Vela checks the input feature maps (IFM, and IFM2 of a binary elementwise op), not
     # weights nor results; a dynamic batch is compiled at the tensor's shape (1, where
