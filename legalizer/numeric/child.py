@@ -159,15 +159,24 @@ class _Process:
     """One child process and its pipes."""
 
     def __init__(self, pool: str = RUN) -> None:
+        import json
+
         replies_r, replies_w = os.pipe()
         _widen(replies_r)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the folder that holds ``legalizer``
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # it writes nothing, not even bytecode caches
+        try:  # its user's name, which it cannot read from /etc/passwd under Landlock (PyTorch names its caches so)
+            import getpass
+
+            env.setdefault("USER", getpass.getuser())
+        except (ImportError, KeyError, OSError):
+            pass
         try:
-            self.popen = subprocess.Popen([sys.executable, "-m", "legalizer.numeric.serve", str(replies_w),
-                                           "filtered" if pool == RUN else "plain"],
+            # -P: the working folder is not on its module path (nor, so, readable under Landlock)
+            self.popen = subprocess.Popen([sys.executable, "-P", "-m", "legalizer.numeric.serve", str(replies_w),
+                                           "filtered" if pool == RUN else "plain", json.dumps(sorted(_readable))],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, pass_fds=(replies_w,), env=env,
                                           close_fds=True, start_new_session=True)
@@ -177,6 +186,7 @@ class _Process:
         _widen(self.requests)
         self.replies = replies_r
         self.owner = os.getpid()
+        self.readable = frozenset(_readable)  # the folders it may read (Landlock, where the kernel has it)
         # Requests whose replies nobody waits for yet, read before the next: None for a
         # warm-up (``prewarm``), or the Remote being built ahead (``preload``).
         self.pending: List[Optional["Remote"]] = []
@@ -224,6 +234,38 @@ _lock = threading.RLock()
 _processes: Dict[str, _Process] = {}
 _generations: Dict[str, int] = {}  # children started per pool: a handle of an earlier one is gone with it
 _handles = itertools.count(1)
+_readable: set = set()  # the folders of the run's models, outputs and temporaries: the run child reads there
+
+
+def readable(*paths) -> None:
+    """Let the run child read ``paths`` (a file's folder, or a folder), as well as the
+    Python install: with Landlock (``landlock.py``) it reads nothing else. A path its
+    running child may not read stops that child: the next call starts one that may.
+    Name the run's folders before ``prewarm``, so that the child starts once."""
+    with _lock:
+        for p in paths:
+            folder = _folder(p)
+            if folder is not None and not _covered(folder, _readable):
+                _readable.add(folder)
+        proc = _live(RUN)
+        if proc is not None and not _readable <= proc.readable:
+            _stop(RUN)
+
+
+def _folder(path) -> Optional[str]:
+    """The folder to read for ``path``: itself if a folder, else its own (if it exists)."""
+    try:
+        p = os.path.realpath(os.fspath(path))
+    except (TypeError, ValueError):
+        return None
+    if os.path.isdir(p):
+        return p
+    p = os.path.dirname(p)
+    return p if os.path.isdir(p) else None
+
+
+def _covered(folder: str, folders) -> bool:
+    return any(folder == f or folder.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
 def _live(pool: str) -> Optional[_Process]:
@@ -277,7 +319,7 @@ def prewarm(modules: Sequence[str] = ("onnxruntime",), pool: str = RUN) -> None:
 
 
 def sandbox() -> str:
-    """The run child's syscall filter: "seccomp", or why there is none."""
+    """The run child's syscall filter: "seccomp, landlock", "seccomp; <why no Landlock>", or why there is none."""
     with _lock:
         proc = _current(RUN)
         return str(Remote.__new__(Remote)._status(proc).get("sandbox", ""))
@@ -294,6 +336,8 @@ class Remote:
         self.pool = pool
         self.fetched: Dict[str, Any] = {}
         self.built: Any = None  # without ``wait``: the reply to its building, once read
+        if pool == RUN and args and _names_file(args[0]):
+            readable(args[0])  # a model file: its folder (its external data) is read too
         with _lock:
             proc = _current(pool)
             self.generation, self.handle = _generations[pool], next(_handles)
@@ -364,12 +408,12 @@ class Remote:
                 raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
             try:
                 while proc.pending:  # a warm-up's or a preload's reply (not this call's time)
-                    ahead = wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0))
+                    ahead = wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0), _reply_limit(lim.memory))
                     waiting = proc.pending.pop(0)
                     if waiting is not None:
                         waiting.built = wire.decode(ahead)
                 wire.send(proc.requests, pickle.dumps(request + (proc.limit(memory),), protocol=5))
-                data = wire.receive(proc.replies, time.monotonic() + timeout)
+                data = wire.receive(proc.replies, time.monotonic() + timeout, _reply_limit(memory))
                 reply = wire.decode(data)
                 del data
             except wire.Timeout:
@@ -383,6 +427,10 @@ class Remote:
                 _stop(self.pool)
                 raise RunFault(self.model, self.runtime, f"its process answered what the protocol does not allow"
                                                          f" ({e})") from None
+            except MemoryError:  # its reply does not fit here: this process's limit, not the model's failure
+                _stop(self.pool)
+                raise RunFault(self.model, self.runtime, "its reply does not fit in this process's memory",
+                               out_of_memory=True) from None
             except BaseException:  # ^C, SIGTERM: the child is mid-call; it goes at once
                 _stop(self.pool)
                 raise
@@ -401,6 +449,12 @@ class Remote:
             raise RunFault(self.model, self.runtime, f"it ran out of its memory ({memory / 2**30:.3g} GiB,"
                                                      " --run-memory)", out_of_memory=True)
         raise _rebuild(str(kind), str(message), attrs if isinstance(attrs, dict) else {})
+
+
+def _reply_limit(memory: int) -> int:
+    """The most a reply may claim: what the child may allocate for the call (it cannot
+    have made more), and never more than the protocol's bound."""
+    return min(wire.MAX_REPLY, max(memory, 1 << 20))
 
 
 _preloaded: Dict[Tuple, Remote] = {}
@@ -426,13 +480,19 @@ def take(key: Tuple) -> Optional[Remote]:
         return remote
 
 
+def _names_file(arg) -> bool:
+    if not isinstance(arg, (str, os.PathLike)):
+        return False
+    name = os.fspath(arg)
+    return isinstance(name, str) and len(name) < 4096 and "\n" not in name and os.path.isfile(name)
+
+
 def _model_path(args: list) -> list:
     """``args`` with its first, the model, made absolute where it names a file: the child
     was started in the folder this process was in then, which may since have changed."""
-    if args and isinstance(args[0], (str, os.PathLike)):
-        first = os.fspath(args[0])
-        if len(first) < 4096 and "\n" not in first and os.path.isfile(first):
-            args[0] = os.path.abspath(first) if isinstance(args[0], str) else Path(os.path.abspath(first))
+    if args and _names_file(args[0]):
+        first = os.path.abspath(os.fspath(args[0]))
+        args[0] = first if isinstance(args[0], str) else Path(first)
     return args
 
 
@@ -517,7 +577,7 @@ class ChildRunner(Runner):
 
     def infer_impl(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         out = self.remote.call("infer", dict(feed))
-        if not isinstance(out, dict) or not all(isinstance(k, str) for k in out):
+        if not isinstance(out, dict) or not all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in out.items()):
             raise self.remote.refuse("outputs that are not arrays by name")
         return out
 

@@ -17,7 +17,7 @@ import os
 import pickle
 import signal
 import sys
-from typing import Dict
+from typing import Dict, Sequence
 
 
 def _die_with_parent() -> None:
@@ -71,17 +71,18 @@ def _silence() -> None:
     os.close(devnull)
 
 
-def _sandbox(mode: str) -> str:
-    """The syscall filter (``mode`` "filtered"), installed; what it is, in words."""
+def _sandbox(mode: str, readable: Sequence[str] = ()) -> str:
+    """The syscall filter (``mode`` "filtered"), installed, reading limited to
+    ``readable`` (the run's folders) and the Python install; what it is, in words."""
     if mode != "filtered":
         return "no syscall filter (asked for none)"
     import tempfile
 
-    from .sandbox import install
+    from ..sandbox import install
 
     tempfile.gettempdir()  # found while a file can be made there (PyTorch asks for it)
     _CUDA.append(_start_cuda())
-    return install()[1]
+    return install(readable)[1]
 
 
 # What ``_start_cuda`` did (in words), and its session, kept open for the child's life.
@@ -155,7 +156,9 @@ def main() -> None:  # pragma: no cover - runs in the child
     _silence()
     import numpy  # noqa: F401 - every reply needs it
 
-    sandbox = _sandbox(sys.argv[2] if len(sys.argv) > 2 else "")
+    import json
+
+    sandbox = _sandbox(sys.argv[2] if len(sys.argv) > 2 else "", json.loads(sys.argv[3]) if len(sys.argv) > 3 else [])
     objects: Dict[int, object] = {}
     while True:
         try:
