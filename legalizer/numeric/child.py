@@ -581,6 +581,24 @@ class ChildRunner(Runner):
             raise self.remote.refuse("outputs that are not arrays by name")
         return out
 
+    def infer_held(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """The outputs: those of a chunk or less as arrays, larger ones ``Held`` in the
+        child (compared a chunk at a time: this process never holds them whole)."""
+        if not self.is_active:
+            raise RuntimeError(f"{self.name} runner: activate it before infer")
+        remote = self.remote
+        out = remote._ask(("infer_kept", remote.handle, dict(feed), CHUNK_BYTES))  # noqa: SLF001
+        try:
+            serial, small, held, order = out["serial"], out["small"], out["held"], out["order"]
+            if not (isinstance(small, dict) and isinstance(held, dict) and isinstance(order, list)
+                    and all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in small.items())
+                    and set(order) == set(small) | set(held) and len(order) == len(small) + len(held)):
+                raise TypeError
+            return {name: small[name] if name in small else Held(remote, int(serial), name, *held[name])
+                    for name in order}
+        except (TypeError, KeyError, ValueError):
+            raise remote.refuse("outputs that are not arrays by name") from None
+
     def values(self, feed, names=None) -> Dict[str, np.ndarray]:
         self.runs += 1
         return dict(self._remote().call("values", dict(feed), None if names is None else list(names)))
@@ -609,6 +627,42 @@ class ChildRunner(Runner):
         except Exception as e:  # noqa: BLE001 - the runtime's words
             return str(e)
         return None
+
+
+class Held:
+    """An output that stays in the child (``ChildRunner.infer_impl``): its dtype and
+    shape here, its elements asked for a piece at a time (``piece``), or all at once
+    where a caller needs an array (``np.asarray``). Valid until its runner runs again."""
+
+    def __init__(self, remote: Remote, serial: int, name: str, dtype, shape):
+        self.remote, self.serial, self.name = remote, serial, name
+        try:
+            self.dtype, self.shape = np.dtype(str(dtype)), tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise remote.refuse("a held output's type") from None
+        if self.dtype.kind in "OV" or any(d < 0 for d in self.shape):
+            raise remote.refuse("a held output's type")
+        self.size = int(np.prod(self.shape, dtype=object)) if self.shape else 1
+        self.ndim, self.nbytes = len(self.shape), self.size * self.dtype.itemsize
+
+    def piece(self, start: int, stop: int) -> np.ndarray:
+        """Elements [start, stop) of the flat output."""
+        part = self.remote._ask(("piece", self.remote.handle, self.serial, self.name, int(start), int(stop)))  # noqa: SLF001
+        if not isinstance(part, np.ndarray) or part.dtype != self.dtype or part.size != stop - start:
+            raise self.remote.refuse("a piece of an output that is not the one asked for")
+        return part.reshape(-1)
+
+    def __array__(self, dtype=None, copy=None):
+        whole = np.empty(self.size, self.dtype)
+        step = max(1, CHUNK_BYTES // max(self.dtype.itemsize, 1))
+        for start in range(0, self.size, step):
+            stop = min(self.size, start + step)
+            whole[start:stop] = self.piece(start, stop)
+        whole = whole.reshape(self.shape)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
 
 
 def label(model) -> str:

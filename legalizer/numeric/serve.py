@@ -19,6 +19,8 @@ import signal
 import sys
 from typing import Dict, Sequence
 
+import numpy as np
+
 
 def _die_with_parent() -> None:
     try:
@@ -118,6 +120,10 @@ def _start_cuda() -> str:
         return f"did not start before the filter ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
 
 
+# The outputs of each object's last ``infer_kept`` above the threshold: (its serial, by name).
+_KEPT: Dict[int, tuple] = {}
+
+
 def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbox: str):
     """The value that answers request ``op`` on the object ``handle``."""
     if op == "new":
@@ -138,10 +144,31 @@ def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbo
             except ImportError:
                 pass
         return None
+    if op == "infer_kept":  # outputs above ``threshold`` bytes stay here, asked for a piece at a time
+        feed, threshold = rest[:-1]
+        outputs = objects[handle].infer(feed)
+        serial = _KEPT.get(handle, (0, {}))[0] + 1
+        _KEPT[handle] = (serial, {})
+        small, held = {}, {}
+        for name, value in outputs.items():
+            value = np.asarray(value)
+            if value.nbytes > threshold and value.dtype.kind not in "OV":
+                _KEPT[handle][1][name] = value
+                held[name] = [value.dtype.str, list(value.shape)]
+            else:
+                small[name] = value
+        return {"serial": serial, "small": small, "held": held, "order": list(outputs)}
+    if op == "piece":  # elements [start, stop) of a kept output, flat
+        serial, name, start, stop = rest[:-1]
+        kept_serial, kept = _KEPT.get(handle, (0, {}))
+        if kept_serial != serial or name not in kept:
+            raise ValueError(f"no output {name!r} of that run is kept")
+        return np.ascontiguousarray(kept[name].reshape(-1)[int(start):int(stop)])
     if op == "status":
         return {"sandbox": sandbox, "pid": os.getpid(), "cuda": next((c for c in _CUDA if isinstance(c, str)), "")}
     if op == "drop":
         objects.pop(handle, None)
+        _KEPT.pop(handle, None)
         return None
     raise ValueError(f"no request {op!r}")
 
