@@ -97,3 +97,34 @@ def test_outputs_that_are_not_arrays_are_a_broken_child(fresh):
         with pytest.raises(child.RunFault, match=r"^m\.onnx on forged: its process answered what the protocol does"
                                                  r" not allow \(outputs that are not arrays by name\)$"):
             runner.infer({})
+
+
+def test_nothing_crossing_to_a_child_is_a_pickle():
+    """Requests too are JSON plus bytes (a ModelProto as its serialized bytes); the
+    modules on either side of the pipes import no pickle."""
+    import ast
+
+    import numpy as np
+    from onnx import helper
+
+    from legalizer.numeric import wire
+
+    proto = helper.make_model(helper.make_graph([], "g", [], []))
+    request = ["new", 3, "m", "f", [Path("/x/m.onnx"), proto, (1, 2)], {"k": np.arange(3, dtype=np.int64)}, [], False,
+               0]
+    back = wire.decode(bytearray(wire.encode(request, request=True)), request=True)
+    assert back[:4] == ["new", 3, "m", "f"]
+    assert back[4][0] == "/x/m.onnx" and back[4][1] == proto and back[4][2] == (1, 2)
+    np.testing.assert_array_equal(back[5]["k"], np.arange(3))
+    with pytest.raises(TypeError):  # a reply carries no ModelProto
+        wire.encode({"ok": proto})
+    forged = bytearray(wire.encode([proto], request=True))
+    with pytest.raises(wire.BadReply):  # nor is one read from a reply
+        wire.decode(forged)
+    import legalizer.numeric.serve as serve
+
+    for module in (serve, child, wire, bounded_helper):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                    for a in n.names} | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not {"pickle", "cPickle", "dill", "cloudpickle"} & imported, module.__name__

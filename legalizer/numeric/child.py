@@ -12,7 +12,8 @@ worker has its own). Each call has a time limit and the child an address-space l
 (``Limits``; ``--run-timeout``, ``--run-memory``). A child that dies (a crash), runs out
 of its memory or time, or answers what the protocol does not allow, is killed and
 becomes ``RunFault``: one line naming the model, the runtime and the cause; the next
-call starts a new child. Replies are never unpickled (``wire.py``).
+call starts a new child. Nothing is pickled either way: requests and replies are JSON
+plus array bytes (``wire.py``).
 
 A signal (^C, SIGTERM) that interrupts a call kills the child at once: the parent only
 waits on a pipe, so it stops within the time Python takes to run its handler.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -312,7 +312,7 @@ def prewarm(modules: Sequence[str] = ("onnxruntime",), pool: str = RUN) -> None:
             return
         proc = _current(pool)
         try:
-            wire.send(proc.requests, pickle.dumps(("import", 0, list(modules), 0), protocol=5))
+            wire.send(proc.requests, _request(("import", 0, list(modules), 0)))
             proc.pending.append(None)
         except OSError:
             _stop(pool)
@@ -347,7 +347,7 @@ class Remote:
                 self.fetched = self._ask(request)
                 return
             try:  # built while this process goes on; ``ready`` waits for it
-                wire.send(proc.requests, pickle.dumps(request + (proc.limit(_limits.memory),), protocol=5))
+                wire.send(proc.requests, _request(request + (proc.limit(_limits.memory),)))
                 proc.pending.append(self)
             except OSError:
                 _stop(pool)
@@ -393,7 +393,7 @@ class Remote:
             proc = _live(self.pool)
             if proc is not None and self.generation == _generations.get(self.pool):
                 try:
-                    wire.send(proc.requests, pickle.dumps(("drop", self.handle, 0), protocol=5))
+                    wire.send(proc.requests, _request(("drop", self.handle, 0)))
                     proc.pending.append(None)
                 except OSError:  # gone: the next request says so
                     pass
@@ -412,7 +412,7 @@ class Remote:
                     waiting = proc.pending.pop(0)
                     if waiting is not None:
                         waiting.built = wire.decode(ahead)
-                wire.send(proc.requests, pickle.dumps(request + (proc.limit(memory),), protocol=5))
+                wire.send(proc.requests, _request(request + (proc.limit(memory),)))
                 data = wire.receive(proc.replies, time.monotonic() + timeout, _reply_limit(memory))
                 reply = wire.decode(data)
                 del data
@@ -449,6 +449,11 @@ class Remote:
             raise RunFault(self.model, self.runtime, f"it ran out of its memory ({memory / 2**30:.3g} GiB,"
                                                      " --run-memory)", out_of_memory=True)
         raise _rebuild(str(kind), str(message), attrs if isinstance(attrs, dict) else {})
+
+
+def _request(request: tuple) -> bytes:
+    """A request as the child reads it: JSON plus array bytes (``wire``), never a pickle."""
+    return wire.encode(list(request), request=True)
 
 
 def _reply_limit(memory: int) -> int:

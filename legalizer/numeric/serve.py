@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pickle
 import signal
 import sys
 from typing import Dict, Sequence
@@ -192,7 +191,7 @@ def main() -> None:  # pragma: no cover - runs in the child
             request = wire.receive(0, None, limit=1 << 62)
         except EOFError:  # the parent has gone
             return
-        op, handle, *rest = pickle.loads(request)
+        op, handle, *rest = wire.decode(request, request=True)
         memory = rest[-1]
         try:
             _limit_memory(memory)
