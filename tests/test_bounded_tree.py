@@ -115,3 +115,33 @@ def test_a_256_mib_output_is_compared_with_the_tree_under_1_5_gb(tmp_path):
     run = _tree_peak(cli_command(model, tmp_path / "o.onnx", "-q"))
     assert run["rc"] == 0, run
     assert run["peak_rss_mb"] < 1500, run
+
+
+def test_outputs_held_in_the_child_count_against_run_memory():
+    """--run-memory bounds what the child holds in all: with the reference's 96 MiB
+    output held there, the candidate's run may add what is left of 160 MiB, not 160 MiB
+    more (it fitted before, and the child held twice the limit); the fault names the
+    limit."""
+    n = 24 << 20  # 96 MiB of float32
+    feed = {"x": np.array([2.0], np.float32)}
+    g = helper.make_graph([helper.make_node("Expand", ["x", "s"], ["y"])], "big",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [n])], [helper.make_tensor("s", T.INT64, [1], [n])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    ref = child.ChildRunner(OrtRunner, model, ["CPUExecutionProvider"], model="ref")
+    new = child.ChildRunner(OrtRunner, model, ["CPUExecutionProvider"], model="new")
+    try:
+        with ref, new:  # loaded under the default limit, then run under 160 MiB
+            with child.limited(memory=160 << 20):
+                assert isinstance(ref.infer_held(feed)["y"], child.Held)
+                with pytest.raises(child.RunFault, match=r"^new on onnxruntime: it ran out of its memory"
+                                                         r" \(0\.156 GiB, --run-memory\)$"):
+                    new.infer_held(feed)
+    finally:
+        child.stop_all()
+    try:
+        with new:  # alone, the same run fits
+            with child.limited(memory=160 << 20):
+                assert new.infer_held(feed)["y"].nbytes == 4 * n
+    finally:
+        child.stop_all()

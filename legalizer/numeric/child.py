@@ -234,6 +234,10 @@ _lock = threading.RLock()
 _processes: Dict[str, _Process] = {}
 _generations: Dict[str, int] = {}  # children started per pool: a handle of an earlier one is gone with it
 _handles = itertools.count(1)
+# Bytes of outputs each object's last run left in its pool's child (``ChildRunner.infer_held``):
+# counted against --run-memory for every other call, so that the limit bounds what the
+# child holds in all, not only what one call adds.
+_held: Dict[str, Dict[int, int]] = {}
 _readable: set = set()  # the folders of the run's models, outputs and temporaries: the run child reads there
 
 
@@ -286,6 +290,7 @@ def _stop(pool: str = RUN) -> int:
     proc = _processes.pop(pool, None)
     if proc is None or proc.owner != os.getpid():
         return 0
+    _held.pop(pool, None)
     return proc.kill()
 
 
@@ -392,6 +397,7 @@ class Remote:
         with _lock:
             proc = _live(self.pool)
             if proc is not None and self.generation == _generations.get(self.pool):
+                _held.get(self.pool, {}).pop(self.handle, None)
                 try:
                     wire.send(proc.requests, _request(("drop", self.handle, 0)))
                     proc.pending.append(None)
@@ -402,6 +408,9 @@ class Remote:
         lim = _limits
         memory = lim.memory if memory is None else min(memory, lim.memory)
         timeout = lim.timeout if timeout is None else min(timeout, lim.timeout)
+        limit = memory  # as a fault names it
+        held = sum(n for h, n in _held.get(self.pool, {}).items() if h != self.handle)
+        memory = max(memory - held, 1 << 20)  # what the others' outputs held there leave
         with _lock:
             proc = _live(self.pool)
             if proc is None or self.generation != _generations.get(self.pool):
@@ -436,7 +445,7 @@ class Remote:
                 raise
         if isinstance(reply, dict) and "ok" in reply:
             return reply["ok"]
-        self._raise(reply, memory)
+        self._raise(reply, limit)
 
     def _raise(self, reply, memory: Optional[int] = None):
         """The exception of an error reply (a fault for one of neither form)."""
@@ -592,6 +601,7 @@ class ChildRunner(Runner):
         if not self.is_active:
             raise RuntimeError(f"{self.name} runner: activate it before infer")
         remote = self.remote
+        _held.get(remote.pool, {}).pop(remote.handle, None)  # its last run's outputs go as this one starts
         out = remote._ask(("infer_kept", remote.handle, dict(feed), CHUNK_BYTES))  # noqa: SLF001
         try:
             serial, small, held, order = out["serial"], out["small"], out["held"], out["order"]
@@ -599,10 +609,14 @@ class ChildRunner(Runner):
                     and all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in small.items())
                     and set(order) == set(small) | set(held) and len(order) == len(small) + len(held)):
                 raise TypeError
-            return {name: small[name] if name in small else Held(remote, int(serial), name, *held[name])
-                    for name in order}
+            outputs = {name: small[name] if name in small else Held(remote, int(serial), name, *held[name])
+                       for name in order}
         except (TypeError, KeyError, ValueError):
             raise remote.refuse("outputs that are not arrays by name") from None
+        with _lock:
+            _held.setdefault(remote.pool, {})[remote.handle] = sum(v.nbytes for v in outputs.values()
+                                                                   if isinstance(v, Held))
+        return outputs
 
     def values(self, feed, names=None) -> Dict[str, np.ndarray]:
         self.runs += 1

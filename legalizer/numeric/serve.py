@@ -13,6 +13,7 @@ out-of-memory killer picks a victim. It dies with its parent (``PR_SET_PDEATHSIG
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import signal
 import sys
@@ -61,7 +62,16 @@ def _error(e: BaseException) -> dict:
     attrs = {k: v for k, v in vars(e).items() if isinstance(v, (str, int, float, bool))} if hasattr(e, "__dict__") \
         else {}
     kind = type(e)
-    return {"error": [f"{kind.__module__}.{kind.__qualname__}", str(e), isinstance(e, MemoryError), attrs]}
+    return {"error": [f"{kind.__module__}.{kind.__qualname__}", str(e), _out_of_memory(e), attrs]}
+
+
+# How the runtimes word an allocation that failed under the limit (onnxruntime's arena;
+# a C++ bad_alloc that a binding passes on as text), besides Python's MemoryError.
+_ALLOCATION_FAILED = ("Failed to allocate memory", "std::bad_alloc")
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or any(w in str(e) for w in _ALLOCATION_FAILED)
 
 
 def _silence() -> None:
@@ -121,6 +131,7 @@ def _start_cuda() -> str:
 
 # The outputs of each object's last ``infer_kept`` above the threshold: (its serial, by name).
 _KEPT: Dict[int, tuple] = {}
+_SERIALS = itertools.count(1)
 
 
 def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbox: str):
@@ -145,8 +156,9 @@ def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbo
         return None
     if op == "infer_kept":  # outputs above ``threshold`` bytes stay here, asked for a piece at a time
         feed, threshold = rest[:-1]
+        _KEPT.pop(handle, None)  # its last run's outputs go before this one makes its own
         outputs = objects[handle].infer(feed)
-        serial = _KEPT.get(handle, (0, {}))[0] + 1
+        serial = next(_SERIALS)
         _KEPT[handle] = (serial, {})
         small, held = {}, {}
         for name, value in outputs.items():
