@@ -112,8 +112,8 @@ def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol:
 
 
 # Elements compared at once: float64 copies of a chunk of each side and their errors hold
-# about 40 bytes an element, so a comparison holds about 320 MiB whatever the outputs' size.
-CHUNK = 8 << 20
+# about 60 bytes an element, so a comparison holds about 120 MiB whatever the outputs' size.
+CHUNK = 2 << 20
 
 
 def _compare_in_chunks(name: str, expected, got, rtol: float, atol: float, full_stats: bool,
