@@ -102,7 +102,6 @@ def _tree_peak(argv) -> dict:
     return json.loads(p.stderr.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
 def test_a_256_mib_output_is_compared_with_the_tree_under_1_5_gb(tmp_path):
     """A 96-byte model whose output is 256 MiB (one Expand): the tree held 4.7 GB
     before (float64 copies of both outputs, and their errors, in the parent)."""
