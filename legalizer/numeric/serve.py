@@ -8,7 +8,10 @@ Before each request the parent sets its address-space limit (``RLIMIT_AS``) to w
 maps plus the request's memory (``child._Process.limit``; where the parent cannot, the
 request asks the child to), so that a model that allocates without end fails with
 ``MemoryError`` (a C++ ``bad_alloc``) here instead of growing until the machine's
-out-of-memory killer picks a victim. It dies with its parent (``PR_SET_PDEATHSIG``)."""
+out-of-memory killer picks a victim. It dies with its parent (``PR_SET_PDEATHSIG``).
+
+An output larger than a chunk stays here (``infer_kept``), and the parent asks for it a
+piece at a time (``piece``) to compare it: ``legalize`` never holds it whole."""
 
 from __future__ import annotations
 
@@ -192,8 +195,6 @@ def main() -> None:  # pragma: no cover - runs in the child
     # ^C reaches the whole process group: the parent handles it and stops this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _silence()
-    import numpy  # noqa: F401 - every reply needs it
-
     import json
 
     sandbox = _sandbox(sys.argv[2] if len(sys.argv) > 2 else "", json.loads(sys.argv[3]) if len(sys.argv) > 3 else [])
