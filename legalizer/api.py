@@ -317,6 +317,10 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
 
     for name, size in (dims or {}).items():  # as the command line's --dim
         refuse_zero_dim(name, size)
+    from .numeric import child
+
+    # the folders the child may read (Landlock): named before it starts, so that it starts once
+    child.readable(*(m for m in (original, legalized) if _is_path(m)))
 
     if _is_path(original) and not FORMATS.get(sniff(Path(original)), FORMATS["onnx"]).runs_as_file:
         original = load(original, trust_pt2=trust_pt2)  # a .pt2: its ONNX export, and the program as PyTorch runs it

@@ -9,10 +9,20 @@ would leave with their locks held), started by ``start`` or at the first ``call`
 it serves every call after it, so that the imports the work needs are paid once;
 ``start`` it early, naming the modules the work will import, and it imports them while
 the caller does its own work. Before each call the helper sets its own address-space
-limit (``RLIMIT_AS``) to what it has plus the call's ``memory``, so the work fails with
+limit (``RLIMIT_AS``) is set from here to what it maps plus the call's ``memory``, so the work fails with
 ``MemoryError`` (a C++ ``bad_alloc``) instead of growing until the machine's
 out-of-memory killer chooses a victim. A helper that dies (a crash) or overruns its
-time is killed and replaced by the next call. ``call`` and ``start`` use one shared
+time is killed and replaced by the next call.
+
+The helper works on untrusted input in native code, so it is a child like the one that
+runs models (``numeric/serve.py``): before its first request it loads the same syscall
+filter, and reads nothing outside the Python install (``sandbox.py``, ``landlock.py``;
+its input comes down the pipe), which is why its limit is set from outside (the filter
+refuses it ``setrlimit``). Its messages are JSON plus bytes, never a pickle: a request
+names a function (module and name), its keyword arguments as JSON and its argument
+(bytes, or a JSON value); a reply is its bytes, text or JSON value. The reply's size is
+checked against the call's memory before it is read, and read as it arrives; a reply
+the protocol does not allow stops the helper and is ``Failed``, saying so. ``call`` and ``start`` use one shared
 helper; ``Helper`` makes another, for work to keep apart. Where there is no ``/proc``
 to measure the helper by, nor ``RLIMIT_AS``, the work runs in the calling process,
 unbounded.
@@ -21,8 +31,10 @@ unbounded.
 from __future__ import annotations
 
 import atexit
+import functools
+import importlib
+import json
 import os
-import pickle
 import select
 import signal
 import struct
@@ -52,6 +64,7 @@ class _Process:
     def __init__(self, pid: int, to_helper: int, from_helper: int):
         self.pid, self.to_helper, self.from_helper = pid, to_helper, from_helper
         self.owner = os.getpid()
+        self.sandbox: Optional[str] = None  # its filter, in words, once it said it is ready
 
     def close(self) -> None:
         for fd in (self.to_helper, self.from_helper):
@@ -85,28 +98,49 @@ class Helper:
     def call(self, fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> Any:
         """``fn(arg)`` in the helper, whose address space may grow by ``memory`` bytes
         for it, within ``timeout`` seconds; ``Failed`` if it does not finish. ``fn`` is
-        a module-level function (it is named to the helper, as pickle names functions,
-        and the helper imports its module); ``arg`` and the result are pickled."""
+        a module-level function, or a ``functools.partial`` of one with keyword
+        arguments of JSON values (it is named to the helper, which imports its module);
+        ``arg`` and the result are bytes, text or JSON values."""
         if not available():
             return fn(arg)
-        request = pickle.dumps((fn, arg, memory))
+        request = _request(fn, arg, memory)
         with self._lock:
             process = self._running(())
             try:
+                if process.sandbox is None:  # its first words: ready, under its filter (it imported its preload first)
+                    head, words = _decode(_receive(process.from_helper, time.monotonic() + max(timeout, 120.0),
+                                                   limit=1 << 16))
+                    if head != "ready" or not isinstance(words, str):
+                        raise _BadReply("a first message that is not its readiness")
+                    process.sandbox = words
+                ask = _limit_from_outside(process.pid, memory)
+                if ask:
+                    request = _request(fn, arg, memory, limit_self=True)
                 _send(process.to_helper, request)
-                reply = _receive(process.from_helper, time.monotonic() + timeout)
+                reply = _receive(process.from_helper, time.monotonic() + timeout, limit=max(memory, 1 << 20))
+                kind, value = _decode(reply)
             except _Timeout:
                 self._stop()
                 raise Failed(f"it did not finish in {timeout:.0f} s") from None
+            except _BadReply as e:
+                self._stop()
+                raise Failed(f"its process answered what the protocol does not allow ({e})") from None
             except (OSError, EOFError):
                 raise Failed(f"the process doing it died ({self._stop()})") from None
             except BaseException:  # ^C, SIGTERM: the helper is mid-call; it goes too
                 self._stop()
                 raise
-        kind, value = pickle.loads(reply)
         if kind == "ok":
             return value
-        raise Failed(value)
+        if kind == "error" and isinstance(value, str):
+            raise Failed(value)
+        self.stop()
+        raise Failed("its process answered what the protocol does not allow (a reply of neither form)")
+
+    def sandbox(self) -> str:
+        """The running helper's filter, in words ("seccomp, landlock"; starts it)."""
+        self.call(_echo, b"", memory=1 << 26, timeout=120)
+        return self._process.sandbox or ""
 
     @property
     def pid(self) -> Optional[int]:
@@ -190,6 +224,15 @@ def call(fn: Callable[[Any], Any], arg: Any, *, memory: int, timeout: float) -> 
     return _shared.call(fn, arg, memory=memory, timeout=timeout)
 
 
+def sandbox() -> str:
+    """``Helper.sandbox`` of the shared helper."""
+    return _shared.sandbox()
+
+
+def _echo(data: bytes) -> bytes:
+    return data
+
+
 def helper_pid() -> Optional[int]:
     """The shared helper's process id, or None."""
     return _shared.pid
@@ -241,43 +284,124 @@ def _serve_stdio(preload: str) -> None:  # pragma: no cover - in the helper
 def _serve(requests: int, replies: int) -> None:  # pragma: no cover - in the helper
     import resource
 
-    inherited = resource.getrlimit(resource.RLIMIT_AS)
+    from .sandbox import install
+
+    _send(replies, _pack("ready", install(())[1]))  # it reads nothing but the Python install: its work comes down the pipe
     while True:
         try:
-            request = _receive(requests, None)
+            request = _receive(requests, None, limit=1 << 62)
         except EOFError:  # the caller has gone
             return
+        memory = 0
         try:
-            fn, arg, memory = pickle.loads(request)
-        except BaseException as e:  # noqa: BLE001 - a module the helper cannot import
-            _send(replies, pickle.dumps(("error", f"{type(e).__name__}: {e}")))
-            continue
-        resource.setrlimit(resource.RLIMIT_AS, (_limit(memory, inherited), inherited[1]))
-        try:
-            reply: Tuple[str, object] = ("ok", fn(arg))
+            fn, arg, memory, limit_self = _task(request)
+            if limit_self:  # where the caller cannot set it from outside (no prlimit)
+                resource.setrlimit(resource.RLIMIT_AS, (_limit(memory), resource.getrlimit(resource.RLIMIT_AS)[1]))
+            reply = _encode("ok", fn(arg))
         except MemoryError:
-            reply = ("error", f"it ran out of its memory ({memory / 2**30:.1f} GiB)")
+            reply = _encode("error", f"it ran out of its memory ({memory / 2**30:.1f} GiB)")
         except BaseException as e:  # noqa: BLE001 - told to the caller, in words
-            reply = ("error", f"{type(e).__name__}: {e}")
-        finally:
-            resource.setrlimit(resource.RLIMIT_AS, inherited)
-        try:
-            data = pickle.dumps(reply)
-        except Exception as e:  # noqa: BLE001 - a result that cannot be sent
-            data = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
-        _send(replies, data)
+            reply = _encode("error", f"{type(e).__name__}: {e}")
+        _send(replies, reply)
 
 
-def _limit(memory: int, inherited: Tuple[int, int]) -> int:
-    """The address-space limit for a call: what the helper maps now plus ``memory``,
-    never above the limit it was started with."""
-    import resource
+def _task(request: bytes):
+    """The function, argument, memory and whether to limit itself, of a request."""
+    head, arg = _decode(request)
+    module, name = head["fn"]
+    fn = importlib.import_module(module)
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    if head["kwargs"]:
+        fn = functools.partial(fn, **head["kwargs"])
+    return fn, arg, int(head["memory"]), bool(head["limit_self"])
 
+
+def _limit(memory: int) -> int:
+    """The address-space limit for a call: what the process maps now plus ``memory``."""
     with open("/proc/self/statm") as f:
         mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    want = mapped + memory
-    soft = inherited[0]
-    return want if soft == resource.RLIM_INFINITY else min(want, soft)
+    return mapped + memory
+
+
+def _limit_from_outside(pid: int, memory: int) -> bool:
+    """Set the helper's address-space limit from here, to what it maps now plus
+    ``memory`` (never above its hard limit); True where this process cannot, and the
+    helper is to do it itself."""
+    import resource
+
+    if not hasattr(resource, "prlimit"):
+        return True
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        hard = resource.prlimit(pid, resource.RLIMIT_AS)[1]
+        want = mapped + memory if hard == resource.RLIM_INFINITY else min(mapped + memory, hard)
+        resource.prlimit(pid, resource.RLIMIT_AS, (want, hard))
+    except (OSError, ValueError):  # gone (the call says so), or not ours to set
+        return True
+    return False
+
+
+# ---- requests and replies: JSON, then bytes --------------------------------------------
+
+class _BadReply(Exception):
+    pass
+
+
+def _name(fn) -> Tuple[str, str, dict]:
+    kwargs = {}
+    if isinstance(fn, functools.partial):
+        if fn.args:
+            raise TypeError("a partial with positional arguments: name them")
+        fn, kwargs = fn.func, dict(fn.keywords)
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or "<" in name:
+        raise TypeError(f"{fn!r} is not a module-level function")
+    return module, name, kwargs
+
+
+def _request(fn, arg, memory: int, limit_self: bool = False) -> bytes:
+    module, name, kwargs = _name(fn)
+    return _pack({"fn": [module, name], "kwargs": kwargs, "memory": int(memory), "limit_self": limit_self}, arg)
+
+
+def _encode(kind: str, value) -> bytes:
+    try:
+        return _pack(kind, value)
+    except (TypeError, ValueError) as e:  # a result that is none of bytes, text, JSON
+        return _pack("error", f"{type(e).__name__}: {e}")
+
+
+def _pack(head, value) -> bytes:
+    """``head`` (JSON) and ``value``: bytes as they are, text as UTF-8, else JSON."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        how, body = "bytes", bytes(value)
+    elif isinstance(value, str):
+        how, body = "text", value.encode("utf-8", "surrogatepass")
+    else:
+        how, body = "json", json.dumps(value, allow_nan=True).encode()
+    doc = json.dumps([head, how]).encode()
+    return _HEADER.pack(len(doc)) + doc + body
+
+
+def _decode(data: bytes):
+    """(head, value) of a message; ``_BadReply`` if it is not one."""
+    try:
+        (n,) = _HEADER.unpack_from(data, 0)
+        if n > len(data) - _HEADER.size:
+            raise ValueError("a header past the message's end")
+        head, how = json.loads(data[_HEADER.size:_HEADER.size + n])
+        body = data[_HEADER.size + n:]
+        if how == "bytes":
+            return head, bytes(body)
+        if how == "text":
+            return head, body.decode("utf-8", "surrogatepass")
+        if how == "json":
+            return head, json.loads(body)
+        raise ValueError(f"a value of kind {how!r}")
+    except (struct.error, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise _BadReply(str(e) or type(e).__name__) from None
 
 
 # ---- messages: a length, then the bytes -------------------------------------------------
@@ -292,8 +416,12 @@ def _send(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _receive(fd: int, deadline: Optional[float]) -> bytes:
+def _receive(fd: int, deadline: Optional[float], limit: int) -> bytes:
+    """A message of at most ``limit`` bytes (the call's memory: the helper cannot have
+    made more), checked before any of it is read; ``_BadReply`` past it."""
     (n,) = _HEADER.unpack(_read(fd, _HEADER.size, deadline))
+    if n > limit:
+        raise _BadReply(f"a reply of {n} bytes, more than its memory limit of {limit} bytes")
     return _read(fd, n, deadline)
 
 

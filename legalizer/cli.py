@@ -656,6 +656,12 @@ def _runtimes(argv: List[str]) -> tuple:
     return tuple(mods)
 
 
+def _names_place(word: str) -> bool:
+    """Whether a word of the command line is a file, or a file to be made in a folder."""
+    p = Path(word)
+    return p.exists() or bool(p.suffix) and p.parent.is_dir()
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point: user errors are one line on stderr, never a traceback.
     SIGTERM unwinds as ^C does, so that a killed run removes its temporary files."""
@@ -667,6 +673,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 
         if child.available():  # the child that runs models starts while this process loads them
             words = sys.argv[1:] if argv is None else list(argv)
+            # the folders of the files it names (models, --against, outputs): the child reads there
+            child.readable(*(w for w in words if not w.startswith("-") and _names_place(w)))
             child.prewarm(_runtimes(words))
             for w in words:  # a .pt2's program loads there while this process exports it
                 if w.endswith(".pt2") and os.path.isfile(w):

@@ -59,6 +59,9 @@ def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = Non
     job = Run(Path(path), options, on_stage, given=as_arrays(options.inputs))
     with child.limited(options.run_timeout, options.run_memory), ExitStack() as staged:
         if options.checks and child.available():
+            # what the run child may read: the model's folder and the output's (where the
+            # legalized model is staged for the check), --against's
+            child.readable(path, options.output or path, *([options.against] if options.against else []))
             child.prewarm()  # it starts while the model loads and is legalized
         job.stack = staged  # what is written under temporary names until the commit
         _drive(job, STAGES)

@@ -527,14 +527,14 @@ def test_what_a_sigkill_leaves_the_next_run_into_the_folder_removes(tmp_path, le
 
 @pytest.mark.needs("sandbox")
 def test_the_run_child_can_compute_but_not_write_run_or_connect(tmp_path):
-    """The run child's syscall filter (legalizer/numeric/sandbox.py): what code that a
+    """The run child's syscall filter (legalizer/sandbox.py): what code that a
     runtime's memory bug reached could try there fails with EPERM; reading and
     computing work."""
     import pathlib
 
     from legalizer.numeric import child
 
-    assert child.sandbox() == "seccomp"
+    assert child.sandbox().startswith("seccomp")
     readable = tmp_path / "in.txt"
     readable.write_text("data")
     f = child.Remote(pathlib.Path, str(readable), model="a test", runtime="python")
@@ -570,7 +570,7 @@ def test_the_run_child_cannot_raise_its_memory_limit():
     from legalizer.numeric import child
 
     with child.limited(memory=1 << 30):
-        assert child.sandbox() == "seccomp"
+        assert child.sandbox().startswith("seccomp")
         proc = child._processes[child.RUN]  # noqa: SLF001 - the child this test asks of
         soft, hard = resource.prlimit(proc.popen.pid, resource.RLIMIT_AS)
         assert soft != resource.RLIM_INFINITY and soft < (1 << 30) + (8 << 30)

@@ -10,6 +10,7 @@ moving external data beside it when it goes to another folder.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -305,6 +306,50 @@ def staged_model(proto: ModelProto, path, base_dir: Optional[Path] = None, *, fo
             previous.close()
 
 
+def _copy_span(src: int, offset: int, dst: int, at: int, length: int) -> None:
+    """``length`` bytes of ``src`` from ``offset`` into ``dst`` at ``at``: only the
+    source's data extents (``SEEK_DATA``/``SEEK_HOLE``; its holes stay holes, as
+    nothing is written there), each with ``copy_file_range`` (in the kernel: a reflink
+    on a file system that shares extents, no bytes through this process), or read and
+    written where the kernel cannot (another file system on an old kernel)."""
+    end, pos = offset + length, offset
+    while pos < end:
+        try:
+            data = os.lseek(src, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data after pos: the rest is a hole
+                return
+            data = pos  # no SEEK_DATA here: all of it is data
+        if data >= end:
+            return
+        try:
+            hole = min(os.lseek(src, data, os.SEEK_HOLE), end)
+        except OSError:
+            hole = end
+        _copy_data(src, data, dst, at + (data - offset), hole - data)
+        pos = hole
+
+
+def _copy_data(src: int, offset: int, dst: int, at: int, length: int) -> None:
+    while length > 0:
+        try:
+            n = os.copy_file_range(src, dst, min(length, 1 << 30), offset, at)
+        except (OSError, AttributeError):  # EXDEV, EINVAL, ENOSYS: byte by byte, in chunks
+            n = _copy_bytes(src, offset, dst, at, min(length, _CHUNK))
+        if n <= 0:
+            raise OSError(errno.EIO, "the file ended early")
+        offset, at, length = offset + n, at + n, length - n
+
+
+def _copy_bytes(src: int, offset: int, dst: int, at: int, length: int) -> int:
+    chunk = os.pread(src, length, offset)
+    view = memoryview(chunk)
+    while view:
+        at += (n := os.pwrite(dst, view, at))
+        view = view[n:]
+    return len(chunk)
+
+
 def _point_at(tensors: List[TensorProto], location: str) -> None:
     for t in tensors:
         for e in t.external_data:
@@ -466,40 +511,38 @@ def _repeated(number: int, messages) -> bytes:
 
 
 _CHUNK = 1 << 24
+_BLOCK = 4096  # each tensor's bytes start at the offset modulo this that they had: holes and extents line up
 
 
 def _copy_external(tensors: List[Tuple[str, TensorProto]], base: Path, dst: Path, location: str) -> None:
-    """Copy each tensor's external bytes from its file under ``base`` into ``dst``, in
-    chunks (a multi-GB weight is never in memory at once), once for tensors that share
-    them, and point the tensor at ``location`` (``dst``'s name). Every tensor's
-    data is checked (``external_data``: inside ``base``, within its file) before a byte
-    is copied."""
+    """Copy each tensor's external bytes from its file under ``base`` into ``dst``, once
+    for tensors that share them, and point the tensor at ``location`` (``dst``'s name).
+    Every tensor's data is checked (``external_data``: inside ``base``, within its file)
+    before a byte is copied. The bytes go as the file system allows (``_copy_span``):
+    in the kernel, a reflink where it has them, and holes kept: a sparse 8 GiB weight
+    stays 0 bytes on disk, and is copied in a moment."""
     sources = [(what, t, external_data(t, base, what)) for what, t in tensors]
     copied = {}
     with open(dst, "wb") as out:
+        end = 0
         for what, t, ext in sources:
             key = (ext.path, ext.offset, ext.length)
             if key not in copied:
-                start = out.tell()
+                start = -(-end // _BLOCK) * _BLOCK + ext.offset % _BLOCK
                 try:
                     with open(ext.path, "rb") as f:
-                        f.seek(ext.offset)
-                        left = ext.length
-                        while left > 0:
-                            chunk = f.read(min(_CHUNK, left))
-                            if not chunk:
-                                break
-                            out.write(chunk)
-                            left -= len(chunk)
+                        if os.fstat(f.fileno()).st_size < ext.offset + ext.length:  # it shrank since it was checked
+                            raise BadInput(f"{what}: external data '{ext.location}' is shorter than"
+                                           f" its length ({ext.offset + ext.length} bytes)")
+                        _copy_span(f.fileno(), ext.offset, out.fileno(), start, ext.length)
                 except OSError as e:
                     raise BadInput(f"{what}: cannot read external data '{ext.location}':"
                                    f" {e.strerror}") from None
-                if left:  # the file shrank since it was checked
-                    raise BadInput(f"{what}: external data '{ext.location}' is shorter than"
-                                   f" its length ({ext.offset + ext.length} bytes)")
-                copied[key] = (start, out.tell() - start)
+                copied[key] = (start, ext.length)
+                end = max(end, start + ext.length)
             start, size = copied[key]
             rest = [(e.key, e.value) for e in t.external_data if e.key not in ("location", "offset", "length")]
             del t.external_data[:]
             for k, v in [("location", location), ("offset", str(start)), ("length", str(size))] + rest:
                 t.external_data.add(key=k, value=v)
+        os.ftruncate(out.fileno(), end)  # its size: a hole at the end stays one

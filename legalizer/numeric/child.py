@@ -12,7 +12,8 @@ worker has its own). Each call has a time limit and the child an address-space l
 (``Limits``; ``--run-timeout``, ``--run-memory``). A child that dies (a crash), runs out
 of its memory or time, or answers what the protocol does not allow, is killed and
 becomes ``RunFault``: one line naming the model, the runtime and the cause; the next
-call starts a new child. Replies are never unpickled (``wire.py``).
+call starts a new child. Nothing is pickled either way: requests and replies are JSON
+plus array bytes (``wire.py``).
 
 A signal (^C, SIGTERM) that interrupts a call kills the child at once: the parent only
 waits on a pipe, so it stops within the time Python takes to run its handler.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -159,15 +159,24 @@ class _Process:
     """One child process and its pipes."""
 
     def __init__(self, pool: str = RUN) -> None:
+        import json
+
         replies_r, replies_w = os.pipe()
         _widen(replies_r)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # the folder that holds ``legalizer``
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # it writes nothing, not even bytecode caches
+        try:  # its user's name, which it cannot read from /etc/passwd under Landlock (PyTorch names its caches so)
+            import getpass
+
+            env.setdefault("USER", getpass.getuser())
+        except (ImportError, KeyError, OSError):
+            pass
         try:
-            self.popen = subprocess.Popen([sys.executable, "-m", "legalizer.numeric.serve", str(replies_w),
-                                           "filtered" if pool == RUN else "plain"],
+            # -P: the working folder is not on its module path (nor, so, readable under Landlock)
+            self.popen = subprocess.Popen([sys.executable, "-P", "-m", "legalizer.numeric.serve", str(replies_w),
+                                           "filtered" if pool == RUN else "plain", json.dumps(sorted(_readable))],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, pass_fds=(replies_w,), env=env,
                                           close_fds=True, start_new_session=True)
@@ -177,6 +186,7 @@ class _Process:
         _widen(self.requests)
         self.replies = replies_r
         self.owner = os.getpid()
+        self.readable = frozenset(_readable)  # the folders it may read (Landlock, where the kernel has it)
         # Requests whose replies nobody waits for yet, read before the next: None for a
         # warm-up (``prewarm``), or the Remote being built ahead (``preload``).
         self.pending: List[Optional["Remote"]] = []
@@ -224,6 +234,42 @@ _lock = threading.RLock()
 _processes: Dict[str, _Process] = {}
 _generations: Dict[str, int] = {}  # children started per pool: a handle of an earlier one is gone with it
 _handles = itertools.count(1)
+# Bytes of outputs each object's last run left in its pool's child (``ChildRunner.infer_held``):
+# counted against --run-memory for every other call, so that the limit bounds what the
+# child holds in all, not only what one call adds.
+_held: Dict[str, Dict[int, int]] = {}
+_readable: set = set()  # the folders of the run's models, outputs and temporaries: the run child reads there
+
+
+def readable(*paths) -> None:
+    """Let the run child read ``paths`` (a file's folder, or a folder), as well as the
+    Python install: with Landlock (``landlock.py``) it reads nothing else. A path its
+    running child may not read stops that child: the next call starts one that may.
+    Name the run's folders before ``prewarm``, so that the child starts once."""
+    with _lock:
+        for p in paths:
+            folder = _folder(p)
+            if folder is not None and not _covered(folder, _readable):
+                _readable.add(folder)
+        proc = _live(RUN)
+        if proc is not None and not _readable <= proc.readable:
+            _stop(RUN)
+
+
+def _folder(path) -> Optional[str]:
+    """The folder to read for ``path``: itself if a folder, else its own (if it exists)."""
+    try:
+        p = os.path.realpath(os.fspath(path))
+    except (TypeError, ValueError):
+        return None
+    if os.path.isdir(p):
+        return p
+    p = os.path.dirname(p)
+    return p if os.path.isdir(p) else None
+
+
+def _covered(folder: str, folders) -> bool:
+    return any(folder == f or folder.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
 def _live(pool: str) -> Optional[_Process]:
@@ -244,6 +290,7 @@ def _stop(pool: str = RUN) -> int:
     proc = _processes.pop(pool, None)
     if proc is None or proc.owner != os.getpid():
         return 0
+    _held.pop(pool, None)
     return proc.kill()
 
 
@@ -270,14 +317,14 @@ def prewarm(modules: Sequence[str] = ("onnxruntime",), pool: str = RUN) -> None:
             return
         proc = _current(pool)
         try:
-            wire.send(proc.requests, pickle.dumps(("import", 0, list(modules), 0), protocol=5))
+            wire.send(proc.requests, _request(("import", 0, list(modules), 0)))
             proc.pending.append(None)
         except OSError:
             _stop(pool)
 
 
 def sandbox() -> str:
-    """The run child's syscall filter: "seccomp", or why there is none."""
+    """The run child's syscall filter: "seccomp, landlock", "seccomp; <why no Landlock>", or why there is none."""
     with _lock:
         proc = _current(RUN)
         return str(Remote.__new__(Remote)._status(proc).get("sandbox", ""))
@@ -294,6 +341,8 @@ class Remote:
         self.pool = pool
         self.fetched: Dict[str, Any] = {}
         self.built: Any = None  # without ``wait``: the reply to its building, once read
+        if pool == RUN and args and _names_file(args[0]):
+            readable(args[0])  # a model file: its folder (its external data) is read too
         with _lock:
             proc = _current(pool)
             self.generation, self.handle = _generations[pool], next(_handles)
@@ -303,7 +352,7 @@ class Remote:
                 self.fetched = self._ask(request)
                 return
             try:  # built while this process goes on; ``ready`` waits for it
-                wire.send(proc.requests, pickle.dumps(request + (proc.limit(_limits.memory),), protocol=5))
+                wire.send(proc.requests, _request(request + (proc.limit(_limits.memory),)))
                 proc.pending.append(self)
             except OSError:
                 _stop(pool)
@@ -348,8 +397,9 @@ class Remote:
         with _lock:
             proc = _live(self.pool)
             if proc is not None and self.generation == _generations.get(self.pool):
+                _held.get(self.pool, {}).pop(self.handle, None)
                 try:
-                    wire.send(proc.requests, pickle.dumps(("drop", self.handle, 0), protocol=5))
+                    wire.send(proc.requests, _request(("drop", self.handle, 0)))
                     proc.pending.append(None)
                 except OSError:  # gone: the next request says so
                     pass
@@ -358,18 +408,21 @@ class Remote:
         lim = _limits
         memory = lim.memory if memory is None else min(memory, lim.memory)
         timeout = lim.timeout if timeout is None else min(timeout, lim.timeout)
+        limit = memory  # as a fault names it
+        held = sum(n for h, n in _held.get(self.pool, {}).items() if h != self.handle)
+        memory = max(memory - held, 1 << 20)  # what the others' outputs held there leave
         with _lock:
             proc = _live(self.pool)
             if proc is None or self.generation != _generations.get(self.pool):
                 raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
             try:
                 while proc.pending:  # a warm-up's or a preload's reply (not this call's time)
-                    ahead = wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0))
+                    ahead = wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0), _reply_limit(lim.memory))
                     waiting = proc.pending.pop(0)
                     if waiting is not None:
                         waiting.built = wire.decode(ahead)
-                wire.send(proc.requests, pickle.dumps(request + (proc.limit(memory),), protocol=5))
-                data = wire.receive(proc.replies, time.monotonic() + timeout)
+                wire.send(proc.requests, _request(request + (proc.limit(memory),)))
+                data = wire.receive(proc.replies, time.monotonic() + timeout, _reply_limit(memory))
                 reply = wire.decode(data)
                 del data
             except wire.Timeout:
@@ -383,12 +436,16 @@ class Remote:
                 _stop(self.pool)
                 raise RunFault(self.model, self.runtime, f"its process answered what the protocol does not allow"
                                                          f" ({e})") from None
+            except MemoryError:  # its reply does not fit here: this process's limit, not the model's failure
+                _stop(self.pool)
+                raise RunFault(self.model, self.runtime, "its reply does not fit in this process's memory",
+                               out_of_memory=True) from None
             except BaseException:  # ^C, SIGTERM: the child is mid-call; it goes at once
                 _stop(self.pool)
                 raise
         if isinstance(reply, dict) and "ok" in reply:
             return reply["ok"]
-        self._raise(reply, memory)
+        self._raise(reply, limit)
 
     def _raise(self, reply, memory: Optional[int] = None):
         """The exception of an error reply (a fault for one of neither form)."""
@@ -401,6 +458,17 @@ class Remote:
             raise RunFault(self.model, self.runtime, f"it ran out of its memory ({memory / 2**30:.3g} GiB,"
                                                      " --run-memory)", out_of_memory=True)
         raise _rebuild(str(kind), str(message), attrs if isinstance(attrs, dict) else {})
+
+
+def _request(request: tuple) -> bytes:
+    """A request as the child reads it: JSON plus array bytes (``wire``), never a pickle."""
+    return wire.encode(list(request), request=True)
+
+
+def _reply_limit(memory: int) -> int:
+    """The most a reply may claim: what the child may allocate for the call (it cannot
+    have made more), and never more than the protocol's bound."""
+    return min(wire.MAX_REPLY, max(memory, 1 << 20))
 
 
 _preloaded: Dict[Tuple, Remote] = {}
@@ -426,13 +494,19 @@ def take(key: Tuple) -> Optional[Remote]:
         return remote
 
 
+def _names_file(arg) -> bool:
+    if not isinstance(arg, (str, os.PathLike)):
+        return False
+    name = os.fspath(arg)
+    return isinstance(name, str) and len(name) < 4096 and "\n" not in name and os.path.isfile(name)
+
+
 def _model_path(args: list) -> list:
     """``args`` with its first, the model, made absolute where it names a file: the child
     was started in the folder this process was in then, which may since have changed."""
-    if args and isinstance(args[0], (str, os.PathLike)):
-        first = os.fspath(args[0])
-        if len(first) < 4096 and "\n" not in first and os.path.isfile(first):
-            args[0] = os.path.abspath(first) if isinstance(args[0], str) else Path(os.path.abspath(first))
+    if args and _names_file(args[0]):
+        first = os.path.abspath(os.fspath(args[0]))
+        args[0] = first if isinstance(args[0], str) else Path(first)
     return args
 
 
@@ -517,9 +591,32 @@ class ChildRunner(Runner):
 
     def infer_impl(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         out = self.remote.call("infer", dict(feed))
-        if not isinstance(out, dict) or not all(isinstance(k, str) for k in out):
+        if not isinstance(out, dict) or not all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in out.items()):
             raise self.remote.refuse("outputs that are not arrays by name")
         return out
+
+    def infer_held(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """The outputs: those of a chunk or less as arrays, larger ones ``Held`` in the
+        child (compared a chunk at a time: this process never holds them whole)."""
+        if not self.is_active:
+            raise RuntimeError(f"{self.name} runner: activate it before infer")
+        remote = self.remote
+        _held.get(remote.pool, {}).pop(remote.handle, None)  # its last run's outputs go as this one starts
+        out = remote._ask(("infer_kept", remote.handle, dict(feed), CHUNK_BYTES))  # noqa: SLF001
+        try:
+            serial, small, held, order = out["serial"], out["small"], out["held"], out["order"]
+            if not (isinstance(small, dict) and isinstance(held, dict) and isinstance(order, list)
+                    and all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in small.items())
+                    and set(order) == set(small) | set(held) and len(order) == len(small) + len(held)):
+                raise TypeError
+            outputs = {name: small[name] if name in small else Held(remote, int(serial), name, *held[name])
+                       for name in order}
+        except (TypeError, KeyError, ValueError):
+            raise remote.refuse("outputs that are not arrays by name") from None
+        with _lock:
+            _held.setdefault(remote.pool, {})[remote.handle] = sum(v.nbytes for v in outputs.values()
+                                                                   if isinstance(v, Held))
+        return outputs
 
     def values(self, feed, names=None) -> Dict[str, np.ndarray]:
         self.runs += 1
@@ -549,6 +646,42 @@ class ChildRunner(Runner):
         except Exception as e:  # noqa: BLE001 - the runtime's words
             return str(e)
         return None
+
+
+class Held:
+    """An output that stays in the child (``ChildRunner.infer_impl``): its dtype and
+    shape here, its elements asked for a piece at a time (``piece``), or all at once
+    where a caller needs an array (``np.asarray``). Valid until its runner runs again."""
+
+    def __init__(self, remote: Remote, serial: int, name: str, dtype, shape):
+        self.remote, self.serial, self.name = remote, serial, name
+        try:
+            self.dtype, self.shape = np.dtype(str(dtype)), tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise remote.refuse("a held output's type") from None
+        if self.dtype.kind in "OV" or any(d < 0 for d in self.shape):
+            raise remote.refuse("a held output's type")
+        self.size = int(np.prod(self.shape, dtype=object)) if self.shape else 1
+        self.ndim, self.nbytes = len(self.shape), self.size * self.dtype.itemsize
+
+    def piece(self, start: int, stop: int) -> np.ndarray:
+        """Elements [start, stop) of the flat output."""
+        part = self.remote._ask(("piece", self.remote.handle, self.serial, self.name, int(start), int(stop)))  # noqa: SLF001
+        if not isinstance(part, np.ndarray) or part.dtype != self.dtype or part.size != stop - start:
+            raise self.remote.refuse("a piece of an output that is not the one asked for")
+        return part.reshape(-1)
+
+    def __array__(self, dtype=None, copy=None):
+        whole = np.empty(self.size, self.dtype)
+        step = max(1, CHUNK_BYTES // max(self.dtype.itemsize, 1))
+        for start in range(0, self.size, step):
+            stop = min(self.size, start + step)
+            whole[start:stop] = self.piece(start, stop)
+        whole = whole.reshape(self.shape)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
 
 
 def label(model) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import first_line
 from . import ATOL, RTOL  # noqa: F401 - the check's defaults (defined in the light package init)
-from .child import RunFault
+from .child import Held, RunFault
 from .results import BindingResult, CheckResult, OutputResult
 from .runner import Runner
 
@@ -74,7 +74,10 @@ def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol:
     """``got`` against ``expected``: the same shape and dtype; floats within
     ``atol + rtol * |expected|`` (NaNs at the same positions), other values equal. A
     ``quantized`` integer output may be one quantization step off (LiteRT's integer
-    kernels and a float-then-requantize round differently)."""
+    kernels and a float-then-requantize round differently). An output of more than a
+    chunk (``CHUNK``), or one held in the child, is compared a chunk at a time."""
+    if isinstance(expected, Held) or isinstance(got, Held) or max(np.size(expected), np.size(got)) > CHUNK:
+        return _compare_in_chunks(name, expected, got, rtol, atol, full_stats, quantized)
     expected, got = np.asarray(expected), np.asarray(got)
     if quantized and expected.dtype == got.dtype and expected.dtype.kind in "iu":
         return _steps(name, expected, got, full_stats)
@@ -106,6 +109,115 @@ def compare(name: str, expected: np.ndarray, got: np.ndarray, rtol: float, atol:
         return OutputResult(name, same, float(diff.max()), 0.0, stats=error_stats(diff, np.zeros(0), diff != 0,
                                                                                      full_stats))
     return OutputResult(name, same)
+
+
+# Elements compared at once: float64 copies of a chunk of each side and their errors hold
+# about 60 bytes an element, so a comparison holds about 120 MiB whatever the outputs' size.
+CHUNK = 2 << 20
+
+
+def _compare_in_chunks(name: str, expected, got, rtol: float, atol: float, full_stats: bool,
+                       quantized: bool) -> OutputResult:
+    """``compare``, a chunk of elements at a time: the same verdict, maxima, counts,
+    means and histogram; the percentiles from evenly spaced elements (every k-th, at
+    most ``CHUNK`` of them) where there is more than one chunk."""
+    e_shape, g_shape = tuple(np.shape(expected)), tuple(np.shape(got))
+    e_dtype, g_dtype = _dtype(expected), _dtype(got)
+    steps = quantized and e_dtype == g_dtype and e_dtype.kind in "iu"
+    if e_shape != g_shape:
+        return OutputResult(name, False, detail=f"shape {g_shape} != {e_shape}")
+    if e_dtype != g_dtype and not steps:
+        return OutputResult(name, False, detail=f"dtype {g_dtype} != {e_dtype}")
+    total = int(np.prod(e_shape, dtype=object)) if e_shape else 1
+    stride = -(-total // CHUNK)  # the percentiles' sample: every stride-th element
+    acc = _Accumulated(full_stats)
+    nan_off = 0
+    for start in range(0, total, CHUNK):
+        stop = min(total, start + CHUNK)
+        e, g = _flat(expected, start, stop), _flat(got, start, stop)
+        if steps:
+            diff = np.abs(e.astype(np.int64) - g.astype(np.int64)).astype(np.float64)
+            acc.add(diff, None, diff > 1, start, stride)
+        elif e_dtype.kind in "fc":
+            e, g = e.astype(np.float64), g.astype(np.float64)
+            nan_e, nan_g = np.isnan(e), np.isnan(g)
+            nan_off += int(np.count_nonzero(nan_e != nan_g))
+            if nan_off:
+                continue
+            with np.errstate(invalid="ignore", over="ignore"):
+                diff = np.where(~nan_e, np.abs(e - g), 0.0)
+                diff = np.where(np.isinf(e) & (e == g), 0.0, diff)
+                denom = np.abs(e)
+                rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1), diff)
+                bad = diff > atol + rtol * denom
+            acc.add(diff, rel, bad, start, stride)
+        elif e_dtype.kind in "iub":
+            diff = np.abs(e.astype(np.float64) - g.astype(np.float64))
+            acc.add(diff, None, diff != 0, start, stride)
+        else:
+            acc.add(None, None, ~(e == g), start, stride)
+    if nan_off:
+        return OutputResult(name, False, float("nan"), float("nan"), "NaNs at different positions",
+                            {"mismatched": nan_off, "total": total})
+    if steps:
+        return OutputResult(name, acc.max_abs <= 1, acc.max_abs, 0.0, "" if acc.max_abs <= 1 else STEP_DETAIL,
+                            acc.stats(total))
+    if e_dtype.kind in "fc":
+        return OutputResult(name, acc.mismatched == 0, acc.max_abs, acc.max_rel, stats=acc.stats(total))
+    if e_dtype.kind in "iub":
+        return OutputResult(name, acc.mismatched == 0, acc.max_abs, 0.0, stats=acc.stats(total))
+    return OutputResult(name, acc.mismatched == 0)
+
+
+def _arrays(outputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    return {k: np.asarray(v) if isinstance(v, Held) else v for k, v in outputs.items()}
+
+
+def _dtype(a) -> np.dtype:
+    return a.dtype if isinstance(a, (Held, np.ndarray)) else np.asarray(a).dtype
+
+
+def _flat(a, start: int, stop: int) -> np.ndarray:
+    if isinstance(a, Held):
+        return a.piece(start, stop)
+    return np.asarray(a).reshape(-1)[start:stop]
+
+
+class _Accumulated:
+    """``error_stats`` over chunks of the errors."""
+
+    def __init__(self, full: bool):
+        self.full = full
+        self.mismatched, self.max_abs, self.max_rel = 0, 0.0, 0.0
+        self.sum_abs, self.sum_rel, self.rel_count = 0.0, 0.0, 0
+        self.counts = np.zeros(len(HISTOGRAM_EDGES) + 1, np.int64)
+        self.sample: List[np.ndarray] = []
+
+    def add(self, diff, rel, bad, start: int, stride: int) -> None:
+        self.mismatched += int(np.count_nonzero(bad))
+        if diff is None or not diff.size:
+            return
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        if rel is not None and rel.size:
+            self.max_rel = max(self.max_rel, float(rel.max()))
+            self.sum_rel += float(rel.sum())
+            self.rel_count += rel.size
+        if self.full:
+            self.sum_abs += float(diff.sum())
+            self.counts += np.bincount(np.searchsorted(np.asarray(HISTOGRAM_EDGES), diff, side="left"),
+                                       minlength=len(HISTOGRAM_EDGES) + 1)
+            first = (-start) % stride  # the chunk's elements at a multiple of stride
+            self.sample.append(diff[first::stride].copy())
+
+    def stats(self, total: int) -> dict:
+        out = {"mismatched": self.mismatched, "total": total}
+        if not total or not self.full:
+            return out
+        p50, p90, p99 = (float(v) for v in np.percentile(np.concatenate(self.sample), [50, 90, 99]))
+        out.update({"mean_abs_err": self.sum_abs / total, "p50_abs_err": p50, "p90_abs_err": p90, "p99_abs_err": p99,
+                    "mean_rel_err": self.sum_rel / self.rel_count if self.rel_count else 0.0,
+                    "histogram": {"edges": list(HISTOGRAM_EDGES), "counts": [int(c) for c in self.counts]}})
+        return out
 
 
 def _steps(name: str, expected: np.ndarray, got: np.ndarray, full_stats: bool) -> OutputResult:
@@ -213,7 +325,7 @@ class Comparator:
         index of the stored sample it fed); the reference's error when it rejects it."""
         label = dims if label is None else label
         try:
-            expected = self.reference.infer(feeds)
+            expected = self.reference.infer_held(feeds)
         except RunFault:  # the child running it faulted: no binding of this check runs
             raise
         except self.reference_errors as e:
@@ -222,7 +334,7 @@ class Comparator:
             return str(e)
         got = None
         try:
-            got = self.candidate.infer(feeds)
+            got = self.candidate.infer_held(feeds)
         except RunFault:
             raise
         except self.candidate_errors as e:
@@ -231,8 +343,8 @@ class Comparator:
             outs = self.pairing.compare(expected, got, self.rtol, self.atol)
         if self.also is not None:
             outs += self.also(feeds, expected)
-        if self.runs is not None:
-            self.runs.append((dict(feeds), expected, got))
+        if self.runs is not None:  # kept past the next run: made arrays here
+            self.runs.append((dict(feeds), _arrays(expected), None if got is None else _arrays(got)))
         ok = all(o.ok for o in outs)
         if ok and expected and all(np.size(v) == 0 for v in expected.values()):
             # agreeing on empty outputs compares nothing: not a pass

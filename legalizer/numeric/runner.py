@@ -79,6 +79,11 @@ class Runner:
             raise RuntimeError(f"{self.name} runner: activate it before infer")
         return self.infer_impl(feed)
 
+    def infer_held(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """``infer``, for a comparison: an output larger than a chunk may stay where the
+        model ran (``child.Held``), valid until the runner runs again."""
+        return self.infer(feed)
+
     @property
     def provider(self) -> str:
         """What ran the model, as the check's summary names it (onnxruntime: its

@@ -59,7 +59,15 @@ class Renamed(Runner):
         self.inner.deactivate()
 
     def infer_impl(self, feed):
-        got = dict(zip(self.names, self.inner.infer(feed).values()))
+        return self._named(self.inner.infer(feed))
+
+    def infer_held(self, feed):
+        if not self.is_active:
+            raise RuntimeError(f"{self.name} runner: activate it before infer")
+        return self._named(self.inner.infer_held(feed))
+
+    def _named(self, outputs):
+        got = dict(zip(self.names, outputs.values()))
         return {n: a for n, a in got.items() if self.keep is None or n in self.keep}
 
 

@@ -8,16 +8,21 @@ Before each request the parent sets its address-space limit (``RLIMIT_AS``) to w
 maps plus the request's memory (``child._Process.limit``; where the parent cannot, the
 request asks the child to), so that a model that allocates without end fails with
 ``MemoryError`` (a C++ ``bad_alloc``) here instead of growing until the machine's
-out-of-memory killer picks a victim. It dies with its parent (``PR_SET_PDEATHSIG``)."""
+out-of-memory killer picks a victim. It dies with its parent (``PR_SET_PDEATHSIG``).
+
+An output larger than a chunk stays here (``infer_kept``), and the parent asks for it a
+piece at a time (``piece``) to compare it: ``legalize`` never holds it whole."""
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
-import pickle
 import signal
 import sys
-from typing import Dict
+from typing import Dict, Sequence
+
+import numpy as np
 
 
 def _die_with_parent() -> None:
@@ -60,7 +65,16 @@ def _error(e: BaseException) -> dict:
     attrs = {k: v for k, v in vars(e).items() if isinstance(v, (str, int, float, bool))} if hasattr(e, "__dict__") \
         else {}
     kind = type(e)
-    return {"error": [f"{kind.__module__}.{kind.__qualname__}", str(e), isinstance(e, MemoryError), attrs]}
+    return {"error": [f"{kind.__module__}.{kind.__qualname__}", str(e), _out_of_memory(e), attrs]}
+
+
+# How the runtimes word an allocation that failed under the limit (onnxruntime's arena;
+# a C++ bad_alloc that a binding passes on as text), besides Python's MemoryError.
+_ALLOCATION_FAILED = ("Failed to allocate memory", "std::bad_alloc")
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or any(w in str(e) for w in _ALLOCATION_FAILED)
 
 
 def _silence() -> None:
@@ -71,17 +85,18 @@ def _silence() -> None:
     os.close(devnull)
 
 
-def _sandbox(mode: str) -> str:
-    """The syscall filter (``mode`` "filtered"), installed; what it is, in words."""
+def _sandbox(mode: str, readable: Sequence[str] = ()) -> str:
+    """The syscall filter (``mode`` "filtered"), installed, reading limited to
+    ``readable`` (the run's folders) and the Python install; what it is, in words."""
     if mode != "filtered":
         return "no syscall filter (asked for none)"
     import tempfile
 
-    from .sandbox import install
+    from ..sandbox import install
 
     tempfile.gettempdir()  # found while a file can be made there (PyTorch asks for it)
     _CUDA.append(_start_cuda())
-    return install()[1]
+    return install(readable)[1]
 
 
 # What ``_start_cuda`` did (in words), and its session, kept open for the child's life.
@@ -117,6 +132,11 @@ def _start_cuda() -> str:
         return f"did not start before the filter ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
 
 
+# The outputs of each object's last ``infer_kept`` above the threshold: (its serial, by name).
+_KEPT: Dict[int, tuple] = {}
+_SERIALS = itertools.count(1)
+
+
 def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbox: str):
     """The value that answers request ``op`` on the object ``handle``."""
     if op == "new":
@@ -137,10 +157,32 @@ def _answer(op: str, handle: int, rest: list, objects: Dict[int, object], sandbo
             except ImportError:
                 pass
         return None
+    if op == "infer_kept":  # outputs above ``threshold`` bytes stay here, asked for a piece at a time
+        feed, threshold = rest[:-1]
+        _KEPT.pop(handle, None)  # its last run's outputs go before this one makes its own
+        outputs = objects[handle].infer(feed)
+        serial = next(_SERIALS)
+        _KEPT[handle] = (serial, {})
+        small, held = {}, {}
+        for name, value in outputs.items():
+            value = np.asarray(value)
+            if value.nbytes > threshold and value.dtype.kind not in "OV":
+                _KEPT[handle][1][name] = value
+                held[name] = [value.dtype.str, list(value.shape)]
+            else:
+                small[name] = value
+        return {"serial": serial, "small": small, "held": held, "order": list(outputs)}
+    if op == "piece":  # elements [start, stop) of a kept output, flat
+        serial, name, start, stop = rest[:-1]
+        kept_serial, kept = _KEPT.get(handle, (0, {}))
+        if kept_serial != serial or name not in kept:
+            raise ValueError(f"no output {name!r} of that run is kept")
+        return np.ascontiguousarray(kept[name].reshape(-1)[int(start):int(stop)])
     if op == "status":
         return {"sandbox": sandbox, "pid": os.getpid(), "cuda": next((c for c in _CUDA if isinstance(c, str)), "")}
     if op == "drop":
         objects.pop(handle, None)
+        _KEPT.pop(handle, None)
         return None
     raise ValueError(f"no request {op!r}")
 
@@ -153,16 +195,16 @@ def main() -> None:  # pragma: no cover - runs in the child
     # ^C reaches the whole process group: the parent handles it and stops this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _silence()
-    import numpy  # noqa: F401 - every reply needs it
+    import json
 
-    sandbox = _sandbox(sys.argv[2] if len(sys.argv) > 2 else "")
+    sandbox = _sandbox(sys.argv[2] if len(sys.argv) > 2 else "", json.loads(sys.argv[3]) if len(sys.argv) > 3 else [])
     objects: Dict[int, object] = {}
     while True:
         try:
             request = wire.receive(0, None, limit=1 << 62)
         except EOFError:  # the parent has gone
             return
-        op, handle, *rest = pickle.loads(request)
+        op, handle, *rest = wire.decode(request, request=True)
         memory = rest[-1]
         try:
             _limit_memory(memory)
