@@ -57,6 +57,8 @@ class Target:
     # ``verifier.backend_rules``) say which ops it refuses, in its words; then they alone do.
     # Its targets take TFLite.
     backend: Optional[str] = None
+    # How the backend refuses a tensor over its rank limit, in its own words.
+    rank_words: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "profile", profile_record(self.profile))
@@ -110,7 +112,8 @@ class Target:
             for v in itertools.chain(node.inputs, node.outputs):
                 s = None if v is None else v.type.shape
                 if s is not None and len(s) > limit:
-                    where = f"MAX_RANK of TOSA level {lv.title}" if lv is not None else f"'{self.name}' takes rank <= {limit}"
+                    where = f"MAX_RANK of TOSA level {lv.title}" if lv is not None else \
+                        self.rank_words or f"'{self.name}' takes rank <= {limit}"
                     why.append(f"'{v.name}' has rank {len(s)} > {limit} ({where})")
                     break
         if self.static_shapes:
@@ -186,13 +189,17 @@ def register_target(spec: Target) -> Target:
 _DEPLOY_HEAD = ("split_variadic", "densify_constants", "reshape_forms", "broadcast_to_into_consumers",
                 "broadcast_to_through_reshape", "fold_ranks")
 for _t in (
-    Target("tosa", "tosa", ("split_variadic", "fold_ranks", "equalize_ranks", "rank_agnostic", "dead_code_elimination"),
+    Target("tosa", "tosa", ("aten_ranks", "split_variadic", "fold_ranks", "equalize_ranks", "rank_agnostic", "dead_code_elimination"),
            "equal ranks, size-1 broadcasts", dialects=("tosa",), dialect="TOSA", broadcasting="size-1",
            levels=MappingProxyType(LEVELS), default_level=DEFAULT_LEVEL),
-    Target("xla", "xla", ("split_variadic", "fold_ranks", "rank_agnostic_expand", "explicit_broadcast",
+    Target("xla", "xla", ("aten_ranks", "split_variadic", "fold_ranks", "rank_agnostic_expand", "explicit_broadcast",
                           "lower_broadcast_in_dim", "dead_code_elimination"),
            "every broadcast explicit: Unsqueeze + Expand", min_opset=9, dialects=("stablehlo", "stablehlo-bytecode"),
            dialect="StableHLO", broadcasting="none"),
+    # Apple Core ML (coremltools 9.0): every tensor at rank <= 5, in its words; numpy
+    # broadcasting. Judged by coremltools.convert (which converts on Linux).
+    Target("coreml", "mlir", ("aten_ranks", "split_variadic", "fold_ranks", "dead_code_elimination"),
+           "Apple Core ML: rank <= 5", max_rank=5, rank_words="Core ML only supports tensors with rank <= 5"),
     # Backends that take TFLite (rules/backends.toml): every tensor at rank <= 4, operands
     # of equal rank (the GPU delegate aligns a lower-rank operand from the left, LiteRT #8980).
     # BROADCAST_TO is folded into its consumers before the ranks fold (the consumer's
