@@ -1,0 +1,98 @@
+"""PyTorch in, PyTorch out: a ``torch.export`` program legalized for a target as a
+``torch.export`` program, for pipelines that hold the program in memory.
+
+    from legalizer.torch import legalize
+    legal = legalize(ep, target="coreml")      # an ExportedProgram, every tensor at rank <= 5
+
+The program's Core ATen calls are the IR (``importers.aten``); the target's passes run
+on them (``passes.aten_ranks`` lowers each op over its rank limit) and the result is
+written back with the program's signature, state dict, constants, range constraints and
+source metadata (``exporters.aten``). ``run`` gives the program with its report: what
+the passes changed and what the target still refuses, naming each tensor.
+
+``LegalizeRanks`` is the same as a pass ExecuTorch runs before lowering:
+``to_edge_transform_and_lower(ep, transform_passes=[LegalizeRanks("coreml")], ...)``.
+torch is the optional ``torch`` extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .errors import BadInput
+from .extras import install_hint
+
+
+@dataclass
+class TorchResult:
+    """The legal program and its report: the passes' counters, the target's profile, the
+    ops the target refused before and still refuses after (node, op, reasons)."""
+
+    program: Any
+    target: str
+    stats: Dict[str, int] = field(default_factory=dict)
+    refused_before: List[dict] = field(default_factory=list)
+    refused_after: List[dict] = field(default_factory=list)
+    profile: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def legal(self) -> bool:
+        return not self.refused_after
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "profile": self.profile, "stats": dict(self.stats),
+                "refused_before": self.refused_before, "refused_after": self.refused_after}
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise BadInput(f"legalizer.torch needs torch, which is not installed: {install_hint('torch')}") from None
+
+
+def run(program, target: str = "coreml", *, level: Optional[str] = None) -> TorchResult:
+    """Legalize ``program`` (an ``ExportedProgram``) for ``target``; the result holds the
+    legal program (a new one: ``program`` is not changed) and the report."""
+    _require_torch()
+    import torch
+
+    from .exporters.aten import export_program
+    from .importers.aten import import_program
+    from .target_passes import legalize as run_passes
+    from .targets import target as target_named
+
+    if not isinstance(program, torch.export.ExportedProgram):
+        raise BadInput(f"legalizer.torch takes a torch.export ExportedProgram, not {type(program).__name__}")
+    spec = target_named(target)
+    model = import_program(program)
+    before = spec.refused(model.graphs, level)
+    done = run_passes(model, target, level=level)
+    after = spec.refused(model.graphs, level)
+    legal = export_program(model)
+    return TorchResult(legal, spec.name, {k: int(v) for k, v in done.stats.items()}, before, after,
+                       spec.to_json(level))
+
+
+def legalize(program, target: str = "coreml", *, level: Optional[str] = None, strict: bool = True):
+    """The legal form of ``program`` for ``target``, an ``ExportedProgram``. ``strict``:
+    BadInput naming the first tensor the target still refuses (a graph input over its
+    rank limit, which no legal form can change)."""
+    result = run(program, target, level=level)
+    if strict and result.refused_after:
+        r = result.refused_after[0]
+        raise BadInput(f"node '{r['node']}' ({r['op']}): {'; '.join(r['reasons'])}")
+    return result.program
+
+
+class LegalizeRanks:
+    """A transform pass for ExecuTorch's ``to_edge_transform_and_lower(...,
+    transform_passes=[...])``: called on the program (``ExportedProgram -> ExportedProgram``),
+    it returns the legal one."""
+
+    def __init__(self, target: str = "coreml", level: Optional[str] = None):
+        self.target, self.level = target, level
+
+    def __call__(self, program):
+        return legalize(program, self.target, level=self.level)
