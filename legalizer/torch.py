@@ -71,7 +71,7 @@ def run(program, target: str = "coreml", *, level: Optional[str] = None) -> Torc
     done = run_passes(model, target, level=level)
     after = spec.refused(model.graphs, level)
     legal = export_program(model)
-    return TorchResult(legal, spec.name, {k: int(v) for k, v in done.stats.items()}, before, after,
+    return TorchResult(legal, spec.name, {k: int(v) for k, v in done.stats.items() if v}, before, after,
                        spec.to_json(level))
 
 

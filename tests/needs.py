@@ -24,6 +24,8 @@ from legalizer.extras import install_hint
 EXTRAS: Dict[str, Tuple[str, ...]] = {
     "torch": ("torch", "onnxscript", "onnx_ir"),
     "litert": ("ai_edge_litert.interpreter",),
+    "coreml": ("coremltools",),
+    "executorch": ("executorch.exir", "executorch.runtime"),
     "jax": ("jax", "jaxlib"),
     "iree": ("iree.compiler", "iree.runtime"),
     "mlir": ("iree.compiler",),  # MLIR's parser (tosa-opt for the older TOSA syntax: the tool below)

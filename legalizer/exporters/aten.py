@@ -98,11 +98,16 @@ def export_program(model):
         input_specs.insert(first_user + k, InputSpec(InputKind.CONSTANT_TENSOR, TensorArgument(name=name), target=name))
         slots.insert(first_user + k, (name, {}, node.outputs[0]))
     placeholders = []
+    renamed: Dict[str, str] = {}
     for name, meta, value in slots:
         ph = new.placeholder(name)
+        if ph.name != name:  # fx gives a builtin's name (``input``) a suffix
+            renamed[name] = ph.name
         ph.meta.update(meta)
         env[id(value)] = ph
         placeholders.append(ph)
+    input_specs = [dataclasses.replace(s, arg=TensorArgument(name=renamed[s.arg.name]))
+                   if getattr(s.arg, "name", None) in renamed else s for s in input_specs]
     for node in order:
         if node.kind != OP:
             continue
@@ -153,7 +158,7 @@ def export_program(model):
         else:
             output_specs.append(dataclasses.replace(spec, arg=TensorArgument(name=node.name)))
     signature = dataclasses.replace(ep.graph_signature, input_specs=input_specs, output_specs=output_specs)
-    call_graph = [_renamed_outputs(e, ep.graph_signature.output_specs, output_specs) for e in ep.module_call_graph]
+    call_graph = [_renamed(e, ep.graph_signature.output_specs, output_specs, renamed) for e in ep.module_call_graph]
     try:
         return torch.export.ExportedProgram(root=gm, graph=gm.graph, graph_signature=signature,
                                             state_dict=ep.state_dict, range_constraints=ep.range_constraints,
@@ -163,15 +168,16 @@ def export_program(model):
         raise BadInput(f"the legal form is not a valid ExportedProgram ({type(e).__name__}: {first_line(e)})") from None
 
 
-def _renamed_outputs(entry, before, after):
-    """A module call graph entry whose signature names the outputs by their new names."""
+def _renamed(entry, before, after, inputs: Dict[str, str]):
+    """A module call graph entry whose signature names the values by their new names."""
     sig = entry.signature
     if sig is None:
         return entry
     names = {b.arg.name: a.arg.name for b, a in zip(before, after) if hasattr(b.arg, "name")}
     outputs = [dataclasses.replace(o, name=names.get(o.name, o.name)) if hasattr(o, "name") else o
                for o in sig.outputs]
-    return dataclasses.replace(entry, signature=dataclasses.replace(sig, outputs=outputs))
+    ins = [dataclasses.replace(i, name=inputs.get(i.name, i.name)) if hasattr(i, "name") else i for i in sig.inputs]
+    return dataclasses.replace(entry, signature=dataclasses.replace(sig, inputs=ins, outputs=outputs))
 
 
 def save_program(program, path) -> None:

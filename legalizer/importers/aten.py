@@ -39,11 +39,12 @@ _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "
 
 
 def dim_of(d) -> Any:
-    """A size as the IR holds it: an int, or its symbol's expression (``s77``)."""
-    try:
-        return int(d)
-    except (TypeError, ValueError):
-        return str(d)
+    """A size as the IR holds it: an int, or its symbol's expression (``s77``). (``int``
+    of a SymInt would specialize it: a guard on the program.)"""
+    if isinstance(d, int):
+        return d
+    known = d.node.maybe_as_int() if hasattr(d, "node") else None
+    return known if known is not None else str(d)
 
 
 def tensor_type(val) -> TensorType:

@@ -320,16 +320,17 @@ def _collapse_once(graph: Graph, ctx: PassContext) -> bool:
     for node in graph.ops():
         if node.graph is None or node.op not in VIEWS:
             continue
+        # A view's target names its sizes (a list, or SymInt operands): it reads any view
+        # of the same elements, unless that view's source is strided (it may not view).
         src = node.inputs[0]
         prod = src.producer
-        while prod is not None and prod.kind == OP and prod.op in VIEWS and _static_target(prod):
+        while prod is not None and prod.kind == OP and prod.op in VIEWS and not _strided(prod.inputs[0]):
             src = prod.inputs[0]
             prod = src.producer
-        if src is not node.inputs[0] and _static_target(node):
+        if src is not node.inputs[0]:
             graph.set_input(node, 0, src)
             changed = True
-        if src.type.shape is not None and tuple(src.type.shape) == tuple(node.outputs[0].type.shape) \
-                and _static_target(node):
+        if src.type.shape is not None and tuple(src.type.shape) == tuple(node.outputs[0].type.shape):
             graph.replace_all_uses_with(node.outputs[0], src)
             ctx.stats["aten_views_removed"] += 1
             changed = True
@@ -345,11 +346,8 @@ def _collapse_once(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
-def _static_target(node: Node) -> bool:
-    """Whether a view's target is a plain list of sizes (no SymInt operands): it then
-    reads any view of the same elements."""
-    call = call_of(node)
-    return call is not None and len(node.inputs) == 1
+def _strided(v: Value) -> bool:
+    return v.producer is not None and v.producer.kind == OP and v.producer.op in AtenOps.STRIDED
 
 
 def aten_ranks(graph: Graph, ctx: PassContext) -> bool:
