@@ -238,6 +238,9 @@ def _rewrite(job: Run) -> None:
                                       assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
     report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
                            "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
+    lowered = {k: int(v) for k, v in done.stats.items() if k.startswith("aten_") and v}
+    if lowered:  # a torch.export program's ops lowered to the rank limit (passes.aten_ranks)
+        report.target_rules["ranks_lowered"] = lowered
     if before is not None:
         from .region_pictures import PICTURE_LIMIT
 

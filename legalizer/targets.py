@@ -192,7 +192,7 @@ for _t in (
     Target("tosa", "tosa", ("aten_ranks", "split_variadic", "fold_ranks", "equalize_ranks", "rank_agnostic", "dead_code_elimination"),
            "equal ranks, size-1 broadcasts", dialects=("tosa",), dialect="TOSA", broadcasting="size-1",
            levels=MappingProxyType(LEVELS), default_level=DEFAULT_LEVEL),
-    Target("xla", "xla", ("aten_ranks", "split_variadic", "fold_ranks", "rank_agnostic_expand", "explicit_broadcast",
+    Target("xla", "xla", ("aten_ranks", "aten_explicit_broadcast", "split_variadic", "fold_ranks", "rank_agnostic_expand", "explicit_broadcast",
                           "lower_broadcast_in_dim", "dead_code_elimination"),
            "every broadcast explicit: Unsqueeze + Expand", min_opset=9, dialects=("stablehlo", "stablehlo-bytecode"),
            dialect="StableHLO", broadcasting="none"),

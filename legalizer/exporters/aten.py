@@ -181,7 +181,35 @@ def _renamed(entry, before, after, inputs: Dict[str, str]):
 
 
 def save_program(program, path) -> None:
-    """``torch.export.save`` to ``path`` (the caller makes the write atomic)."""
+    """``torch.export.save`` to ``path`` (the caller makes the write atomic: through a
+    buffer, as torch warns of a file whose name does not end in ``.pt2``)."""
+    import io
+
     import torch
 
-    torch.export.save(program, str(path))
+    buf = io.BytesIO()
+    torch.export.save(program, buf)
+    with open(path, "wb") as f:
+        f.write(buf.getbuffer())
+
+
+def legal_program(model):
+    """The legal ``ExportedProgram`` of ``model`` (``export_program``), made once: what
+    is written, checked and exported to ONNX is the same program."""
+    if model.aten.legal is None:
+        model.aten.legal = export_program(model)
+    return model.aten.legal
+
+
+def onnx_export(program):
+    """``program``'s ONNX export (``torch.onnx.export(..., dynamo=True)``: its symbolic
+    dims stay ``dim_param``s), a ModelProto; BadInput in the exporter's words."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            return torch.onnx.export(program, dynamo=True, external_data=False, optimize=True,
+                                     verbose=False).model_proto
+    except Exception as e:  # noqa: BLE001 - the exporter's words are the reason
+        raise BadInput(f"torch.onnx.export cannot export the legal program to ONNX"
+                       f" ({type(e).__name__}: {first_line(e)})") from None

@@ -32,6 +32,8 @@ class AtenSource:
 
     program: Any  # torch.export.ExportedProgram, decomposed to Core ATen
     original: Any  # the program as given (the check's reference)
+    declared: Any = None  # its inputs and outputs declared as ONNX (``declaration``)
+    legal: Any = None  # the legal program, once written (``exporters.aten``)
 
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "double", "int64": "int64",
@@ -147,3 +149,56 @@ def _getitem_value(values, a) -> Value:
     if len(got) != 1:
         raise BadInput(f"the program returns '{a.name}', a tuple, not a tensor")
     return got[0]
+
+
+_ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "int64": 7, "bool": 9, "float16": 10,
+               "double": 11, "bfloat16": 16}
+
+
+def user_inputs(program) -> List[str]:
+    """The names of the program's user inputs (placeholders), in its flat input order."""
+    from torch.export.graph_signature import InputKind
+
+    return [s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+
+
+def declaration(model: Model):
+    """An ONNX ModelProto that declares the program's user inputs and outputs, no more:
+    their element types and dims (a symbol is a ``dim_param``, as an ONNX export names
+    it), so that the check binds (``--dim``), synthesizes and names them as for any
+    model. Made once per model."""
+    from onnx import helper
+
+    src = model.aten
+    if getattr(src, "declared", None) is not None:
+        return src.declared
+    users = set(user_inputs(src.program))
+
+    def info(v: Value):
+        dims = [d if isinstance(d, int) else str(d) for d in (v.type.shape or ())]
+        return helper.make_tensor_value_info(v.name, _ONNX_TYPES.get(v.type.dtype or "", 0), dims)
+
+    inputs = [info(n.outputs[0]) for n in model.graph.inputs if n.name in users]
+    outputs = [info(n.inputs[0]) for n in model.graph.outputs]
+    src.declared = helper.make_model(helper.make_graph([], "program", inputs, outputs))
+    return src.declared
+
+
+def load_pt2(path, trust: bool = False) -> Model:
+    """A ``.pt2`` archive (``torch.export.save``) as a Model of its Core ATen graph, read
+    so that nothing in it runs unless ``trust`` (``pytorch.load_pt2``'s rules)."""
+    from pathlib import Path
+
+    from .pytorch import _load_trusted, require_torch
+
+    path = Path(path)
+    require_torch(f"{path}: is a torch.export archive (.pt2); reading it")
+    if trust:
+        program = _load_trusted(path)
+    else:
+        from .pt2_safety import load_untrusted
+
+        program = load_untrusted(path)
+    model = import_program(program, what=str(path))
+    model.source = path
+    return model

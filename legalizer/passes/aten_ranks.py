@@ -30,6 +30,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..aten_records import In, call_of
 from ..ir.graph import OP, Graph, Node, Value
+from ..ir.types import TensorType
 from ..oprules import frontend_rules
 from .base import PassContext
 from .frontend_ops import AtenOps
@@ -362,4 +363,56 @@ def aten_ranks(graph: Graph, ctx: PassContext) -> bool:
             changed |= lowering.lower(node)
     if changed:
         _collapse_views(graph, ctx)
+    return changed
+
+
+def aten_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
+    """The ``xla`` form of a torch.export program: every operand of a broadcasting ATen op
+    that differs from the result's shape is made the result's shape explicitly,
+    ``unsqueeze`` to its rank then ``expand``. A traced program's broadcasts are fixed
+    by its shapes (a symbolic dim is never 1 where another operand has its size), so
+    each is structural: an ``expand`` size is -1 where the operand has the dim, the
+    result's size where it is a number, and ``sym_size`` of the operand that has it
+    where it is a symbol. No-op on graphs of other frontends."""
+    if graph.frontend != "aten":
+        return False
+    rules = frontend_rules("aten")
+    changed = False
+    for node in graph.ops():
+        rule = rules.get(node.op)
+        if rule is None or not rule.broadcasting or len(node.outputs) != 1:
+            continue
+        out = node.outputs[0].type.shape
+        if out is None or any(v.type.shape is None for v in node.inputs):
+            continue
+        for i, v in enumerate(list(node.inputs)):
+            shape = tuple(v.type.shape)
+            if shape == tuple(out) or v.type.dtype is None or not shape and len(node.inputs) == 1:
+                continue
+            sizes: List = []
+            extra: List[Value] = []
+            aligned = (1,) * (len(out) - len(shape)) + shape
+            for k, (d, want) in enumerate(zip(aligned, out)):
+                if d == want:
+                    sizes.append(-1)
+                elif isinstance(want, int):
+                    sizes.append(want)
+                else:
+                    donor = next((u for u in node.inputs if u.type.shape is not None and len(u.type.shape) == len(out)
+                                  and u.type.shape[k] == want), None)
+                    if donor is None:
+                        break
+                    size = AtenOps.call(graph, "sym_size.int", [donor], (In(0), k), TensorType("int64", ()),
+                                        f"{donor.name}_size{k}", dict(call_of(node).meta))
+                    extra.append(size)
+                    sizes.append(In(len(extra)))
+            else:
+                meta = dict(call_of(node).meta)
+                x = v if len(shape) == len(out) else AtenOps.expand_rank(
+                    graph, v, tuple(range(len(out) - len(shape))), aligned, f"{v.name}_r{len(out)}")
+                expanded = AtenOps.call(graph, "expand.default", [x] + extra, (In(0), sizes),
+                                        v.type.with_shape(tuple(out)), f"{v.name}_bcast", meta)
+                graph.set_input(node, i, expanded)
+                ctx.stats["broadcasts_made_explicit"] += 1
+                changed = True
     return changed

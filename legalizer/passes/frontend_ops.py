@@ -237,7 +237,14 @@ class AtenOps:
 
     @classmethod
     def expand_rank(cls, graph: Graph, value: Value, axes: Tuple[int, ...], new_shape: Tuple, base: str) -> Value:
-        return cls.view(graph, value, new_shape, base)
+        """``unsqueeze`` at each of ``axes`` (of the new rank, in order): exact for any
+        symbolic dims, and for a strided operand."""
+        out = value
+        shape = list(value.type.shape)
+        for a in sorted(axes):
+            shape.insert(a, 1)
+            out = cls.call(graph, "unsqueeze.default", [out], (In(0), a), value.type.with_shape(tuple(shape)), base)
+        return out
 
     @classmethod
     def reshape(cls, graph: Graph, value: Value, dims: Sequence[int], out_type: TensorType, base: str) -> Value:
