@@ -186,3 +186,26 @@ def test_executorch_xnnpack_runs_the_legal_form_and_matches(name, programs):
     method = Runtime.get().load_program(pte.buffer).load_method("forward")
     got = method.execute(list(args))
     torch.testing.assert_close(got[0], module(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.needs("corpus")
+def test_a_transformers_swin_is_legal_for_coreml():
+    """A real architecture: transformers' Swin (a small config, random weights) has rank-6
+    window partitions; its legal form is rank <= 5 and computes the same."""
+    import torch
+    import transformers
+
+    from legalizer.torch import run
+
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(image_size=32, patch_size=4, num_channels=3, embed_dim=16, depths=[1, 1],
+                                     num_heads=[2, 2], window_size=2)
+    module = transformers.SwinModel(config).eval()
+    args = (torch.randn(1, 3, 32, 32),)
+    ep = torch.export.export(module, args, strict=False)
+    assert max(_ranks(ep.run_decompositions())) == 6
+    result = run(ep, "coreml")
+    assert max(_ranks(result.program)) <= 5 and not result.refused_after
+    got, want = result.program.module()(*args), module(*args)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert result.program.state_dict.keys() == ep.state_dict.keys()
