@@ -87,12 +87,35 @@ def legalize(program, target: str = "coreml", *, level: Optional[str] = None, st
 
 
 class LegalizeRanks:
-    """A transform pass for ExecuTorch's ``to_edge_transform_and_lower(...,
-    transform_passes=[...])``: called on the program (``ExportedProgram -> ExportedProgram``),
-    it returns the legal one."""
+    """``ExportedProgram -> ExportedProgram``: the legal program, for pipelines that take
+    a callable on the program (a Core ATen program, or ExecuTorch's Edge program)."""
 
     def __init__(self, target: str = "coreml", level: Optional[str] = None):
         self.target, self.level = target, level
 
     def __call__(self, program):
         return legalize(program, self.target, level=self.level)
+
+
+def executorch_pass(target: str = "coreml", level: Optional[str] = None):
+    """A pass ExecuTorch runs in ``to_edge_transform_and_lower(ep, transform_passes=[...],
+    partitioner=[...])`` (an ``ExportedProgramPassBase``): it legalizes the Edge program
+    before the partitioners see it, in the Edge dialect's ops (``view_copy``,
+    ``permute_copy``, ``_clone_dim_order``). Needs the executorch extra."""
+    try:
+        from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+    except ImportError:
+        raise BadInput(f"legalizer.torch.executorch_pass needs ExecuTorch, which is not installed:"
+                       f" {install_hint('executorch')}") from None
+
+    class LegalizeRanksPass(ExportedProgramPassBase):
+        def call(self, exported_program):
+            result = run(exported_program, target, level=level)
+            if result.refused_after:
+                r = result.refused_after[0]
+                raise BadInput(f"node '{r['node']}' ({r['op']}): {'; '.join(r['reasons'])}")
+            changed = any(k.startswith("aten_") or k in ("reshapes_inserted", "broadcasts_made_explicit")
+                          for k in result.stats)
+            return ExportedProgramPassResult(result.program if changed else exported_program, changed)
+
+    return LegalizeRanksPass()

@@ -209,3 +209,43 @@ def test_a_transformers_swin_is_legal_for_coreml():
     got, want = result.program.module()(*args), module(*args)
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
     assert result.program.state_dict.keys() == ep.state_dict.keys()
+
+
+@pytest.mark.needs("executorch")
+@pytest.mark.parametrize("name", NAMES)
+def test_executorch_transform_pass_legalizes_the_edge_program(name, programs):
+    """``executorch_pass`` in ``to_edge_transform_and_lower(transform_passes=[...])``: the
+    Edge program is legalized in the Edge dialect's ops before XNNPACK partitions it;
+    the .pte runs on ExecuTorch's runtime and matches the module."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from legalizer.torch import executorch_pass
+
+    module, args, ep = programs[name]
+    seen = []
+
+    class Spy(XnnpackPartitioner):  # what the partitioner is given: the legal Edge program
+        def partition(self, exported_program):
+            seen.append(max(_ranks(exported_program)))
+            return super().partition(exported_program)
+
+    manager = to_edge_transform_and_lower(ep, transform_passes=[executorch_pass("coreml")], partitioner=[Spy()])
+    assert seen and max(seen) <= 5
+    method = Runtime.get().load_program(manager.to_executorch().buffer).load_method("forward")
+    torch.testing.assert_close(method.execute(list(args))[0], module(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.needs("executorch")
+def test_the_rank_7_patchify_fails_on_executorch_without_legalizing(programs):
+    """The issue's XNNPACK case: lowered as it is, the .pte does not run."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    module, args, ep = programs["video_patchify"]
+    pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    with pytest.raises(RuntimeError, match="Failed to load method forward"):
+        Runtime.get().load_program(pte.buffer).load_method("forward").execute(list(args))

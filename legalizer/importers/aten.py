@@ -68,9 +68,10 @@ def label_of(target) -> Tuple[str, str]:
     """(domain, op_type) of a call target: ATen's by its OpOverload name."""
     import torch
 
-    if isinstance(target, torch._ops.OpOverload):
-        ns = target.namespace
-        return ns, f"{target._schema.name.split('::', 1)[-1]}.{target._overloadname}"
+    op = getattr(target, "_op", target)  # ExecuTorch's EdgeOpOverload wraps the OpOverload
+    if isinstance(op, torch._ops.OpOverload):
+        ns = "aten" if op.namespace == "dim_order_ops" else op.namespace  # its copies, read as aten's
+        return ns, f"{op._schema.name.split('::', 1)[-1]}.{op._overloadname}"
     return "fx", getattr(target, "__name__", str(target))
 
 
@@ -91,9 +92,11 @@ def import_program(program, what: str = "the program") -> Model:
     calls (frontend ``aten``); ``model.aten`` keeps the program."""
     import torch.fx
 
-    ep = decomposed(program)
+    edge = str(getattr(program, "dialect", "")) == "EDGE"  # ExecuTorch's: already in its op set
+    ep = program if edge else decomposed(program)
     g = Graph("main", {DOMAIN: 1})
     g.frontend = DOMAIN
+    g.aten_dialect = "edge" if edge else "aten"  # the op set new calls are made in (AtenOps)
     values: Dict[Any, List[Value]] = {}
     nodes: List[Node] = []
     for fx_node in ep.graph.nodes:

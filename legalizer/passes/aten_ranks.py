@@ -35,7 +35,7 @@ from ..oprules import frontend_rules
 from .base import PassContext
 from .frontend_ops import AtenOps
 
-VIEWS = ("aten.view.default", "aten._unsafe_view.default")
+VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.view_copy.default")
 
 
 def _prod(dims: Sequence) -> object:
@@ -73,9 +73,9 @@ class _Lowering:
         self.ctx.stats["aten_views_inserted"] += 1
         return AtenOps.view(self.graph, v, shape, f"{v.name}_r{len(shape)}", meta)
 
-    def call(self, node: Node, name: str, inputs, args, out_shape, meta, kwargs=None, base=None) -> Value:
+    def call(self, node: Node, name: str, inputs, args, out_shape, meta, kwargs=None, base=None, target=None) -> Value:
         return AtenOps.call(self.graph, name, inputs, args, node.outputs[0].type.with_shape(tuple(out_shape)),
-                            base or f"{node.outputs[0].name}_r{len(out_shape)}", meta, kwargs)
+                            base or f"{node.outputs[0].name}_r{len(out_shape)}", meta, kwargs, target)
 
     def finish(self, node: Node, folded: Value, meta, strided: bool = False) -> None:
         """``node``'s result is ``folded`` viewed back; ``node`` goes."""
@@ -130,7 +130,7 @@ class _Lowering:
             inputs.append(v if tuple(v.type.shape) == folded else self.view(v, folded, meta))
         if not _static_enough(new_out) or not _static_enough(out):
             return False
-        res = self.call(node, node.op[len("aten."):], inputs, call.args, new_out, meta, call.kwargs)
+        res = self.call(node, node.op[len("aten."):], inputs, call.args, new_out, meta, call.kwargs, target=call.target)
         self.finish(node, res, meta)
         return True
 
@@ -152,7 +152,7 @@ class _Lowering:
                     shape[k] = out[k]
                     self.ctx.stats["aten_broadcasts_made_explicit"] += 1
             flat.append(self.view(cur, (total,), meta))
-        res = self.call(node, node.op[len("aten."):], flat, call.args, (total,), meta, call.kwargs)
+        res = self.call(node, node.op[len("aten."):], flat, call.args, (total,), meta, call.kwargs, target=call.target)
         self.finish(node, res, meta)
         return True
 
@@ -234,7 +234,7 @@ class _Lowering:
         meta = call.meta
         args = (In(0), new_dims) + tuple(call.args[2:])
         res = self.call(node, node.op[len("aten."):], [self.view(x, folded, meta)], args, new_out, meta,
-                        call.kwargs)
+                        call.kwargs, target=call.target)
         self.finish(node, res, meta)
         return True
 

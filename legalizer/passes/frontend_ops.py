@@ -183,6 +183,16 @@ def _aten(name: str):
     return getattr(getattr(torch.ops.aten, packet), overload)
 
 
+def _edge(name: str):
+    """ExecuTorch's Edge op ``NAME`` (``view_copy.default``; a dim-order copy's in its
+    namespace)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    packet, overload = name.split(".")
+    ns = exir_ops.edge.dim_order_ops if packet.startswith(("_clone_dim_order", "_to_dim_order")) else exir_ops.edge.aten
+    return getattr(getattr(ns, packet), overload)
+
+
 def _view_dims(shape: Sequence) -> List[int]:
     """A view's target for ``shape``: -1 for its one unknown dim."""
     unknown = [d for d in shape if not isinstance(d, int)]
@@ -211,17 +221,34 @@ class AtenOps:
               data: Optional[ConstData] = None) -> Value:
         return TFLiteOps.const(graph, base, array, None, data)
 
-    @staticmethod
-    def call(graph: Graph, name: str, inputs: List[Value], args: tuple, out_type: TensorType, base: str,
-             meta: Optional[dict] = None, kwargs: Optional[dict] = None) -> Value:
-        """A call of ``aten.NAME`` on ``inputs`` (``In(i)`` in ``args`` stands for input i)."""
-        packet, overload = name.split(".")
-        attrs = {ATEN_CALL: AtenCall(_aten(name), tuple(args), dict(kwargs or {}), dict(meta or {}))}
+    # ExecuTorch's Edge dialect has copies for views, and dim-order copies for clones.
+    EDGE_NAMES = {"view.default": "view_copy.default", "permute.default": "permute_copy.default",
+                  "expand.default": "expand_copy.default", "unsqueeze.default": "unsqueeze_copy.default",
+                  "clone.default": "_clone_dim_order.default"}
+
+    @classmethod
+    def call(cls, graph: Graph, name: str, inputs: List[Value], args: tuple, out_type: TensorType, base: str,
+             meta: Optional[dict] = None, kwargs: Optional[dict] = None, target=None) -> Value:
+        """A call of ``aten.NAME`` on ``inputs`` (``In(i)`` in ``args`` stands for input i),
+        in the graph's op set (Core ATen, or ExecuTorch's Edge dialect); ``target``: the
+        op itself (a node's own op, made again at another rank)."""
+        kwargs = dict(kwargs or {})
+        if getattr(graph, "aten_dialect", "aten") == "edge":
+            name = cls.EDGE_NAMES.get(name, name)
+            if target is None:
+                target = _edge(name)
+            if "dim_order" in kwargs or name == "_clone_dim_order.default":
+                kwargs.pop("memory_format", None)
+                kwargs["dim_order"] = list(range(len(out_type.shape or ())))
+        attrs = {ATEN_CALL: AtenCall(target if target is not None else _aten(name), tuple(args), kwargs,
+                                     dict(meta or {}))}
         return graph.add_op(name, list(inputs), [out_type], domain="aten", attrs=attrs,
                             name=graph.fresh_name(base), output_names=[base]).output
 
     @classmethod
     def contiguous(cls, graph: Graph, v: Value, meta: Optional[dict] = None) -> Value:
+        if getattr(graph, "aten_dialect", "aten") == "edge":
+            return v  # its views are copies
         prod = v.producer
         if prod is not None and prod.op in cls.STRIDED:
             return cls.call(graph, "clone.default", [v], (In(0),), v.type, f"{v.name}_contiguous", meta,
