@@ -249,3 +249,28 @@ def test_the_rank_7_patchify_fails_on_executorch_without_legalizing(programs):
     pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
     with pytest.raises(RuntimeError, match="Failed to load method forward"):
         Runtime.get().load_program(pte.buffer).load_method("forward").execute(list(args))
+
+
+def test_suggested_fixes_round_trip_through_torch_export():
+    """GroupNorm on 5-D input with two dynamic dims: the merged dims are a product of two
+    symbols, which no view of a rank-5 form can name alone, so the target still refuses
+    it. The suggested fix (one dim static) goes through torch.export's own
+    refine_dynamic_shapes_from_suggested_fixes; exported again, the program is legal."""
+    import torch
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    from legalizer.torch import run
+
+    module, args = cases()["groupnorm_5d"]
+    shapes = {"x": {2: Dim("depth", min=2, max=16), 3: Dim("height", min=2, max=16)}}
+    result = run(torch.export.export(module, args, dynamic_shapes=shapes), "coreml")
+    assert result.refused_after
+    fixes = result.suggested_fixes(shapes)
+    assert fixes == "Suggested fixes:\n  height = 4"
+    refined = refine_dynamic_shapes_from_suggested_fixes(fixes, shapes)
+    assert refined["x"][3] == 4 and refined["x"][2] is shapes["x"][2]
+    again = run(torch.export.export(module, args, dynamic_shapes=refined), "coreml")
+    assert not again.refused_after and again.suggested_fixes(refined) == ""
+    deeper = torch.randn(2, 8, 7, 4, 4)  # the depth is still dynamic
+    torch.testing.assert_close(again.program.module()(deeper), module(deeper), rtol=1e-5, atol=1e-5)

@@ -53,7 +53,23 @@ class AtenFormat(Format):
         src = run.model.aten
         options = run.options
         return check_programs(src.original, declaration(run.model), user_inputs(src.program), written,
-                              replace(options.check_settings, record=False), dims=run.dims, inputs=run.given)
+                              replace(options.check_settings, record=False), dims=run.dims, inputs=run.given,
+                              choices=self.choices(run))
+
+    def choices(self, run) -> Dict[str, list]:
+        """Per symbol, the sizes the check binds it to: the usual ones (a small size and
+        1) that its range takes, else the bounds of its range (``Dim('time', min=37)``:
+        37), so that every binding is one the program accepts."""
+        from ..importers.pytorch import TorchSource, dim_ranges
+        from ..numeric.inputs import SMALL
+        from ..numeric.search import sizes_in_range
+
+        usual = [SMALL] if run.options.check_settings.not_one else [SMALL, 1]
+        out = {}
+        for key, (lo, hi) in dim_ranges(TorchSource(run.model.aten.program, None)).items():
+            inside = [n for n in usual if n >= lo and (hi is None or n <= hi)]
+            out[key] = inside or sizes_in_range(lo, hi) or [lo]
+        return out
 
     def sides(self, run, written: Path) -> Sides:
         return Sides(self, written, run.path, run.model.graph)

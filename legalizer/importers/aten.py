@@ -68,7 +68,9 @@ def label_of(target) -> Tuple[str, str]:
     """(domain, op_type) of a call target: ATen's by its OpOverload name."""
     import torch
 
-    op = getattr(target, "_op", target)  # ExecuTorch's EdgeOpOverload wraps the OpOverload
+    op = target
+    if not isinstance(op, torch._ops.OpOverload):  # ExecuTorch's EdgeOpOverload wraps one
+        op = getattr(target, "_op", target)
     if isinstance(op, torch._ops.OpOverload):
         ns = "aten" if op.namespace == "dim_order_ops" else op.namespace  # its copies, read as aten's
         return ns, f"{op._schema.name.split('::', 1)[-1]}.{op._overloadname}"
