@@ -196,10 +196,6 @@ for _t in (
                           "lower_broadcast_in_dim", "dead_code_elimination"),
            "every broadcast explicit: Unsqueeze + Expand", min_opset=9, dialects=("stablehlo", "stablehlo-bytecode"),
            dialect="StableHLO", broadcasting="none"),
-    # Apple Core ML (coremltools 9.0): every tensor at rank <= 5, in its words; numpy
-    # broadcasting. Judged by coremltools.convert (which converts on Linux).
-    Target("coreml", "mlir", ("aten_ranks", "split_variadic", "fold_ranks", "dead_code_elimination"),
-           "Apple Core ML: rank <= 5", max_rank=5, rank_words="Core ML only supports tensors with rank <= 5"),
     # Backends that take TFLite (rules/backends.toml): every tensor at rank <= 4, operands
     # of equal rank (the GPU delegate aligns a lower-rank operand from the left, LiteRT #8980).
     # BROADCAST_TO is folded into its consumers before the ranks fold (the consumer's
@@ -217,6 +213,10 @@ for _t in (
     Target("ethos-u55", "tosa", _DEPLOY_HEAD + ("broadcast_to_as_concat", "fold_for_npu", "one_sided_broadcast",
                                                 "equalize_ranks", "reshape_forms", "dead_code_elimination"),
            "Vela's legacy core, U55/U65", max_rank=4, backend="ethos-u55"),
+    # Apple Core ML (coremltools 9.0): every tensor at rank <= 5, in its words; numpy
+    # broadcasting. Judged by coremltools.convert (which converts on Linux).
+    Target("coreml", "mlir", ("aten_ranks", "split_variadic", "fold_ranks", "dead_code_elimination"),
+           "Apple Core ML: rank <= 5", max_rank=5, rank_words="Core ML only supports tensors with rank <= 5"),
 ):
     register_target(_t)
 DEFAULT_TARGET = "tosa"

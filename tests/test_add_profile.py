@@ -122,7 +122,7 @@ def test_the_command_line_offers_them(gpu4, tmp_path):
     code, out, err = cli_in_process("--help")
     text = " ".join(out.split())
     assert code == 0 and err == ""
-    assert "--target tosa|xla|litert-gpu|ethos-u|ethos-u55|gpu4 " in text
+    assert "--target tosa|xla|litert-gpu|ethos-u|ethos-u55|coreml|gpu4 " in text
     assert ("Legal form: tosa (equal ranks, size-1 broadcasts), xla (every broadcast explicit: Unsqueeze + Expand),"
             " gpu4 (a GPU that takes rank <= 4), or a TFLite backend's:") in text
     assert "--profile mlir|strict|tosa|xla|rank4 " in text
@@ -130,7 +130,7 @@ def test_the_command_line_offers_them(gpu4, tmp_path):
     model = rank5_chain(tmp_path / "rank5.onnx")
     code, _, err = cli_in_process(model, "--target", "gpu5")
     assert code == 2 and err == ("legalize: error: --target must be one of tosa, xla, litert-gpu, ethos-u, ethos-u55,"
-                                 " gpu4, not 'gpu5'\n")
+                                 " coreml, gpu4, not 'gpu5'\n")
     code, _, err = cli_in_process(model, "--target", "gpu4", "--tosa-level", "8k")
     assert code == 2 and err == "legalize: error: --tosa-level applies to --target tosa, not --target gpu4\n"
 

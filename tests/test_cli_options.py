@@ -196,7 +196,7 @@ BAD = [
     (["dyn.tflite", "--reduce", "r.onnx"],
      "--reduce writes ONNX or TOSA MLIR subgraphs: a tflite model is not reduced"),
     (["mlp_bias.onnx", "--provider", "gpu"], "--provider must be auto, cpu or cuda, not 'gpu'"),
-    (["mlp_bias.onnx", "--target", ""], "--target must be one of tosa, xla, litert-gpu, ethos-u, ethos-u55, not ''"),
+    (["mlp_bias.onnx", "--target", ""], "--target must be one of tosa, xla, litert-gpu, ethos-u, ethos-u55, coreml, not ''"),
     (["mlp_bias.onnx", "-j", "0"], "Invalid value for '-j' / '--jobs': Input should be greater than or equal to 1"
                                    " (see legalize --help)"),
     (["mlp_bias.onnx", "--localize-budget", "-1"], "Invalid value for '--localize-budget': Input should be greater"
