@@ -248,6 +248,9 @@ def _rewrite(job: Run) -> None:
     report.warnings.extend(done.warnings)
     report.stats.update({key: int(done.stats[key]) for key in STAT_KEYS if key in done.stats})
     job.res.ops_after = _op_counts(model)
+    if spec.backend is None and model.aten is not None:  # a torch.export program: what its lowering left
+        report.warnings.extend(f"node '{r['node']}' ({r['op']}): target '{spec.name}' refuses it:"
+                               f" {'; '.join(r['reasons'])}" for r in report.target_rules["refused_after"])
     if spec.backend is not None:  # each op the backend still refuses, in its words
         tool = report.target_rules["profile"]["backend"]
         report.warnings.extend(f"node '{r['node']}' ({r['op']}{', as ' + r['as'] if 'as' in r else ''}): {tool} refuses"

@@ -274,3 +274,37 @@ def test_suggested_fixes_round_trip_through_torch_export():
     assert not again.refused_after and again.suggested_fixes(refined) == ""
     deeper = torch.randn(2, 8, 7, 4, 4)  # the depth is still dynamic
     torch.testing.assert_close(again.program.module()(deeper), module(deeper), rtol=1e-5, atol=1e-5)
+
+
+def test_cli_legalizes_a_pt2_for_coreml_and_names_what_it_cannot(tmp_path, legalize):
+    """``legalize m.pt2 --target coreml``: the rank-6 window partition comes back as a
+    rank <= 5 program, the lowering counted in the report; a rank-6 graph input, which no
+    legal form changes, is named in a warning per op that reads it."""
+    import json
+
+    import torch
+
+    from legalizer.importers.pt2_safety import load_untrusted
+
+    module, args = cases()["swin_windows"]
+    src = tmp_path / "swin.pt2"
+    torch.export.save(torch.export.export(module, args), str(src))
+    p = legalize(src, "--target", "coreml", "--report", tmp_path / "r.json", isolated=True, prelude="", timeout=600)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["target_rules"]["ranks_lowered"]["aten_ops_lowered"] == 2
+    assert report["target_rules"]["refused_before"] and not report["target_rules"]["refused_after"]
+    assert max(_ranks(load_untrusted(tmp_path / "swin.legal.pt2"))) <= 5
+
+    class Rank6Inputs(torch.nn.Module):
+        def forward(self, a, b):
+            return (a * b).reshape(2, -1)
+
+    bad = tmp_path / "in6.pt2"
+    torch.export.save(torch.export.export(Rank6Inputs(), (torch.randn(2, 1, 3, 1, 4, 1), torch.randn(1, 5, 1, 6, 1, 7))),
+                      str(bad))
+    p = legalize(bad, "--target", "coreml", isolated=True, prelude="", timeout=600)
+    assert p.returncode == 0, p.stderr
+    for name in ("a", "b"):
+        assert f"target 'coreml' refuses it: '{name}' has rank 6 > 5 (Core ML only supports tensors with rank <= 5)" \
+            in p.stderr
