@@ -124,7 +124,7 @@ def test_the_command_line_offers_them(gpu4, tmp_path):
     assert code == 0 and err == ""
     assert "--target tosa|xla|litert-gpu|ethos-u|ethos-u55|coreml|gpu4 " in text
     assert ("Legal form: tosa (equal ranks, size-1 broadcasts), xla (every broadcast explicit: Unsqueeze + Expand),"
-            " gpu4 (a GPU that takes rank <= 4), or a TFLite backend's:") in text
+            " coreml (Apple Core ML: rank <= 5), gpu4 (a GPU that takes rank <= 4), or a TFLite backend's:") in text
     assert "--profile mlir|strict|tosa|xla|rank4 " in text
     assert "or rank4 (also every operand at rank <= 4, as LiteRT's GPU delegate)." in text
     model = rank5_chain(tmp_path / "rank5.onnx")
