@@ -19,7 +19,7 @@ from typing import Any, Dict
 
 from ..aten_records import In, call_of
 from ..errors import BadInput, first_line
-from ..ir.graph import CONST, INPUT, OP, Graph, Node
+from ..ir.graph import CONST, OP, Graph, Node
 
 # fx metadata that describes the tensors (computed again), not where the node came from.
 _TENSOR_META = ("val", "tensor_meta", "unbacked_bindings", "example_value")
@@ -73,7 +73,7 @@ def export_program(model):
     import torch
     import torch.fx
     from torch._guards import detect_fake_mode
-    from torch.export.graph_signature import (ConstantArgument, InputKind, InputSpec, OutputSpec,
+    from torch.export.graph_signature import (ConstantArgument, InputKind, InputSpec,
                                               TensorArgument)
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 

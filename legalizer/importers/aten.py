@@ -15,8 +15,8 @@ a ``SymInt`` (``aten.sym_size.int``) has a rank-0 ``int64`` result.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
 
 from ..aten_records import ATEN_CALL, DOMAIN, AtenCall, In
 from ..errors import BadInput, first_line

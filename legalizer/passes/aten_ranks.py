@@ -26,7 +26,7 @@ metadata of the op it stands for.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from ..aten_records import In, call_of
 from ..ir.graph import OP, Graph, Node, Value
