@@ -191,7 +191,7 @@ BAD = [
     (["dir"], "dir: is a directory with no model files in it (*.onnx, *.tflite)"),
     (["mlp_bias.onnx", "--emit", "tflite"], "--emit tflite: only a TFLite model can be written as .tflite"),
     (["mlp_bias.onnx", "--emit", ""],
-     "--emit must be one of onnx, tflite, stablehlo, stablehlo-bytecode, tosa, not ''"),
+     "--emit must be one of onnx, tflite, pt2, stablehlo, stablehlo-bytecode, tosa, not ''"),
     (["mlp_bias.onnx", "--target", "xla", "--emit", "tosa"], "--emit tosa writes the tosa form: add --target tosa"),
     (["dyn.tflite", "--reduce", "r.onnx"],
      "--reduce writes ONNX or TOSA MLIR subgraphs: a tflite model is not reduced"),

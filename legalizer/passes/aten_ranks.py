@@ -71,17 +71,17 @@ class _Lowering:
         if v.type.shape is not None and tuple(v.type.shape) == tuple(shape):
             return v
         self.ctx.stats["aten_views_inserted"] += 1
-        return AtenOps.view(self.graph, v, shape, f"{v.name}_r{len(shape)}", meta)
+        return _made(AtenOps.view(self.graph, v, shape, f"{v.name}_r{len(shape)}", meta))
 
     def call(self, node: Node, name: str, inputs, args, out_shape, meta, kwargs=None, base=None, target=None) -> Value:
-        return AtenOps.call(self.graph, name, inputs, args, node.outputs[0].type.with_shape(tuple(out_shape)),
-                            base or f"{node.outputs[0].name}_r{len(out_shape)}", meta, kwargs, target)
+        return _made(AtenOps.call(self.graph, name, inputs, args, node.outputs[0].type.with_shape(tuple(out_shape)),
+                                  base or f"{node.outputs[0].name}_r{len(out_shape)}", meta, kwargs, target))
 
     def finish(self, node: Node, folded: Value, meta, strided: bool = False) -> None:
         """``node``'s result is ``folded`` viewed back; ``node`` goes."""
         out = node.outputs[0]
         if strided:
-            folded = AtenOps.contiguous(self.graph, folded, meta)
+            folded = _made(AtenOps.contiguous(self.graph, folded, meta))
         back = self.view(folded, out.type.shape, meta)
         self.graph.replace_all_uses_with(out, back)
         self.graph.remove_node(node)
@@ -194,7 +194,7 @@ class _Lowering:
             blocks = (_prod(cur_sizes[:i]), _prod(cur_sizes[i:j]), cur_sizes[j], _prod(cur_sizes[j + 1:]))
             if not _static_enough(blocks):
                 return False
-            cur = AtenOps.contiguous(self.graph, cur, meta)
+            cur = _made(AtenOps.contiguous(self.graph, cur, meta))
             cur = self.view(cur, blocks, meta)
             cur = self.call(node, "permute.default", [cur], (In(0), [0, 2, 1, 3]),
                             (blocks[0], blocks[2], blocks[1], blocks[3]), meta)
@@ -304,6 +304,23 @@ class _Lowering:
         return True
 
 
+MADE = "aten_lowering"  # Node.attrs key: made by the lowering (its views may merge)
+
+
+def _made(v: Value) -> Value:
+    if v.producer is not None and v.producer.kind == OP:
+        v.producer.attrs[MADE] = True
+    return v
+
+
+def _mergeable(node: Node, limit: int) -> bool:
+    """A view the collapse may merge away: one the lowering made, or one whose result is
+    over the limit. The program's other views stay as they are (a backend's patterns,
+    as XNNPACK's linear, match them)."""
+    out = node.outputs[0].type.shape
+    return bool(node.attrs.get(MADE)) or (out is not None and len(out) > limit)
+
+
 def _collapse_views(graph: Graph, ctx: PassContext) -> bool:
     """Each chain of views becomes one view of the chain's source; a view to the shape it
     reads goes; a copy of a fresh copy (``clone`` of a view of a ``clone``) goes."""
@@ -325,7 +342,11 @@ def _collapse_once(graph: Graph, ctx: PassContext) -> bool:
         # of the same elements, unless that view's source is strided (it may not view).
         src = node.inputs[0]
         prod = src.producer
-        while prod is not None and prod.kind == OP and prod.op in VIEWS and not _strided(prod.inputs[0]):
+        if not (_mergeable(node, ctx.max_rank) or (prod is not None and prod.kind == OP and
+                                                   _mergeable(prod, ctx.max_rank))):
+            continue
+        while prod is not None and prod.kind == OP and prod.op in VIEWS and not _strided(prod.inputs[0]) \
+                and _mergeable(prod, ctx.max_rank):
             src = prod.inputs[0]
             prod = src.producer
         if src is not node.inputs[0]:
@@ -339,7 +360,7 @@ def _collapse_once(graph: Graph, ctx: PassContext) -> bool:
         if node.graph is None or node.op != "aten.clone.default":
             continue
         p = node.inputs[0].producer
-        if p is not None and p.kind == OP and p.op in VIEWS:
+        if p is not None and p.kind == OP and p.op in VIEWS and (node.attrs.get(MADE) or p.attrs.get(MADE)):
             q = p.inputs[0].producer
             if q is not None and q.kind == OP and q.op not in AtenOps.STRIDED and q.op not in VIEWS:
                 graph.replace_all_uses_with(node.outputs[0], node.inputs[0])
