@@ -121,8 +121,12 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
     if kind == "model":
         return source
     if kind == "path":
-        from .importers.reader import read_model as load_file
+        from .importers.reader import read_model as load_file, sniff
 
+        if sniff(Path(source)) == "pt2":  # the library's Model of a .pt2 is its ONNX export, as for a module
+            from .importers.pytorch import load_pt2
+
+            return load_pt2(Path(source), infer=infer, trust=trust_pt2)
         return load_file(Path(source), infer=infer, trust_pt2=trust_pt2)
     if kind == "torch":
         from .importers.pytorch import load_module
@@ -321,6 +325,18 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
 
     # the folders the child may read (Landlock): named before it starts, so that it starts once
     child.readable(*(m for m in (original, legalized) if _is_path(m)))
+
+    if _is_path(original) and _is_path(legalized) and sniff(Path(original)) == sniff(Path(legalized)) == "pt2":
+        # two torch.export programs (``legalize m.pt2``'s output): both run in PyTorch
+        from .importers.aten import declaration, load_pt2, user_inputs
+        from .numeric.torch_ref import check_programs
+
+        model = load_pt2(Path(original), trust=trust_pt2)
+        result = check_programs(model.aten.original, declaration(model), user_inputs(model.aten.program), legalized,
+                                CheckSettings(provider, rtol, atol), dims=dims, inputs=as_arrays(inputs))
+        if require_check and unchecked(result):
+            raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
+        return result
 
     if _is_path(original) and not FORMATS.get(sniff(Path(original)), FORMATS["onnx"]).runs_as_file:
         original = load(original, trust_pt2=trust_pt2)  # a .pt2: its ONNX export, and the program as PyTorch runs it

@@ -166,7 +166,7 @@ def _listed(items) -> str:
 def _target_option():
     own = [(t.name, t.help) for t in TARGETS.values() if t.backend is None]
     backends = ", ".join(f"{t.name} ({t.help})" for t in TARGETS.values() if t.backend is not None)
-    text = ", ".join(f"{name} ({what})" for name, what in own) + (f", or a TFLite backend's: {backends}" if backends else "")
+    text = ", ".join(f"{name} ({what})" for name, what in own) + (f", or a deployment backend's: {backends}" if backends else "")
     return "|".join(TARGETS), f"Legal form: {text}."
 
 
@@ -396,9 +396,9 @@ def legalize(
     reduce: Optional[Path] = typer.Option(None, "--reduce", metavar="PATH", help="Write the smallest subgraph that"
                                           " still differs (or still violates the trait) here, with its inputs.",
                                           show_default=False),
-    emit: List[str] = typer.Option([], "--emit", metavar="FORMAT", help="Format to write: onnx, tflite, stablehlo or stablehlo-bytecode "
+    emit: List[str] = typer.Option([], "--emit", metavar="FORMAT", help="Format to write: onnx, tflite, pt2, stablehlo or stablehlo-bytecode "
                                    "(with --target xla) or tosa (MLIR, with --target tosa); repeatable. Default: the "
-                                   "input's. Each is written beside the output's stem (.onnx, .tflite, "
+                                   "input's. Each is written beside the output's stem (.onnx, .tflite, .pt2, "
                                    ".stablehlo.mlir, .stablehlo.mlirbc, .tosa.mlir).",
                                    show_default=False),
     against: Optional[Path] = typer.Option(None, "--against", metavar="MODEL", help="With --verify-only: compare MODEL"

@@ -200,6 +200,11 @@ class Printer:
                 line = (f"broadcasts made explicit: {st['broadcasts_made_explicit']}, runtime broadcast checks: "
                         f"{st['runtime_broadcast_checks']} (elided: {st['runtime_broadcast_checks_elided']}), " + line)
             self.say(line)
+            lowered = (rep.target_rules or {}).get("ranks_lowered")
+            if lowered:
+                self.say(f"ATen ops lowered: {lowered.get('aten_ops_lowered', 0)}, permutes split into block swaps:"
+                         f" {lowered.get('aten_block_swaps', 0)}, broadcasts made explicit:"
+                         f" {lowered.get('aten_broadcasts_made_explicit', 0)}")
 
     def check_lines(self, res: RunResult) -> None:
         """One line per compared output and binding, in the manner of Polygraphy."""

@@ -17,8 +17,8 @@ from .model import Model
 from .exporters.as_onnx import TRANSLATIONS
 from .targets import TARGET_OF_DIALECT
 
-FORMATS = ("onnx", "tflite", "stablehlo", "stablehlo-bytecode", "tosa")
-SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "stablehlo": ".stablehlo.mlir",
+FORMATS = ("onnx", "tflite", "pt2", "stablehlo", "stablehlo-bytecode", "tosa")
+SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "pt2": ".pt2", "stablehlo": ".stablehlo.mlir",
           "stablehlo-bytecode": ".stablehlo.mlirbc", "tosa": ".tosa.mlir"}
 
 
@@ -44,7 +44,8 @@ def check_output_suffix(output: Path, native: str) -> None:
 
 
 # Formats only a model of that same format is written in (no other format converts to them).
-NATIVE_ONLY = {"tflite": "--emit tflite: only a TFLite model can be written as .tflite"}
+NATIVE_ONLY = {"tflite": "--emit tflite: only a TFLite model can be written as .tflite",
+               "pt2": "--emit pt2: only a torch.export program (.pt2) can be written as .pt2"}
 
 
 def validate(formats: List[str], native: str, target: str) -> List[str]:
@@ -66,6 +67,11 @@ def onnx_form(model: Model, purpose: str = "write it as ONNX"):
     every op that has no ONNX form."""
     from .errors import CheckUnavailable
     from .exporters.as_onnx import to_onnx
+
+    if model.aten is not None:  # a torch.export program: its legal program's ONNX export
+        from .exporters.aten import legal_program, onnx_export
+
+        return onnx_export(legal_program(model))
 
     try:
         return to_onnx(model)

@@ -29,6 +29,7 @@ class SourceFormat(str, enum.Enum):
     ONNX = ("onnx", False, True)
     TFLITE = ("tflite", True, False)
     MLIR = ("mlir", False, False)  # text or bytecode: TOSA or StableHLO
+    PT2 = ("pt2", True, False)  # a torch.export program's Core ATen graph (importers.aten)
 
     __str__ = str.__str__
     __format__ = str.__format__
@@ -49,6 +50,9 @@ class Model:
     # A model exported from PyTorch (a .pt2, an nn.Module): its TorchSource (the
     # program, its original ONNX export), the check's reference. None otherwise.
     torch: Any = None
+    # A torch.export program read as its Core ATen graph (an ``importers.aten.AtenSource``:
+    # the program the exporter writes the legal form with). None otherwise.
+    aten: Any = None
     # The runtime constraints (a ConstraintSet) of the graph before ``legalize`` rewrote
     # it, which the report lists: the xla form's StableHLO asserts them. None until then.
     constraints: Any = None

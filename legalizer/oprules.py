@@ -22,13 +22,14 @@ CATEGORIES = BROADCASTING + ("unary", "other")
 BROADCASTS = ("multidirectional", "unidirectional")
 # Each frontend's rules file (rules/FRONTEND.toml) -> the domain its ops are keyed by
 # (``Node.op``): ONNX's bare (``Add``), the others' as DOMAIN.OP (``tflite.ADD``).
-FRONTEND_DOMAINS = {"onnx": "", "tflite": "tflite", "tosa": "tosa"}
+FRONTEND_DOMAINS = {"onnx": "", "tflite": "tflite", "tosa": "tosa", "aten": "aten"}
 FRONTENDS = tuple(FRONTEND_DOMAINS)
 # The keys of an op's table that name the op in a dialect or format it is written in
 # (``OpRule.targets``); its other keys are facts of the op.
 TARGET_SECTIONS = ("stablehlo", "tosa", "tflite")
 LEGACY = (None, "attr", "equal", "unidirectional", "channel")
 DIRECTIONS = (None, "EQ", "NE", "LT", "LE", "GT", "GE")  # stablehlo.compare's
+FOLDS = (None, "elementwise", "view", "permute", "reduce", "pad", "expand")  # rules/aten.toml
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class OpRule:
     effects: bool = False
     # A comparison's direction, as stablehlo.compare names it (``LT``).
     direction: Optional[str] = None
+    # ATen: how the ATen rank lowering lowers the op's rank (rules/aten.toml).
+    fold: Optional[str] = None
 
     @property
     def broadcasting(self) -> bool:
@@ -114,10 +117,13 @@ def _rule_from_table(op: str, table: dict, source: str) -> OpRule:
     direction = table.get("direction")
     if direction not in DIRECTIONS:
         raise bad(f"direction must be one of {', '.join(str(x) for x in DIRECTIONS if x)}, not {direction!r}")
+    fold = table.get("fold")
+    if fold not in FOLDS:
+        raise bad(f"fold must be one of {', '.join(str(x) for x in FOLDS if x)}, not {fold!r}")
     return OpRule(op, category, broadcast, int(table.get("numpy_since", 1)), legacy,
                   broadcasts, table.get("binary"), onto, targets, table.get("options"), table.get("onnx"),
                   int(table.get("version", 1)),
-                  tuple(table["operands"]) if "operands" in table else None, effects, direction)
+                  tuple(table["operands"]) if "operands" in table else None, effects, direction, fold)
 
 
 def parse_rules(text: str, source: str, domain: str = "") -> dict:

@@ -248,6 +248,9 @@ def _rewrite(job: Run) -> None:
                                       assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
     report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
                            "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
+    lowered = {k: int(v) for k, v in done.stats.items() if k.startswith("aten_") and v}
+    if lowered:  # a torch.export program's ops lowered to the rank limit (passes.aten_ranks)
+        report.target_rules["ranks_lowered"] = lowered
     if before is not None:
         from .region_pictures import PICTURE_LIMIT
 
@@ -255,6 +258,9 @@ def _rewrite(job: Run) -> None:
     report.warnings.extend(done.warnings)
     report.stats.update({key: int(done.stats[key]) for key in STAT_KEYS if key in done.stats})
     job.res.ops_after = _op_counts(model)
+    if spec.backend is None and model.aten is not None:  # a torch.export program: what its lowering left
+        report.warnings.extend(f"node '{r['node']}' ({r['op']}): target '{spec.name}' refuses it:"
+                               f" {'; '.join(r['reasons'])}" for r in report.target_rules["refused_after"])
     if spec.backend is not None:  # each op the backend still refuses, in its words
         tool = report.target_rules["profile"]["backend"]
         report.warnings.extend(f"node '{r['node']}' ({r['op']}{', as ' + r['as'] if 'as' in r else ''}): {tool} refuses"

@@ -151,4 +151,5 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     torch_too = " and PyTorch" if (chk.get("torch") or {}).get("ran") else ""
     found = (chk.get("search") or {}).get("found")
     at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in found.items())})" if found else ""
-    return "ok", f"legalized for '{rep.get('target')}'{where}, outputs match on {chk.get('provider')}{torch_too}{at}"
+    on = "in PyTorch" if chk.get("provider") == "torch" else f"on {chk.get('provider')}"  # a .pt2 against its original
+    return "ok", f"legalized for '{rep.get('target')}'{where}, outputs match {on}{torch_too}{at}"

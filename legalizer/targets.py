@@ -57,6 +57,8 @@ class Target:
     # ``verifier.backend_rules``) say which ops it refuses, in its words; then they alone do.
     # Its targets take TFLite.
     backend: Optional[str] = None
+    # How the backend refuses a tensor over its rank limit, in its own words.
+    rank_words: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "profile", profile_record(self.profile))
@@ -110,7 +112,8 @@ class Target:
             for v in itertools.chain(node.inputs, node.outputs):
                 s = None if v is None else v.type.shape
                 if s is not None and len(s) > limit:
-                    where = f"MAX_RANK of TOSA level {lv.title}" if lv is not None else f"'{self.name}' takes rank <= {limit}"
+                    where = f"MAX_RANK of TOSA level {lv.title}" if lv is not None else \
+                        self.rank_words or f"'{self.name}' takes rank <= {limit}"
                     why.append(f"'{v.name}' has rank {len(s)} > {limit} ({where})")
                     break
         if self.static_shapes:
@@ -124,12 +127,14 @@ class Target:
         """The graph inputs and outputs over the rank limit ("input 'x' has rank 6"): no legal form
         keeps the model's interface, so legalizing cannot help them (and a fold around
         them only adds reshapes the backend refuses too). The limit is the deployment
-        backend's own (a TOSA level's is judged on the emitted module)."""
-        if self.backend is None:
-            return []
-        from .verifier.backend_rules import backend
+        backend's own, or a target's own ``max_rank`` (a TOSA level's is judged on the
+        emitted module; a profile's limit, as a test's rank-4 GPU has, is the profile's)."""
+        if self.backend is None:  # a target of its own with a hard limit (Core ML's rank 5)
+            limit = self.max_rank
+        else:
+            from .verifier.backend_rules import backend
 
-        limit = backend(self.backend).max_rank
+            limit = backend(self.backend).max_rank
         if limit is None:
             return []
         out = []
@@ -207,10 +212,10 @@ def register_target(spec: Target) -> Target:
 _DEPLOY_HEAD = ("split_variadic", "densify_constants", "reshape_forms", "broadcast_to_into_consumers",
                 "broadcast_to_through_reshape", "fold_ranks")
 for _t in (
-    Target("tosa", "tosa", ("split_variadic", "fold_ranks", "equalize_ranks", "rank_agnostic", "dead_code_elimination"),
+    Target("tosa", "tosa", ("aten_ranks", "split_variadic", "fold_ranks", "equalize_ranks", "rank_agnostic", "dead_code_elimination"),
            "equal ranks, size-1 broadcasts", dialects=("tosa",), dialect="TOSA", broadcasting="size-1",
            levels=MappingProxyType(LEVELS), default_level=DEFAULT_LEVEL),
-    Target("xla", "xla", ("split_variadic", "fold_ranks", "rank_agnostic_expand", "explicit_broadcast",
+    Target("xla", "xla", ("aten_ranks", "aten_explicit_broadcast", "split_variadic", "fold_ranks", "rank_agnostic_expand", "explicit_broadcast",
                           "lower_broadcast_in_dim", "dead_code_elimination"),
            "every broadcast explicit: Unsqueeze + Expand", min_opset=9, dialects=("stablehlo", "stablehlo-bytecode"),
            dialect="StableHLO", broadcasting="none"),
@@ -238,6 +243,10 @@ for _t in (
                                "fold_gather_indices", "gather_bool_as_int32", "square_as_mul", "fold_ranks",
                                "fold_ranks_for_rank4_ops", "dead_code_elimination"),
            "Qualcomm HTP, onnxruntime's QNN EP", max_rank=5, static_shapes=True, backend="qnn-htp"),
+    # Apple Core ML (coremltools 9.0): every tensor at rank <= 5, in its words; numpy
+    # broadcasting. Judged by coremltools.convert (which converts on Linux).
+    Target("coreml", "mlir", ("aten_ranks", "split_variadic", "fold_ranks", "dead_code_elimination"),
+           "Apple Core ML: rank <= 5", max_rank=5, rank_words="Core ML only supports tensors with rank <= 5"),
 ):
     register_target(_t)
 DEFAULT_TARGET = "tosa"

@@ -24,6 +24,9 @@ from legalizer.extras import install_hint
 EXTRAS: Dict[str, Tuple[str, ...]] = {
     "torch": ("torch", "onnxscript", "onnx_ir"),
     "litert": ("ai_edge_litert.interpreter",),
+    "coreml": ("coremltools",),
+    "corpus": ("transformers",),
+    "executorch": ("executorch.exir", "executorch.runtime"),
     "jax": ("jax", "jaxlib"),
     "iree": ("iree.compiler", "iree.runtime"),
     "mlir": ("iree.compiler",),  # MLIR's parser (tosa-opt for the older TOSA syntax: the tool below)
@@ -34,7 +37,8 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     "docs": ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"),
     "viewer": ("model_explorer", "model_explorer_onnx", "ai_edge_model_explorer_adapter"),
 }
-# corpus is no test's need: tests read its models from .cache/corpus, built or not.
+# The corpus's models are read from .cache/corpus, built or not; a test that exports a
+# transformers architecture itself needs the corpus extra (transformers).
 
 
 def _tosa_opt() -> Optional[str]:

@@ -191,12 +191,12 @@ BAD = [
     (["dir"], "dir: is a directory with no model files in it (*.onnx, *.tflite)"),
     (["mlp_bias.onnx", "--emit", "tflite"], "--emit tflite: only a TFLite model can be written as .tflite"),
     (["mlp_bias.onnx", "--emit", ""],
-     "--emit must be one of onnx, tflite, stablehlo, stablehlo-bytecode, tosa, not ''"),
+     "--emit must be one of onnx, tflite, pt2, stablehlo, stablehlo-bytecode, tosa, not ''"),
     (["mlp_bias.onnx", "--target", "xla", "--emit", "tosa"], "--emit tosa writes the tosa form: add --target tosa"),
     (["dyn.tflite", "--reduce", "r.onnx"],
      "--reduce writes ONNX or TOSA MLIR subgraphs: a tflite model is not reduced"),
     (["mlp_bias.onnx", "--provider", "gpu"], "--provider must be auto, cpu, cuda or qnn, not 'gpu'"),
-    (["mlp_bias.onnx", "--target", ""], "--target must be one of tosa, xla, litert-gpu, ethos-u, ethos-u55, qnn-htp, not ''"),
+    (["mlp_bias.onnx", "--target", ""], "--target must be one of tosa, xla, litert-gpu, ethos-u, ethos-u55, qnn-htp, coreml, not ''"),
     (["mlp_bias.onnx", "-j", "0"], "Invalid value for '-j' / '--jobs': Input should be greater than or equal to 1"
                                    " (see legalize --help)"),
     (["mlp_bias.onnx", "--localize-budget", "-1"], "Invalid value for '--localize-budget': Input should be greater"

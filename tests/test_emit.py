@@ -44,9 +44,10 @@ def test_tflite_model_emitted_as_onnx_too(tmp_path, legalize):
 
 @pytest.mark.parametrize("args, message", [
     (["--emit", "tflite"], "--emit tflite: only a TFLite model can be written as .tflite"),
+    (["--emit", "pt2"], "--emit pt2: only a torch.export program (.pt2) can be written as .pt2"),
     (["--emit", "stablehlo"], "--emit stablehlo writes the xla form: add --target xla"),
     (["--emit", "tosa", "--target", "xla"], "--emit tosa writes the tosa form: add --target tosa"),
-    (["--emit", "pdf"], "--emit must be one of onnx, tflite, stablehlo, stablehlo-bytecode, tosa, not 'pdf'"),
+    (["--emit", "pdf"], "--emit must be one of onnx, tflite, pt2, stablehlo, stablehlo-bytecode, tosa, not 'pdf'"),
     (["--emit", "stablehlo-bytecode"], "--emit stablehlo-bytecode writes the xla form: add --target xla"),
 ])
 def test_emit_usage_errors(args, message, tmp_path, legalize):

@@ -81,7 +81,9 @@ EXAMPLES = examples()
 def extras_needed(example: Example) -> List[str]:
     if example.kind == "python":
         code = example.code
-        return ["torch"] if ("torch" in code or "onnx_ir" in code or "onnxscript" in code) else []
+        needs = ["torch"] if ("torch" in code or "onnx_ir" in code or "onnxscript" in code) else []
+        needs += ["coreml"] if "coremltools" in code else []
+        return needs + (["executorch"] if "executorch" in code else [])
     words = shlex.split(example.code)
     needs = set()
     for word in words:

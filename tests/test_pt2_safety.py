@@ -277,7 +277,7 @@ def test_library_refuses_and_accepts_trust_pt2(tmp_path):
     benign = tmp_path / "mlp.pt2"
     benign.write_bytes(SAMPLE.read_bytes())
     out = legalizer.legalize(benign, trust_pt2=True, check=False)
-    assert out == tmp_path / "mlp.legal.onnx" and out.exists()
+    assert out == tmp_path / "mlp.legal.pt2" and out.exists()
 
 
 # -- the grammars, on strings torch writes and on strings that are code --------------

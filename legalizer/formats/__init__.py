@@ -10,17 +10,21 @@ from ..model import Model
 from .base import Format, Sides
 from .mlir import MlirFormat
 from .onnx import OnnxFormat, Pt2Format
+from .pt2 import AtenFormat
 from .paths import default_output, is_output
 from .tflite import TfliteFormat
 
-FORMATS: Dict[str, Format] = {f.name: f for f in (OnnxFormat(), Pt2Format(), TfliteFormat(), MlirFormat())}
+# A .pt2 is legalized as its Core ATen graph (AtenFormat) and written as a .pt2; a module
+# or program handed to ``load`` is legalized as its ONNX export (Pt2Format: "pt2-onnx").
+FORMATS: Dict[str, Format] = {f.name: f for f in (OnnxFormat(), Pt2Format(), AtenFormat(), TfliteFormat(),
+                                                   MlirFormat())}
 
 __all__ = ["FORMATS", "Format", "Sides", "default_output", "format_of", "is_output", "named"]
 
 
 def format_of(model: Model) -> Format:
     """The record of ``model``'s input kind (a model from PyTorch: ``pt2``)."""
-    return FORMATS["pt2" if model.torch is not None else model.format]
+    return FORMATS["pt2-onnx" if model.torch is not None else model.format]
 
 
 def named(name: str) -> Format:

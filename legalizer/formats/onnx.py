@@ -142,7 +142,7 @@ class Pt2Format(OnnxFormat):
     """A ``torch.export`` program: legalized as its ONNX export, checked against that
     export on onnxruntime and against PyTorch running the program."""
 
-    name = "pt2"
+    name = "pt2-onnx"
     title = ".pt2"
     against = ()
     runs_as_file = False
@@ -156,7 +156,7 @@ class Pt2Format(OnnxFormat):
     def default_output(self, path: Path, model: Model) -> Path:
         from .paths import default_output
 
-        return default_output(path.with_suffix(".pt2"))
+        return default_output(path.with_suffix(".onnx"))
 
     def hints(self, run) -> Dict[str, list]:
         return range_hints(run.model.torch)

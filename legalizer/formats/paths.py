@@ -12,7 +12,7 @@ def is_output(path) -> bool:
 
 
 def default_output(path: Path) -> Path:
-    """``model.onnx`` -> ``model.legal.onnx`` beside it; ``model.pt2`` (PyTorch, whose
-    legal form is ONNX) -> ``model.legal.onnx``."""
-    suffix = path.suffix if path.suffix and path.suffix != ".pt2" else ".onnx"
+    """``model.onnx`` -> ``model.legal.onnx`` beside it (``model.pt2`` -> ``model.legal.pt2``;
+    a suffix-less file's is ONNX)."""
+    suffix = path.suffix if path.suffix else ".onnx"
     return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")

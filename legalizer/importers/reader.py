@@ -207,9 +207,9 @@ def _read_mlir(path: Path, infer: bool, trust_pt2: bool) -> Model:
 
 
 def _read_pt2(path: Path, infer: bool, trust_pt2: bool) -> Model:
-    from .pytorch import load_pt2  # the optional torch extra: exported to ONNX by torch.onnx.export
+    from .aten import load_pt2  # the optional torch extra: its Core ATen graph
 
-    return load_pt2(path, infer=infer, trust=trust_pt2)
+    return load_pt2(path, trust=trust_pt2)
 
 
 @dataclass(frozen=True)

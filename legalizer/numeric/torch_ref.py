@@ -163,3 +163,46 @@ def _check_torch(source, legalized, opened, settings: CheckSettings, *, dims, in
     except CheckUnavailable as e:
         return CheckResult(False, "torch", error=str(e))
     return unless_compared(result, "PyTorch fails on every input binding tried: ")
+
+
+def check_programs(original, declared, input_names: Sequence[str], legalized_path, settings: Optional[CheckSettings] = None,
+                   *, dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
+                   choices: Optional[Mapping[str, List[int]]] = None, **changes) -> CheckResult:
+    """PyTorch running the legal ``.pt2`` at ``legalized_path`` (read back by the safe
+    loader: what is written is what is checked) against PyTorch running ``original``
+    (an ``ExportedProgram``), at the same bindings and inputs as every check makes them:
+    ``declared`` (a ModelProto that declares the programs' user inputs, named
+    ``input_names``, their dims keyed by the program's symbols). The result's provider is
+    ``"torch"``; a binding the original's guards reject is skipped."""
+    from pathlib import Path
+
+    from ..importers import pytorch
+    from ..importers.pt2_safety import load_untrusted
+
+    settings = settings_of(settings, **changes)
+    result = CheckResult(True, "torch")
+    try:
+        legal = load_untrusted(Path(legalized_path))
+    except Exception as e:  # noqa: BLE001 - the loader's words are the reason
+        return CheckResult(True, "torch", error=f"the legal program does not load: {first_line(e)}")
+    ref = TorchRunner(pytorch.TorchSource(original, declared, list(input_names)))
+    new = TorchRunner(pytorch.TorchSource(legal, declared, list(input_names)))
+    outputs = [o.name for o in declared.graph.output]
+    pairing = Pairing(by_position=True, names=outputs, count_mismatch=lambda want, have: [OutputResult(
+        "*", False, detail=f"the original returns {want} outputs, the legal program {have}")])
+    comparator = Comparator(ref, new, result, settings.rtol, settings.atol, pairing=pairing,
+                            refused=lambda e: f"the original program fails: {first_line(e)}")
+    specs = input_specs(declared)
+    try:
+        ref.activate()
+        new.activate()
+        comparator.bindings(bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
+                                         choices),
+                            lambda binding: make_feeds(specs, binding, inputs or {}, settings.seed),
+                            source_of(declared, dims or {}, False))
+    except CheckUnavailable as e:
+        return CheckResult(False, "torch", error=str(e))
+    finally:
+        ref.deactivate()
+        new.deactivate()
+    return unless_compared(result, "PyTorch fails on every input binding tried: ")

@@ -1,5 +1,6 @@
 """Passes over the IR. Each takes (graph, ctx) and returns whether it changed the graph."""
 
+from .aten_ranks import aten_explicit_broadcast, aten_ranks
 from .base import PassContext, PassManager, PassResult
 from .dce import dead_code_elimination
 from .deploy_forms import (broadcast_to_as_concat, broadcast_to_as_tile, broadcast_to_into_consumers,
@@ -15,7 +16,7 @@ from .rank_agnostic import rank_agnostic, rank_agnostic_expand
 from .split_variadic import split_variadic
 
 # The targets name these in their pipelines (``targets.Target.passes``).
-__all__ = ["PassContext", "PassManager", "PassResult", "broadcast_to_as_concat",
+__all__ = ["PassContext", "aten_explicit_broadcast", "aten_ranks", "PassManager", "PassResult", "broadcast_to_as_concat",
            "broadcast_to_as_tile",
            "broadcast_to_into_consumers", "broadcast_to_through_reshape", "densify_constants", "elementwise_at_rank4", "fold_for_npu",
            "gather_bool_as_int32", "square_as_mul",

@@ -13,6 +13,7 @@ import numpy as np
 import onnx.numpy_helper
 from onnx import helper
 
+from ..aten_records import ATEN_CALL, AtenCall, In
 from ..ir.constdata import ConstData
 from ..ir.dtypes import dtype_of_array
 from ..ir.graph import CONST, Graph, Node, Value
@@ -173,7 +174,128 @@ class TFLiteOps:
         return cls._op(graph, "BROADCAST_TO", [v, shape], out_type, base, quant=v.quant)
 
 
-FRONTEND_OPS = {"onnx": OnnxOps, "tflite": TFLiteOps}
+def _aten(name: str):
+    """``torch.ops.aten.NAME`` (``view.default``): torch is imported only for a program
+    that has ATen ops."""
+    import torch
+
+    packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet), overload)
+
+
+def _edge(name: str):
+    """ExecuTorch's Edge op ``NAME`` (``view_copy.default``; a dim-order copy's in its
+    namespace)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    packet, overload = name.split(".")
+    ns = exir_ops.edge.dim_order_ops if packet.startswith(("_clone_dim_order", "_to_dim_order")) else exir_ops.edge.aten
+    return getattr(getattr(ns, packet), overload)
+
+
+def _view_dims(shape: Sequence) -> List[int]:
+    """A view's target for ``shape``: -1 for its one unknown dim."""
+    unknown = [d for d in shape if not isinstance(d, int)]
+    if len(unknown) > 1:
+        raise NotImplementedError("an ATen view to a shape with more than one symbolic dim")
+    return [d if isinstance(d, int) else -1 for d in shape]
+
+
+class AtenOps:
+    """Core ATen calls (``importers.aten``): a node holds the ``AtenCall`` it is written
+    back as; sizes are Python lists in the call, not tensors. A view reads a contiguous
+    tensor: a permute's or an expand's result is copied (``clone``) first."""
+
+    index_dtype = "int64"
+    rank_agnostic = False
+    # Results that are views with other strides: ``view`` cannot read them as they are.
+    STRIDED = frozenset({"aten.permute.default", "aten.expand.default", "aten.slice.Tensor", "aten.select.int",
+                         "aten.transpose.int", "aten.t.default", "aten.as_strided.default", "aten.diagonal.default"})
+
+    @staticmethod
+    def ints_attr(key: str, values: List[int]):
+        return list(values)
+
+    @staticmethod
+    def const(graph: Graph, base: str, array: np.ndarray, quant: Optional[Quantization] = None,
+              data: Optional[ConstData] = None) -> Value:
+        return TFLiteOps.const(graph, base, array, None, data)
+
+    # ExecuTorch's Edge dialect has copies for views, and dim-order copies for clones.
+    EDGE_NAMES = {"view.default": "view_copy.default", "permute.default": "permute_copy.default",
+                  "expand.default": "expand_copy.default", "unsqueeze.default": "unsqueeze_copy.default",
+                  "clone.default": "_clone_dim_order.default"}
+
+    @classmethod
+    def call(cls, graph: Graph, name: str, inputs: List[Value], args: tuple, out_type: TensorType, base: str,
+             meta: Optional[dict] = None, kwargs: Optional[dict] = None, target=None) -> Value:
+        """A call of ``aten.NAME`` on ``inputs`` (``In(i)`` in ``args`` stands for input i),
+        in the graph's op set (Core ATen, or ExecuTorch's Edge dialect); ``target``: the
+        op itself (a node's own op, made again at another rank)."""
+        kwargs = dict(kwargs or {})
+        if getattr(graph, "aten_dialect", "aten") == "edge":
+            name = cls.EDGE_NAMES.get(name, name)
+            if target is None:
+                target = _edge(name)
+            if "dim_order" in kwargs or name == "_clone_dim_order.default":
+                kwargs.pop("memory_format", None)
+                kwargs["dim_order"] = list(range(len(out_type.shape or ())))
+        attrs = {ATEN_CALL: AtenCall(target if target is not None else _aten(name), tuple(args), kwargs,
+                                     dict(meta or {}))}
+        return graph.add_op(name, list(inputs), [out_type], domain="aten", attrs=attrs,
+                            name=graph.fresh_name(base), output_names=[base]).output
+
+    @classmethod
+    def contiguous(cls, graph: Graph, v: Value, meta: Optional[dict] = None) -> Value:
+        if getattr(graph, "aten_dialect", "aten") == "edge":
+            return v  # its views are copies
+        prod = v.producer
+        if prod is not None and prod.op in cls.STRIDED:
+            return cls.call(graph, "clone.default", [v], (In(0),), v.type, f"{v.name}_contiguous", meta,
+                            {"memory_format": _contiguous_format()})
+        return v
+
+    @classmethod
+    def view(cls, graph: Graph, v: Value, shape: Sequence, base: str, meta: Optional[dict] = None) -> Value:
+        """``v`` viewed as ``shape`` (its dims: ints, or a symbol for one unknown dim)."""
+        src = cls.contiguous(graph, v, meta)
+        return cls.call(graph, "view.default", [src], (In(0), _view_dims(shape)), v.type.with_shape(tuple(shape)),
+                        base, meta)
+
+    @classmethod
+    def expand_rank(cls, graph: Graph, value: Value, axes: Tuple[int, ...], new_shape: Tuple, base: str) -> Value:
+        """``unsqueeze`` at each of ``axes`` (of the new rank, in order): exact for any
+        symbolic dims, and for a strided operand."""
+        out = value
+        shape = list(value.type.shape)
+        for a in sorted(axes):
+            shape.insert(a, 1)
+            out = cls.call(graph, "unsqueeze.default", [out], (In(0), a), value.type.with_shape(tuple(shape)), base)
+        return out
+
+    @classmethod
+    def reshape(cls, graph: Graph, value: Value, dims: Sequence[int], out_type: TensorType, base: str) -> Value:
+        src = cls.contiguous(graph, value)
+        return cls.call(graph, "view.default", [src], (In(0), list(dims)), out_type, base)
+
+    @classmethod
+    def broadcast_to(cls, graph: Graph, v: Value, shape: Value, out_type: TensorType, name: str, base: str) -> Value:
+        return cls.call(graph, "expand.default", [v], (In(0), _view_dims(out_type.shape)), out_type, base)
+
+    @staticmethod
+    def _no_tensor_shapes(*_a, **_k):
+        raise NotImplementedError("ATen programs take sizes as SymInts, not shape tensors")
+
+    shape = gather = equal = where = concat = _no_tensor_shapes
+
+
+def _contiguous_format():
+    import torch
+
+    return torch.contiguous_format
+
+
+FRONTEND_OPS = {"onnx": OnnxOps, "tflite": TFLiteOps, "aten": AtenOps}
 
 
 def ops_for(graph: Graph):

@@ -1,0 +1,94 @@
+"""A ``torch.export`` program, legalized as its Core ATen graph (``importers.aten``) and
+written back as a ``torch.export`` program (``.pt2``). Its check is PyTorch: the
+original program and the legal one as written, read back by the safe loader, run at the
+same bindings (``--dim``, ``--input``) and compared output by output."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict
+
+from ..model import Model
+from .base import Format, Sides
+
+
+class AtenFormat(Format):
+    name = "pt2"
+    title = ".pt2"
+    written = "pt2"
+    runtime = "torch"
+    runs_as_file = False
+
+    def declared(self, model: Model):
+        from ..importers.aten import declaration
+        from ..numeric.ort import declared_shapes
+
+        return declared_shapes(declaration(model))
+
+    def input_types(self, model: Model) -> Dict[str, int]:
+        from ..importers.aten import declaration
+
+        return {vi.name: vi.type.tensor_type.elem_type for vi in declaration(model).graph.input}
+
+    def hints(self, run) -> Dict[str, list]:
+        """Per symbol, the sizes at the bounds of its range (the range constraints)."""
+        from ..importers.pytorch import TorchSource, dim_ranges
+        from ..numeric.search import sizes_in_range
+
+        ranges = dim_ranges(TorchSource(run.model.aten.program, None))
+        return {key: sizes_in_range(lo, hi) for key, (lo, hi) in ranges.items()}
+
+    def stage(self, model: Model, path: Path, *, force: bool = False):
+        from ..atomic_files import staged_output
+        from ..exporters.aten import legal_program, save_program
+
+        program = legal_program(model)
+        return _written(staged_output(path, force=force, protect=model.source), program, save_program)
+
+    def check(self, run, written: Path):
+        from ..importers.aten import declaration, user_inputs
+        from ..numeric.torch_ref import check_programs
+
+        src = run.model.aten
+        options = run.options
+        return check_programs(src.original, declaration(run.model), user_inputs(src.program), written,
+                              replace(options.check_settings, record=False), dims=run.dims, inputs=run.given,
+                              choices=self.choices(run))
+
+    def choices(self, run) -> Dict[str, list]:
+        """Per symbol, the sizes the check binds it to: the usual ones (a small size and
+        1) that its range takes, else the bounds of its range (``Dim('time', min=37)``:
+        37), so that every binding is one the program accepts."""
+        from ..importers.pytorch import TorchSource, dim_ranges
+        from ..numeric.inputs import SMALL
+        from ..numeric.search import sizes_in_range
+
+        usual = [SMALL] if run.options.check_settings.not_one else [SMALL, 1]
+        out = {}
+        for key, (lo, hi) in dim_ranges(TorchSource(run.model.aten.program, None)).items():
+            inside = [n for n in usual if n >= lo and (hi is None or n <= hi)]
+            out[key] = inside or sizes_in_range(lo, hi) or [lo]
+        return out
+
+    def sides(self, run, written: Path) -> Sides:
+        return Sides(self, written, run.path, run.model.graph)
+
+
+class _written:
+    """``staged_output``'s context with the program saved into its temporary path."""
+
+    def __init__(self, staged, program, save):
+        self.staged, self.program, self.save = staged, program, save
+
+    def __enter__(self):
+        s = self.staged.__enter__()
+        try:
+            self.save(self.program, s.path)
+        except BaseException:
+            self.staged.__exit__(None, None, None)
+            raise
+        return s
+
+    def __exit__(self, *exc):
+        return self.staged.__exit__(*exc)

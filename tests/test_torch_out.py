@@ -1,0 +1,311 @@
+"""PyTorch in, PyTorch out (issue 33): a torch.export program legalized for a rank limit
+comes back as a torch.export program that computes the same, keeps its signature, state,
+symbolic dims and source metadata, loads through the safe loader, and is taken by the
+target's own tools (coremltools, ExecuTorch with XNNPACK) where they are installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from torch_cases import cases
+
+pytestmark = pytest.mark.needs("torch")
+
+NAMES = ["swin_windows", "groupnorm_5d", "upfirdn_zeros", "two_sided_product", "video_patchify"]
+
+
+@pytest.fixture(scope="module")
+def programs():
+    import torch
+
+    out = {}
+    for name, (module, args) in cases().items():
+        out[name] = (module, args, torch.export.export(module, args))
+    return out
+
+
+def _ranks(program):
+    return [len(n.meta["val"].shape) for n in program.graph.nodes if hasattr(n.meta.get("val"), "shape")]
+
+
+def _calls(program):
+    return [n for n in program.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_case_is_legal_for_coreml_and_computes_the_same(name, programs, tmp_path):
+    import torch
+
+    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.torch import run
+
+    module, args, ep = programs[name]
+    assert max(_ranks(ep.run_decompositions())) > 5  # the case is a case
+    result = run(ep, "coreml")
+    legal = result.program
+    assert result.refused_before and not result.refused_after
+    assert max(_ranks(legal)) <= 5
+    want = module(*args)
+    torch.testing.assert_close(legal.module()(*args), want, rtol=1e-5, atol=1e-5)
+    # The signature, the state, the constants are the program's.
+    assert [s.arg.name for s in legal.graph_signature.input_specs] == \
+           [s.arg.name for s in ep.graph_signature.input_specs]
+    assert legal.state_dict.keys() == ep.state_dict.keys()
+    for k, v in ep.state_dict.items():
+        assert legal.state_dict[k] is v
+    # Every call keeps the source of the node it stands for.
+    for node in _calls(legal):
+        assert "stack_trace" in node.meta and "nn_module_stack" in node.meta, node.name
+    # Written and read back by the safe loader: the same program.
+    path = tmp_path / f"{name}.legal.pt2"
+    torch.export.save(legal, str(path))
+    again = load_untrusted(path)
+    torch.testing.assert_close(again.module()(*args), want, rtol=1e-5, atol=1e-5)
+    assert max(_ranks(again)) <= 5
+
+
+def test_each_case_lowers_as_expected(programs):
+    """What the lowering made, per case: the counters say which rewrite each needed."""
+    from legalizer.torch import run
+
+    stats = {name: run(programs[name][2], "coreml").stats for name in NAMES}
+    assert stats["video_patchify"]["aten_block_swaps"] == 2  # a rank-6 permute of merged dims: two swaps
+    assert stats["two_sided_product"]["aten_broadcasts_made_explicit"] == 6  # 3 dims of each operand
+    assert "aten_block_swaps" not in stats["swin_windows"]  # merged dims alone make it rank 4
+    assert stats["upfirdn_zeros"]["aten_ops_lowered"] == 1  # the pad, on dims merged with their padding
+
+
+def test_padding_merges_with_the_dims_inside(programs):
+    """upfirdn's pad of two size-1 dims is one rank-3 pad: (0, 1) on the innermost, and
+    (0, W) on the dim that holds W."""
+    from legalizer.torch import legalize
+
+    legal = legalize(programs["upfirdn_zeros"][2], "coreml")
+    pads = [n for n in _calls(legal) if "constant_pad_nd" in str(n.target)]
+    assert len(pads) == 1
+    assert list(pads[0].args[1]) == [0, 1, 0, 6, 0, 0]
+    assert list(pads[0].meta["val"].shape) == [15, 12, 2]
+
+
+def test_a_legal_program_comes_back_unchanged_in_structure():
+    import torch
+
+    from legalizer.torch import run
+
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    ep = torch.export.export(module, (torch.randn(3, 8),))
+    result = run(ep, "coreml")
+    # (fx suffixes a placeholder named after a builtin, Sequential's ``input``: the spec follows it)
+    before = [(n.op, str(n.target), n.name if n.op != "placeholder" else "") for n in ep.run_decompositions().graph.nodes]
+    after = [(n.op, str(n.target), n.name if n.op != "placeholder" else "") for n in result.program.graph.nodes]
+    assert after == before
+    assert result.stats == {} and not result.refused_before
+
+
+def test_a_rank_6_graph_input_is_refused_naming_it():
+    import torch
+
+    from legalizer.errors import BadInput
+    from legalizer.torch import legalize, run
+
+    class M(torch.nn.Module):
+        def forward(self, a, b):
+            return (a * b).reshape(2, -1)
+
+    ep = torch.export.export(M(), (torch.randn(2, 1, 3, 1, 4, 1), torch.randn(1, 5, 1, 6, 1, 7)))
+    with pytest.raises(BadInput) as e:
+        legalize(ep, "coreml")
+    assert "'a' has rank 6 > 5 (Core ML only supports tensors with rank <= 5)" in str(e.value)
+    assert run(ep, "coreml").refused_after  # not strict: the program, and what is still refused
+
+
+def test_symbolic_batch_and_its_range_stay():
+    import torch
+    from torch.export import Dim
+
+    from legalizer.torch import legalize
+
+    module, args = cases()["swin_windows"]
+    batch = Dim("batch", min=1, max=64)
+    ep = torch.export.export(module, args, dynamic_shapes={"x": {0: batch}})
+    legal = legalize(ep, "coreml")
+    assert {str(k): (int(v.lower), int(v.upper)) for k, v in legal.range_constraints.items()} == \
+           {str(k): (int(v.lower), int(v.upper)) for k, v in ep.range_constraints.items()}
+    x = [n for n in legal.graph.nodes if n.op == "placeholder" and n.name == "x"][0]
+    assert not isinstance(x.meta["val"].shape[0], int)
+    assert max(_ranks(legal)) <= 5
+    bigger = torch.randn(5, 8, 8, 8)
+    torch.testing.assert_close(legal.module()(bigger), module(bigger), rtol=1e-5, atol=1e-5)
+
+
+def test_tosa_level_8k_lowers_only_past_rank_6(programs):
+    """TOSA 8K takes rank 6: only the rank-7 patchify is lowered; the tosa form's equal
+    ranks (equalize_ranks, on ATen ops) view Swin's bias to the rank of the windows."""
+    import torch
+
+    from legalizer.torch import run
+
+    module, args, ep = programs["swin_windows"]
+    swin = run(ep, "tosa")
+    assert swin.stats == {"reshapes_inserted": 1}
+    add = [n for n in _calls(swin.program) if "add.Tensor" in str(n.target)][0]
+    assert [len(a.meta["val"].shape) for a in add.args] == [4, 4]
+    torch.testing.assert_close(swin.program.module()(*args), module(*args))
+    result = run(programs["video_patchify"][2], "tosa")
+    assert max(_ranks(result.program)) <= 6 and not result.refused_after
+    module, args, _ = programs["video_patchify"]
+    torch.testing.assert_close(result.program.module()(*args), module(*args))
+
+
+@pytest.mark.needs("coreml")
+@pytest.mark.parametrize("name", ["groupnorm_5d", "upfirdn_zeros", "two_sided_product"])
+def test_coremltools_refuses_the_original_and_converts_the_legal_form(name, programs):
+    import coremltools as ct
+
+    from legalizer.torch import legalize
+
+    ep = programs[name][2].run_decompositions()
+    with pytest.raises(ValueError, match="Core ML only supports tensors with rank <= 5"):
+        ct.convert(ep, convert_to="mlprogram")
+    mlmodel = ct.convert(legalize(ep, "coreml"), convert_to="mlprogram")
+    assert mlmodel is not None
+
+
+@pytest.mark.needs("executorch")
+@pytest.mark.parametrize("name", NAMES)
+def test_executorch_xnnpack_runs_the_legal_form_and_matches(name, programs):
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from legalizer.torch import legalize
+
+    module, args, ep = programs[name]
+    pte = to_edge_transform_and_lower(legalize(ep, "coreml"), partitioner=[XnnpackPartitioner()]).to_executorch()
+    method = Runtime.get().load_program(pte.buffer).load_method("forward")
+    got = method.execute(list(args))
+    torch.testing.assert_close(got[0], module(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.needs("corpus")
+def test_a_transformers_swin_is_legal_for_coreml():
+    """A real architecture: transformers' Swin (a small config, random weights) has rank-6
+    window partitions; its legal form is rank <= 5 and computes the same."""
+    import torch
+    import transformers
+
+    from legalizer.torch import run
+
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(image_size=32, patch_size=4, num_channels=3, embed_dim=16, depths=[1, 1],
+                                     num_heads=[2, 2], window_size=2)
+    module = transformers.SwinModel(config).eval()
+    args = (torch.randn(1, 3, 32, 32),)
+    ep = torch.export.export(module, args, strict=False)
+    assert max(_ranks(ep.run_decompositions())) == 6
+    result = run(ep, "coreml")
+    assert max(_ranks(result.program)) <= 5 and not result.refused_after
+    got, want = result.program.module()(*args), module(*args)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert result.program.state_dict.keys() == ep.state_dict.keys()
+
+
+@pytest.mark.needs("executorch")
+@pytest.mark.parametrize("name", NAMES)
+def test_executorch_transform_pass_legalizes_the_edge_program(name, programs):
+    """``executorch_pass`` in ``to_edge_transform_and_lower(transform_passes=[...])``: the
+    Edge program is legalized in the Edge dialect's ops before XNNPACK partitions it;
+    the .pte runs on ExecuTorch's runtime and matches the module."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from legalizer.torch import executorch_pass
+
+    module, args, ep = programs[name]
+    seen = []
+
+    class Spy(XnnpackPartitioner):  # what the partitioner is given: the legal Edge program
+        def partition(self, exported_program):
+            seen.append(max(_ranks(exported_program)))
+            return super().partition(exported_program)
+
+    manager = to_edge_transform_and_lower(ep, transform_passes=[executorch_pass("coreml")], partitioner=[Spy()])
+    assert seen and max(seen) <= 5
+    method = Runtime.get().load_program(manager.to_executorch().buffer).load_method("forward")
+    torch.testing.assert_close(method.execute(list(args))[0], module(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.needs("executorch")
+def test_the_rank_7_patchify_fails_on_executorch_without_legalizing(programs):
+    """The issue's XNNPACK case: lowered as it is, the .pte does not run."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    module, args, ep = programs["video_patchify"]
+    pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    with pytest.raises(RuntimeError, match="Failed to load method forward"):
+        Runtime.get().load_program(pte.buffer).load_method("forward").execute(list(args))
+
+
+def test_suggested_fixes_round_trip_through_torch_export():
+    """GroupNorm on 5-D input with two dynamic dims: the merged dims are a product of two
+    symbols, which no view of a rank-5 form can name alone, so the target still refuses
+    it. The suggested fix (one dim static) goes through torch.export's own
+    refine_dynamic_shapes_from_suggested_fixes; exported again, the program is legal."""
+    import torch
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    from legalizer.torch import run
+
+    module, args = cases()["groupnorm_5d"]
+    shapes = {"x": {2: Dim("depth", min=2, max=16), 3: Dim("height", min=2, max=16)}}
+    result = run(torch.export.export(module, args, dynamic_shapes=shapes), "coreml")
+    assert result.refused_after
+    fixes = result.suggested_fixes(shapes)
+    assert fixes == "Suggested fixes:\n  height = 4"
+    refined = refine_dynamic_shapes_from_suggested_fixes(fixes, shapes)
+    assert refined["x"][3] == 4 and refined["x"][2] is shapes["x"][2]
+    again = run(torch.export.export(module, args, dynamic_shapes=refined), "coreml")
+    assert not again.refused_after and again.suggested_fixes(refined) == ""
+    deeper = torch.randn(2, 8, 7, 4, 4)  # the depth is still dynamic
+    torch.testing.assert_close(again.program.module()(deeper), module(deeper), rtol=1e-5, atol=1e-5)
+
+
+def test_cli_legalizes_a_pt2_for_coreml_and_names_what_it_cannot(tmp_path, legalize):
+    """``legalize m.pt2 --target coreml``: the rank-6 window partition comes back as a
+    rank <= 5 program, the lowering counted in the report; a rank-6 graph input, which no
+    legal form changes, is named in a warning per op that reads it."""
+    import json
+
+    import torch
+
+    from legalizer.importers.pt2_safety import load_untrusted
+
+    module, args = cases()["swin_windows"]
+    src = tmp_path / "swin.pt2"
+    torch.export.save(torch.export.export(module, args), str(src))
+    p = legalize(src, "--target", "coreml", "--report", tmp_path / "r.json", isolated=True, prelude="", timeout=600)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["target_rules"]["ranks_lowered"]["aten_ops_lowered"] == 2
+    assert report["target_rules"]["refused_before"] and not report["target_rules"]["refused_after"]
+    assert max(_ranks(load_untrusted(tmp_path / "swin.legal.pt2"))) <= 5
+
+    class Rank6Inputs(torch.nn.Module):
+        def forward(self, a, b):
+            return (a * b).reshape(2, -1)
+
+    bad = tmp_path / "in6.pt2"
+    torch.export.save(torch.export.export(Rank6Inputs(), (torch.randn(2, 1, 3, 1, 4, 1), torch.randn(1, 5, 1, 6, 1, 7))),
+                      str(bad))
+    p = legalize(bad, "--target", "coreml", isolated=True, prelude="", timeout=600)
+    # no legal form keeps a rank-6 interface: refused before any work, naming both inputs
+    assert p.returncode == 2 and not (tmp_path / "in6.legal.pt2").exists(), p.stderr
+    assert p.stderr.splitlines()[-1].endswith(
+        "target 'coreml' takes rank <= 5, and no legal form keeps the model's interface:"
+        " input 'a' has rank 6, input 'b' has rank 6"), p.stderr
