@@ -24,7 +24,7 @@ from .version import __version__
 _API = {
     "load": (".api", "load"), "save": (".api", "save"), "to_onnx": (".api", "to_onnx"),
     "verify": (".api", "verify"), "legalize": (".api", "legalize"), "check": (".api", "check"),
-    "NotLegal": (".errors", "NotLegal"),
+    "NotLegal": (".errors", "NotLegal"), "Result": (".result", "Result"),
     "Graph": (".ir", "Graph"), "Node": (".ir", "Node"), "Value": (".ir", "Value"), "TensorType": (".ir", "TensorType"),
     "Model": (".model", "Model"), "VerifyResult": (".verifier", "VerifyResult"),
     "snapshot": (".region_pictures", "snapshot"), "report_html": (".html_report", "render"),
@@ -35,7 +35,7 @@ _API = {
 
 __all__ = ["load", "save", "to_onnx", "verify", "legalize", "check", "Graph", "Node", "Value", "TensorType",
            "Model", "VerifyResult", "snapshot", "report_html", "overlays", "LegalizeError", "BadInput", "UsageError",
-           "NotLegal", "__version__"]
+           "NotLegal", "Result", "__version__"]
 
 
 def __getattr__(name: str):

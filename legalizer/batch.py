@@ -24,7 +24,6 @@ Semantics (README, "Several models"):
 from __future__ import annotations
 
 import io
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -502,6 +501,8 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
 
             write_json(report, entries)
         if settings.json_out:
-            sys.stdout.write(json.dumps(entries, indent=2) + "\n")
+            from .report import dumps
+
+            sys.stdout.write(dumps(entries) + "\n")
     return code
 

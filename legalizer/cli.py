@@ -339,6 +339,24 @@ def refuse_unused(given: Dict[str, bool], *, verify_only: bool, check: bool, aga
             raise UsageError(f"{flag} {what} the numeric check: it cannot go with --no-check")
 
 
+def _print_and_exit(what: str):
+    """The callback of an eager option that prints ``what`` (the version, the report's
+    schema) and ends the command, whatever else is given."""
+    def callback(value: bool) -> None:
+        if not value:
+            return
+        if what == "version":
+            from .version import __version__
+
+            print(f"legalize {__version__}")
+        else:
+            from .report import schema_text
+
+            sys.stdout.write(schema_text())
+        raise typer.Exit(0)
+    return callback
+
+
 @app.command(help=HELP, no_args_is_help=True, cls=_Command)
 def legalize(
     paths: List[Path] = typer.Argument(..., metavar="MODEL", show_default=False,
@@ -373,6 +391,9 @@ def legalize(
                                 " folded (a static-shape --target does this for the dims you bind)."),
     require_check: bool = typer.Option(False, "--require-check", help="Exit 1 (nothing written) when the numeric"
                                        " check did not run, or ran in part."),
+    allow_fallback: bool = typer.Option(False, "--allow-fallback", help="With a deployment target (litert-gpu, ethos-u,"
+                                        " ...): accept a partial placement. The ops the target still refuses stay on"
+                                        " the CPU (the report lists them) and the run exits 0; without it, exit 1."),
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
                                  help="Strict symbolic mode: no dynamic dim is 1 at run time, so no runtime "
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
@@ -435,6 +456,11 @@ def legalize(
     trust_pt2: bool = typer.Option(False, "--trust-pt2", help="Load a .pt2 with torch.export.load as it is, unsafe "
                                    "unpickling included (it can run code): only for a file you trust."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_and_exit("version"),
+                                  help="Print legalize's version and exit.", expose_value=False),
+    _schema: bool = typer.Option(False, "--schema", is_eager=True, callback=_print_and_exit("schema"),
+                                 help="Print the report's JSON Schema (what --report and --json write) and exit.",
+                                 expose_value=False),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
     if not _is_batch(paths, out_opt, jobs, executor):
@@ -467,7 +493,7 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=parse_tolerance("--rtol", rtol, RTOL),
                          atol=parse_tolerance("--atol", atol, ATOL), assume_dynamic_not_one=not_one,
                          emit=list(emit), against=against, require_check=require_check,
-                         trust_pt2=trust_pt2, localize=localize, localize_budget=localize_budget, reduce=reduce,
+                         allow_fallback=allow_fallback, trust_pt2=trust_pt2, localize=localize, localize_budget=localize_budget, reduce=reduce,
                          static=static, **golden, run_timeout=_run_timeout(run_timeout),
                          run_memory=parse_size("--run-memory", run_memory)).validate()
     if batch:
@@ -568,13 +594,13 @@ def _run_one(model: Path, options, report: Optional[Path], html: Optional[Path],
 
 
 def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_out: bool) -> None:
-    from .report import error_report, write_json
+    from .report import dumps, error_report, write_json
 
     entry = error_report(str(model), e.exit_code, one_line(str(e)))
     if report is not None:
         write_json(report, entry, protect=model)
     if json_out:
-        sys.stdout.write(json.dumps(entry, indent=2) + "\n")
+        sys.stdout.write(dumps(entry) + "\n")
 
 
 def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], executor: str = "local") -> bool:

@@ -220,6 +220,9 @@ def _rewrite(job: Run) -> None:
     """The target's passes, with what its backend refuses before and after."""
     options, model, report = job.options, job.model, job.report
     spec = job.target
+    untaken = spec.untaken_dtypes(model.graphs)
+    if untaken is not None:  # before any work: no pass makes a float model integer
+        raise UsageError(f"{job.path}: --target {spec.name}: {untaken}")
     job.res.ops_before = _op_counts(model)
     model.constraints = job.res.input_verification.constraints  # what the report lists, for emitters to assert
     refused_before = spec.refused(model.graphs, options.level)
@@ -238,6 +241,8 @@ def _rewrite(job: Run) -> None:
                                       assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
     report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
                            "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
+    if spec.device is not None:
+        report.target_rules.update(device=spec.device, allow_fallback=options.allow_fallback)
     if before is not None:
         from .region_pictures import PICTURE_LIMIT
 
@@ -275,6 +280,14 @@ def _verify_output(job: Run) -> None:
     if result.violations:
         job.res.exit_code = EXIT_VIOLATIONS
         job.done = True
+    elif _partly_placed(job) and not job.options.allow_fallback:  # the target's verdict: not all on its device
+        job.res.exit_code = EXIT_VIOLATIONS
+        job.done = True
+
+
+def _partly_placed(job: Run) -> bool:
+    rules = job.report.target_rules or {}
+    return bool(rules.get("device") and rules.get("refused_after"))
 
 
 def _render(job: Run) -> None:

@@ -47,12 +47,16 @@ class Backend:
     shape_operands: bool = False
     shape_reason: str = ""
     refused: Mapping[str, str] = field(default_factory=dict)
+    device: str = "the accelerator"  # where the ops it takes run, as a verdict names it
+    dtypes: tuple = ()  # the element types its ops compute in (empty: any)
+    dtype_reason: str = ""  # its words for an op in another type
 
 
 @functools.lru_cache(maxsize=None)
 def backends() -> Dict[str, Backend]:
     data = tomllib.loads(table_text("backends.toml"))
-    return {name: Backend(name=name, **{k: (dict(v) if k == "refused" else v) for k, v in table.items()})
+    conv = {"refused": dict, "dtypes": tuple}
+    return {name: Backend(name=name, **{k: conv.get(k, lambda x: x)(v) for k, v in table.items()})
             for name, table in data.items()}
 
 
