@@ -76,9 +76,9 @@ def expand(paths: Sequence[Path], verify_only: bool, skipped: Optional[List[Path
     models: List[Path] = []
     seen = set()
     for p in paths:
-        if p.is_dir():
-            if (p / "saved_model.pb").exists():
-                sniff(p)  # raises: a TensorFlow SavedModel
+        if p.is_dir() and (p / "saved_model.pb").exists():
+            found = [p]  # a TensorFlow SavedModel: its own run says what it is (exit 2), the others go on
+        elif p.is_dir():
             found = find_models(p, verify_only, skipped)
             if not found:
                 kinds = ", ".join(f"*{s}" for s in MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ()))
@@ -185,6 +185,19 @@ def _written(models: List[Path], settings: Settings, report: Optional[Path]) -> 
     if settings.html_dir is not None:
         files.extend((f"the HTML report of {m}", html_for(m, settings.html_dir)) for m in models)
     return files
+
+
+def _files_read(models: List[Path], outputs: List[Path]) -> List[tuple]:
+    """``files_read`` model by model: one that cannot be read counts as itself alone,
+    and its own run says what is wrong with it (a bad file stops only that model,
+    whether or not outputs exist already)."""
+    found: List[tuple] = []
+    for m in models:
+        try:
+            found += files_read([m], outputs)
+        except LegalizeError:
+            found.append(("an input model", m))
+    return found
 
 
 def check_collisions(models: List[Path], outdir: Optional[Path], emit: List[str]) -> None:
@@ -484,7 +497,7 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
             if m.exists():
                 check_output_path(report, force=True, protect=m)
     written = _written(models, settings, report)
-    check_distinct(written, files_read(models, [p for _, p in written]))
+    check_distinct(written, _files_read(models, [p for _, p in written]))
     check_bindings(models, options)
     settings = replace(settings, want_report=report is not None or settings.json_out,
                        options=replace(options, dims_where_present=True))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import re
@@ -171,7 +170,11 @@ def _target_option():
 
 
 def _profile_option():
-    return "|".join(PROFILES), f"Verifier profile for the input: {_listed((p.name, p.help) for p in PROFILE_RECORDS.values())}."
+    return "|".join(PROFILES), (f"Verifier profile the INPUT must satisfy: {_listed((p.name, p.help) for p in PROFILE_RECORDS.values())}."
+                                " It judges the model as given, before any rewrite: an input that violates it is"
+                                " refused, not legalized (the output is verified under --target's profile). To make a"
+                                " model TOSA-legal, use --target tosa; --profile tosa with --verify-only asks whether"
+                                " it is already.")
 
 
 def _level_option():
@@ -337,6 +340,10 @@ def refuse_unused(given: Dict[str, bool], *, verify_only: bool, check: bool, aga
                              " (except with --against)")
         if not verify_only and not check and flag in UNUSED_WITHOUT_CHECK:
             raise UsageError(f"{flag} {what} the numeric check: it cannot go with --no-check")
+    for flag in ("--run-timeout", "--run-memory"):  # they bound the runs of a model on a runtime
+        if given.get(flag) and (not check or (verify_only and not against)):
+            raise UsageError(f"{flag} limits each run of a model on a runtime, and none runs: it cannot go with"
+                             f" {'--no-check' if not check else '--verify-only (except with --against)'}")
 
 
 def _print_and_exit(what: str):
@@ -476,7 +483,8 @@ def legalize(
     if executor not in EXECUTORS:
         raise UsageError(f"--executor must be local or ray, not '{executor}'")
     refuse_unused({"--emit": bool(emit), "--dim": bool(dim), "--input-shape": bool(input_shape),
-                   "--input": bool(input_), "--rtol": bool(rtol), "--atol": bool(atol), "--localize": bool(localize)},
+                   "--input": bool(input_), "--rtol": bool(rtol), "--atol": bool(atol), "--localize": bool(localize),
+                   "--run-timeout": run_timeout is not None, "--run-memory": run_memory is not None},
                   verify_only=verify_only, check=do_check, against=against is not None)
     golden = dict(load_inputs=load_inputs, load_outputs=load_outputs, data_loader_script=data_loader_script,
                   save_inputs=save_inputs, save_outputs=save_outputs)
@@ -589,8 +597,28 @@ def _run_one(model: Path, options, report: Optional[Path], html: Optional[Path],
 
         overlays.for_run(overlay, res, model, force=options.force)
     if json_out:
-        sys.stdout.write(res.report.dumps() + "\n")
+        _print_json(res.report.dumps())
     return res.exit_code
+
+
+# Whether this command printed its JSON: with --json, an error before any model's report
+# (usage, an unreadable option) still prints one JSON object on stdout.
+_json_printed = False
+
+
+def _print_json(text: str) -> None:
+    global _json_printed
+    _json_printed = True
+    sys.stdout.write(text + "\n")
+
+
+def _json_error(args: List[str], code: int, message: str) -> None:
+    """With --json and nothing printed yet: the error as the report of no model."""
+    if "--json" not in args or _json_printed:
+        return
+    from .report import dumps, error_report
+
+    _print_json(dumps(error_report(None, code, message)))
 
 
 def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_out: bool) -> None:
@@ -600,7 +628,7 @@ def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_ou
     if report is not None:
         write_json(report, entry, protect=model)
     if json_out:
-        sys.stdout.write(dumps(entry) + "\n")
+        _print_json(dumps(entry))
 
 
 def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], executor: str = "local") -> bool:
@@ -713,6 +741,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def _main(argv: Optional[List[str]]) -> None:
+    global _json_printed
+    _json_printed = False
     args, command, prog = list(sys.argv[1:] if argv is None else argv), app, "legalize"
     if args[:1] == ["view"]:  # the one subcommand (a model file named 'view' is ./view)
         from .view import app as command
@@ -723,6 +753,7 @@ def _main(argv: Optional[List[str]]) -> None:
         code = command(args=args, standalone_mode=False, prog_name=prog)
     except LegalizeError as e:
         print(one_line(f"legalize: error: {e}"), file=sys.stderr)
+        _json_error(args, e.exit_code, one_line(str(e)))
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -741,6 +772,7 @@ def _main(argv: Optional[List[str]]) -> None:
             sys.exit(EXIT_BAD_INPUT)
         if _is_usage_error(e):
             print(one_line(f"legalize: error: {e.format_message()} (see legalize --help)"), file=sys.stderr)
+            _json_error(args, EXIT_BAD_INPUT, one_line(e.format_message()))
             sys.exit(EXIT_BAD_INPUT)
         print(one_line(f"legalize: internal error: {type(e).__name__}: {e} (please report this)"), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

@@ -98,6 +98,10 @@ class Progress:
                 self.progress = None
 
 
+# With -q, the violations printed before the rest are counted in one line.
+QUIET_VIOLATIONS = 3
+
+
 class Printer:
     def __init__(self, quiet: bool, verbose: bool, json_out: bool, legalizing: bool = False):
         self.quiet, self.verbose, self.legalizing = quiet, verbose, legalizing
@@ -132,10 +136,15 @@ class Printer:
             from .ir import format_graph
             for line in format_graph(res.model.graph).split("\n"):  # not splitlines: U+2028 is a name's
                 self.say(printable(line))
-        for v in rep.violations:
+        shown = rep.violations[:QUIET_VIOLATIONS] if self.quiet else rep.violations
+        for v in shown:
             where = f"graph '{v['graph']}', " if v.get("graph") else ""
             where = ("in the output, " if v["stage"] == "output" else "") + where
             self.say(one_line(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}"))
+        if len(shown) < len(rep.violations):
+            more = len(rep.violations) - len(shown)
+            self.say(f"error: ... and {more} more violation{'s' if more != 1 else ''} (without -q: each; --report:"
+                     " the list)")
         if not self.quiet and res.output_verification is None:
             self.table(one_line(f"{rep.input} ({rep.format}, profile {rep.profile})"),
                        [(h, "right") for h in ("nodes", "elementwise", "violations", "runtime constraints")],

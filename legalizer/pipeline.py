@@ -124,6 +124,9 @@ def _read(job: Run) -> None:
     model = read_model(job.path, trust_pt2=options.trust_pt2)
     fmt = job.fmt = format_of(model)
     job.profile = options.profile or fmt.input_profile
+    if options.trust_pt2 and fmt.name != "pt2" and not options.dims_where_present:  # (a batch's may hold .pt2s)
+        raise UsageError(f"--trust-pt2 loads a .pt2 with torch's unsafe unpickling; {job.path} is {fmt.title}, not a"
+                         " .pt2: leave it out")
     if fmt.written is None and not options.verify_only:
         raise UsageError(f"{job.path}: a {fmt.title} module is verified, not legalized: add --verify-only")
     if options.against is not None:

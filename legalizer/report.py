@@ -71,7 +71,7 @@ def write_json(path: Path, data, protect: Optional[Path] = None) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def error_report(input: str, exit_code: int, error: str) -> dict:
+def error_report(input: Optional[str], exit_code: int, error: str) -> dict:
     """The report of a model that could not be processed (bad input, usage): what a
     pipeline reading --json or --report gets instead of nothing."""
     from .version import __version__
