@@ -44,7 +44,21 @@ def validate(data) -> None:
     them) conforms to the schema (the ``jsonschema`` package: the ``test`` extra)."""
     import jsonschema
 
-    jsonschema.Draft202012Validator(schema()).validate(data)
+    full = schema()
+    if jsonschema.Draft202012Validator(full).is_valid(data):
+        return
+    # Not valid: the error that names the key at fault, from the definition the entry
+    # is meant to meet (a run's report, or a model's that could not be processed), rather
+    # than "is not valid under any of the given schemas".
+    for k, entry in enumerate(data if isinstance(data, list) else [data]):
+        which = "error" if isinstance(entry, dict) and "error" in entry and "check" not in entry else "run"
+        one = jsonschema.Draft202012Validator({"$ref": f"#/$defs/{which}", "$defs": full["$defs"]})
+        err = jsonschema.exceptions.best_match(one.iter_errors(entry))
+        if err is not None:
+            where = "/".join(str(p) for p in ([k] if isinstance(data, list) else []) + list(err.absolute_path))
+            raise jsonschema.ValidationError(f"the report does not conform to its schema (legalize --schema):"
+                                             f" {err.message}" + (f" (at {where})" if where else ""))
+    raise jsonschema.ValidationError("the report does not conform to its schema (legalize --schema)")
 
 
 def checked(data):
