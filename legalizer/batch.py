@@ -256,7 +256,7 @@ def local_worker(pid: Optional[int]) -> dict:
 def captured(model: Path) -> Iterator[Outcome]:
     """Run the body with what it prints captured into the Outcome it is given, and its
     errors turned into one line each, as a single run prints them (the others go on)."""
-    from .console import one_line
+    from .console import error_lines, one_line
 
     out, err = io.StringIO(), io.StringIO()
     outcome = Outcome(str(model), EXIT_BAD_INPUT)
@@ -266,7 +266,7 @@ def captured(model: Path) -> Iterator[Outcome]:
                 yield outcome
             except LegalizeError as e:
                 outcome.exit_code, outcome.error = e.exit_code, one_line(str(e))
-                print(one_line(f"legalize: error: {e}"), file=sys.stderr)
+                print(error_lines("legalize: error: ", e), file=sys.stderr)
             except MemoryError:
                 outcome.exit_code, outcome.error = EXIT_BAD_INPUT, f"{model}: out of memory"
                 print(f"legalize: error: {model}: out of memory", file=sys.stderr)

@@ -752,7 +752,9 @@ def _main(argv: Optional[List[str]]) -> None:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
         code = command(args=args, standalone_mode=False, prog_name=prog)
     except LegalizeError as e:
-        print(one_line(f"legalize: error: {e}"), file=sys.stderr)
+        from .console import error_lines
+
+        print(error_lines("legalize: error: ", e), file=sys.stderr)
         _json_error(args, e.exit_code, one_line(str(e)))
         sys.exit(e.exit_code)
     except typer.Exit as e:

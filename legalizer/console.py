@@ -25,6 +25,17 @@ def one_line(text: str) -> str:
     return printable(str(text).strip())
 
 
+def error_lines(prefix: str, e) -> str:
+    """An error as the command prints it: ``prefix`` and its message on one line, or for
+    a message that quotes a tool's diagnostic (``LegalizeError.multiline``) its first line
+    so, then each further line indented, every line escaped for the terminal."""
+    text = str(e).strip()
+    if not getattr(e, "multiline", False) or "\n" not in text:
+        return one_line(f"{prefix}{text}")
+    first, *rest = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return "\n".join([one_line(f"{prefix}{first}"), *(f"  {printable(ln)}" for ln in rest)])
+
+
 # A model this big gets a progress indicator (stderr a terminal, no -q, no --json).
 SHOW_AFTER_S = 1.0  # a run that ends sooner shows no progress at all
 LARGE_FILE_BYTES = 1 << 20  # ... unless it is this large: then at once

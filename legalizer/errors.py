@@ -5,9 +5,12 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class LegalizeError(Exception):
-    """Base class; ``exit_code`` is what the CLI exits with."""
+    """Base class; ``exit_code`` is what the CLI exits with. ``multiline``: the message
+    quotes a tool's diagnostic (MLIR's) whose lines are printed as lines, each escaped
+    for the terminal; any other message is printed as one line."""
 
     exit_code = 2
+    multiline = False
 
 
 class BadInput(LegalizeError):

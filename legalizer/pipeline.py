@@ -186,7 +186,9 @@ def _compare(job: Run) -> None:
     except RunFault as e:  # a crash, or a run past its memory or time: the comparison did not run
         raise BadInput(str(e)) from None
     if not job.res.check.ran:
-        raise BadInput(f"{job.path}: the comparison with {against} did not run: {job.res.check.error}")
+        e = BadInput(f"{job.path}: the comparison with {against} did not run: {job.res.check.error}")
+        e.multiline = True  # MLIR's diagnostic, line by line
+        raise e
     job.report.check = job.res.check.to_json()
     job.failed = not job.res.check.ok
     job.sides = Sides(job.fmt, job.path, against, job.model.graph)  # the model against its reference
