@@ -9,7 +9,7 @@ from .equalize_ranks import equalize_ranks
 from .fold_ranks import fold_ranks
 from .explicit_broadcast import explicit_broadcast, lower_broadcast_in_dim, needs_explicit_broadcast
 from .legacy_broadcast import legacy_broadcast
-from .rank_agnostic import rank_agnostic, rank_agnostic_expand
+from .rank_agnostic import MIN_OPSET as RANK_AGNOSTIC_OPSET, needs_rank_agnostic, rank_agnostic, rank_agnostic_expand
 from .split_variadic import split_variadic
 
 # The targets name these in their pipelines (``targets.Target.passes``).
@@ -18,4 +18,5 @@ __all__ = ["PassContext", "PassManager", "PassResult", "broadcast_to_as_concat",
            "broadcast_to_into_consumers", "broadcast_to_through_reshape", "densify_constants", "elementwise_at_rank4", "fold_for_npu",
            "one_sided_broadcast", "reshape_constants_before_dequantize", "reshape_forms",
            "explicit_broadcast", "lower_broadcast_in_dim", "needs_explicit_broadcast", "dead_code_elimination",
-           "equalize_ranks", "fold_ranks", "legacy_broadcast", "rank_agnostic", "rank_agnostic_expand", "split_variadic"]
+           "equalize_ranks", "fold_ranks", "legacy_broadcast", "rank_agnostic", "rank_agnostic_expand", "split_variadic",
+           "needs_rank_agnostic", "RANK_AGNOSTIC_OPSET"]
