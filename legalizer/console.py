@@ -209,6 +209,10 @@ class Printer:
             n_in = sum(1 for v in rep.violations if v["stage"] == "input")
             n_out = sum(1 for v in rep.violations if v["stage"] == "output")
             rows.append(("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})"))
+            rules = rep.target_rules or {}
+            if rules.get("device"):  # what the target's device would not take, before and after
+                rows.append((printable(f"off {rules['device']}"), str(len(rules["refused_before"])),
+                             str(len(rules["refused_after"]))))
             self.table(one_line(f"{rep.input} ({rep.format}) -> target {rep.target}"),
                        [("", "left"), ("before", "right"), ("after", "right")], rows)
             line = (f"reshapes inserted: {st['reshapes_inserted']}, constants folded: {st['constants_folded']}, "

@@ -6,6 +6,7 @@ ADD, ...), before and after; rank folding applies as for TFLite, the TFLite-only
 is named with the backend's reason. The written model computes what the original does."""
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -111,6 +112,7 @@ def test_litert_gpu_names_what_the_delegate_refuses_in_an_onnx_model(tmp_path):
     assert after == before[:3]
     assert ("warning: node 'repeat_kv' (Expand, as BROADCAST_TO): LiteRT GPU delegate refuses it:"
             f" {UNSUPPORTED}; {RANK}") in out
+    assert re.search(r"│ off the GPU +│ +6 │ +3 │", out), out  # the table says so too
     assert ("outputs match on CPUExecutionProvider; 3 ops of the legalized model stay off the GPU, on the CPU (LiteRT GPU"
             f" delegate: {RANK} (3); {UNSUPPORTED} (2)) (--allow-fallback)") in out
 
