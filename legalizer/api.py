@@ -290,8 +290,11 @@ OPTIONS = ("provider", "dims", "input_shapes", "inputs", "rtol", "atol", "emit",
 def run(path, options: RunOptions, on_stage=None) -> RunResult:
     """The main job on the model at ``path``, as the ``legalize`` command runs it (the
     command calls this): read, verify, legalize, verify, emit, check and write, as
-    ``options`` say; a ``RunResult`` with the report. Raises ``LegalizeError`` for bad
-    input or usage; violations and mismatches are in the result (exit code 1)."""
+    ``options`` (a ``legalizer.job.RunOptions``: every option of the command) say; a
+    ``RunResult`` with the report (``.report.to_json()``) and ``.exit_code``, nothing
+    raised for violations or mismatches (exit code 1). Raises ``LegalizeError`` for bad
+    input or usage. ``on_stage(name, size)`` is called as each stage starts. Most callers
+    want ``legalize``, which returns a ``Result`` and raises ``NotLegal``."""
     from .pipeline import run as run_job
 
     return run_job(Path(path), options, on_stage)
@@ -309,6 +312,12 @@ def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, 
 
     report = checked(res.report.to_json())
     result = Result.from_report(report, exit_code=res.exit_code)
+    if do_check and res.exit_code == EXIT_OK and not result.check.full:  # said, not only recorded
+        import warnings
+
+        how = "ran in part" if result.check.ran else "did not run"
+        warnings.warn(f"{path}: legalized, but the numeric check {how}: {result.check.why}", RuntimeWarning,
+                      stacklevel=3)
     if res.exit_code != EXIT_OK:
         bad = report["violations"]
         refused = (report.get("target_rules") or {}).get("refused_after") or []

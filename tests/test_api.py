@@ -269,3 +269,23 @@ def test_unknown_keyword_arguments_name_the_valid_ones(tmp_path):
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(TypeError, match="'provider' applies to a path"):
         legalizer.legalize(_proto("mlp_bias.onnx"), provider="cpu")
+
+
+def test_a_check_that_could_not_run_is_said_not_only_recorded(tmp_path, monkeypatch):
+    """A model the check cannot run (here: onnxruntime made to refuse every model) comes
+    back written, with the check's state and why, and a RuntimeWarning that says so."""
+    from legalizer.formats import onnx as onnx_format
+
+    src = tmp_path / "mlp_bias.onnx"
+    shutil.copy(MODELS / "mlp_bias.onnx", src)
+    monkeypatch.setattr(onnx_format.OnnxFormat, "check", lambda self, run, written: _not_run())
+    with pytest.warns(RuntimeWarning, match="legalized, but the numeric check did not run: no runtime here"):
+        res = legalizer.legalize(src)
+    assert res.exit_code == 0 and res.output.exists()
+    assert (res.check.state, res.check.why) == ("not run", "no runtime here")
+
+
+def _not_run():
+    from legalizer.numeric.results import CheckResult
+
+    return CheckResult(False, "CPUExecutionProvider", error="no runtime here")
