@@ -9,12 +9,11 @@ import importlib.util
 import json
 from pathlib import Path
 
+import jsonschema  # the test extra's, as pytest's
 import pytest
 
-jsonschema = pytest.importorskip("jsonschema", reason="jsonschema (the test extra: pip install -e '.[test]')")
-
-from legalizer import report  # noqa: E402
-from helpers import cli_in_process, cli_process  # noqa: E402
+from legalizer import report
+from helpers import cli_in_process, cli_process
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
