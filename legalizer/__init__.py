@@ -3,7 +3,8 @@
 Public API (``legalizer.api``): ``load`` a model (a path, an ``onnx.ModelProto``, an
 ``onnx_ir.Model``, or a PyTorch module with example inputs) into the IR, ``verify`` its
 broadcasting ops under a profile, ``legalize`` it for a target (the same kind of model
-comes back), ``save`` it (or ``to_onnx``), and ``numeric`` original against result on
+comes back; for a path, a ``Result``: the output, the report, the check's state, the
+warnings and what the target refuses), ``save`` it (or ``to_onnx``), and ``numeric`` original against result on
 onnxruntime (and against PyTorch for a model that came from it); the IR itself is
 ``Graph``. ``snapshot`` before ``legalize`` records the regions it rewrites, which
 ``report_html`` draws in a self-contained HTML page; ``overlays`` gives a run's findings

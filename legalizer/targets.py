@@ -57,6 +57,9 @@ class Target:
     # ``verifier.backend_rules``) say which ops it refuses, in its words; then they alone do.
     # Its targets take TFLite.
     backend: Optional[str] = None
+    # Where the ops it takes run ("the HTP"), for a deployment target whose refusals come
+    # from its own fields rather than a backend's rules; a backend's rules name their own.
+    accelerator: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "profile", profile_record(self.profile))
@@ -158,10 +161,10 @@ class Target:
         of its own: the ops it still refuses after legalizing stay on the CPU, and the run
         fails unless a partial placement is accepted (``--allow-fallback``)."""
         if self.backend is None:
-            return None
+            return self.accelerator
         from .verifier.backend_rules import backend
 
-        return backend(self.backend).device
+        return self.accelerator or backend(self.backend).device
 
     def untaken_dtypes(self, graphs) -> Optional[str]:
         """Why the backend takes none of ``graphs``' ops, when it computes in integer

@@ -182,12 +182,13 @@ def test_a_difference_from_torch_fails_the_check(tmp_path, monkeypatch):
 
 def test_check_api_with_a_pt2_path(tmp_path):
     """``legalizer.check("m.pt2", legal)``: against the export and against PyTorch;
-    ``legalizer.legalize("m.pt2")`` writes ``m.legal.onnx`` and returns its path."""
+    ``legalizer.legalize("m.pt2")`` writes ``m.legal.onnx`` and returns a Result with its path."""
     require("torch")
     src = tmp_path / "small_cnn.pt2"
     shutil.copy(MODELS / "small_cnn.pt2", src)
-    out = legalizer.legalize(src, "xla", provider="cpu")
-    assert out == tmp_path / "small_cnn.legal.onnx"
+    res = legalizer.legalize(src, "xla", provider="cpu")
+    out = res.output
+    assert out == tmp_path / "small_cnn.legal.onnx" and res.check.state == "ran" and res.check.ok
     result = legalizer.check(src, out, provider="cpu")
     assert result.ok and result.torch.ok and len(result.torch.bindings) == 8
     assert result.to_json()["torch"]["provider"] == "torch"
