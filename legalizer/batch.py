@@ -77,7 +77,9 @@ def expand(paths: Sequence[Path], verify_only: bool, skipped: Optional[List[Path
     seen = set()
     for p in paths:
         if p.is_dir() and (p / "saved_model.pb").exists():
-            found = [p]  # a TensorFlow SavedModel: its own run says what it is (exit 2), the others go on
+            if len(paths) == 1:
+                sniff(p)  # raises: a TensorFlow SavedModel, the one path given
+            found = [p]  # among others: its own run says what it is (exit 2), the others go on
         elif p.is_dir():
             found = find_models(p, verify_only, skipped)
             if not found:
