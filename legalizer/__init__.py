@@ -3,7 +3,8 @@
 Public API (``legalizer.api``): ``load`` a model (a path, an ``onnx.ModelProto``, an
 ``onnx_ir.Model``, or a PyTorch module with example inputs) into the IR, ``verify`` its
 broadcasting ops under a profile, ``legalize`` it for a target (the same kind of model
-comes back), ``save`` it (or ``to_onnx``), and ``numeric`` original against result on
+comes back; for a path, a ``Result``: the output, the report, the check's state, the
+warnings and what the target refuses), ``save`` it (or ``to_onnx``), and ``numeric`` original against result on
 onnxruntime (and against PyTorch for a model that came from it); the IR itself is
 ``Graph``. ``snapshot`` before ``legalize`` records the regions it rewrites, which
 ``report_html`` draws in a self-contained HTML page; ``overlays`` gives a run's findings
@@ -24,7 +25,7 @@ from .version import __version__
 _API = {
     "load": (".api", "load"), "save": (".api", "save"), "to_onnx": (".api", "to_onnx"),
     "verify": (".api", "verify"), "legalize": (".api", "legalize"), "check": (".api", "check"),
-    "NotLegal": (".errors", "NotLegal"),
+    "NotLegal": (".errors", "NotLegal"), "Result": (".result", "Result"),
     "Graph": (".ir", "Graph"), "Node": (".ir", "Node"), "Value": (".ir", "Value"), "TensorType": (".ir", "TensorType"),
     "Model": (".model", "Model"), "VerifyResult": (".verifier", "VerifyResult"),
     "snapshot": (".region_pictures", "snapshot"), "report_html": (".html_report", "render"),
@@ -35,7 +36,7 @@ _API = {
 
 __all__ = ["load", "save", "to_onnx", "verify", "legalize", "check", "Graph", "Node", "Value", "TensorType",
            "Model", "VerifyResult", "snapshot", "report_html", "overlays", "LegalizeError", "BadInput", "UsageError",
-           "NotLegal", "__version__"]
+           "NotLegal", "Result", "__version__"]
 
 
 def __getattr__(name: str):

@@ -184,7 +184,8 @@ def verify(model, profile: str = "mlir", *, assume_dynamic_not_one: bool = False
 def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_one: bool,
                     level: Optional[str] = None):
     """The job's verify, legalize and verify stages on ``model`` in memory
-    (``pipeline.run_model``); NotLegal when the input or the output is not legal."""
+    (``pipeline.run_model``); NotLegal (carrying the run's ``Result``) when the input or
+    the output is not legal."""
     from .pipeline import RunOptions, run_model
 
     res = run_model(model, RunOptions(target=target, level=level, debug=debug,
@@ -192,15 +193,23 @@ def _legalize_model(model: Model, target: str, debug: bool, assume_dynamic_not_o
     bad = res.input_verification.violations
     if bad:
         raise NotLegal(f"the input violates the Broadcastable trait ({len(bad)} violation"
-                       f"{'s' if len(bad) != 1 else ''}; first: {bad[0]})", bad)
+                       f"{'s' if len(bad) != 1 else ''}; first: {bad[0]})", bad,
+                       result=_result(res))
     bad = res.output_verification.violations
     if bad:
         from .report import output_cause
 
         raise NotLegal(f"the legalized model violates the '{target}' profile"
                        f" ({output_cause([d.to_json() for d in bad])}):"
-                       f" {bad[0]}", bad)
+                       f" {bad[0]}", bad, result=_result(res))
     return model.legalized
+
+
+def _result(res: RunResult, output=None):
+    from .report import checked
+    from .result import Result
+
+    return Result.from_report(checked(res.report.to_json()), output, exit_code=res.exit_code)
 
 
 def legalize_proto(proto: onnx.ModelProto, target: str = "tosa", *, debug: bool = False,
@@ -229,19 +238,35 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
       under the target's profile, check on onnxruntime (and against PyTorch for a
       ``.pt2``) unless ``check=False``, write ``output`` (default
       ``<stem>.legal.<ext>`` beside the input; ``<stem>.legal.onnx`` for a ``.pt2``)
-      - and returns the path written. ``options`` are ``pipeline.RunOptions`` fields
-      (``provider``, ``dims``, ``input_shapes`` such as ``{"x": (1, 512)}``, ``inputs``:
-      arrays by input name or an ``.npz`` path, ``rtol``, ``atol``, ``emit_formats``, ``trust_pt2``,
-      ``require_check``: a check that did not run fully raises ``NotLegal``).
+      - and returns a ``legalizer.result.Result``: ``.output`` (the path written),
+      ``.report`` (the JSON report as a dict), ``.check`` (whether the check ran, ran
+      in part or did not run, and why), ``.warnings`` and ``.refused`` (what the target
+      still refuses: it stays on the CPU). ``options`` are the command's
+      (``OPTIONS``): ``provider``, ``dims``, ``input_shapes`` such as
+      ``{"x": (1, 512)}``, ``inputs`` (arrays by input name or an ``.npz`` path),
+      ``rtol``, ``atol``, ``emit`` (formats to write), ``profile``, ``trust_pt2``,
+      ``require_check`` (a check that did not run fully raises ``NotLegal``),
+      ``allow_fallback`` (a deployment target's partial placement is accepted);
+      another name is a ``TypeError`` that lists them.
 
     Every form verifies the input and the output as the command does, and raises
     ``NotLegal`` (exit code 1) when the input violates the Broadcastable trait, the output
-    its target's profile, or the check finds different outputs (nothing is written then;
-    a ``Model`` may have been rewritten already); every form raises ``LegalizeError`` for bad
+    its target's profile, or the check finds different outputs, or (a path) the target
+    still refuses ops and ``allow_fallback`` is not given (nothing is written then; a
+    ``Model`` may have been rewritten already); ``NotLegal.result`` is the run's
+    ``Result``. Every form raises ``LegalizeError`` for bad
     input or usage. ``assume_dynamic_not_one`` is the strict symbolic mode; ``level``
     the target's level (``tosa``: ``8k``, the default, whose MAX_RANK 6 rank folding
     keeps elementwise regions within, or ``none``)."""
     kind = _kind(model)
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"legalize() got an unexpected keyword argument '{unknown[0]}'; its keyword arguments are"
+                        f" debug, assume_dynamic_not_one, output, force, check, level and, for a path,"
+                        f" {', '.join(OPTIONS)}")
+    if options and kind != "path":
+        raise TypeError(f"legalize() of a {kind if kind != 'proto' else 'ModelProto'} runs no check and writes"
+                        f" nothing: '{sorted(options)[0]}' applies to a path")
     if kind == "model":
         model.legalized = _legalize_model(model, target, debug, assume_dynamic_not_one, level)
         return model
@@ -259,32 +284,57 @@ def legalize(model, target: str = "tosa", *, debug: bool = False, assume_dynamic
     raise TypeError(f"legalize takes a model or a path, not a {kind}; load it first (legalizer.load)")
 
 
+# The keyword arguments ``legalize`` of a path passes on to the job (``RunOptions``):
+# the command's options a library call has a use for.
+OPTIONS = ("provider", "dims", "input_shapes", "inputs", "rtol", "atol", "emit", "profile", "trust_pt2",
+           "require_check", "allow_fallback", "static", "run_timeout", "run_memory", "load_inputs",
+           "load_outputs", "save_inputs", "save_outputs", "localize")
+
+
 def run(path, options: RunOptions, on_stage=None) -> RunResult:
     """The main job on the model at ``path``, as the ``legalize`` command runs it (the
     command calls this): read, verify, legalize, verify, emit, check and write, as
-    ``options`` say; a ``RunResult`` with the report. Raises ``LegalizeError`` for bad
-    input or usage; violations and mismatches are in the result (exit code 1)."""
+    ``options`` (a ``legalizer.job.RunOptions``: every option of the command) say; a
+    ``RunResult`` with the report (``.report.to_json()``) and ``.exit_code``, nothing
+    raised for violations or mismatches (exit code 1). Raises ``LegalizeError`` for bad
+    input or usage. ``on_stage(name, size)`` is called as each stage starts. Most callers
+    want ``legalize``, which returns a ``Result`` and raises ``NotLegal``."""
     from .pipeline import run as run_job
 
     return run_job(Path(path), options, on_stage)
 
 
 def _legalize_file(path: Path, target: str, not_one: bool, output, force: bool, do_check: bool,
-                   options: dict) -> Path:
+                   options: dict):
     from .errors import EXIT_OK
+    from .result import Result
 
     opts = RunOptions(target=target, output=Path(output) if output is not None else None, force=force,
                       check=do_check, assume_dynamic_not_one=not_one, **options)
     res = run(path, opts)
-    report = res.report.to_json()
+    from .report import checked
+
+    report = checked(res.report.to_json())
+    result = Result.from_report(report, exit_code=res.exit_code)
+    if do_check and res.exit_code == EXIT_OK and not result.check.full:  # said, not only recorded
+        import warnings
+
+        how = "ran in part" if result.check.ran else "did not run"
+        warnings.warn(f"{path}: legalized, but the numeric check {how}: {result.check.why}", RuntimeWarning,
+                      stacklevel=3)
     if res.exit_code != EXIT_OK:
         bad = report["violations"]
+        refused = (report.get("target_rules") or {}).get("refused_after") or []
+        from .report import verdict
+
         why = (f"{len(bad)} violation{'s' if len(bad) != 1 else ''} ({bad[0]['message']})" if bad
                else f"the check is required (require_check) and {res.unchecked}" if res.unchecked
+               else verdict(report, legalizing=True)[1].replace("--allow-fallback", "allow_fallback=True")
+               if refused and not opts.allow_fallback and not (res.check and res.check.ran and not res.check.ok)
                else "the legalized model computes different outputs" +
                (f" ({res.localization.line()})" if res.localization and res.localization.culprit else ""))
-        raise NotLegal(f"{path}: {why}; nothing written", bad, report)
-    return Path(report["output"])
+        raise NotLegal(f"{path}: {why}; nothing written", bad, report, result)
+    return result
 
 
 def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs=None, rtol: float = RTOL,
@@ -294,7 +344,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     binding of the dynamic input dims (a small size and 1, or ``dims``; when the original
     rejects all of those, bindings it accepts are searched for: ``result.search``), and
     compare every output; returns a ``CheckResult`` (``.ok``, ``.bindings`` with each
-    output's ``max_abs_err``/``max_rel_err``, ``.to_json()``: the report's ``numeric``).
+    output's ``max_abs_err``/``max_rel_err``, ``.to_json()``: the report's ``check``).
 
     Each is a path, a ModelProto, an ``onnx_ir.Model`` or a ``Model``. A ``Model``
     loaded from PyTorch (a ``.pt2``, an ``nn.Module``) as ``original`` is compared as
@@ -309,7 +359,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     or the path of Polygraphy's input data or an ``.npz``) are fed one by one instead of
     synthesized bindings, and ``expected`` (per sample the outputs by name, or the path
     of Polygraphy's run results or an ``.npz``) is then the reference instead of running
-    ``original`` (``numeric.samples``: statistics across the samples in ``result.samples``)."""
+    ``original`` (``check.samples`` in the report: statistics across the samples in ``result.samples``)."""
     from .numeric.user_inputs import as_arrays, refuse_zero_dim
     from dataclasses import replace
 
@@ -377,7 +427,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
 
 
 def _check_samples(reference, new, samples, expected, settings, dims, require_check: bool):
-    """``numeric`` over stored samples (``numeric.samples``), read from files when paths."""
+    """``check`` over stored samples (the report's ``check.samples``), read from files when paths."""
     from .numeric.golden import read_inputs, read_outputs
     from .numeric.samples import check_samples
     from .errors import UsageError

@@ -24,7 +24,6 @@ Semantics (README, "Several models"):
 from __future__ import annotations
 
 import io
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -77,9 +76,11 @@ def expand(paths: Sequence[Path], verify_only: bool, skipped: Optional[List[Path
     models: List[Path] = []
     seen = set()
     for p in paths:
-        if p.is_dir():
-            if (p / "saved_model.pb").exists():
-                sniff(p)  # raises: a TensorFlow SavedModel
+        if p.is_dir() and (p / "saved_model.pb").exists():
+            if len(paths) == 1:
+                sniff(p)  # raises: a TensorFlow SavedModel, the one path given
+            found = [p]  # among others: its own run says what it is (exit 2), the others go on
+        elif p.is_dir():
             found = find_models(p, verify_only, skipped)
             if not found:
                 kinds = ", ".join(f"*{s}" for s in MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ()))
@@ -188,6 +189,19 @@ def _written(models: List[Path], settings: Settings, report: Optional[Path]) -> 
     return files
 
 
+def _files_read(models: List[Path], outputs: List[Path]) -> List[tuple]:
+    """``files_read`` model by model: one that cannot be read counts as itself alone,
+    and its own run says what is wrong with it (a bad file stops only that model,
+    whether or not outputs exist already)."""
+    found: List[tuple] = []
+    for m in models:
+        try:
+            found += files_read([m], outputs)
+        except LegalizeError:
+            found.append(("an input model", m))
+    return found
+
+
 def check_collisions(models: List[Path], outdir: Optional[Path], emit: List[str]) -> None:
     owner: Dict[str, Path] = {}
     for m in models:
@@ -244,7 +258,7 @@ def local_worker(pid: Optional[int]) -> dict:
 def captured(model: Path) -> Iterator[Outcome]:
     """Run the body with what it prints captured into the Outcome it is given, and its
     errors turned into one line each, as a single run prints them (the others go on)."""
-    from .console import one_line
+    from .console import error_lines, one_line
 
     out, err = io.StringIO(), io.StringIO()
     outcome = Outcome(str(model), EXIT_BAD_INPUT)
@@ -254,7 +268,7 @@ def captured(model: Path) -> Iterator[Outcome]:
                 yield outcome
             except LegalizeError as e:
                 outcome.exit_code, outcome.error = e.exit_code, one_line(str(e))
-                print(one_line(f"legalize: error: {e}"), file=sys.stderr)
+                print(error_lines("legalize: error: ", e), file=sys.stderr)
             except MemoryError:
                 outcome.exit_code, outcome.error = EXIT_BAD_INPUT, f"{model}: out of memory"
                 print(f"legalize: error: {model}: out of memory", file=sys.stderr)
@@ -485,7 +499,7 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
             if m.exists():
                 check_output_path(report, force=True, protect=m)
     written = _written(models, settings, report)
-    check_distinct(written, files_read(models, [p for _, p in written]))
+    check_distinct(written, _files_read(models, [p for _, p in written]))
     check_bindings(models, options)
     settings = replace(settings, want_report=report is not None or settings.json_out,
                        options=replace(options, dims_where_present=True))
@@ -502,6 +516,8 @@ def run_batch(paths: Sequence[Path], settings: Settings, jobs: Optional[int], re
 
             write_json(report, entries)
         if settings.json_out:
-            sys.stdout.write(json.dumps(entries, indent=2) + "\n")
+            from .report import dumps
+
+            sys.stdout.write(dumps(entries) + "\n")
     return code
 

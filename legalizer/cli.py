@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 import re
@@ -171,7 +170,11 @@ def _target_option():
 
 
 def _profile_option():
-    return "|".join(PROFILES), f"Verifier profile for the input: {_listed((p.name, p.help) for p in PROFILE_RECORDS.values())}."
+    return "|".join(PROFILES), (f"Verifier profile the INPUT must satisfy: {_listed((p.name, p.help) for p in PROFILE_RECORDS.values())}."
+                                " It judges the model as given, before any rewrite: an input that violates it is"
+                                " refused, not legalized (the output is verified under --target's profile). To make a"
+                                " model TOSA-legal, use --target tosa; --profile tosa with --verify-only asks whether"
+                                " it is already.")
 
 
 def _level_option():
@@ -337,6 +340,28 @@ def refuse_unused(given: Dict[str, bool], *, verify_only: bool, check: bool, aga
                              " (except with --against)")
         if not verify_only and not check and flag in UNUSED_WITHOUT_CHECK:
             raise UsageError(f"{flag} {what} the numeric check: it cannot go with --no-check")
+    for flag in ("--run-timeout", "--run-memory"):  # they bound the runs of a model on a runtime
+        if given.get(flag) and (not check or (verify_only and not against)):
+            raise UsageError(f"{flag} limits each run of a model on a runtime, and none runs: it cannot go with"
+                             f" {'--no-check' if not check else '--verify-only (except with --against)'}")
+
+
+def _print_and_exit(what: str):
+    """The callback of an eager option that prints ``what`` (the version, the report's
+    schema) and ends the command, whatever else is given."""
+    def callback(value: bool) -> None:
+        if not value:
+            return
+        if what == "version":
+            from .version import __version__
+
+            print(f"legalize {__version__}")
+        else:
+            from .report import schema_text
+
+            sys.stdout.write(schema_text())
+        raise typer.Exit(0)
+    return callback
 
 
 @app.command(help=HELP, no_args_is_help=True, cls=_Command)
@@ -373,6 +398,9 @@ def legalize(
                                 " folded (a static-shape --target does this for the dims you bind)."),
     require_check: bool = typer.Option(False, "--require-check", help="Exit 1 (nothing written) when the numeric"
                                        " check did not run, or ran in part."),
+    allow_fallback: bool = typer.Option(False, "--allow-fallback", help="With a deployment target (litert-gpu, ethos-u,"
+                                        " ...): accept a partial placement. The ops the target still refuses stay on"
+                                        " the CPU (the report lists them) and the run exits 0; without it, exit 1."),
     not_one: bool = typer.Option(False, "--assume-dynamic-not-one",
                                  help="Strict symbolic mode: no dynamic dim is 1 at run time, so no runtime "
                                       "broadcast check is emitted (the check binds dynamic dims > 1 only)."),
@@ -435,6 +463,11 @@ def legalize(
     trust_pt2: bool = typer.Option(False, "--trust-pt2", help="Load a .pt2 with torch.export.load as it is, unsafe "
                                    "unpickling included (it can run code): only for a file you trust."),
     quiet: bool = typer.Option(False, "-q", "--quiet", help="Only errors and the final line."),
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_and_exit("version"),
+                                  help="Print legalize's version and exit.", expose_value=False),
+    _schema: bool = typer.Option(False, "--schema", is_eager=True, callback=_print_and_exit("schema"),
+                                 help="Print the report's JSON Schema (what --report and --json write) and exit.",
+                                 expose_value=False),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
     if not _is_batch(paths, out_opt, jobs, executor):
@@ -450,7 +483,8 @@ def legalize(
     if executor not in EXECUTORS:
         raise UsageError(f"--executor must be local or ray, not '{executor}'")
     refuse_unused({"--emit": bool(emit), "--dim": bool(dim), "--input-shape": bool(input_shape),
-                   "--input": bool(input_), "--rtol": bool(rtol), "--atol": bool(atol), "--localize": bool(localize)},
+                   "--input": bool(input_), "--rtol": bool(rtol), "--atol": bool(atol), "--localize": bool(localize),
+                   "--run-timeout": run_timeout is not None, "--run-memory": run_memory is not None},
                   verify_only=verify_only, check=do_check, against=against is not None)
     golden = dict(load_inputs=load_inputs, load_outputs=load_outputs, data_loader_script=data_loader_script,
                   save_inputs=save_inputs, save_outputs=save_outputs)
@@ -467,7 +501,7 @@ def legalize(
                          input_shapes=_parse_input_shapes(input_shape), rtol=parse_tolerance("--rtol", rtol, RTOL),
                          atol=parse_tolerance("--atol", atol, ATOL), assume_dynamic_not_one=not_one,
                          emit=list(emit), against=against, require_check=require_check,
-                         trust_pt2=trust_pt2, localize=localize, localize_budget=localize_budget, reduce=reduce,
+                         allow_fallback=allow_fallback, trust_pt2=trust_pt2, localize=localize, localize_budget=localize_budget, reduce=reduce,
                          static=static, **golden, run_timeout=_run_timeout(run_timeout),
                          run_memory=parse_size("--run-memory", run_memory)).validate()
     if batch:
@@ -564,18 +598,38 @@ def _run_one(model: Path, options, report: Optional[Path], html: Optional[Path],
 
         overlays.for_run(overlay, res, model, force=options.force)
     if json_out:
-        sys.stdout.write(res.report.dumps() + "\n")
+        _print_json(res.report.dumps())
     return res.exit_code
 
 
+# Whether this command printed its JSON: with --json, an error before any model's report
+# (usage, an unreadable option) still prints one JSON object on stdout.
+_json_printed = False
+
+
+def _print_json(text: str) -> None:
+    global _json_printed
+    _json_printed = True
+    sys.stdout.write(text + "\n")
+
+
+def _json_error(args: List[str], code: int, message: str) -> None:
+    """With --json and nothing printed yet: the error as the report of no model."""
+    if "--json" not in args or _json_printed:
+        return
+    from .report import dumps, error_report
+
+    _print_json(dumps(error_report(None, code, message)))
+
+
 def _error_report(model: Path, e: LegalizeError, report: Optional[Path], json_out: bool) -> None:
-    from .report import error_report, write_json
+    from .report import dumps, error_report, write_json
 
     entry = error_report(str(model), e.exit_code, one_line(str(e)))
     if report is not None:
         write_json(report, entry, protect=model)
     if json_out:
-        sys.stdout.write(json.dumps(entry, indent=2) + "\n")
+        _print_json(dumps(entry))
 
 
 def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], executor: str = "local") -> bool:
@@ -696,6 +750,8 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 def _main(argv: Optional[List[str]]) -> None:
+    global _json_printed
+    _json_printed = False
     args, command, prog = list(sys.argv[1:] if argv is None else argv), app, "legalize"
     if args[:1] == ["view"]:  # the one subcommand (a model file named 'view' is ./view)
         from .view import app as command
@@ -705,7 +761,10 @@ def _main(argv: Optional[List[str]]) -> None:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
         code = command(args=args, standalone_mode=False, prog_name=prog)
     except LegalizeError as e:
-        print(one_line(f"legalize: error: {e}"), file=sys.stderr)
+        from .console import error_lines
+
+        print(error_lines("legalize: error: ", e), file=sys.stderr)
+        _json_error(args, e.exit_code, one_line(str(e)))
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -724,6 +783,7 @@ def _main(argv: Optional[List[str]]) -> None:
             sys.exit(EXIT_BAD_INPUT)
         if _is_usage_error(e):
             print(one_line(f"legalize: error: {e.format_message()} (see legalize --help)"), file=sys.stderr)
+            _json_error(args, EXIT_BAD_INPUT, one_line(e.format_message()))
             sys.exit(EXIT_BAD_INPUT)
         print(one_line(f"legalize: internal error: {type(e).__name__}: {e} (please report this)"), file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)

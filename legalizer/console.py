@@ -25,6 +25,17 @@ def one_line(text: str) -> str:
     return printable(str(text).strip())
 
 
+def error_lines(prefix: str, e) -> str:
+    """An error as the command prints it: ``prefix`` and its message on one line, or for
+    a message that quotes a tool's diagnostic (``LegalizeError.multiline``) its first line
+    so, then each further line indented, every line escaped for the terminal."""
+    text = str(e).strip()
+    if not getattr(e, "multiline", False) or "\n" not in text:
+        return one_line(f"{prefix}{text}")
+    first, *rest = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return "\n".join([one_line(f"{prefix}{first}"), *(f"  {printable(ln)}" for ln in rest)])
+
+
 # A model this big gets a progress indicator (stderr a terminal, no -q, no --json).
 SHOW_AFTER_S = 1.0  # a run that ends sooner shows no progress at all
 LARGE_FILE_BYTES = 1 << 20  # ... unless it is this large: then at once
@@ -98,6 +109,10 @@ class Progress:
                 self.progress = None
 
 
+# With -q, the violations printed before the rest are counted in one line.
+QUIET_VIOLATIONS = 3
+
+
 class Printer:
     def __init__(self, quiet: bool, verbose: bool, json_out: bool, legalizing: bool = False):
         self.quiet, self.verbose, self.legalizing = quiet, verbose, legalizing
@@ -132,10 +147,15 @@ class Printer:
             from .ir import format_graph
             for line in format_graph(res.model.graph).split("\n"):  # not splitlines: U+2028 is a name's
                 self.say(printable(line))
-        for v in rep.violations:
+        shown = rep.violations[:QUIET_VIOLATIONS] if self.quiet else rep.violations
+        for v in shown:
             where = f"graph '{v['graph']}', " if v.get("graph") else ""
             where = ("in the output, " if v["stage"] == "output" else "") + where
             self.say(one_line(f"error: {where}node '{v['node']}': '{v['op']}' op {v['message']}"))
+        if len(shown) < len(rep.violations):
+            more = len(rep.violations) - len(shown)
+            self.say(f"error: ... and {more} more violation{'s' if more != 1 else ''} (without -q: each; --report:"
+                     " the list)")
         if not self.quiet and res.output_verification is None:
             self.table(one_line(f"{rep.input} ({rep.format}, profile {rep.profile})"),
                        [(h, "right") for h in ("nodes", "elementwise", "violations", "runtime constraints")],
@@ -189,6 +209,10 @@ class Printer:
             n_in = sum(1 for v in rep.violations if v["stage"] == "input")
             n_out = sum(1 for v in rep.violations if v["stage"] == "output")
             rows.append(("violations", f"{n_in} ({rep.profile})", f"{n_out} ({rep.target})"))
+            rules = rep.target_rules or {}
+            if rules.get("device"):  # what the target's device would not take, before and after
+                rows.append((printable(f"off {rules['device']}"), str(len(rules["refused_before"])),
+                             str(len(rules["refused_after"]))))
             self.table(one_line(f"{rep.input} ({rep.format}) -> target {rep.target}"),
                        [("", "left"), ("before", "right"), ("after", "right")], rows)
             line = (f"reshapes inserted: {st['reshapes_inserted']}, constants folded: {st['constants_folded']}, "

@@ -5,9 +5,12 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class LegalizeError(Exception):
-    """Base class; ``exit_code`` is what the CLI exits with."""
+    """Base class; ``exit_code`` is what the CLI exits with. ``multiline``: the message
+    quotes a tool's diagnostic (MLIR's) whose lines are printed as lines, each escaped
+    for the terminal; any other message is printed as one line."""
 
     exit_code = 2
+    multiline = False
 
 
 class BadInput(LegalizeError):
@@ -25,15 +28,18 @@ class UsageError(LegalizeError):
 class NotLegal(LegalizeError):
     """The library's ``legalize`` could not give a legal, equivalent model: the input
     violates the Broadcastable trait, the output its target's profile (a legalize bug),
-    or the numeric check found different outputs. ``report`` is the run's JSON report
-    (a path input) or None; ``violations`` the diagnostics."""
+    or the numeric check found different outputs. ``result`` is the run's
+    ``legalizer.result.Result`` (what a success would have given: ``.report``,
+    ``.check``, ``.warnings``, ``.refused``), ``report`` its JSON report and
+    ``violations`` the diagnostics."""
 
     exit_code = 1
 
-    def __init__(self, message: str, violations=(), report=None):
+    def __init__(self, message: str, violations=(), report=None, result=None):
         super().__init__(message)
         self.violations = list(violations)
-        self.report = report
+        self.result = result
+        self.report = report if report is not None or result is None else result.report
 
 
 class CheckUnavailable(Exception):

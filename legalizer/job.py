@@ -62,6 +62,9 @@ class RunOptions:
     regions: bool = False  # record the rewritten regions (for the HTML report)
     trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (importers.pt2_safety)
     require_check: bool = False  # a check that did not run, or ran in part, fails the run (exit 1)
+    # A deployment target's partial placement is accepted: the ops it still refuses after
+    # legalizing stay on the CPU (listed in the report) and the run exits 0.
+    allow_fallback: bool = False
     # Compare intermediate values (check.divergence): True always, None when the main
     # job's check fails (and, with --against, when --reduce asks), False never.
     localize: Optional[bool] = None
@@ -117,6 +120,11 @@ class RunOptions:
             if not spec.levels:
                 raise UsageError(f"--tosa-level applies to --target {' or '.join(t.name for t in leveled)},"
                                  f" not --target {self.target}")
+        if self.allow_fallback and (spec.device is None or self.verify_only):
+            raise UsageError(f"--allow-fallback accepts a deployment target's partial placement: "
+                             + ("--verify-only places nothing" if spec.device is not None else
+                                f"--target {self.target} places no op on an accelerator (targets that do:"
+                                f" {', '.join(t.name for t in TARGETS.values() if t.device is not None)})"))
         providers = provider_choices()  # the runtimes' table's
         if self.provider not in providers:
             raise UsageError(f"--provider must be {', '.join(providers[:-1])} or {providers[-1]}, not"

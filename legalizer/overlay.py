@@ -211,7 +211,7 @@ def localization_errors(loc) -> Dict[str, Tuple[float, float, str]]:
 
 
 def report_errors(report: Mapping) -> Dict[str, Tuple[float, float, str]]:
-    """The values that differ, from a report alone (``numeric.divergence``)."""
+    """The values that differ, from a report alone (``check.divergence``)."""
     return {d["value"]: (d.get("max_abs_err", 0.0), d.get("max_rel_err", 0.0), d.get("reference", d["value"]))
             for d in (report.get("check") or {}).get("divergence", [])}
 

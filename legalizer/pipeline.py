@@ -127,6 +127,9 @@ def _read(job: Run) -> None:
     model = read_model(job.path, trust_pt2=options.trust_pt2)
     fmt = job.fmt = format_of(model)
     job.profile = options.profile or fmt.input_profile
+    if options.trust_pt2 and fmt.name != "pt2" and not options.dims_where_present:  # (a batch's may hold .pt2s)
+        raise UsageError(f"--trust-pt2 loads a .pt2 with torch's unsafe unpickling; {job.path} is {fmt.title}, not a"
+                         " .pt2: leave it out")
     if fmt.written is None and not options.verify_only:
         raise UsageError(f"{job.path}: a {fmt.title} module is verified, not legalized: add --verify-only")
     if options.against is not None:
@@ -186,7 +189,9 @@ def _compare(job: Run) -> None:
     except RunFault as e:  # a crash, or a run past its memory or time: the comparison did not run
         raise BadInput(str(e)) from None
     if not job.res.check.ran:
-        raise BadInput(f"{job.path}: the comparison with {against} did not run: {job.res.check.error}")
+        e = BadInput(f"{job.path}: the comparison with {against} did not run: {job.res.check.error}")
+        e.multiline = True  # MLIR's diagnostic, line by line
+        raise e
     job.report.check = job.res.check.to_json()
     job.failed = not job.res.check.ok
     job.sides = Sides(job.fmt, job.path, against, job.model.graph)  # the model against its reference
@@ -223,6 +228,9 @@ def _rewrite(job: Run) -> None:
     """The target's passes, with what its backend refuses before and after."""
     options, model, report = job.options, job.model, job.report
     spec = job.target
+    untaken = spec.untaken_dtypes(model.graphs)
+    if untaken is not None:  # before any work: no pass makes a float model integer
+        raise UsageError(f"{job.path}: --target {spec.name}: {untaken}")
     job.res.ops_before = _op_counts(model)
     model.constraints = job.res.input_verification.constraints  # what the report lists, for emitters to assert
     over = spec.interface_refusals(model.graph, options.level)
@@ -251,6 +259,8 @@ def _rewrite(job: Run) -> None:
     lowered = {k: int(v) for k, v in done.stats.items() if k.startswith("aten_") and v}
     if lowered:  # a torch.export program's ops lowered to the rank limit (passes.aten_ranks)
         report.target_rules["ranks_lowered"] = lowered
+    if spec.device is not None:
+        report.target_rules.update(device=spec.device, allow_fallback=options.allow_fallback)
     if before is not None:
         from .region_pictures import PICTURE_LIMIT
 
@@ -291,6 +301,14 @@ def _verify_output(job: Run) -> None:
     if result.violations:
         job.res.exit_code = EXIT_VIOLATIONS
         job.done = True
+    elif _partly_placed(job) and not job.options.allow_fallback:  # the target's verdict: not all on its device
+        job.res.exit_code = EXIT_VIOLATIONS
+        job.done = True
+
+
+def _partly_placed(job: Run) -> bool:
+    rules = job.report.target_rules or {}
+    return bool(rules.get("device") and rules.get("refused_after"))
 
 
 def _render(job: Run) -> None:

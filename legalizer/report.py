@@ -22,16 +22,70 @@ STAT_KEYS = ("nodes_in", "nodes_out", "elementwise_nodes", "reshapes_inserted",
              "runtime_broadcast_checks_elided")
 
 
+# Set (to anything but "" or "0"), every report is validated against the schema before it
+# is written or printed, and one that does not conform is an internal error: the tests
+# set it, so that every report a test makes is held to the schema.
+VALIDATE_ENV = "LEGALIZE_VALIDATE_REPORTS"
+
+
+def schema_text() -> str:
+    """The JSON Schema of the report (``legalizer/report.schema.json``): its definition."""
+    from importlib.resources import files
+
+    return files(__package__).joinpath("report.schema.json").read_text(encoding="utf-8")
+
+
+def schema() -> dict:
+    return json.loads(schema_text())
+
+
+def validate(data) -> None:
+    """``jsonschema.ValidationError`` unless ``data`` (a report, or a batch's list of
+    them) conforms to the schema (the ``jsonschema`` package: the ``test`` extra)."""
+    import jsonschema
+
+    full = schema()
+    if jsonschema.Draft202012Validator(full).is_valid(data):
+        return
+    # Not valid: the error that names the key at fault, from the definition the entry
+    # is meant to meet (a run's report, or a model's that could not be processed), rather
+    # than "is not valid under any of the given schemas".
+    for k, entry in enumerate(data if isinstance(data, list) else [data]):
+        which = "error" if isinstance(entry, dict) and "error" in entry and "check" not in entry else "run"
+        one = jsonschema.Draft202012Validator({"$ref": f"#/$defs/{which}", "$defs": full["$defs"]})
+        err = jsonschema.exceptions.best_match(one.iter_errors(entry))
+        if err is not None:
+            where = "/".join(str(p) for p in ([k] if isinstance(data, list) else []) + list(err.absolute_path))
+            raise jsonschema.ValidationError(f"the report does not conform to its schema (legalize --schema):"
+                                             f" {err.message}" + (f" (at {where})" if where else ""))
+    raise jsonschema.ValidationError("the report does not conform to its schema (legalize --schema)")
+
+
+def checked(data):
+    """``data``, validated first when ``LEGALIZE_VALIDATE_REPORTS`` is set."""
+    import os
+
+    if os.environ.get(VALIDATE_ENV, "") not in ("", "0"):
+        validate(data)
+    return data
+
+
+def dumps(data) -> str:
+    """A report (or a list of them) as the command writes and prints it (``checked``)."""
+    return json.dumps(checked(data), indent=2)
+
+
 def write_json(path: Path, data, protect: Optional[Path] = None) -> None:
     """Write a report (a dict, or a list of them) atomically; an existing report is
     replaced, ``protect`` (the input model) never."""
     from .atomic_files import atomic_output
 
+    text = dumps(data) + "\n"
     with atomic_output(Path(path), force=True, protect=protect) as tmp:
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
 
 
-def error_report(input: str, exit_code: int, error: str) -> dict:
+def error_report(input: Optional[str], exit_code: int, error: str) -> dict:
     """The report of a model that could not be processed (bad input, usage): what a
     pipeline reading --json or --report gets instead of nothing."""
     from .version import __version__
@@ -50,7 +104,7 @@ class Report:
     stats: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in STAT_KEYS})
     violations: List[dict] = field(default_factory=list)
     constraints: List[dict] = field(default_factory=list)
-    check: Dict[str, Any] = field(default_factory=lambda: {"ran": False})
+    check: Dict[str, Any] = field(default_factory=lambda: {"ran": False, "ok": None})
     timings_s: Dict[str, float] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     reduced: Optional[dict] = None  # --reduce: what the smallest failing subgraph is, and where (an addition)
@@ -89,7 +143,7 @@ class Report:
         return out
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2)
+        return dumps(self.to_json())
 
     def write(self, path: Path, protect: Optional[Path] = None) -> None:
         write_json(path, self.to_json(), protect)
@@ -142,14 +196,36 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     if stages["output"]:
         return "bad", (f"the legalized model has {n(stages['output'])} under '{rep.get('target')}'"
                        f" ({output_cause(rep.get('violations', []))}); nothing written")
+    rules = rep.get("target_rules") or {}
+    off = placement(rules)
+    if off and not rules.get("allow_fallback"):
+        return "bad", f"{off}; nothing written (--allow-fallback accepts a partial placement)"
     if chk.get("ran") and not chk.get("ok"):
         return "bad", f"the legalized model computes different outputs{failed_where}; nothing written"
     written = list((rep.get("outputs") or {}).values()) or ([rep["output"]] if rep.get("output") else [])
     where = f" {arrow} {', '.join(written)}" if written else ""
-    if not chk.get("ran"):
-        return "warn", f"legalized for '{rep.get('target')}'{where} (not checked: {chk.get('error') or '--no-check'})"
     torch_too = " and PyTorch" if (chk.get("torch") or {}).get("ran") else ""
     found = (chk.get("search") or {}).get("found")
     at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in found.items())})" if found else ""
+    partly = f"; {off} (--allow-fallback)" if off else ""
+    if not chk.get("ran"):
+        return "warn", (f"legalized for '{rep.get('target')}'{where} (not checked: {chk.get('error') or '--no-check'})"
+                        f"{partly}")
     on = "in PyTorch" if chk.get("provider") == "torch" else f"on {chk.get('provider')}"  # a .pt2 against its original
-    return "ok", f"legalized for '{rep.get('target')}'{where}, outputs match {on}{torch_too}{at}"
+    return "ok", (f"legalized for '{rep.get('target')}'{where}, outputs match {on}{torch_too}{at}"
+                  f"{partly}")
+
+
+def placement(rules: dict) -> str:
+    """How many ops a deployment target leaves off its device, and why in its words (the
+    commonest reasons first), or "" when it takes them all (or has no device)."""
+    refused = rules.get("refused_after") or []
+    if not rules.get("device") or not refused:
+        return ""
+    reasons = Counter(r for entry in refused for r in dict.fromkeys(entry.get("reasons", ())))
+    top = "; ".join(f"{why} ({k})" if len(reasons) > 1 else why for why, k in reasons.most_common(3))
+    more = f"; {len(reasons) - 3} more reasons" if len(reasons) > 3 else ""
+    tool = (rules.get("profile") or {}).get("backend", rules.get("target"))
+    n = len(refused)
+    return (f"{n} op{'s' if n != 1 else ''} of the legalized model stay{'s' if n == 1 else ''} off {rules['device']},"
+            f" on the CPU ({tool}: {top}{more})")

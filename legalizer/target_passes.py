@@ -10,7 +10,8 @@ import onnx
 
 from .errors import BadInput
 from .model import Model, SourceFormat
-from .passes import PassContext, PassManager, legacy_broadcast, needs_explicit_broadcast
+from .passes import (RANK_AGNOSTIC_OPSET, PassContext, PassManager, legacy_broadcast, needs_explicit_broadcast,
+                     needs_rank_agnostic)
 from .targets import NUMPY_OPSET, target as target_named
 
 
@@ -43,10 +44,14 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
     PassManager([legacy_broadcast], debug=debug, check=check).run(model.graph, ctx)
-    warnings = _raise_opset(model, NUMPY_OPSET) if _has_legacy_nodes(model, ctx) else []
+    warnings = _raise_opset(model, NUMPY_OPSET, "numpy broadcasting") if _has_legacy_nodes(model, ctx) else []
     # xla's explicit broadcasts need Expand and Where: raise the opset only if there are any
     if model.graph.opsets.get("", spec.min_opset) < spec.min_opset and needs_explicit_broadcast(model.graph, ctx):
-        warnings += _raise_opset(model, spec.min_opset)
+        warnings += _raise_opset(model, spec.min_opset, "Expand and Where")
+    # tosa's rank-agnostic rewrite needs Reshape's allowzero: raised only where an operand's rank is unknown
+    if "rank_agnostic" in spec.passes and model.graph.opsets.get("", RANK_AGNOSTIC_OPSET) < RANK_AGNOSTIC_OPSET \
+            and needs_rank_agnostic(model.graph, ctx):
+        warnings += _raise_opset(model, RANK_AGNOSTIC_OPSET, "Reshape's allowzero, for operands of unknown rank")
     PassManager(spec.pipeline(), debug=debug, check=check).run(model.graph, ctx)
     return LegalizeResult(model, ctx.stats, warnings)
 
@@ -74,7 +79,7 @@ def _has_legacy_nodes(model: Model, ctx: PassContext) -> bool:
     return False
 
 
-def _raise_opset(model: Model, version: int) -> list:
+def _raise_opset(model: Model, version: int, needs: str) -> list:
     """Convert the model to ``version`` with onnx's version converter (the other ops'
     changes between versions are its job), after the legacy broadcasts are explicit,
     and import the result."""
@@ -99,4 +104,4 @@ def _raise_opset(model: Model, version: int) -> list:
     new = import_model(converted, model.base_dir)
     model.graph, model.proto = new.graph, new.proto
     return [f"opset raised from {old} to {version} by onnx's version converter: the legal form needs"
-            f" opset {version} ({'numpy broadcasting' if version == NUMPY_OPSET else 'Expand and Where'})"]
+            f" opset {version} ({needs})"]

@@ -59,6 +59,9 @@ class Target:
     backend: Optional[str] = None
     # How the backend refuses a tensor over its rank limit, in its own words.
     rank_words: Optional[str] = None
+    # Where the ops it takes run ("the HTP"), for a deployment target whose refusals come
+    # from its own fields rather than a backend's rules; a backend's rules name their own.
+    accelerator: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "profile", profile_record(self.profile))
@@ -176,6 +179,42 @@ class Target:
                 if why:
                     out.append({"node": node.label, "op": node.op, "reasons": why})
         return out
+
+    @property
+    def device(self) -> Optional[str]:
+        """Where the ops a deployment target takes run ("the NPU"), or None for a legal
+        form with no device of its own (tosa, xla). A target with a device has a verdict
+        of its own: the ops it still refuses after legalizing stay on the CPU, and the run
+        fails unless a partial placement is accepted (``--allow-fallback``)."""
+        if self.backend is None:
+            return self.accelerator
+        from .verifier.backend_rules import backend
+
+        return self.accelerator or backend(self.backend).device
+
+    def untaken_dtypes(self, graphs) -> Optional[str]:
+        """Why the backend takes none of ``graphs``' ops, when it computes in integer
+        types only and no op of the model computes in one of them (a float model: it must
+        be quantized first); None when it may take some."""
+        if self.backend is None:
+            return None
+        from .ir.graph import OP
+        from .verifier.backend_rules import backend
+
+        be = backend(self.backend)
+        if not be.dtypes:
+            return None
+        seen = set()
+        for top in graphs:
+            for g in top.graphs():
+                for n in g.unordered_nodes():
+                    if n.kind == OP:
+                        seen.update(v.type.dtype for v in n.outputs if v is not None)
+        if seen & set(be.dtypes):
+            return None
+        kinds = ", ".join(sorted(d for d in seen if d)) or "no typed op"
+        return (f"{be.tool} places {'/'.join(be.dtypes)} ops on {be.device}, and this model computes in {kinds}"
+                f" ({be.dtype_reason}): quantize it first (full-integer quantization)")
 
     def to_json(self, level: Optional[str] = None) -> dict:
         """The profile as the report writes it."""

@@ -1,7 +1,11 @@
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+# Every report a test makes, in this process or a command it runs, is validated against
+# legalizer/report.schema.json before it is written or printed (legalizer.report.dumps).
+os.environ["LEGALIZE_VALIDATE_REPORTS"] = "1"
 
 import pytest  # noqa: E402
 

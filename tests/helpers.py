@@ -93,7 +93,8 @@ def cli_env(env: Optional[Mapping[str, Optional[str]]] = None, isolated: bool = 
     variables, or with ``isolated`` only PATH, this checkout on PYTHONPATH and 120
     columns; then ``env`` on top (a None value removes a variable)."""
     if isolated:
-        out = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+        out = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "COLUMNS": "120",
+               "LEGALIZE_VALIDATE_REPORTS": os.environ.get("LEGALIZE_VALIDATE_REPORTS", "")}
     else:
         out = {k: v for k, v in os.environ.items() if k not in TERMINAL_VARS}
     for k, v in (env or {}).items():

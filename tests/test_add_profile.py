@@ -155,3 +155,26 @@ def test_unregistered_it_is_gone(tmp_path):
     assert "gpu4" not in TARGETS and "rank4" not in PROFILES
     code, out, _ = cli_in_process("--help")
     assert "gpu4" not in out and "rank4" not in out
+
+
+def test_a_registered_deployment_target_gets_the_targets_verdict(tmp_path):
+    """A target with an accelerator of its own (qnn-htp's and coreml's kind: no backend
+    rules, its refusals its own fields) gets the deployment verdict from the table: an op
+    it refuses after legalizing fails the run (exit 1, nothing written), unless
+    --allow-fallback accepts it on the CPU."""
+    npu = Target("npu-relu", "tosa", target("tosa").passes, "an NPU without Relu", accelerator="the NPU",
+                 refuses={"Relu": "Relu is not supported"})
+    register_target(npu)
+    try:
+        src = save(op_model("Relu", ["4x3xf32"], "4x3xf32"), tmp_path / "relu.onnx")
+        out = tmp_path / "o.onnx"
+        code, text, err = cli_in_process(src, "--target", "npu-relu", "-o", out, "-q")
+        assert (code, out.exists()) == (1, False), text + err
+        assert text.strip() == (f"{src}: 1 op of the legalized model stays off the NPU, on the CPU (npu-relu: Relu is"
+                                " not supported); nothing written (--allow-fallback accepts a partial placement)")
+        code, text, err = cli_in_process(src, "--target", "npu-relu", "-o", out, "-q", "--allow-fallback")
+        assert code == 0 and out.exists(), text + err
+        assert text.strip().endswith("; 1 op of the legalized model stays off the NPU, on the CPU (npu-relu: Relu is"
+                                     " not supported) (--allow-fallback)")
+    finally:
+        del TARGETS["npu-relu"]

@@ -117,8 +117,9 @@ def test_the_converters_text_compares_as_its_bytecode_does(legalize):
 
 def test_a_comparison_that_cannot_run_is_exit_2_with_mlirs_whole_diagnostic(tmp_path, legalize):
     """IREE's verifier refuses what legalize reads (an f32 -> i32 tosa.abs): exit 2, every
-    line of MLIR's diagnostic on the one error line, its newlines and the module's
-    control characters escaped, the markup of a string printed as text."""
+    line of MLIR's diagnostic on a line of its own after the error line (it once printed
+    them with literal \\n between them), the module's control characters escaped, the
+    markup of a string printed as text."""
     module = tmp_path / "m.mlir"
     module.write_text('func.func @main(%a: tensor<1x10xf32>) -> tensor<1x10xi32> {\n'
                       '  %0 = "tosa.abs"(%a) {x.note = "[red]\\1B[31m"} : (tensor<1x10xf32>) -> tensor<1x10xi32>\n'
@@ -129,7 +130,8 @@ def test_a_comparison_that_cannot_run_is_exit_2_with_mlirs_whole_diagnostic(tmp_
     assert (p.returncode, p.stdout) == (2, "")
     assert lines(p.stderr) == [
         f"legalize: error: {module}: the comparison with {ref} did not run: TOSA text does not parse: Unable to parse"
-        " module assembly:\\nerror: \"-\":2:8: 'tosa.abs' op requires the same element type for all operands and"
-        " results\\n note: \"-\":2:8: see current operation: %0 = \"tosa.abs\"(%arg0) {x.note = \"[red]\\1B[31m\"} :"
+        " module assembly:",
+        "  error: \"-\":2:8: 'tosa.abs' op requires the same element type for all operands and results",
+        "   note: \"-\":2:8: see current operation: %0 = \"tosa.abs\"(%arg0) {x.note = \"[red]\\1B[31m\"} :"
         " (tensor<1x10xf32>) -> tensor<1x10xi32>"]
     assert "\x1b" not in p.stderr

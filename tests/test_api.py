@@ -2,6 +2,7 @@
 onnx.ModelProto, an onnx_ir.Model or legalize's Model, and legalize gives back the kind
 it was given; legalizer.onnx_ir.LegalizePass inside onnx_ir / onnxscript pipelines."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -61,21 +62,25 @@ def test_legalize_onnx_ir_model_gives_an_onnx_ir_model(name, target):
 
 
 @pytest.mark.parametrize("name", SAMPLES)
-def test_legalize_path_writes_and_returns_a_path(tmp_path, name):
+def test_legalize_path_writes_and_returns_a_result(tmp_path, name):
     src = tmp_path / name
     shutil.copy(MODELS / name, src)
-    out = legalizer.legalize(str(src), "tosa", provider="cpu")
-    assert out == tmp_path / name.replace(".onnx", ".legal.onnx") and out.exists()
+    res = legalizer.legalize(str(src), "tosa", provider="cpu")
+    assert isinstance(res, legalizer.Result) and res.exit_code == 0 and res.ok
+    out = res.output
+    assert out == tmp_path / name.replace(".onnx", ".legal.onnx") and out.exists() and os.fspath(res) == str(out)
+    assert res.report["output"] == str(out) and res.report["check"]["ok"] is True
+    assert res.check.state == "ran" and res.check.ok is True and res.refused == ()
     assert legalizer.verify(out, "tosa").ok
     result = legalizer.check(src, out, provider="cpu")
     assert result.ok
     assert src.read_bytes() == (MODELS / name).read_bytes()
     # an explicit output; an existing one needs force
     again = legalizer.legalize(src, "xla", output=tmp_path / "x.onnx")
-    assert again == tmp_path / "x.onnx" and legalizer.verify(again, "xla").ok
+    assert again.output == tmp_path / "x.onnx" and legalizer.verify(again.output, "xla").ok
     with pytest.raises(legalizer.UsageError, match="already exists"):
         legalizer.legalize(src, "xla", output=tmp_path / "x.onnx")
-    assert legalizer.legalize(src, "xla", output=tmp_path / "x.onnx", force=True) == tmp_path / "x.onnx"
+    assert legalizer.legalize(src, "xla", output=tmp_path / "x.onnx", force=True).output == tmp_path / "x.onnx"
 
 
 def test_model_is_rewritten_in_place_and_returned():
@@ -227,3 +232,60 @@ def test_pass_in_an_onnxscript_optimizer_pipeline(target):
     ir.passes.PassManager([Optimize()])(model)
     assert legalizer.verify(model, target).ok
     assert legalizer.check(original, model, provider="cpu").ok
+
+
+def test_not_legal_carries_the_same_result_as_a_success(tmp_path):
+    src = tmp_path / "incompatible_add.onnx"
+    shutil.copy(MODELS / "incompatible_add.onnx", src)
+    with pytest.raises(legalizer.NotLegal) as e:
+        legalizer.legalize(src)
+    res = e.value.result
+    assert isinstance(res, legalizer.Result) and res.exit_code == 1 and not res.ok and res.output is None
+    assert res.report is e.value.report and [v["node"] for v in res.violations] == ["bad_add"]
+    # the check did not run, and says why; check.ok has one meaning: null when nothing was compared
+    assert (res.check.state, res.check.why, res.check.ok) == ("not run", "the input violates the Broadcastable trait",
+                                                              None)
+    assert res.report["check"] == {"ran": False, "ok": None}
+    with pytest.raises(legalizer.NotLegal) as e:  # an in-memory form carries one too
+        legalizer.legalize(_proto("incompatible_add.onnx"))
+    assert e.value.result.check.state == "not run" and e.value.result.report["violations"][0]["node"] == "bad_add"
+
+
+def test_a_check_that_did_not_run_is_said(tmp_path):
+    src = tmp_path / "mlp_bias.onnx"
+    shutil.copy(MODELS / "mlp_bias.onnx", src)
+    res = legalizer.legalize(src, check=False)
+    assert res.exit_code == 0 and res.output.exists()
+    assert str(res.check) == "not run: not asked for (check=False, --no-check, --verify-only)"
+    assert res.report["check"] == {"ran": False, "ok": None}
+
+
+def test_unknown_keyword_arguments_name_the_valid_ones(tmp_path):
+    with pytest.raises(TypeError) as e:
+        legalizer.legalize(MODELS / "mlp_bias.onnx", report=tmp_path / "r.json")
+    assert str(e.value).startswith("legalize() got an unexpected keyword argument 'report'; its keyword arguments"
+                                   " are debug, assume_dynamic_not_one, output, force, check, level and, for a path,"
+                                   " provider, dims, input_shapes, inputs, rtol, atol, emit, profile,")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(TypeError, match="'provider' applies to a path"):
+        legalizer.legalize(_proto("mlp_bias.onnx"), provider="cpu")
+
+
+def test_a_check_that_could_not_run_is_said_not_only_recorded(tmp_path, monkeypatch):
+    """A model the check cannot run (here: onnxruntime made to refuse every model) comes
+    back written, with the check's state and why, and a RuntimeWarning that says so."""
+    from legalizer.formats import onnx as onnx_format
+
+    src = tmp_path / "mlp_bias.onnx"
+    shutil.copy(MODELS / "mlp_bias.onnx", src)
+    monkeypatch.setattr(onnx_format.OnnxFormat, "check", lambda self, run, written: _not_run())
+    with pytest.warns(RuntimeWarning, match="legalized, but the numeric check did not run: no runtime here"):
+        res = legalizer.legalize(src)
+    assert res.exit_code == 0 and res.output.exists()
+    assert (res.check.state, res.check.why) == ("not run", "no runtime here")
+
+
+def _not_run():
+    from legalizer.numeric.results import CheckResult
+
+    return CheckResult(False, "CPUExecutionProvider", error="no runtime here")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -292,7 +293,10 @@ def test_bad_input(results, name):
     assert len(err) == 1, p.stderr
     assert err[0].startswith("legalize: error: "), err[0]
     assert CASES[name].expect in err[0]
-    assert p.stdout == ""
+    if "--json" in CASES[name].args:  # with --json, the error is a JSON object on stdout too
+        assert json.loads(p.stdout)["error"] == err[0][len("legalize: error: "):]
+    else:
+        assert p.stdout == ""
     assert r["after"] == r["before"]  # no file written, none changed or removed
 
 

@@ -279,3 +279,28 @@ def test_file_links_out_of_the_folder_are_skipped_with_a_warning(tmp_path, legal
         f"legalize: warning: {tenant / 'stolen.onnx'}: links to a file outside the folder given; skipped"]
     assert p.stdout.splitlines()[-1].startswith("legalize: 1 model: 1 legalized")
     assert _files(tenant) == ["good.legal.onnx", "good.onnx", "stolen.onnx", "sub", "sub/alias.onnx"]
+
+
+@pytest.mark.parametrize("extra", [[], ["-j", "2"], ["-o", "OUT"], ["-o", "OUT", "-j", "2"]])
+def test_a_bad_file_stops_only_itself_when_outputs_exist_already(folder, legalize, tmp_path, extra):
+    """Reading the models' external data before the work (outputs exist: one might be
+    one of them) once ended the whole batch at the first unreadable file, with no
+    summary; now the bad file is its own line and counts, and the others run."""
+    extra = [str(tmp_path / "out") if a == "OUT" else a for a in extra]
+    outdir = tmp_path / "out" if "-o" in extra else folder
+    (folder / "violating.onnx").unlink()
+    saved = folder / "saved"  # a TensorFlow SavedModel among them: its own line too
+    saved.mkdir()
+    (saved / "saved_model.pb").write_bytes(b"\x08\x01")
+    for again in ([], ["--force"]):  # no output yet; then every output there, replaced
+        p = legalize(folder, saved, "-q", "--no-check", *extra, *again)
+        assert_clean(p)
+        assert p.returncode == 2
+        assert p.stdout.splitlines()[-1] == ("legalize: 4 models: 2 legalized, 0 with violations or a mismatch"
+                                             " (exit 1), 2 not processed (exit 2)")
+        errors = p.stderr.splitlines()
+        assert errors[0] == f"legalize: error: {folder / 'bad.onnx'}: is a text file, not an ONNX model"
+        assert errors[1].startswith(f"legalize: error: {saved}: is a TensorFlow SavedModel") and len(errors) == 2
+        assert [ln.split(":")[0] for ln in p.stdout.splitlines()[:-1]] == [str(folder / "good.onnx"),
+                                                                          str(folder / "net.tflite")]
+        assert (outdir / "good.legal.onnx").exists() and (outdir / "net.legal.tflite").exists()

@@ -40,6 +40,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_ships_every_package_and_the_rules(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "legalizer/rules/onnx.toml" in names
+    assert "legalizer/report.schema.json" in names  # the report's definition (legalize --schema)
     shipped = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.startswith("legalizer/")}
     assert _package_dirs() <= shipped, sorted(_package_dirs() - shipped)
 

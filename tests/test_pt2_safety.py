@@ -276,7 +276,7 @@ def test_library_refuses_and_accepts_trust_pt2(tmp_path):
     assert os.environ.get(pt2_safety.FORCE_SAFE) is None
     benign = tmp_path / "mlp.pt2"
     benign.write_bytes(SAMPLE.read_bytes())
-    out = legalizer.legalize(benign, trust_pt2=True, check=False)
+    out = legalizer.legalize(benign, trust_pt2=True, check=False).output
     assert out == tmp_path / "mlp.legal.pt2" and out.exists()
 
 

@@ -208,13 +208,14 @@ def test_a_difference_from_the_original_fails_the_check(tmp_path, monkeypatch):
 
 
 def test_check_api_with_a_pt2_path(tmp_path):
-    """``legalizer.legalize("m.pt2")`` writes ``m.legal.pt2`` and returns its path;
-    ``legalizer.check("m.pt2", "m.legal.pt2")`` runs both programs in PyTorch."""
+    """``legalizer.legalize("m.pt2")`` writes ``m.legal.pt2`` and returns a Result with its
+    path; ``legalizer.check("m.pt2", "m.legal.pt2")`` runs both programs in PyTorch."""
     require("torch")
     src = tmp_path / "small_cnn.pt2"
     shutil.copy(MODELS / "small_cnn.pt2", src)
-    out = legalizer.legalize(src, "xla")
-    assert out == tmp_path / "small_cnn.legal.pt2"
+    res = legalizer.legalize(src, "xla")
+    out = res.output
+    assert out == tmp_path / "small_cnn.legal.pt2" and res.check.state == "ran" and res.check.ok
     result = legalizer.check(src, out)
     assert result.ok and result.provider == "torch" and len(result.bindings) == 8
     assert result.to_json()["provider"] == "torch"

@@ -299,3 +299,20 @@ def test_without_the_extra_ray_is_one_line(tmp_path, legalize):
     assert p.stderr.splitlines() == ["legalize: error: --executor ray needs Ray: install the ray extra"
                                      " (pip install 'legalizer[ray]')"]
     assert not (tmp_path / "m.legal.onnx").exists()
+
+
+def test_a_bad_file_stops_only_itself_on_ray_with_outputs_there(cluster, tmp_path, legalize):
+    """Issue 32, item 1, on Ray: with every output there already and --force, a text
+    file named .onnx is its own line and counts; the other models run."""
+    d = tmp_path / "models"
+    d.mkdir()
+    shutil.copy(MODELS / "mlp_bias.onnx", d / "good.onnx")
+    (d / "junk.onnx").write_text("not a model\n")
+    for attempt in ([], ["--force"]):  # the first writes good.legal.onnx; the second replaces it
+        p = legalize(d, "--executor", "ray", "-q", "--no-check", *attempt, **_ray(cluster["address"]))
+        assert_clean(p)
+        assert p.returncode == 2, p.stderr
+        assert p.stdout.splitlines()[-1] == ("legalize: 2 models: 1 legalized, 0 with violations or a mismatch"
+                                             " (exit 1), 1 not processed (exit 2)")
+        assert p.stderr.splitlines() == [f"legalize: error: {d / 'junk.onnx'}: is a text file, not an ONNX model"]
+        assert (d / "good.legal.onnx").is_file()

@@ -125,6 +125,8 @@ def test_an_op_still_refused_is_named_in_the_output_and_the_report(tmp_path):
     src = tmp_path / "dyn.tflite"
     src.write_bytes(data)
     res = run(src, RunOptions(target="litert-gpu", output=tmp_path / "dyn.legal.tflite"))
+    assert res.exit_code == 1 and not (tmp_path / "dyn.legal.tflite").exists()  # not all on the GPU
+    res = run(src, RunOptions(target="litert-gpu", output=tmp_path / "dyn.legal.tflite", allow_fallback=True))
     assert res.exit_code == 0
     rules = res.report.to_json()["target_rules"]
     assert [(r["node"], r["op"], r["reasons"]) for r in rules["refused_after"]] == [

@@ -6,6 +6,7 @@ ADD, ...), before and after; rank folding applies as for TFLite, the TFLite-only
 is named with the backend's reason. The written model computes what the original does."""
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -13,6 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import legalizer
 from legalizer.verifier.backend_rules import converts_to
 from tests.helpers import cli_in_process
 
@@ -28,11 +30,15 @@ def _save(path, nodes, inputs, outputs, inits):
     return path
 
 
-def gqa(tmp_path):
+def gqa(tmp_path, quantized=False):
     """GQA's repeat_kv as PyTorch exports it (k [1,2,8,4] -> Unsqueeze -> Expand to 3
-    copies -> Reshape [1,6,8,4]), times q, then a rank-5 bias add between reshapes."""
+    copies -> Reshape [1,6,8,4]), times q, then a rank-5 bias add between reshapes.
+    ``quantized``: k comes in through an int8 QuantizeLinear/DequantizeLinear pair (a
+    QDQ model, as an integer-only target takes)."""
     ints = lambda name, v: numpy_helper.from_array(np.asarray(v, np.int64), name)  # noqa: E731
-    return _save(tmp_path / "gqa.onnx", [
+    qdq = [helper.make_node("QuantizeLinear", ["kf", "qs", "qz"], ["kq"], name="quant"),
+           helper.make_node("DequantizeLinear", ["kq", "qs", "qz"], ["k"], name="dequant")] if quantized else []
+    return _save(tmp_path / "gqa.onnx", qdq + [
         helper.make_node("Unsqueeze", ["k", "ax2"], ["k5"], name="unsq"),
         helper.make_node("Expand", ["k5", "rep"], ["kx"], name="repeat_kv"),
         helper.make_node("Reshape", ["kx", "s4"], ["k4"], name="merge"),
@@ -40,29 +46,39 @@ def gqa(tmp_path):
         helper.make_node("Reshape", ["m", "s5"], ["m5"], name="to5"),
         helper.make_node("Add", ["m5", "b5"], ["a5"], name="add5"),
         helper.make_node("Reshape", ["a5", "s4"], ["y"], name="back")],
-        [helper.make_tensor_value_info("q", F, [1, 6, 8, 4]), helper.make_tensor_value_info("k", F, [1, 2, 8, 4])],
+        [helper.make_tensor_value_info("q", F, [1, 6, 8, 4]),
+         helper.make_tensor_value_info("kf" if quantized else "k", F, [1, 2, 8, 4])],
         [helper.make_tensor_value_info("y", F, [1, 6, 8, 4])],
         [ints("ax2", [2]), ints("rep", [1, 2, 3, 8, 4]), ints("s4", [1, 6, 8, 4]), ints("s5", [1, 2, 3, 8, 4]),
-         numpy_helper.from_array(RNG.standard_normal([1, 1, 3, 1, 4]).astype(np.float32), "b5")])
+         numpy_helper.from_array(RNG.standard_normal([1, 1, 3, 1, 4]).astype(np.float32), "b5")]
+        + ([numpy_helper.from_array(np.float32(0.05), "qs"), numpy_helper.from_array(np.int8(0), "qz")]
+           if quantized else []))
 
 
-def rank6_chain(tmp_path):
+def rank6_chain(tmp_path, quantized=False):
     """x [96] -> Reshape to rank 6 -> Add (a rank-6 constant broadcast along two dims)
-    -> Relu -> Reshape [4, 24]: every op over the delegates' rank 4, all foldable."""
-    return _save(tmp_path / "r6.onnx", [
+    -> Relu -> Reshape [4, 24]: every op over the delegates' rank 4, all foldable
+    (``quantized``: x through an int8 QDQ pair first, as ``gqa``)."""
+    qdq = [helper.make_node("QuantizeLinear", ["xf", "qs", "qz"], ["xq"], name="quant"),
+           helper.make_node("DequantizeLinear", ["xq", "qs", "qz"], ["x"], name="dequant")] if quantized else []
+    return _save(tmp_path / "r6.onnx", qdq + [
         helper.make_node("Reshape", ["x", "s6"], ["h"], name="to6"),
         helper.make_node("Add", ["h", "c"], ["a"], name="add"),
         helper.make_node("Relu", ["a"], ["r"], name="relu"),
         helper.make_node("Reshape", ["r", "so"], ["y"], name="back")],
-        [helper.make_tensor_value_info("x", F, [96])], [helper.make_tensor_value_info("y", F, [4, 24])],
+        [helper.make_tensor_value_info("xf" if quantized else "x", F, [96])],
+        [helper.make_tensor_value_info("y", F, [4, 24])],
         [numpy_helper.from_array(np.asarray([2, 1, 3, 2, 4, 2], np.int64), "s6"),
          numpy_helper.from_array(np.asarray([4, 24], np.int64), "so"),
-         numpy_helper.from_array(RNG.standard_normal([1, 1, 3, 1, 4, 2]).astype(np.float32), "c")])
+         numpy_helper.from_array(RNG.standard_normal([1, 1, 3, 1, 4, 2]).astype(np.float32), "c")]
+        + ([numpy_helper.from_array(np.float32(0.05), "qs"), numpy_helper.from_array(np.int8(0), "qz")]
+           if quantized else []))
 
 
 def _run(path, target, tmp_path):
+    """The run with a partial placement accepted (the ops left refused stay on the CPU)."""
     out, rep = tmp_path / f"{target}.onnx", tmp_path / f"{target}.json"
-    code, text, err = cli_in_process(path, "--target", target, "-o", out, "--report", rep)
+    code, text, err = cli_in_process(path, "--target", target, "-o", out, "--report", rep, "--allow-fallback")
     assert code == 0, text + err
     feeds = {i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
              for i in onnx.load(str(path)).graph.input}
@@ -91,11 +107,54 @@ def test_litert_gpu_names_what_the_delegate_refuses_in_an_onnx_model(tmp_path):
                       ("repeat_kv", "Expand", "BROADCAST_TO", [UNSUPPORTED, RANK]),
                       ("merge", "Reshape", "RESHAPE", [RANK]), ("to5", "Reshape", "RESHAPE", [RANK]),
                       ("add5", "Add", "ADD", [RANK]), ("back", "Reshape", "RESHAPE", [RANK])]
-    # the rank-5 add between reshapes folds to rank 4, and so does repeat_kv's Expand (a
-    # broadcast to a constant shape joins the region); the Expand stays (ONNX has no
-    # TFLite-only forms) and is named with the delegate's reason
-    assert after == [("repeat_kv", "Expand", "BROADCAST_TO", [UNSUPPORTED])]
-    assert f"warning: node 'repeat_kv' (Expand, as BROADCAST_TO): LiteRT GPU delegate refuses it: {UNSUPPORTED}" in out
+    # the rank-5 add between reshapes folds to rank 4; repeat_kv's ops stay (ONNX has no
+    # TFLite-only forms) and are named with the delegate's reasons
+    assert after == before[:3]
+    assert ("warning: node 'repeat_kv' (Expand, as BROADCAST_TO): LiteRT GPU delegate refuses it:"
+            f" {UNSUPPORTED}; {RANK}") in out
+    assert re.search(r"│ off the GPU +│ +6 │ +3 │", out), out  # the table says so too
+    assert ("outputs match on CPUExecutionProvider; 3 ops of the legalized model stay off the GPU, on the CPU (LiteRT GPU"
+            f" delegate: {RANK} (3); {UNSUPPORTED} (2)) (--allow-fallback)") in out
+
+
+def test_a_target_that_still_refuses_ops_fails_the_run_unless_a_partial_placement_is_accepted(tmp_path):
+    """The target's verdict is the target's: ops it refuses after legalizing make the run
+    exit 1, nothing written, with how many stay off its device and why in its words."""
+    src, out, rep = gqa(tmp_path), tmp_path / "g.onnx", tmp_path / "g.json"
+    code, text, err = cli_in_process(src, "--target", "litert-gpu", "-o", out, "--report", rep, "-q")
+    assert code == 1, text + err
+    assert (f"{src}: 3 ops of the legalized model stay off the GPU, on the CPU (LiteRT GPU delegate: {RANK} (3);"
+            f" {UNSUPPORTED} (2)); nothing written (--allow-fallback accepts a partial placement)") in text
+    assert not out.exists()
+    rules = json.loads(rep.read_text())["target_rules"]
+    assert (rules["device"], rules["allow_fallback"]) == ("the GPU", False)
+    assert [r["node"] for r in rules["refused_after"]] == ["unsq", "repeat_kv", "merge"]
+    # the library says the same, and its error carries the run's Result
+    with pytest.raises(legalizer.NotLegal, match="3 ops of the legalized model stay off the GPU") as e:
+        legalizer.legalize(src, "litert-gpu", output=out)
+    assert [r["node"] for r in e.value.result.refused] == ["unsq", "repeat_kv", "merge"]
+    assert e.value.result.exit_code == 1 and not out.exists()
+    done = legalizer.legalize(src, "litert-gpu", output=out, allow_fallback=True)
+    assert done.output == out and out.exists() and done.on_cpu == ["unsq", "repeat_kv", "merge"]
+    assert done.check.state == "ran" and done.check.ok is True
+
+
+def test_a_float_model_for_an_integer_only_target_is_refused_up_front(tmp_path):
+    src = gqa(tmp_path)
+    code, text, err = cli_in_process(src, "--target", "ethos-u", "-o", tmp_path / "o.onnx")
+    assert code == 2 and text == ""
+    assert err.strip() == (f"legalize: error: {src}: --target ethos-u: Vela (Ethos-U85) places int8/uint8/int16 ops on"
+                           " the NPU, and this model computes in float (unsupported DataType Float32): quantize it"
+                           " first (full-integer quantization)")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_allow_fallback_is_refused_where_nothing_is_placed(tmp_path):
+    code, _, err = cli_in_process(gqa(tmp_path), "--allow-fallback", "-o", tmp_path / "o.onnx")
+    assert code == 2
+    assert err.strip() == ("legalize: error: --allow-fallback accepts a deployment target's partial placement:"
+                           " --target tosa places no op on an accelerator (targets that do: litert-gpu, ethos-u,"
+                           " ethos-u55)")
 
 
 U55_RANK = "Input(s) and Output tensors must not be greater than 4D"
@@ -108,7 +167,7 @@ U55_BATCH = "IFM Tensor batch size must be 1"
     # which works on TFLite ops only; on ONNX the folded add keeps a batch of 2
     ("ethos-u55", U55_RANK, [("add", "Add", "ADD", [U55_BATCH]), ("relu", "Relu", "RELU", [U55_BATCH])])])
 def test_a_rank6_chain_folds_to_what_the_backend_takes(tmp_path, target, reason, left):
-    before, after, _ = _run(rank6_chain(tmp_path), target, tmp_path)
+    before, after, _ = _run(rank6_chain(tmp_path, quantized=target.startswith("ethos-u")), target, tmp_path)
     assert [(n, a, r) for n, _, a, r in before] == [("to6", "RESHAPE", [reason]), ("add", "ADD", [reason]),
                                                     ("relu", "RELU", [reason]), ("back", "RESHAPE", [reason])]
     assert after == left
@@ -118,5 +177,5 @@ def test_a_rank6_chain_folds_to_what_the_backend_takes(tmp_path, target, reason,
 
 
 def test_ethos_u_takes_all_but_the_broadcast_to(tmp_path):
-    before, after, _ = _run(gqa(tmp_path), "ethos-u", tmp_path)
+    before, after, _ = _run(gqa(tmp_path, quantized=True), "ethos-u", tmp_path)
     assert before == after == [("repeat_kv", "Expand", "BROADCAST_TO", ["Unsupported opType"])]

@@ -11,8 +11,20 @@ def is_output(path) -> bool:
     return ".legal." in Path(path).name
 
 
+# The suffix of what a model of each kind (``importers.reader.sniff``) is written as.
+_WRITTEN_SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "pt2": ".pt2"}
+
+
 def default_output(path: Path) -> Path:
     """``model.onnx`` -> ``model.legal.onnx`` beside it (``model.pt2`` -> ``model.legal.pt2``;
-    a suffix-less file's is ONNX)."""
+    a suffix-less file's is ONNX). The suffix follows the content, not the name: a TFLite
+    model named ``m.onnx`` gives ``m.legal.tflite``."""
+    from ..errors import BadInput
+    from ..importers.reader import sniff
+
     suffix = path.suffix if path.suffix else ".onnx"
+    try:
+        suffix = _WRITTEN_SUFFIX.get(sniff(path), suffix)
+    except BadInput:  # no model there (yet): its run says so; the name alone decides
+        pass
     return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")

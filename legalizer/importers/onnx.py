@@ -21,7 +21,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 from ..errors import BadInput
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
-from ..ir.types import UNKNOWN, TensorType
+from ..ir.types import UNKNOWN, TensorType, names_a_dim
 from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
 from ..model import Model, SourceFormat
@@ -53,7 +53,7 @@ def tensor_type(tp: TypeProto, what: str) -> Tuple[TensorType, Tuple[Tuple[int, 
         kind = d.WhichOneof("value")
         if kind == "dim_value" and d.dim_value >= 0:
             dims.append(d.dim_value)
-        elif kind == "dim_param" and d.dim_param:
+        elif kind == "dim_param" and names_a_dim(d.dim_param):
             dims.append(d.dim_param)
         else:
             if kind == "dim_value":

@@ -14,6 +14,14 @@ Dim = Union[int, str, None]
 Shape = Optional[Tuple[Dim, ...]]
 
 
+def names_a_dim(dim_param: str) -> bool:
+    """Whether an ONNX ``dim_param`` names a dim (``batch``, ``s0``, ``2*s0``): two dims
+    with the same name are equal. One with no letter in it (``?``, ``-1``, ``*``; an
+    empty one) names nothing: as onnxruntime takes it, each place it occurs is a dim of
+    its own, and two ``"?"`` dims may differ."""
+    return any(c.isalpha() for c in dim_param)
+
+
 def all_static(dims) -> bool:
     """Whether every dim of ``dims`` has a size (an empty shape, a scalar's, has)."""
     return all(isinstance(d, int) for d in dims)

@@ -42,7 +42,7 @@ MAX_DIAGNOSTIC_LINE = 2000
 
 def diagnostic(e: BaseException) -> str:
     """MLIR's diagnostic in ``e``, every line of it (``\\n`` between them; the command line
-    prints them escaped, on one line), each line cut at ``MAX_DIAGNOSTIC_LINE``."""
+    prints each on a line of its own, escaped), each line cut at ``MAX_DIAGNOSTIC_LINE``."""
     lines = [ln.rstrip() for ln in str(e).strip().splitlines() if ln.strip()]
     return "\n".join(ln if len(ln) <= MAX_DIAGNOSTIC_LINE else
                      f"{ln[:MAX_DIAGNOSTIC_LINE]}... ({len(ln) - MAX_DIAGNOSTIC_LINE:,} more characters)"

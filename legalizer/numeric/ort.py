@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from ..errors import CheckUnavailable, first_line
+from ..ir.types import names_a_dim
 # (compare, BindingResult, OutputResult: the check's public names, kept importable from here)
 from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  # noqa: F401
 from .settings import CheckSettings, settings_of
@@ -54,7 +55,7 @@ def declared_shapes(model: onnx.ModelProto) -> Declared:
 
 def _keys(vi: onnx.ValueInfoProto) -> List:
     """A tensor input's static sizes and dim keys (none when it is unranked)."""
-    return [d.dim_value if _static(d) else (d.dim_param or f"{vi.name}[{k}]")
+    return [d.dim_value if _static(d) else (d.dim_param if names_a_dim(d.dim_param) else f"{vi.name}[{k}]")
             for k, d in enumerate(vi.type.tensor_type.shape.dim)]
 
 

@@ -90,7 +90,8 @@ class CheckResult:
         return any(not b.skipped for b in self.bindings)
 
     def to_json(self) -> dict:
-        out = {"ran": self.ran, "provider": self.provider, "ok": self.ok,
+        # "ok" has one meaning: whether the compared outputs match; null when it did not run
+        out = {"ran": self.ran, "provider": self.provider, "ok": self.ok if self.ran else None,
                "bindings": [b.to_json() for b in self.bindings]}
         if self.error:
             out["error"] = self.error

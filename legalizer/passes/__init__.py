@@ -12,7 +12,7 @@ from .fold_ranks import (fold_axis_ops, fold_gather_indices, fold_matmuls, fold_
                          fold_transposes)
 from .explicit_broadcast import explicit_broadcast, lower_broadcast_in_dim, needs_explicit_broadcast
 from .legacy_broadcast import legacy_broadcast
-from .rank_agnostic import rank_agnostic, rank_agnostic_expand
+from .rank_agnostic import MIN_OPSET as RANK_AGNOSTIC_OPSET, needs_rank_agnostic, rank_agnostic, rank_agnostic_expand
 from .split_variadic import split_variadic
 
 # The targets name these in their pipelines (``targets.Target.passes``).
@@ -22,4 +22,5 @@ __all__ = ["PassContext", "aten_explicit_broadcast", "aten_ranks", "PassManager"
            "gather_bool_as_int32", "square_as_mul",
            "one_sided_broadcast", "reshape_constants_before_dequantize", "reshape_forms",
            "explicit_broadcast", "lower_broadcast_in_dim", "needs_explicit_broadcast", "dead_code_elimination",
-           "equalize_ranks", "fold_axis_ops", "fold_gather_indices", "fold_matmuls", "fold_ranks", "fold_ranks_for_rank4_ops", "fold_transposes", "legacy_broadcast", "rank_agnostic", "rank_agnostic_expand", "split_variadic"]
+           "equalize_ranks", "fold_axis_ops", "fold_gather_indices", "fold_matmuls", "fold_ranks", "fold_ranks_for_rank4_ops", "fold_transposes", "legacy_broadcast", "rank_agnostic", "rank_agnostic_expand", "split_variadic",
+           "needs_rank_agnostic", "RANK_AGNOSTIC_OPSET"]

@@ -12,7 +12,8 @@ rank symbol (``TensorType.rank_of``), and the verifier proves them equal in rank
 
 Reshape's ``allowzero`` (opset 14) keeps a 0-size dim 0 once 1s are put in front of it
 (without it, a 0 in the new shape copies the input's dim at that position): an older
-model is left as it is, and stays unprovable.
+model that needs the rewrite is raised to opset 14 first (``target_passes``, with onnx's
+version converter; ``needs_rank_agnostic`` says whether it does).
 """
 
 from __future__ import annotations
@@ -94,6 +95,12 @@ def _unranked_users(graph: Graph, ctx: PassContext) -> Iterator[Node]:
                 or found[0].operands is not None or any(v is None for v in node.inputs):
             continue
         yield node
+
+
+def needs_rank_agnostic(graph: Graph, ctx: PassContext) -> bool:
+    """Whether ``graph`` (or a subgraph of it) has a numpy-broadcasting op with an
+    operand of unknown rank, which only the rank-agnostic rewrite makes provable."""
+    return _in_ops_of_its_own(graph) and any(next(_unranked_users(g, ctx), None) is not None for g in graph.graphs())
 
 
 def _in_ops_of_its_own(graph: Graph) -> bool:

@@ -53,12 +53,16 @@ class Backend:
     # rules/NAME: the ranks at which the backend takes each op, as its own validation found
     # them (scripts/qnn_htp_probe.py); an op it lists is judged by it, not by max_rank.
     op_ranks: str = ""
+    device: str = "the accelerator"  # where the ops it takes run, as a verdict names it
+    dtypes: tuple = ()  # the element types its ops compute in (empty: any)
+    dtype_reason: str = ""  # its words for an op in another type
 
 
 @functools.lru_cache(maxsize=None)
 def backends() -> Dict[str, Backend]:
     data = tomllib.loads(table_text("backends.toml"))
-    return {name: Backend(name=name, **{k: (dict(v) if k == "refused" else v) for k, v in table.items()})
+    conv = {"refused": dict, "dtypes": tuple}
+    return {name: Backend(name=name, **{k: conv.get(k, lambda x: x)(v) for k, v in table.items()})
             for name, table in data.items()}
 
 
