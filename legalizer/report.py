@@ -149,6 +149,9 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     if not chk.get("ran"):
         return "warn", f"legalized for '{rep.get('target')}'{where} (not checked: {chk.get('error') or '--no-check'})"
     torch_too = " and PyTorch" if (chk.get("torch") or {}).get("ran") else ""
+    module = chk.get("module") or {}
+    torch_too += f", and {module['provider']}" if module.get("ran") else \
+        " (the TOSA module written was not run)" if module else ""
     found = (chk.get("search") or {}).get("found")
     at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in found.items())})" if found else ""
     return "ok", f"legalized for '{rep.get('target')}'{where}, outputs match on {chk.get('provider')}{torch_too}{at}"
