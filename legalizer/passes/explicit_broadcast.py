@@ -24,6 +24,7 @@ the pass's work and its output grow with the distinct broadcasts, not with their
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from onnx import helper
@@ -191,11 +192,20 @@ def _plan(node: Node, rule):
     operands = [v for v in node.inputs if v is not None]
     if any(v.type.shape is None for v in operands):
         return None
-    try:
-        shape = infer_result_shape([v.type.shape for v in operands]).shape
-    except IncompatibleDims:
+    shape = _result_shape(tuple(tuple(v.type.shape) for v in operands))
+    if shape is None:
         return None  # the input verification has said so
     return [i for i, v in enumerate(node.inputs) if v is not None], shape, _operand_sources(operands, len(shape)), False
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_shape(shapes: Tuple[Tuple[Dim, ...], ...]) -> Optional[Tuple[Dim, ...]]:
+    """The broadcast of operand shapes, None where they do not broadcast: asked once per
+    distinct tuple of shapes (a graph has few; a long chain asks the same every node)."""
+    try:
+        return tuple(infer_result_shape(list(shapes)).shape)
+    except IncompatibleDims:
+        return None
 
 
 def _todo(node: Node, rule):
@@ -233,12 +243,19 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
         if found is None:
             continue
         (idx, target, sources, exact), todo = found
-        dims_value = _result_dims(node, target, sources, exact, builder, ctx)
+        # A target of static dims and symbols has one value whichever node asks for it
+        # (a symbol's dim is the same value everywhere): made once, found again by it.
+        key = ("target", target) if not exact and None not in target else None
+        dims_value = made.get(key) if key is not None else None
+        if dims_value is None:
+            dims_value = _result_dims(node, target, sources, exact, builder, ctx)
         if dims_value is None:
             dims_value = builder.const(f"{node.name or node.output.name}_shape", [int(d) for d in target])
         # A dim computed at run time gets a symbol of its own, so the broadcast operands
         # are visibly one shape, in the IR and in the value_info of the written model:
         # one per shape value (the first node's name), as its broadcasts are shared.
+        if key is not None:
+            made[key] = dims_value
         target = made.setdefault(("symbols", id(dims_value)),
                                  tuple(f"{node.label}_bcast{k}" if d is None else d for k, d in enumerate(target)))
         for i in todo:
