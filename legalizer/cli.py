@@ -470,7 +470,7 @@ def legalize(
                                  expose_value=False),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
-    if not _is_batch(paths, out_opt, jobs, executor):
+    if not _is_batch(paths, out_opt, jobs, executor) and _infers_onnx_shapes(paths[0], emit):
         from . import bounded_helper
 
         # The helper (a fresh interpreter) imports what shape inference needs while
@@ -696,18 +696,42 @@ def _will_check(argv: List[str]) -> bool:
     return "--verify-only" not in words or "--against" in words or any(w.startswith("--against=") for w in argv)
 
 
-# The runtimes' modules the child imports ahead, by what the command line names.
-_RUNTIME_MODULES = {".pt2": "torch", ".tflite": "ai_edge_litert.interpreter", ".mlir": "iree.runtime",
-                    ".mlirbc": "iree.runtime"}
+# The runtimes' modules the child imports ahead, by the kind of model the command line
+# names (its content, as the run reads it: a TFLite file named .bin is run on LiteRT).
+# onnxruntime checks ONNX models, a TFLite model's ONNX form and a .pt2's export.
+_RUNTIME_MODULES = {"onnx": ("onnxruntime",), "tflite": ("ai_edge_litert.interpreter", "onnxruntime"),
+                    "pt2": ("torch", "onnxruntime"), "mlir": ("iree.runtime",), "mlirbc": ("iree.runtime",)}
+
+
+def _kind(word: str) -> Optional[str]:
+    """The model kind of the file ``word`` names (``importers.sniff``), or None."""
+    if not os.path.isfile(word):
+        return None
+    from .importers.sniff import sniff
+
+    try:
+        return sniff(Path(word))
+    except LegalizeError:
+        return None
 
 
 def _runtimes(argv: List[str]) -> tuple:
-    mods = ["onnxruntime"]
+    """The runtimes the check of the models ``argv`` names will run (onnxruntime where
+    it names none: a folder's models are several kinds)."""
+    mods: List[str] = []
     for w in argv:
-        mod = _RUNTIME_MODULES.get(os.path.splitext(w)[1])
-        if mod and mod not in mods:
-            mods.append(mod)
-    return tuple(mods)
+        for mod in _RUNTIME_MODULES.get(_kind(w), ()):
+            if mod not in mods:
+                mods.append(mod)
+    return tuple(mods) or ("onnxruntime",)
+
+
+def _infers_onnx_shapes(model: Path, emit: List[str]) -> bool:
+    """Whether reading ``model`` runs ONNX shape inference (an ONNX model, a .pt2's ONNX
+    export), or the run will on its ONNX form (a TFLite model emitted as MLIR): the
+    helper that does it is started ahead only then."""
+    kind = _kind(str(model))
+    return kind in ("onnx", "pt2") or (kind == "tflite" and any(f not in ("onnx", "tflite") for f in emit))
 
 
 def _names_place(word: str) -> bool:
@@ -731,7 +755,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             child.readable(*(w for w in words if not w.startswith("-") and _names_place(w)))
             child.prewarm(_runtimes(words))
             for w in words:  # a .pt2's program loads there while this process exports it
-                if w.endswith(".pt2") and os.path.isfile(w):
+                if _kind(w) == "pt2":
                     from .numeric.torch_ref import preload
 
                     preload(w, "--trust-pt2" in words)

@@ -234,7 +234,8 @@ class Printer:
         """One line per compared output and binding, in the manner of Polygraphy."""
         # A PyTorch input is compared twice: with its ONNX export, and with PyTorch.
         for chk, ref, who in ((res.check, "", "the original model"),
-                              (getattr(res.check, "torch", None), "vs torch | ", "PyTorch")):
+                              (getattr(res.check, "torch", None), "vs torch | ", "PyTorch"),
+                              (getattr(res.check, "module", None), "tosa module | ", "the original model")):
             searched = getattr(chk, "search", None)
             if searched is not None and not self.quiet:
                 self.say(one_line(f"search: {who} rejects every synthesized dim binding; {searched.summary()}"))

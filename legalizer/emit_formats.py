@@ -1,6 +1,11 @@
 """``--emit``: the formats a legalized model is written in, besides (or instead of) its
 own. Each is written beside the output's stem (``m.legal.onnx`` -> ``m.legal.tosa.mlir``).
 
+A TFLite model's ONNX-op form is made once (``onnx_op_form``: translated in memory, read
+into the IR with one shape inference, legalized): ``--emit onnx`` writes it, the MLIR
+emitters read it, and the check runs it on onnxruntime, so what is written is what was
+checked.
+
 Every format but the native one (MLIR, a TFLite model's ONNX form) is made before
 anything is written, so a model with an op that cannot be emitted fails with nothing on
 disk; files are written only after the check passed.
@@ -8,8 +13,9 @@ disk; files are written only after the check passed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from .errors import BadInput, UsageError
 from .atomic_files import atomic_output, check_output_path
@@ -80,20 +86,59 @@ def onnx_form(model: Model, purpose: str = "write it as ONNX"):
         raise BadInput(f"{where}cannot {purpose}: {e}") from None
 
 
-def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None) -> Model:
-    """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form,
-    legalized again (the translation has broadcasts of its own: a fused bias, a mod's
-    sign test)."""
+@dataclass
+class OnnxForm:
+    """A model of another format as ONNX ops, legalized, made once per run: what the MLIR
+    emitters read (``model``), what ``--emit onnx`` writes and the check runs on
+    onnxruntime (``proto``, exported from ``model``), and the tensors of ``proto`` that
+    hold a TFLite op's result (``results``: what the op-by-op check compares)."""
+
+    model: Model
+    proto: Any
+    results: Dict[str, Any] = field(default_factory=dict)
+
+
+def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None, purpose: str = "",
+                results: Optional[dict] = None) -> Model:
+    """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form
+    (translated in memory, read into the IR with one shape inference), legalized (the
+    translation has broadcasts of its own: a fused bias, a mod's sign test)."""
     if model.format not in TRANSLATIONS:  # its IR is of ONNX ops already
         return model
+    from .errors import CheckUnavailable
+    from .exporters.as_onnx import to_onnx
     from .importers.onnx import import_model
     from .targets import target as target_named
     from .target_passes import legalize
 
-    dialect = target_named(target).dialect
-    onnx_ir = import_model(onnx_form(model, f"emit {dialect} (made from its ONNX form)"))
+    purpose = purpose or f"emit {target_named(target).dialect} (made from its ONNX form)"
+    try:
+        proto = to_onnx(model, results)
+    except CheckUnavailable as e:
+        where = f"{model.source}: " if model.source else ""
+        raise BadInput(f"{where}cannot {purpose}: {e}") from None
+    onnx_ir = import_model(proto, model.base_dir)
     legalize(onnx_ir, target, level=level)
     return onnx_ir
+
+
+def onnx_op_form(model: Model, formats: List[str], target: str, level: Optional[str] = None) -> Optional[OnnxForm]:
+    """The one ONNX-op form of a model of another format (TFLite) that ``formats`` write
+    from (``--emit onnx``, the MLIR formats), legalized for ``target``; None where none
+    of them is asked for, or the model is of ONNX ops already. BadInput naming every op
+    without an ONNX form."""
+    if model.format not in TRANSLATIONS or not any(f in MLIR_FORMATS or f in ONNX_FORMS for f in formats):
+        return None
+    from .exporters.as_onnx import to_onnx
+    from .targets import target as target_named
+
+    mlir = [f for f in formats if f in MLIR_FORMATS]
+    purpose = f"emit {target_named(target).dialect} (made from its ONNX form)" if mlir else "write it as ONNX"
+    results: dict = {}
+    ir = _as_onnx_ir(model, target, level, purpose, results)
+    proto = to_onnx(ir)
+    made = {name for node in proto.graph.node for name in node.output}
+    return OnnxForm(ir, proto, {name: v for name, v in results.items() if name in made})
 
 
 def mlir_sources(model: Model, formats: List[str], level: Optional[str] = None) -> Dict[str, Model]:
@@ -168,12 +213,15 @@ def render_mlir(model: Model, formats: List[str], dims: Optional[Dict[str, int]]
 
 
 def render(model: Model, formats: List[str], native: str, dims: Optional[Dict[str, int]] = None,
-           level: Optional[str] = None, sources: Optional[Dict[str, Model]] = None) -> Dict[str, object]:
+           level: Optional[str] = None, sources: Optional[Dict[str, Model]] = None,
+           form: Optional[OnnxForm] = None) -> Dict[str, object]:
     """Every format asked for but the model's own (``native``): the MLIR texts (of
-    ``sources``, as ``render_mlir``), and a TFLite model's ONNX form (a ModelProto), all
-    made before anything is written."""
+    ``sources``, as ``render_mlir``), and a TFLite model's ONNX form (a ModelProto: that
+    of ``form``, the legalized form the check runs, when given), all made before
+    anything is written."""
     made: Dict[str, object] = dict(render_mlir(model, formats, dims, level, sources))
-    made.update({f: onnx_form(model) for f in formats if f in ONNX_FORMS and f != native})
+    made.update({f: form.proto if form is not None else onnx_form(model)
+                 for f in formats if f in ONNX_FORMS and f != native})
     return made
 
 

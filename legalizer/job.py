@@ -177,6 +177,9 @@ class Run:
     formats: List[str] = field(default_factory=list)  # what is written (--emit)
     paths: Dict[str, Path] = field(default_factory=dict)  # where each is written
     made: Dict[str, object] = field(default_factory=dict)  # every format but the model's own, made
+    # A TFLite model's legalized ONNX-op form (``emit_formats.OnnxForm``), made once when
+    # a format is written from it: the check runs it.
+    onnx_form: Any = None
     written: Optional[Path] = None  # the model in its own format under a temporary name
     sides: Any = None  # what the check compared (``localize_reduce.Sides``)
     # The --against model as read for its output names (a per-output tolerance may name

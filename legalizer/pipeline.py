@@ -315,9 +315,12 @@ def _render(job: Run) -> None:
     """Every format but the model's own, made before anything is written; an
     out-of-level module is never written."""
     options = job.options
-    # the IR the MLIR emitters read, made once here (a TFLite model's ONNX form, legalized)
-    sources = emit_formats.mlir_sources(job.model, job.formats, options.level)
-    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, sources=sources)
+    # a TFLite model's ONNX-op form, legalized, made once here: the MLIR emitters read
+    # it, --emit onnx writes it, the check runs it
+    job.onnx_form = form = emit_formats.onnx_op_form(job.model, job.formats, options.target, options.level)
+    sources = {options.target: form.model} if form is not None else \
+        emit_formats.mlir_sources(job.model, job.formats, options.level)
+    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, sources=sources, form=form)
     over = emit_formats.level_diagnostics(job.model, job.made, options.target, options.level)
     if over.violations:
         nodes = job.res.output_verification.nodes
@@ -340,15 +343,47 @@ def _write(job: Run) -> None:
 
 
 def _check(job: Run) -> None:
-    """The legalized model, as written, against the input."""
+    """The legalized model, as written, against the input; and the TOSA module written
+    beside it (``--emit tosa``), run itself (``_check_module``)."""
     res, report = job.res, job.report
     res.check = job.fmt.check(job, job.written)
+    if res.check.ok and isinstance(job.made.get("tosa"), str):
+        res.check.module = _check_module(job, job.made["tosa"])
     report.check = res.check.to_json()
     report.warnings.extend(res.check.notes + job.golden.notes)
     _save_golden(job)
     job.failed = res.check.ran and not res.check.ok
     job.sides = job.fmt.sides(job, job.written)
     job.given = job.golden.failing_feeds(res.check) or job.given  # what localization feeds
+
+
+def _check_module(job: Run, text: str) -> CheckResult:
+    """The TOSA module ``--emit tosa`` writes, run on IREE against the original model as
+    ``--against`` runs one, at the dims the check binds: not run (and the verdict says
+    so) where IREE is not installed or does not run the original's format."""
+    from .errors import CheckUnavailable
+    from .numeric.against import check_against
+    from .numeric.child import RunFault
+
+    settings = replace(job.options.check_settings, record=False)
+    # A quantized model's module computes its quantized ops as TOSA rescales them: a float
+    # output downstream agrees within one step of the coarsest quantization (as the ONNX
+    # form's, on onnxruntime, does).
+    step = max((max(v.quant.scale) for g in job.model.graphs for n in g.nodes() for v in n.outputs
+                if v.quant is not None and v.quant.scale), default=0.0)
+    if step and isinstance(settings.atol, (int, float)):
+        settings = replace(settings, atol=max(float(settings.atol), float(step)))
+    with tempfile.TemporaryDirectory(prefix=".legalize-module-") as tmp:
+        module = Path(tmp) / "module.tosa.mlir"
+        module.write_text(text)
+        try:
+            result = check_against(module, job.path, settings, given=job.given, dims=job.dims)
+        except CheckUnavailable as e:
+            return CheckResult(False, "IREE", error=str(e))
+        except RunFault as e:  # a crash, or a run past its memory or time: it did not run
+            return CheckResult(False, "IREE", error=str(e))
+    result.provider = f"the TOSA module on {result.provider}"
+    return result
 
 
 def _commit(job: Run) -> None:
@@ -377,6 +412,8 @@ def _unchecked_warnings(result: CheckResult) -> List[str]:
         out.append(f"the numeric check ran in part: {result.error}")
     if result.torch is not None and not result.torch.ran:
         out.append(f"the check against PyTorch did not run: {result.torch.error}")
+    if result.module is not None and not result.module.ran:
+        out.append(f"the TOSA module written was not run: {result.module.error}")
     return out
 
 
@@ -528,6 +565,8 @@ def unchecked(result: CheckResult) -> str:
         return f"the numeric check ran in part: {result.error}"
     if result.torch is not None and not result.torch.ran:
         return f"the check against PyTorch did not run: {result.torch.error}"
+    if result.module is not None and not result.module.ran:
+        return f"the TOSA module written was not run: {result.module.error}"
     return ""
 
 

@@ -205,6 +205,9 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     written = list((rep.get("outputs") or {}).values()) or ([rep["output"]] if rep.get("output") else [])
     where = f" {arrow} {', '.join(written)}" if written else ""
     torch_too = " and PyTorch" if (chk.get("torch") or {}).get("ran") else ""
+    module = chk.get("module") or {}
+    torch_too += f", and {module['provider']}" if module.get("ran") else \
+        " (the TOSA module written was not run)" if module else ""
     found = (chk.get("search") or {}).get("found")
     at = f" (at dims the search found: {', '.join(f'{k}={v}' for k, v in found.items())})" if found else ""
     partly = f"; {off} (--allow-fallback)" if off else ""

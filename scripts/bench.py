@@ -38,6 +38,12 @@ commit, e.g. `git worktree add /tmp/base COMMIT`): before and after in one run.
 --baseline DIR alone: legalize --no-check of this tree and of DIR side by side on the
 synthetic chains of --sizes (total and per-stage seconds, best of --repeat, interleaved).
 
+--each-once: issue 31's figures on the chains of --sizes: onnx.load + onnx.save of the
+ONNX chain, legalize --no-check of it for tosa and for xla, and of the TFLite chain of as
+many ADDs (tests/tflite_build.add_chain) for tosa; the median of --repeat rounds, each
+run a whole process, the runs of a round one after the other; with --baseline DIR, that
+checkout's three legalize runs beside (up to --baseline-max nodes).
+
 With --targets, instead: the legal forms side by side (tosa; xla; xla in strict
 symbolic mode, --assume-dynamic-not-one) for the sample models of models/ (all but
 incompatible_add.onnx) and the onnx wheel's light models: nodes each form adds, the
@@ -55,6 +61,8 @@ Usage: python scripts/bench.py [--nodes 1000000] [--repeat 1] [--only SUBSTR] [-
        python scripts/bench.py --peers [--sizes 10000,100000,1000000] [--peer-timeout 240] [--baseline DIR]
                                [--peers-python PY] [--repeat 1] [--no-transformer] [--only SUBSTR] [--json out.json]
        python scripts/bench.py --baseline DIR [--sizes 100000] [--repeat 5] [--json out.json]
+       python scripts/bench.py --each-once [--sizes 10000,100000,1000000] [--repeat 3] [--baseline DIR]
+                               [--baseline-max 100000] [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
                                [--opt all|extended|basic|none] [--dim NAME=SIZE ...] [--json out.json]
 """
@@ -78,6 +86,7 @@ CACHE = ROOT / ".cache" / "bench"
 _CHILD = textwrap.dedent("""
     import json, resource, sys, time
     stage, path = sys.argv[1], sys.argv[2]
+    target = sys.argv[3] if len(sys.argv) > 3 else "tosa"
     out = {}
     t0 = time.perf_counter()
     if stage == "onnx.load":
@@ -105,7 +114,7 @@ _CHILD = textwrap.dedent("""
         from legalizer.pipeline import RunOptions, run
         suffix = Path(path).suffix
         t0 = time.perf_counter()
-        r = run(Path(path), RunOptions(output=Path(path + ".bench-copy" + suffix), force=True,
+        r = run(Path(path), RunOptions(output=Path(path + ".bench-copy" + suffix), force=True, target=target,
                                        check=stage == "legalize+check"))
         out[stage] = time.perf_counter() - t0
         out["exit"] = r.exit_code
@@ -242,12 +251,12 @@ def tflite_models() -> list:
     return sorted(p for p in (ROOT / "models" / "tflite").glob("*.tflite") if not is_output(p))
 
 
-def measure(stage: str, path: Path, root: Path = ROOT) -> dict:
+def measure(stage: str, path: Path, root: Path = ROOT, target: str = "tosa") -> dict:
     """One stage on one model in a fresh process, legalize's code taken from ``root``
-    (this tree, or another checkout: ``--peers --baseline``)."""
+    (this tree, or another checkout: ``--peers --baseline``); ``target``: legalize's."""
     env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", _CHILD, stage, str(path)], capture_output=True, text=True, env=env,
-                       cwd=root)
+    r = subprocess.run([sys.executable, "-c", _CHILD, stage, str(path), target], capture_output=True, text=True,
+                       env=env, cwd=root)
     for copy in path.parent.glob(path.name + ".bench-copy*"):
         copy.unlink()
     if r.returncode != 0:
@@ -624,6 +633,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="where the JSON goes (default .cache/bench/<mode>.json)")
     ap.add_argument("--provider", choices=["cpu", "cuda"], default="cpu",
                     help="onnxruntime execution provider of the latency runs")
+    ap.add_argument("--each-once", action="store_true", help="issue 31's figures on the chains of --sizes: the I/O"
+                    " floor, tosa, xla and the TFLite chain (median of --repeat rounds; --baseline beside)")
+    ap.add_argument("--baseline-max", type=int, default=100_000, help="with --each-once --baseline: the largest"
+                    " size the baseline runs at")
     ap.add_argument("--targets", action="store_true", help="compare the legal forms (tosa, xla, xla strict) of the"
                     " sample and light models instead: nodes added, runtime broadcast checks, latency")
     ap.add_argument("--runs", type=int, default=50, help="latency runs per model")
@@ -636,7 +649,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.json is None:
         mode = "targets" if args.targets else "scaling" if args.scaling else "big" if args.big else \
-            "peers" if args.peers else "baseline" if args.baseline else "models"
+            "peers" if args.peers else "each-once" if args.each_once else "baseline" if args.baseline else "models"
         CACHE.mkdir(parents=True, exist_ok=True)
         args.json = CACHE / f"{mode}.json"
         print(f"JSON: {args.json}", file=sys.stderr)
@@ -668,6 +681,14 @@ def main() -> None:
             args.json.write_text(json.dumps({"peers": rows, "cap_s": args.peer_timeout, "load_average": load,
                                              "baseline": str(args.baseline) if args.baseline else None,
                                              "repeat": args.repeat},
+                                            indent=2) + "\n")
+        return
+    if args.each_once:
+        before = os.getloadavg()[0]
+        rows = each_once([int(x) for x in args.sizes.split(",")], args.repeat, args.baseline, args.baseline_max)
+        print_each_once(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"each_once": rows, "load_average": (before, os.getloadavg()[0])},
                                             indent=2) + "\n")
         return
     if args.baseline is not None:
@@ -704,6 +725,87 @@ def main() -> None:
     print_models(rows, args.repeat)
     if args.json:
         args.json.write_text(json.dumps({"models": rows, "repeat": args.repeat}, indent=2) + "\n")
+
+
+def tflite_chain(ops: int) -> Path:
+    """The TFLite chain of ``ops`` ADDs (tests/tflite_build.add_chain, which
+    scripts/tflite_chain.py writes), cached beside the synthetic ONNX chains."""
+    path = CACHE / f"tflite_chain_{ops}.tflite"
+    if not path.exists():
+        sys.path.append(str(ROOT / "tests"))
+        from tflite_build import add_chain
+
+        CACHE.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(add_chain(ops))
+    return path
+
+
+# What --each-once runs per size: (label, stage, model kind, target); each in a fresh
+# process, the rounds alternated, the median kept.
+EACH_ONCE_RUNS = (("onnx.load+save", "onnx.load+save", "onnx", "tosa"), ("tosa", "legalize", "onnx", "tosa"),
+                  ("xla", "legalize", "onnx", "xla"), ("tflite tosa", "legalize", "tflite", "tosa"))
+
+
+def each_once(sizes: list, repeat: int, baseline: Optional[Path], baseline_max: int) -> list:
+    """Issue 31's figures: per size, the ONNX chain's I/O floor (onnx.load + onnx.save),
+    legalize --no-check of it for tosa and for xla, and of the TFLite ADD chain of the
+    same length (tosa); with ``baseline``, that checkout's legalize runs beside (up to
+    ``baseline_max`` nodes: an old xla run of 1M nodes needs ~25 GB). Whole processes,
+    the runs of one round one after the other, ``repeat`` rounds; the median of each."""
+    import statistics
+
+    rows = []
+    for n in sizes:
+        models = {"onnx": synthetic_model(n), "tflite": tflite_chain(n)}
+        runs = [(label, stage, kind, target, ROOT) for label, stage, kind, target in EACH_ONCE_RUNS]
+        if baseline is not None and n <= baseline_max:
+            runs += [(label + " (before)", stage, kind, target, baseline)
+                     for label, stage, kind, target in EACH_ONCE_RUNS if stage == "legalize"]
+        got: Dict[str, list] = {r[0]: [] for r in runs}
+        for _ in range(repeat):
+            for label, stage, kind, target, root in runs:
+                got[label].append(measure(stage, models[kind], root=root, target=target))
+        row = {"nodes": n, "repeat": repeat, "runs": {}}
+        for label, stage, *_ in runs:
+            row["runs"][label] = {"s": statistics.median(r[stage] for r in got[label]),
+                                  "maxrss_mb": statistics.median(r["maxrss_mb"] for r in got[label]),
+                                  "all_s": [r[stage] for r in got[label]]}
+        r = row["runs"]
+        floor = r["onnx.load+save"]
+        for suffix in ("", " (before)"):
+            if "tosa" + suffix not in r:
+                continue
+            tosa, xla, tfl = r["tosa" + suffix], r["xla" + suffix], r["tflite tosa" + suffix]
+            row["ratios" + suffix] = {"tosa/floor s": tosa["s"] / floor["s"],
+                                      "tosa/floor rss": tosa["maxrss_mb"] / floor["maxrss_mb"],
+                                      "xla/tosa s": xla["s"] / tosa["s"], "tflite/onnx s": tfl["s"] / tosa["s"]}
+        rows.append(row)
+        print(f"{n:,} nodes: " + "; ".join(f"{k} {v['s']:.2f} s {v['maxrss_mb']:.0f} MB" for k, v in r.items()),
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def print_each_once(rows: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=200)
+    t = Table(title="legalize --no-check: seconds and peak RSS (median of the rounds, whole processes)")
+    for col in ("nodes", "run", "s", "MB"):
+        t.add_column(col, justify="right")
+    for row in rows:
+        for label, v in row["runs"].items():
+            t.add_row(f"{row['nodes']:,}", label, f"{v['s']:.2f}", f"{v['maxrss_mb']:.0f}")
+    console.print(t)
+    t = Table(title="Issue 31's ratios")
+    for col in ("nodes", "tree", "tosa / floor (s)", "tosa / floor (RSS)", "xla / tosa (s)", "TFLite / ONNX chain (s)"):
+        t.add_column(col, justify="right")
+    for row in rows:
+        for suffix, tree in (("", "this"), (" (before)", "before")):
+            if "ratios" + suffix in row:
+                q = row["ratios" + suffix]
+                t.add_row(f"{row['nodes']:,}", tree, *(f"{q[k]:.2f}×" for k in q))
+    console.print(t)
 
 
 def against_baseline(sizes: list, baseline: Path, repeat: int) -> list:

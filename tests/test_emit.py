@@ -142,3 +142,93 @@ def test_tflite_models_onnx_form_is_made_once_for_every_mlir_format(tmp_path, le
     model = read_model(src)
     legalize_model(model, "xla")
     assert (tmp_path / "m.legal.stablehlo.mlir").read_text() == render_mlir(model, ["stablehlo"])["stablehlo"]
+
+
+def _tflite_copy(tmp_path, name="broadcast_add"):
+    src = tmp_path / f"{name}.tflite"
+    src.write_bytes((ROOT / f"models/tflite/{name}.tflite").read_bytes())
+    return src
+
+
+def test_tflite_models_onnx_form_written_is_the_legalized_one_the_check_ran(tmp_path, monkeypatch):
+    """--emit onnx of a TFLite model writes its ONNX form legalized (legal under the
+    target's profile: the translation's own broadcasts made explicit), and the check's
+    onnxruntime side ran those very bytes; the MLIR emitters read the same form."""
+    require("litert")
+    import legalizer
+    import legalizer.numeric.tflite as tflite_check
+    from legalizer.pipeline import RunOptions, run
+
+    ran = []
+    runner = tflite_check.onnx_runner
+    monkeypatch.setattr(tflite_check, "onnx_runner", lambda model, *a, **k: ran.append(model) or runner(model, *a, **k))
+    src = _tflite_copy(tmp_path, "broadcast_floor_mod")  # its translation tests the sign by broadcasting
+    res = run(src, RunOptions(emit=["tflite", "onnx"]))
+    assert res.exit_code == 0, res.report.to_json()
+    written = (tmp_path / "broadcast_floor_mod.legal.onnx").read_bytes()
+    assert ran == [written]
+    out = legalizer.load(tmp_path / "broadcast_floor_mod.legal.onnx")
+    assert legalizer.verify(out.graph, "tosa").violations == []  # (the bare translation has 6)
+    runtimes = {o["name"].rsplit(" ", 1)[1] for b in res.report.check["bindings"] for o in b["outputs"]}
+    assert runtimes == {"(LiteRT)", "(onnxruntime)"}
+
+
+def test_emitted_tosa_module_is_itself_run_against_the_original(tmp_path):
+    """--emit tosa: the module written is run on IREE against the original (as
+    --against runs one), and the verdict names it."""
+    require("litert")
+    require("iree")
+    from legalizer.pipeline import RunOptions, run
+    from legalizer.report import verdict
+
+    src = _tflite_copy(tmp_path)
+    res = run(src, RunOptions(emit=["tflite", "tosa"]))
+    assert res.exit_code == 0, res.report.to_json()
+    module = res.report.check["module"]
+    assert module["ran"] and module["ok"] and module["provider"] == "the TOSA module on IREE llvm-cpu vs LiteRT"
+    assert [o["name"] for b in module["bindings"] for o in b["outputs"]] == ["result #0", "result #1"]
+    line = verdict(res.report.to_json(), legalizing=True)[1]
+    assert line.endswith("outputs match on LiteRT + onnxruntime CPUExecutionProvider, and the TOSA module on"
+                         " IREE llvm-cpu vs LiteRT")
+    assert (tmp_path / "broadcast_add.legal.tosa.mlir").exists()
+
+
+def test_a_tosa_module_that_differs_is_not_written(tmp_path, monkeypatch):
+    """The module is part of what is checked: one that computes something else fails the
+    run (exit 1) and nothing is written, though the legalized model itself matches."""
+    require("litert")
+    require("iree")
+    import legalizer.exporters.tosa as tosa
+    from legalizer.pipeline import RunOptions, run
+
+    emit = tosa.emit_tosa
+    monkeypatch.setattr(tosa, "emit_tosa", lambda *a, **k: emit(*a, **k).replace("tosa.add", "tosa.sub"))
+    src = _tflite_copy(tmp_path)
+    res = run(src, RunOptions(emit=["tflite", "tosa"]))
+    assert res.exit_code == 1
+    assert res.report.check["module"]["ran"] and not res.report.check["module"]["ok"]
+    assert all(o["ok"] for b in res.report.check["bindings"] for o in b["outputs"])
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["broadcast_add.tflite"]
+
+
+def test_a_tosa_module_not_run_is_said_so(tmp_path, monkeypatch):
+    """Where IREE cannot run the module, the run writes it and says that it was not run:
+    a warning, and the verdict line; --require-check makes that a failure."""
+    require("litert")
+    import legalizer.numeric.against as against
+    from legalizer.errors import CheckUnavailable
+    from legalizer.pipeline import RunOptions, run
+    from legalizer.report import verdict
+
+    def missing(*a, **k):
+        raise CheckUnavailable("IREE is not installed: install the iree extra")
+
+    monkeypatch.setattr(against, "check_against", missing)
+    src = _tflite_copy(tmp_path)
+    res = run(src, RunOptions(emit=["tflite", "tosa"]))
+    assert res.exit_code == 0
+    assert "the TOSA module written was not run: IREE is not installed: install the iree extra" in res.report.warnings
+    assert verdict(res.report.to_json(), legalizing=True)[1].endswith(
+        "outputs match on LiteRT + onnxruntime CPUExecutionProvider (the TOSA module written was not run)")
+    res = run(src, RunOptions(emit=["tflite", "tosa"], require_check=True, force=True))
+    assert res.exit_code == 1

@@ -10,7 +10,8 @@ timings are normalized, and a line ``...`` in a block stands for any number of l
 The ```python blocks of the docs run too, in the same folder.
 
 An example that needs an optional extra (a ``.pt2``: torch; a ``.tflite``: litert; TOSA
-MLIR: iree; ``--executor ray``: ray; ``--emit stablehlo-bytecode``: jax) is skipped,
+MLIR, read or written with the check on: iree; ``--executor ray``: ray; ``--emit
+stablehlo-bytecode``: jax) is skipped,
 naming the extra, where the extra is not installed. Nothing else is skipped: an example
 that no longer prints what it shows fails.
 """
@@ -97,6 +98,8 @@ def extras_needed(example: Example) -> List[str]:
         needs.add("ray")
     if "stablehlo-bytecode" in words:
         needs.add("jax")
+    if "tosa" in words and "--emit" in words and "--no-check" not in words:  # the module written is run
+        needs.add("iree")
     return sorted(needs)
 
 

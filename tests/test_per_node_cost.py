@@ -279,3 +279,61 @@ def test_paused_gc_promotes_what_it_made_and_leaves_others_frozen_objects_alone(
         assert gc.get_freeze_count() == frozen and gc.isenabled() and more
     finally:
         gc.unfreeze()
+
+
+# ---- the xla form of shared values -------------------------------------------------------
+
+def _symbolic_chain(nodes: int) -> onnx.ModelProto:
+    m = chain(nodes)
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    out = m.graph.output[0]
+    out.CopyFrom(helper.make_tensor_value_info(out.name, TensorProto.FLOAT, ["N", 64]))
+    return m
+
+
+@pytest.mark.parametrize("nodes", [10, 200])
+def test_xla_form_of_a_chain_broadcasts_each_shared_value_once(nodes):
+    """The xla form of the chain: one broadcast per shared constant and one runtime shape
+    (of the symbol N, from x), whatever the chain's length: the pass and its output
+    grow with the distinct broadcasts, not with their uses (each use once had its own
+    Shape, Gather, Concat, Expand and two index constants)."""
+    from legalizer.numeric.ort import check
+
+    proto = _symbolic_chain(nodes)
+    model = import_model(proto)
+    done = legalize(model, "xla")
+    ops = {}
+    for n in model.graph.ops():
+        ops[n.op] = ops.get(n.op, 0) + 1
+    made = {"Shape": 1, "Gather": 1, "Concat": 1, "Expand": 3}
+    elementwise = {"Add": (nodes + 4) // 5, "Mul": (nodes + 3) // 5, "Tanh": (nodes + 2) // 5,
+                   "Sub": (nodes + 1) // 5, "Max": nodes // 5}
+    assert ops == {**made, **{k: v for k, v in elementwise.items() if v}}
+    assert done.stats["broadcasts_made_explicit"] == 3
+    assert [n.inputs[0].name for n in model.graph.ops() if n.op == "Shape"] == ["x"]
+    assert legalizer.verify(model.graph, "xla").violations == []
+    out = legalizer.to_onnx(model)
+    onnx.checker.check_model(out, full_check=True)
+    res = check(proto, out, provider="cpu", dims={"N": 3})
+    assert res.ok and res.ran, res.to_json()
+
+
+def test_xla_shares_a_runtime_broadcast_check_between_nodes(onnx_model):
+    """Two nodes broadcasting the same two dynamic dims share one ``Where(a == 1, b, a)``
+    and its shape; the report counts the check once, and both run right when a dim is 1."""
+    from legalizer.numeric.ort import check
+
+    vi = helper.make_tensor_value_info
+    proto = onnx_model([helper.make_node("Add", ["a", "b"], ["s"], name="add"),
+                        helper.make_node("Mul", ["a", "b"], ["p"], name="mul")],
+                       [vi("a", TensorProto.FLOAT, ["M", 4]), vi("b", TensorProto.FLOAT, [None, 4])],
+                       [vi("s", TensorProto.FLOAT, None), vi("p", TensorProto.FLOAT, None)])
+    model = import_model(proto)
+    done = legalize(model, "xla")
+    ops = [n.op for n in model.graph.ops()]
+    assert ops.count("Where") == 1 and done.stats["runtime_broadcast_checks"] == 1
+    assert ops.count("Expand") == 2 and ops.count("Shape") == 2  # a and b, each once for both nodes
+    assert legalizer.verify(model.graph, "xla").violations == []
+    res = check(proto, legalizer.to_onnx(model), provider="cpu")
+    assert res.ok and res.ran, res.to_json()
+    assert (1, 3) in {tuple(sorted(b.dims.values())) for b in res.bindings if not b.skipped}  # one dim 1, the other 3

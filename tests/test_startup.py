@@ -134,3 +134,51 @@ def test_a_trailing_slash_is_kept_as_a_folder_name():
     params = get_command(app).make_context("legalize", ["m.onnx", "-o", "legal/", "--report", "r.json"]).params
     assert isinstance(params["out_opt"], FolderSpelled) and str(params["out_opt"]) == "legal"
     assert not isinstance(params["report"], FolderSpelled) and not isinstance(params["paths"][0], FolderSpelled)
+
+
+def test_the_runtimes_warmed_follow_the_files_content_not_their_names(tmp_path):
+    """The child imports ahead the runtimes of the kinds of model the command line names,
+    as the run reads them: a TFLite file named .bin is LiteRT's, an ONNX file named
+    .tflite is onnxruntime's alone, a TOSA module IREE's; a word that names no file
+    warms nothing (onnxruntime where nothing is named)."""
+    from legalizer.cli import _runtimes
+
+    tfl = tmp_path / "m.bin"
+    shutil.copy(ROOT / "models" / "tflite" / "broadcast_add.tflite", tfl)
+    onnx_named_tflite = tmp_path / "m.tflite"
+    shutil.copy(MODEL, onnx_named_tflite)
+    mlir = tmp_path / "m.txt"
+    mlir.write_text("module {\n}\n")
+    assert _runtimes([str(tfl), "-q"]) == ("ai_edge_litert.interpreter", "onnxruntime")
+    assert _runtimes([str(onnx_named_tflite), "--emit", "onnx"]) == ("onnxruntime",)
+    assert _runtimes([str(mlir), "--verify-only"]) == ("iree.runtime",)
+    assert _runtimes([str(tmp_path / "gone.tflite")]) == ("onnxruntime",)
+
+
+HELPER_PROBE = """
+import atexit, json, os, sys
+from legalizer import bounded_helper
+started = []
+start = bounded_helper.start
+bounded_helper.start = lambda preload=(): (started.append(list(preload)), start(preload))
+atexit.register(lambda: open(os.environ["STARTED_OUT"], "w").write(json.dumps(started)))
+from legalizer.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("model, args, started", [
+    ("mlp_bias.onnx", ["--no-check"], True),
+    ("tflite/broadcast_add.tflite", ["--no-check"], False),
+    ("tflite/broadcast_add.tflite", ["--no-check", "--emit", "tflite", "--emit", "tosa"], True)])
+def test_the_shape_inference_helper_starts_ahead_only_for_a_run_that_infers(tmp_path, model, args, started):
+    """The helper that runs ONNX shape inference starts while the command loads only when
+    the run will infer ONNX shapes: an ONNX model, or a TFLite model emitted as MLIR
+    (through its ONNX form); a TFLite run that emits TFLite starts nothing."""
+    src = tmp_path / Path(model).name
+    shutil.copy(ROOT / "models" / model, src)
+    out = tmp_path / "started.json"
+    p = subprocess.run([sys.executable, "-c", HELPER_PROBE, str(src), *args, "-q"], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, "STARTED_OUT": str(out)}, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(out.read_text()) == ([["legalizer.importers.onnx_infer"]] if started else [])

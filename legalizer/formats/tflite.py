@@ -46,8 +46,11 @@ class TfliteFormat(Format):
         from ..numeric.tflite import check_tflite
 
         options, golden, model = run.options, run.golden, run.model
+        # the ONNX form --emit writes (legalized), where one is written: what is run is that
+        form = run.onnx_form
         result = check_tflite(run.path, written, model, options.check_settings, dims=run.dims, inputs=run.given,
-                              samples=golden.samples, expected=golden.expected, reference=golden.reference)
+                              samples=golden.samples, expected=golden.expected, reference=golden.reference,
+                              form=(form.proto, form.results) if form is not None else None)
         if len(model.graphs) == 1:  # its bindings are named as the user names them
             for b in result.bindings:
                 b.source = "user" if b.dims and set(b.dims) <= set(run.dims) else b.source

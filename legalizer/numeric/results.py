@@ -74,6 +74,9 @@ class CheckResult:
     # (feeds, expected, got), and the names of the two runs.
     runs: Optional[List[tuple]] = field(default=None, repr=False)
     notes: List[str] = field(default_factory=list)  # what the run should warn of (stored outputs left out)
+    # An MLIR module the run writes (--emit tosa), itself run against the original: what
+    # is written is what was checked (None: no module written, or the check did not run).
+    module: Optional["CheckResult"] = None
 
     @property
     def ok(self) -> bool:
@@ -82,7 +85,7 @@ class CheckResult:
         compared = [b for b in self.bindings if not b.skipped]
         own = (self.ran and bool(compared) and all(b.ok for b in compared)
                and (self.runtime is None or self.runtime.ok))
-        return own and (self.torch is None or not self.torch.ran or self.torch.ok)
+        return own and all(other is None or not other.ran or other.ok for other in (self.torch, self.module))
 
     @property
     def compared(self) -> bool:
@@ -105,4 +108,6 @@ class CheckResult:
             out["runtime_shapes"] = self.runtime.to_json()
         if self.torch is not None:
             out["torch"] = self.torch.to_json()
+        if self.module is not None:
+            out["module"] = self.module.to_json()
         return out

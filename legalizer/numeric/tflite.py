@@ -85,7 +85,7 @@ class _OnnxSide:
     op an output that misses end to end (subgraph 0)."""
 
     def __init__(self, model: Model, k: int, settings: CheckSettings, quantized: Mapping[str, bool], prefix: str,
-                 op_by_op=None):
+                 op_by_op=None, given=None):
         from ..exporters.tflite_onnx import onnx_form
 
         self.graph = model.graphs[k]
@@ -101,7 +101,11 @@ class _OnnxSide:
         self.results: Dict[str, Value] = {}  # the form's tensors that hold op results, for _op_by_op
         self.litert_all = None  # the legalized model on LiteRT keeping every tensor, for _op_by_op
         try:
-            form, left_out = onnx_form(model, k, results=self.results)
+            if given is not None:  # the legalized form the run writes: (its proto, its op results)
+                (form, results), left_out = given, {}
+                self.results.update(results)
+            else:
+                form, left_out = onnx_form(model, k, results=self.results)
         except Exception as e:  # noqa: BLE001 - a translation bug must not stop the LiteRT side
             self.note([n.inputs[0].name for n in self.graph.outputs], f"no ONNX form: {first_line(e)}")
             return
@@ -206,7 +210,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, settings: Option
                  dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                  litert_only: bool = False, samples: Optional[List[Mapping[str, np.ndarray]]] = None,
                  expected: Optional[List[Mapping[str, np.ndarray]]] = None, reference: str = "",
-                 **changes) -> CheckResult:
+                 form=None, **changes) -> CheckResult:
     """Compare ``legalized`` (written from ``model``) with ``original`` as above.
     Output names say which runtime produced them: ``out (LiteRT)``, ``out (onnxruntime)``.
     Outputs the ONNX form cannot compute are compared on LiteRT only, and the result's
@@ -216,7 +220,9 @@ def check_tflite(original: Path, legalized: Path, model: Model, settings: Option
     is synthesized), instead of synthesized bindings; ``record``: the main subgraph's
     runs are kept (``CheckResult.runs``, for --save-inputs / --save-outputs);
     ``expected`` (with ``samples``: per sample the outputs by name, from ``reference``)
-    stands for the original's LiteRT run of the main subgraph. Every model runs in the
+    stands for the original's LiteRT run of the main subgraph. ``form``: the main
+    subgraph's ONNX form as the run writes it (``emit_formats.OnnxForm``'s proto and
+    results), run instead of one translated here. Every model runs in the
     child (``child.py``); one that faults there leaves the check not run (raised with
     ``litert_only``, for ``--against``)."""
     from .litert import LiteRTError, litert_available
@@ -228,7 +234,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, settings: Option
     try:
         return _check_tflite(original, legalized, model, opened, settings_of(settings, **changes), dims=dims,
                              inputs=inputs, litert_only=litert_only, samples=samples, expected=expected,
-                             reference=reference)
+                             reference=reference, form=form)
     except LiteRTError as e:
         return CheckResult(False, LITERT, error=str(e))
     except RunFault as e:
@@ -241,7 +247,7 @@ def check_tflite(original: Path, legalized: Path, model: Model, settings: Option
 
 
 def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, settings: CheckSettings, *, dims,
-                  inputs, litert_only, samples, expected, reference) -> CheckResult:
+                  inputs, litert_only, samples, expected, reference, form=None) -> CheckResult:
     from .litert import LiteRTError
 
     kernels, litert = _litert_kernels(original, model)
@@ -262,7 +268,8 @@ def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, s
         new = runtime.runner(legalized, provider, subgraph=k, kernels=kernels)
         opened.append(new.begin())
         onnx_side = None if litert_only else _OnnxSide(model, k, settings, quantized, prefix,
-                                                        (legalized, kernels) if k == 0 else None)
+                                                        (legalized, kernels) if k == 0 else None,
+                                                        given=form if k == 0 else None)
         if onnx_side is not None:
             opened.append(onnx_side)
         ref.activate()

@@ -12,12 +12,19 @@ between two operands that may each be 1 at run time needs a computation,
 (``assume_dynamic_not_one``) a dynamic dim is never 1, so dynamic operand dims must be
 equal and that check is elided: the dim is taken from the first of them.
 
+Everything the pass builds is made once per graph and shared (a common subexpression
+elimination as it goes): a constant by its contents, a runtime dim by the symbol it has
+(two dims of one symbol are equal), a result shape by its pieces, and a broadcast by its
+operand and shape. A chain of N ops over one shared bias gets one broadcast of it, not N:
+the pass's work and its output grow with the distinct broadcasts, not with their uses.
+
 ``lower_broadcast_in_dim`` then writes each BroadcastInDim as ONNX ``Unsqueeze`` +
 ``Expand``; StableHLO keeps it as ``broadcast_in_dim``.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from onnx import helper
@@ -34,34 +41,64 @@ BROADCAST_IN_DIM = "BroadcastInDim"
 
 
 class _ShapeBuilder:
-    """Builds the runtime value of one result shape from the operands' ``Shape``s."""
+    """Builds the runtime value of one result shape from the operands' ``Shape``s; each
+    value it makes is made once in its graph and shared by every node that needs it.
 
-    def __init__(self, graph: Graph, ctx: PassContext, cache: Dict[int, Value]):
-        self.graph, self.ctx, self.cache = graph, ctx, cache
+    The nodes are visited in topological order, so a value made for one node is
+    computed from values that come before every later node: sharing it adds no cycle."""
+
+    def __init__(self, graph: Graph, ctx: PassContext):
+        self.graph, self.ctx = graph, ctx
         self.ops = ops_for(graph)
         self.index_type = TensorType(self.ops.index_dtype, (1,))
+        self.made: Dict[tuple, Value] = {}  # what was built, by what it is of
+
+    def const(self, base: str, values: Sequence[int]) -> Value:
+        """An index vector, one per contents."""
+        key = ("const", tuple(values))
+        hit = self.made.get(key)
+        if hit is None:
+            hit = self.made[key] = index_const(self.graph, base, values)
+        return hit
 
     def shape_of(self, v: Value) -> Value:
-        hit = self.cache.get(id(v))
+        key = ("shape", id(v))
+        hit = self.made.get(key)
         if hit is None:
-            hit = self.cache[id(v)] = self.ops.shape(self.graph, v, f"{v.name}_shape")
+            hit = self.made[key] = self.ops.shape(self.graph, v, f"{v.name}_shape")
         return hit
 
     def dim_of(self, v: Value, axis: int) -> Value:
-        """``Shape(v)[axis]`` as a 1-element vector."""
-        base = f"{v.name}_dim{axis}"
-        idx = index_const(self.graph, base + "_index", [axis])
-        return self.ops.gather(self.graph, self.shape_of(v), idx, base)
+        """``Shape(v)[axis]`` as a 1-element vector; a symbolic dim's, once per symbol
+        (the first operand met with it stands for all of them)."""
+        dim = v.type.shape[axis]
+        key = ("symbol", dim) if isinstance(dim, str) else ("dim", id(v), axis)
+        hit = self.made.get(key)
+        if hit is None:
+            base = f"{v.name}_dim{axis}"
+            idx = self.const(base + "_index", [axis])
+            hit = self.made[key] = self.ops.gather(self.graph, self.shape_of(v), idx, base)
+        return hit
 
-    def broadcast_dims(self, a: Value, b: Value, base: str) -> Value:
-        """``Where(a == 1, b, a)``: numpy's broadcast of two runtime dims."""
-        one = index_const(self.graph, base + "_one", [1])
+    def broadcast_dims(self, a: Value, b: Value, base: str) -> Tuple[Value, bool]:
+        """``Where(a == 1, b, a)``: numpy's broadcast of two runtime dims; and whether it
+        was made now (False: an earlier node's is shared)."""
+        key = ("where", id(a), id(b))
+        hit = self.made.get(key)
+        if hit is not None:
+            return hit, False
+        one = self.const(base + "_one", [1])
         is_one = self.ops.equal(self.graph, a, one, base + "_is1")
-        return self.ops.where(self.graph, is_one, b, a, base)
+        hit = self.made[key] = self.ops.where(self.graph, is_one, b, a, base)
+        return hit, True
 
     def concat(self, pieces: List[Value], base: str) -> Value:
-        rank = sum(p.type.shape[0] for p in pieces)
-        return self.ops.concat(self.graph, pieces, TensorType(self.ops.index_dtype, (rank,)), base)
+        key = ("concat",) + tuple(id(p) for p in pieces)
+        hit = self.made.get(key)
+        if hit is None:
+            rank = sum(p.type.shape[0] for p in pieces)
+            hit = self.made[key] = self.ops.concat(self.graph, pieces, TensorType(self.ops.index_dtype, (rank,)), base)
+        return hit
 
 
 Source = Tuple[Value, int, Dim]  # (operand, its axis, the dim it has there)
@@ -80,7 +117,7 @@ def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]
 
     def flush():
         if static_run:
-            pieces.append(index_const(builder.graph, f"{base}_dims", static_run))
+            pieces.append(builder.const(f"{base}_dims", static_run))
             static_run.clear()
 
     for k, d in enumerate(target):
@@ -103,8 +140,8 @@ def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]
             continue
         acc = builder.dim_of(dyn[0][0], dyn[0][1])
         for v, axis, _ in dyn[1:]:
-            acc = builder.broadcast_dims(acc, builder.dim_of(v, axis), f"{base}_bcast{k}")
-            ctx.stats["runtime_broadcast_checks"] += 1
+            acc, made = builder.broadcast_dims(acc, builder.dim_of(v, axis), f"{base}_bcast{k}")
+            ctx.stats["runtime_broadcast_checks"] += made
         pieces.append(acc)
     flush()
     if len(pieces) == 1:
@@ -155,11 +192,20 @@ def _plan(node: Node, rule):
     operands = [v for v in node.inputs if v is not None]
     if any(v.type.shape is None for v in operands):
         return None
-    try:
-        shape = infer_result_shape([v.type.shape for v in operands]).shape
-    except IncompatibleDims:
+    shape = _result_shape(tuple(tuple(v.type.shape) for v in operands))
+    if shape is None:
         return None  # the input verification has said so
     return [i for i, v in enumerate(node.inputs) if v is not None], shape, _operand_sources(operands, len(shape)), False
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_shape(shapes: Tuple[Tuple[Dim, ...], ...]) -> Optional[Tuple[Dim, ...]]:
+    """The broadcast of operand shapes, None where they do not broadcast: asked once per
+    distinct tuple of shapes (a graph has few; a long chain asks the same every node)."""
+    try:
+        return tuple(infer_result_shape(list(shapes)).shape)
+    except IncompatibleDims:
+        return None
 
 
 def _todo(node: Node, rule):
@@ -187,7 +233,8 @@ def needs_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
 
 def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     changed = False
-    builder = _ShapeBuilder(graph, ctx, {})
+    builder = _ShapeBuilder(graph, ctx)
+    made = builder.made
     for node in graph.ops():
         rule = ctx.rules.get(node.op)
         if rule is None or rule.mode_at(graph.opset_of(node)) != "numpy":
@@ -196,22 +243,35 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
         if found is None:
             continue
         (idx, target, sources, exact), todo = found
-        dims_value = _result_dims(node, target, sources, exact, builder, ctx)
+        # A target of static dims and symbols has one value whichever node asks for it
+        # (a symbol's dim is the same value everywhere): made once, found again by it.
+        key = ("target", target) if not exact and None not in target else None
+        dims_value = made.get(key) if key is not None else None
         if dims_value is None:
-            dims_value = index_const(graph, f"{node.name or node.output.name}_shape", [int(d) for d in target])
+            dims_value = _result_dims(node, target, sources, exact, builder, ctx)
+        if dims_value is None:
+            dims_value = builder.const(f"{node.name or node.output.name}_shape", [int(d) for d in target])
         # A dim computed at run time gets a symbol of its own, so the broadcast operands
-        # are visibly one shape, in the IR and in the value_info of the written model.
-        target = tuple(f"{node.label}_bcast{k}" if d is None else d for k, d in enumerate(target))
+        # are visibly one shape, in the IR and in the value_info of the written model:
+        # one per shape value (the first node's name), as its broadcasts are shared.
+        if key is not None:
+            made[key] = dims_value
+        target = made.setdefault(("symbols", id(dims_value)),
+                                 tuple(f"{node.label}_bcast{k}" if d is None else d for k, d in enumerate(target)))
         for i in todo:
             v = node.inputs[i]
-            r = len(v.type.shape)
-            bcast = graph.add_op(
-                BROADCAST_IN_DIM, [v, dims_value], [v.type.with_shape(target)], domain=DOMAIN,
-                name=graph.fresh_name(f"{v.name}_bcast"), output_names=[f"{v.name}_bcast"],
-                attrs={"broadcast_dimensions": _dims_attr(graph, list(range(len(target) - r, len(target))))})
-            bcast.output.quant = v.quant
-            graph.set_input(node, i, bcast.output)
-            ctx.stats["broadcasts_made_explicit"] += 1
+            key = ("bcast", id(v), id(dims_value))
+            out = made.get(key)
+            if out is None:
+                r = len(v.type.shape)
+                bcast = graph.add_op(
+                    BROADCAST_IN_DIM, [v, dims_value], [v.type.with_shape(target)], domain=DOMAIN,
+                    name=graph.fresh_name(f"{v.name}_bcast"), output_names=[f"{v.name}_bcast"],
+                    attrs={"broadcast_dimensions": _dims_attr(graph, list(range(len(target) - r, len(target))))})
+                bcast.output.quant = v.quant
+                out = made[key] = bcast.output
+                ctx.stats["broadcasts_made_explicit"] += 1
+            graph.set_input(node, i, out)
         changed = True
     return changed
 
