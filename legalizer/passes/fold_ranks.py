@@ -447,6 +447,17 @@ class _TransposeFolder:
             v = v.producer.inputs[0]
         return v
 
+    def hand_over(self, out: Value, value: Value, shape: Sequence) -> None:
+        """``out``'s users read the folded ``value`` instead: a reshape to a constant shape
+        reads the fold itself; the rest, and a graph output (which keeps its name), read
+        ``value`` reshaped back to ``shape``, the shape ``out`` had."""
+        for u, i in self.graph.users(out):
+            if self.folder._absorbs(u, i):
+                self.graph.set_input(u, i, value)
+        if self.graph.users(out):
+            self.graph.replace_all_uses_with(out, self.folder._reshape(value, list(shape), out.type,
+                                                                       f"{out.name}_unfolded"))
+
     def _view(self, v: Value, shape: Sequence[int], base: str) -> Value:
         array = constant_array(v)
         if array is not None and array.size == int(np.prod(shape)):  # at compile time
@@ -482,12 +493,7 @@ class _TransposeFolder:
                                   attrs={"perm": self.ops.ints_attr("perm", mperm)},
                                   output_names=[f"{out.name}_f{len(dims)}"])
             value = t.output
-        for u, i in self.graph.users(out):
-            if self.folder._absorbs(u, i):  # a reshape to a constant shape reads the fold itself
-                self.graph.set_input(u, i, value)
-        if self.graph.users(out):  # the rest, and a graph output (which keeps its name), the shape it had
-            self.graph.replace_all_uses_with(out, self.folder._reshape(value, list(result), out.type,
-                                                                       f"{out.name}_unfolded"))
+        self.hand_over(out, value, result)
         self.ctx.stats["transposes_folded"] += 1
         return True
 
@@ -548,11 +554,7 @@ def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
         fb = b if new_b == sb else folder._view(b, new_b, f"{b.name}_f{len(new_b)}")
         mm = graph.add_op("MatMul", [fa, fb], [out.type.with_shape(new_out)], name=graph.fresh_name(node.name or "matmul"),
                           output_names=[f"{out.name}_f{len(new_out)}"]).output
-        for u, i in graph.users(out):
-            if folder.folder._absorbs(u, i):
-                graph.set_input(u, i, mm)
-        if graph.users(out):
-            graph.replace_all_uses_with(out, folder.folder._reshape(mm, list(so), out.type, f"{out.name}_unfolded"))
+        folder.hand_over(out, mm, so)
         ctx.stats["matmuls_folded"] += 1
         changed = True
     return changed
@@ -586,11 +588,7 @@ def fold_gather_indices(graph: Graph, ctx: PassContext) -> bool:
         fi = folder._view(idx, (lead, k), f"{idx.name}_f2")
         g = graph.add_op("GatherND", [data, fi], [out.type.with_shape(new_out)], name=graph.fresh_name(node.name or "gathernd"),
                          output_names=[f"{out.name}_f{len(new_out)}"]).output
-        for u, i in graph.users(out):
-            if folder.folder._absorbs(u, i):
-                graph.set_input(u, i, g)
-        if graph.users(out):
-            graph.replace_all_uses_with(out, folder.folder._reshape(g, list(shapes[2]), out.type, f"{out.name}_unfolded"))
+        folder.hand_over(out, g, shapes[2])
         ctx.stats["gathers_folded"] += 1
         changed = True
     return changed
@@ -740,11 +738,7 @@ def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
                            name=graph.fresh_name(node.name or node.op_type.lower()), attrs=attrs,
                            output_names=[f"{out.name}_f{len(new_out)}"]).output
         new.quant = out.quant
-        for u, i in graph.users(out):
-            if folder.folder._absorbs(u, i):
-                graph.set_input(u, i, new)
-        if graph.users(out):
-            graph.replace_all_uses_with(out, folder.folder._reshape(new, list(so), out.type, f"{out.name}_unfolded"))
+        folder.hand_over(out, new, so)
         ctx.stats["axis_ops_folded"] += 1
         changed = True
     return changed
