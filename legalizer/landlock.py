@@ -48,6 +48,10 @@ def python_install() -> List[str]:
         except KeyError:
             pass
     paths += [p for p in sys.path if p and os.path.isabs(p)]
+    # this package itself, and a clone's op tables beside it: an editable install imports
+    # it through a finder, from a folder that is not on the search path
+    here = os.path.dirname(os.path.realpath(__file__))
+    paths += [p for p in (here, os.path.join(os.path.dirname(here), "rules")) if os.path.isdir(p)]
     return paths
 
 

@@ -128,3 +128,15 @@ def test_nothing_crossing_to_a_child_is_a_pickle():
         imported = {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                     for a in n.names} | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         assert not {"pickle", "cPickle", "dill", "cloudpickle"} & imported, module.__name__
+
+
+def test_the_children_may_read_this_package_wherever_it_is_imported_from():
+    """An editable install imports ``legalizer`` through a finder, from a folder that is not on
+    the module search path: the helper, under Landlock, must still read the package (it could
+    not, and ONNX shape inference silently ran without it: the conformance suite's light
+    models lost their shapes)."""
+    import legalizer
+    from legalizer.landlock import python_install
+
+    package = str(Path(legalizer.__file__).resolve().parent)
+    assert package in python_install()
