@@ -58,7 +58,8 @@ def test_onnx_model_mlir_text_and_report_are_renamed_into_place(tmp_path, rename
     src = tmp_path / "m.onnx"
     src.write_bytes((MODELS / "mlp_bias.onnx").read_bytes())
     out, rep = tmp_path / "m.legal.onnx", tmp_path / "r.json"
-    assert legalize_in_process(src, "--emit", "onnx", "--emit", "tosa", "--report", rep)[0] == 0
+    code, o, e = legalize_in_process(src, "--emit", "onnx", "--emit", "tosa", "--report", rep)
+    assert code == 0, o + e
     _assert_all_renamed(tmp_path, renames, [out, tmp_path / "m.legal.tosa.mlir", rep])
 
 

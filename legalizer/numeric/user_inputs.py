@@ -141,14 +141,19 @@ def _check_declared(f, where: str, array: str, holds: int) -> None:
         raise ValueError(f"array '{array}' is in .npy format version {version[0]}.{version[1]},"
                          f" which is not read here")
     shape, _, dtype = _HEADERS[version](f)
-    for d in shape:  # each dim on its own: a zero elsewhere makes the product 0
-        if d < 0 or d * max(dtype.itemsize, 1) > MAX_ARRAY_BYTES:
-            raise UsageError(f"--input {where}: array '{array}' declares {'x'.join(map(str, shape))} of {dtype}:"
-                             f" dim {d} is {'negative' if d < 0 else 'over the limit'}; refusing to read it")
+    dims = 'x'.join(map(str, shape))
+    for d in shape:
+        if d < 0:
+            raise UsageError(f"--input {where}: array '{array}' declares {dims} of {dtype}: dim {d} is negative;"
+                             " refusing to read it")
     size = math.prod(shape) * dtype.itemsize
-    declares = f"array '{array}' declares {'x'.join(map(str, shape))} of {dtype} ({size:,} bytes)"
+    declares = f"array '{array}' declares {dims} of {dtype} ({size:,} bytes)"
     if size > MAX_ARRAY_BYTES:
         raise UsageError(f"--input {where}: {declares}, over the limit of {MAX_ARRAY_BYTES:,}; refusing to read it")
+    for d in shape:  # each dim on its own too: a zero elsewhere makes the product 0
+        if d * max(dtype.itemsize, 1) > MAX_ARRAY_BYTES:
+            raise UsageError(f"--input {where}: {declares}, but its dim {d} alone is over the limit of"
+                             f" {MAX_ARRAY_BYTES:,}; refusing to read it")
     if dtype.kind != "O" and size > holds - f.tell():
         raise UsageError(f"--input {where}: {declares}, but its file holds {max(holds - f.tell(), 0):,} bytes of"
                          f" data; refusing to read it")
