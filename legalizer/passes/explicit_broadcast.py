@@ -52,6 +52,7 @@ class _ShapeBuilder:
         self.ops = ops_for(graph)
         self.index_type = TensorType(self.ops.index_dtype, (1,))
         self.made: Dict[tuple, Value] = {}  # what was built, by what it is of
+        self.elided: set = set()  # the checks strict symbolic mode left out, as the default would share them
 
     def const(self, base: str, values: Sequence[int]) -> Value:
         """An index vector, one per contents."""
@@ -68,11 +69,28 @@ class _ShapeBuilder:
             hit = self.made[key] = self.ops.shape(self.graph, v, f"{v.name}_shape")
         return hit
 
+    @staticmethod
+    def dim_key(v: Value, axis: int) -> tuple:
+        """What ``dim_of`` shares a dim's value by: its symbol, else the operand and axis."""
+        dim = v.type.shape[axis]
+        return ("symbol", dim) if isinstance(dim, str) else ("dim", id(v), axis)
+
+    def elide(self, dyn: List["Source"]) -> int:
+        """How many of the checks ``broadcast_dims`` would make over ``dyn`` are new, as
+        the default mode would share them (strict symbolic mode makes none, and reports
+        each it elides once, as the default reports each it makes once)."""
+        acc, new = self.dim_key(dyn[0][0], dyn[0][1]), 0
+        for v, axis, _ in dyn[1:]:
+            acc = ("where", acc, self.dim_key(v, axis))
+            if acc not in self.elided:
+                self.elided.add(acc)
+                new += 1
+        return new
+
     def dim_of(self, v: Value, axis: int) -> Value:
         """``Shape(v)[axis]`` as a 1-element vector; a symbolic dim's, once per symbol
         (the first operand met with it stands for all of them)."""
-        dim = v.type.shape[axis]
-        key = ("symbol", dim) if isinstance(dim, str) else ("dim", id(v), axis)
+        key = self.dim_key(v, axis)
         hit = self.made.get(key)
         if hit is None:
             base = f"{v.name}_dim{axis}"
@@ -136,7 +154,7 @@ def _result_dims(node: Node, target: Tuple[Dim, ...], sources: List[List[Source]
             # strict symbolic: no dynamic dim is 1, so all of them are equal
             v, axis, _ = dyn[0]
             pieces.append(builder.dim_of(v, axis))
-            ctx.stats["runtime_broadcast_checks_elided"] += len(dyn) - 1
+            ctx.stats["runtime_broadcast_checks_elided"] += builder.elide(dyn)
             continue
         acc = builder.dim_of(dyn[0][0], dyn[0][1])
         for v, axis, _ in dyn[1:]:
