@@ -43,7 +43,8 @@ def _executorch(ep, module, args):
     t = time.perf_counter()
     try:
         pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
-        got = Runtime.get().load_program(pte.buffer).load_method("forward").execute(list(args))
+        program = Runtime.get().load_program(pte.buffer)  # owns the method's arenas: keep it alive
+        got = program.load_method("forward").execute(list(args))
         ok = torch.allclose(got[0], module(*args), rtol=1e-5, atol=1e-5)
         return ("runs, matches" if ok else "runs, differs"), time.perf_counter() - t
     except Exception as e:  # noqa: BLE001

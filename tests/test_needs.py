@@ -13,9 +13,8 @@ import pytest
 import needs
 
 ROOT = Path(__file__).resolve().parent.parent
-# Extras no test needs: the test tools themselves, and the corpus builder's (its
-# models are read from .cache/corpus, built or not).
-NOT_NEEDED = {"test", "corpus"}
+# Extras no test needs: the test tools themselves.
+NOT_NEEDED = {"test"}
 
 
 def test_the_table_names_the_extras_of_pyproject():

@@ -183,8 +183,8 @@ def test_executorch_xnnpack_runs_the_legal_form_and_matches(name, programs):
 
     module, args, ep = programs[name]
     pte = to_edge_transform_and_lower(legalize(ep, "coreml"), partitioner=[XnnpackPartitioner()]).to_executorch()
-    method = Runtime.get().load_program(pte.buffer).load_method("forward")
-    got = method.execute(list(args))
+    program = Runtime.get().load_program(pte.buffer)  # it owns the method's arenas: kept alive
+    got = program.load_method("forward").execute(list(args))
     torch.testing.assert_close(got[0], module(*args), rtol=1e-5, atol=1e-5)
 
 
@@ -234,8 +234,9 @@ def test_executorch_transform_pass_legalizes_the_edge_program(name, programs):
 
     manager = to_edge_transform_and_lower(ep, transform_passes=[executorch_pass("coreml")], partitioner=[Spy()])
     assert seen and max(seen) <= 5
-    method = Runtime.get().load_program(manager.to_executorch().buffer).load_method("forward")
-    torch.testing.assert_close(method.execute(list(args))[0], module(*args), rtol=1e-5, atol=1e-5)
+    program = Runtime.get().load_program(manager.to_executorch().buffer)  # it owns the arenas: kept alive
+    torch.testing.assert_close(program.load_method("forward").execute(list(args))[0], module(*args),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.needs("executorch")
@@ -248,7 +249,8 @@ def test_the_rank_7_patchify_fails_on_executorch_without_legalizing(programs):
     module, args, ep = programs["video_patchify"]
     pte = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
     with pytest.raises(RuntimeError, match="Failed to load method forward"):
-        Runtime.get().load_program(pte.buffer).load_method("forward").execute(list(args))
+        program = Runtime.get().load_program(pte.buffer)
+        program.load_method("forward").execute(list(args))
 
 
 def test_suggested_fixes_round_trip_through_torch_export():
