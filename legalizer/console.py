@@ -172,7 +172,21 @@ class Printer:
             self.legalize_summary(res)
         self.check_lines(res)
         self.diagnosis_lines(res)
+        if rep.suggested_fixes and not self.quiet:
+            self.fix_lines(rep.suggested_fixes)
         self.say(one_line(f"{rep.input}: {self.verdict(res)}"))
+
+    def fix_lines(self, fixes: dict) -> None:
+        """A torch.export program's suggested fixes, as torch.export prints its own (the
+        text ``refine_dynamic_shapes_from_suggested_fixes`` takes), each dim named by its
+        symbol, after a line that says which input dim each symbol is (-v: and why)."""
+        where = ", ".join(f"{f['dim']} is input '{f['input']}' dim {f['axis']}" for f in fixes["fixes"])
+        self.say(one_line(f"suggested fixes to the program's dynamic_shapes ({where}):"))
+        for line in fixes["text"].splitlines():
+            self.say(printable(line))
+        if self.verbose:
+            for f in fixes["fixes"]:
+                self.say(printable(f"  why {f['fix']}: {f['why']}"))
 
     def diagnosis_lines(self, res: RunResult) -> None:
         """The culprit of a localization in one line (with -v, every value that differs),
@@ -235,7 +249,8 @@ class Printer:
         # A PyTorch input is compared twice: with its ONNX export, and with PyTorch.
         for chk, ref, who in ((res.check, "", "the original model"),
                               (getattr(res.check, "torch", None), "vs torch | ", "PyTorch"),
-                              (getattr(res.check, "module", None), "tosa module | ", "the original model")):
+                              (getattr(res.check, "module", None), "tosa module | ", "the original model"),
+                              (getattr(res.check, "executorch", None), "executorch | ", "the original program")):
             searched = getattr(chk, "search", None)
             if searched is not None and not self.quiet:
                 self.say(one_line(f"search: {who} rejects every synthesized dim binding; {searched.summary()}"))

@@ -268,6 +268,8 @@ def _rewrite(job: Run) -> None:
     report.warnings.extend(done.warnings)
     report.stats.update({key: int(done.stats[key]) for key in STAT_KEYS if key in done.stats})
     job.res.ops_after = _op_counts(model)
+    if model.aten is not None:  # a torch.export program: the fixes to its dynamic_shapes that make it legal
+        _suggest_fixes(job, spec)
     if spec.backend is None and model.aten is not None:  # a torch.export program: what its lowering left
         report.warnings.extend(f"node '{r['node']}' ({r['op']}): target '{spec.name}' refuses it:"
                                f" {'; '.join(r['reasons'])}" for r in report.target_rules["refused_after"])
@@ -275,6 +277,19 @@ def _rewrite(job: Run) -> None:
         tool = report.target_rules["profile"]["backend"]
         report.warnings.extend(f"node '{r['node']}' ({r['op']}{', as ' + r['as'] if 'as' in r else ''}): {tool} refuses"
                                f" it: {'; '.join(r['reasons'])}" for r in report.target_rules["refused_after"])
+
+
+def _suggest_fixes(job: Run, spec) -> None:
+    """The report's ``suggested_fixes`` (torch.export's form) where the program's
+    legality depends on its dynamic dims: what the target still refuses over them, the
+    runtime constraints, a target that takes static shapes only."""
+    from .importers.aten_fixes import for_model, to_json
+
+    static = f"target '{spec.name}' takes static shapes only" if spec.static_shapes else None
+    dims, fixes = for_model(job.model, job.model.aten.original, refused=job.report.target_rules["refused_after"],
+                            constraints=job.model.constraints, static=static)
+    if fixes:
+        job.report.suggested_fixes = to_json(dims, fixes)
 
 
 def _constraints_at_bound_sizes(job: Run) -> bool:

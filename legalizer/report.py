@@ -111,6 +111,9 @@ class Report:
     # The target's profile and the ops its rules refuse before and after, with reasons
     # (an addition: legalizing runs only).
     target_rules: Optional[dict] = None
+    # A torch.export program: the fixes to its dynamic_shapes that make it legal, in
+    # torch.export's form (``importers.aten_fixes.to_json``; an addition, when any).
+    suggested_fixes: Optional[dict] = None
 
     def add_verification(self, result: VerifyResult, stage: str) -> None:
         for d in result.violations:
@@ -140,6 +143,8 @@ class Report:
             out["target_rules"] = self.target_rules
         if self.reduced is not None:
             out["reduced"] = self.reduced
+        if self.suggested_fixes is not None:
+            out["suggested_fixes"] = self.suggested_fixes
         return out
 
     def dumps(self) -> str:
@@ -205,6 +210,8 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     written = list((rep.get("outputs") or {}).values()) or ([rep["output"]] if rep.get("output") else [])
     where = f" {arrow} {', '.join(written)}" if written else ""
     torch_too = " and PyTorch" if (chk.get("torch") or {}).get("ran") else ""
+    if (chk.get("executorch") or {}).get("ran"):  # a .pt2's legal program as ExecuTorch runs it
+        torch_too += f", and on {chk['executorch']['provider']}"
     module = chk.get("module") or {}
     torch_too += f", and {module['provider']}" if module.get("ran") else \
         " (the TOSA module written was not run)" if module else ""

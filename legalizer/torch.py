@@ -36,30 +36,33 @@ class TorchResult:
     refused_after: List[dict] = field(default_factory=list)
     profile: Dict[str, Any] = field(default_factory=dict)
 
-    # Symbols of the tensors still refused (the program's ``s77``, ...), with the user
-    # input dim each stands for and its size in the example inputs: what making the dims
-    # static (``suggested_fixes``) would take.
-    symbols: List[tuple] = field(default_factory=list)
+    # The program's dynamic input dims and the fixes that make it legal
+    # (``importers.aten_fixes``): its symbols, each named as the program names it.
+    dims: List[Any] = field(default_factory=list)
+    fixes: List[Any] = field(default_factory=list)
 
     @property
     def legal(self) -> bool:
         return not self.refused_after
 
     def suggested_fixes(self, dynamic_shapes=None) -> str:
-        """torch.export's "Suggested fixes" for what is still refused, which
-        ``torch.export.refine_dynamic_shapes_from_suggested_fixes`` applies: each symbolic
-        dim of a refused tensor but one made static at its example size (``d = 3``),
-        named as ``dynamic_shapes`` (torch.export's argument) names it; "" when none
-        helps. (The rank lowering takes one symbolic dim per view.)"""
-        names = []
-        for symbol, arg, axis, size in self.symbols[1:]:
-            name = _dim_name(dynamic_shapes, arg, axis) or symbol
-            names.append(f"  {name} = {size}")
-        return "Suggested fixes:\n" + "\n".join(dict.fromkeys(names)) if names else ""
+        """torch.export's "Suggested fixes" for what the target still refuses (or, for a
+        target that takes static shapes only, every dynamic dim static), which
+        ``torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes``
+        applies: each dim named as ``dynamic_shapes`` (torch.export's argument) names
+        it, else by its symbol; "" when none helps."""
+        from .importers.aten_fixes import renamed, text
+
+        return text(self.fixes, renamed(self.dims, dynamic_shapes))
 
     def to_json(self) -> dict:
-        return {"target": self.target, "profile": self.profile, "stats": dict(self.stats),
-                "refused_before": self.refused_before, "refused_after": self.refused_after}
+        out = {"target": self.target, "profile": self.profile, "stats": dict(self.stats),
+               "refused_before": self.refused_before, "refused_after": self.refused_after}
+        if self.fixes:
+            from .importers.aten_fixes import to_json
+
+            out["suggested_fixes"] = to_json(self.dims, self.fixes)
+        return out
 
 
 def _require_torch() -> None:
@@ -88,43 +91,12 @@ def run(program, target: str = "coreml", *, level: Optional[str] = None) -> Torc
     done = run_passes(model, target, level=level)
     after = spec.refused(model.graphs, level)
     legal = export_program(model)
+    from .importers.aten_fixes import for_model
+
+    static = f"target '{spec.name}' takes static shapes only" if spec.static_shapes else None
+    dims, fixes = for_model(model, program, refused=after, constraints=model.constraints, static=static)
     return TorchResult(legal, spec.name, {k: int(v) for k, v in done.stats.items() if v}, before, after,
-                       spec.to_json(level), _refused_symbols(model, program, after))
-
-
-def _refused_symbols(model, program, refused) -> List[tuple]:
-    """(symbol, input, axis, example size) of each symbolic dim of the tensors the target
-    still refuses, in the order the user inputs have them."""
-    if not refused:
-        return []
-    names = {r["node"] for r in refused}
-    seen = set()
-    for node in model.graph.nodes():
-        if node.label in names:
-            for v in list(node.inputs) + list(node.outputs):
-                seen.update(str(d) for d in (v.type.shape or ()) if isinstance(d, str))
-    out = []
-    from torch.export.graph_signature import InputKind
-
-    users = {s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT}
-    for ph in program.graph.nodes:
-        if ph.op != "placeholder" or ph.name not in users:
-            continue
-        val = ph.meta.get("val")
-        for axis, d in enumerate(getattr(val, "shape", ())):
-            sym = str(d)
-            if sym in seen and not isinstance(d, int) and all(sym != o[0] for o in out):
-                out.append((sym, ph.name, axis, int(d.node.hint)))
-    return out
-
-
-def _dim_name(dynamic_shapes, arg: str, axis: int) -> Optional[str]:
-    """The name of the ``Dim`` ``dynamic_shapes`` gives input ``arg`` at ``axis``."""
-    if not isinstance(dynamic_shapes, dict):
-        return None
-    spec = dynamic_shapes.get(arg)
-    dim = spec.get(axis) if isinstance(spec, dict) else spec[axis] if isinstance(spec, (list, tuple)) else None
-    return getattr(dim, "__name__", None)
+                       spec.to_json(level), dims, fixes)
 
 
 def legalize(program, target: str = "coreml", *, level: Optional[str] = None, strict: bool = True):

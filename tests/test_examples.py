@@ -9,7 +9,8 @@ shows them, must be what the block shows under it; absolute paths of that folder
 timings are normalized, and a line ``...`` in a block stands for any number of lines.
 The ```python blocks of the docs run too, in the same folder.
 
-An example that needs an optional extra (a ``.pt2``: torch; a ``.tflite``: litert; TOSA
+An example that needs an optional extra (a ``.pt2``: torch, and executorch for
+``legalize``, whose check runs it there too; a ``.tflite``: litert; TOSA
 MLIR, read or written with the check on: iree; ``--executor ray``: ray; ``--emit
 stablehlo-bytecode``: jax) is skipped,
 naming the extra, where the extra is not installed. Nothing else is skipped: an example
@@ -90,6 +91,8 @@ def extras_needed(example: Example) -> List[str]:
     for word in words:
         if word.endswith(".pt2"):
             needs.add("torch")
+            if words[0] == "legalize":  # its check runs the legal program on ExecuTorch too, and says so
+                needs.add("executorch")
         elif word.endswith(".tflite"):
             needs.add("litert")
         elif word.endswith((".mlir", ".mlirbc")) and word.startswith("models/"):

@@ -311,3 +311,168 @@ def test_cli_legalizes_a_pt2_for_coreml_and_names_what_it_cannot(tmp_path, legal
     assert p.stderr.splitlines()[-1].endswith(
         "target 'coreml' takes rank <= 5, and no legal form keeps the model's interface:"
         " input 'a' has rank 6, input 'b' has rank 6"), p.stderr
+
+
+def test_cli_suggested_fixes_round_trip_through_torch_export(tmp_path, legalize):
+    """``legalize m.pt2`` of GroupNorm on 5-D input with two dynamic dims: coreml still
+    refuses it (its merged dims are a product of two symbols). The terminal and the
+    report give torch.export's suggested fixes, each dim named by its symbol; the
+    report's dynamic_shapes (the program's dynamic dims, so named) refined with them by
+    torch.export's own helper and exported again: legal, with no fixes, one dim still
+    dynamic."""
+    import json
+
+    import torch
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    from legalizer.importers.pt2_safety import load_untrusted
+
+    module, args = cases()["groupnorm_5d"]
+    src = tmp_path / "gn.pt2"
+    shapes = {"x": {2: Dim("depth", min=2, max=16), 3: Dim("height", min=2, max=16)}}
+    torch.export.save(torch.export.export(module, args, dynamic_shapes=shapes), str(src))
+    p = legalize(src, "--target", "coreml", "--report", tmp_path / "r.json", isolated=True, prelude="", timeout=600)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["target_rules"]["refused_after"]
+    fixes = report["suggested_fixes"]
+    program = load_untrusted(src)
+    (x,) = (n for n in program.graph.find_nodes(op="placeholder") if n.name == "x")
+    depth, height = (str(d.node.expr) for d in x.meta["val"].shape[2:4])
+    assert fixes["text"] == f"Suggested fixes:\n  {height} = 4"
+    assert [(f["dim"], f["input"], f["axis"]) for f in fixes["fixes"]] == [(height, "x", 3)]
+    assert fixes["dynamic_shapes"] == {"x": {"2": {"name": depth, "min": 2, "max": 16, "size": 3},
+                                             "3": {"name": height, "min": 2, "max": 16, "size": 4}}}
+    lines = p.stdout.splitlines()
+    at = lines.index("Suggested fixes:")
+    assert lines[at - 1] == f"suggested fixes to the program's dynamic_shapes ({height} is input 'x' dim 3):"
+    assert lines[at + 1] == f"  {height} = 4"
+
+    named = {arg: {int(axis): Dim(d["name"], min=d["min"], max=d["max"]) for axis, d in dims.items()}
+             for arg, dims in fixes["dynamic_shapes"].items()}
+    refined = refine_dynamic_shapes_from_suggested_fixes(fixes["text"], named)
+    assert refined["x"][3] == 4 and refined["x"][2] is named["x"][2]
+    again = tmp_path / "gn2.pt2"
+    torch.export.save(torch.export.export(module, args, dynamic_shapes=refined), str(again))
+    p = legalize(again, "--target", "coreml", "--report", tmp_path / "r2.json", isolated=True, prelude="", timeout=600)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "r2.json").read_text())
+    assert not report["target_rules"]["refused_after"] and "suggested_fixes" not in report
+    assert "Suggested fixes:" not in p.stdout
+    legal = load_untrusted(tmp_path / "gn2.legal.pt2")
+    assert max(_ranks(legal)) <= 5 and len(legal.range_constraints) == 1
+
+
+def test_fixes_for_runtime_constraints_and_static_targets():
+    """The fixes each kind of runtime constraint takes, in torch.export's form: two dims
+    that must be equal (``s1 = s0``), a dim against a size (``s0 = 4``), a two-sided
+    broadcast (neither may be 1: ``Dim(..., min=2)`` for a dim whose range holds 1, then
+    equal), which torch.export's helper applies; a target that takes static shapes only:
+    every dim at its example size."""
+    import torch
+    from torch.export import Dim
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    from legalizer.importers.aten_fixes import DynamicDim, suggest, text
+
+    dims = [DynamicDim("s0", "x", 0, 2, None, 3), DynamicDim("s1", "y", 0, 1, 9, 5), DynamicDim("s2", "y", 1, 2, 8, 6)]
+    assert text(suggest(dims, refused={}, constraints=[("eq", "s0", "s2")])) == "Suggested fixes:\n  s2 = s0"
+    assert text(suggest(dims, refused={}, constraints=[("bcast", "s2", 4)])) == "Suggested fixes:\n  s2 = 4"
+    assert text(suggest(dims, refused={}, constraints=[("bcast", "s1", "s0")])) == "Suggested fixes:\n  s1 = s0"
+    assert text(suggest(dims, refused={}, constraints=[("bcast", "s1", "s2")])) == \
+        "Suggested fixes:\n  s1 = Dim('s1', min=2, max=9)\n  s2 = s1"
+    assert text(suggest(dims, refused={}, static="static")) == "Suggested fixes:\n  s0 = 3\n  s1 = 5\n  s2 = 6"
+    assert text(suggest(dims, refused={"s2": "r", "s1": "r"})) == "Suggested fixes:\n  s2 = 6"
+    assert text(suggest(dims, refused={}, constraints=[("eq", "x[0]", "y[1]")])) == ""
+    shapes = {"x": {0: Dim("s0")}, "y": {0: Dim("s1", min=1, max=9), 1: Dim("s2", max=8)}}
+    fixed = refine_dynamic_shapes_from_suggested_fixes(
+        text(suggest(dims, refused={}, constraints=[("bcast", "s1", "s2")])), shapes)
+    assert fixed["y"][0].min == 2 and fixed["y"][1] is fixed["y"][0]
+
+    class Add(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    ep = torch.export.export(Add(), (torch.randn(5, 3), torch.randn(5, 3)),
+                             dynamic_shapes={"x": {0: Dim("a", min=2, max=9)}, "y": {0: Dim("a", min=2, max=9)}})
+    from legalizer.importers.aten_fixes import dynamic_dims
+
+    (d,) = dynamic_dims(ep)
+    assert (d.input, d.axis, d.min, d.max, d.size) == ("x", 0, 2, 9, 5) and d.name == str(next(iter(ep.range_constraints)))
+
+
+def _pt2(tmp_path, name, module, args, **kwargs):
+    import torch
+
+    path = tmp_path / f"{name}.pt2"
+    torch.export.save(torch.export.export(module, args, **kwargs), str(path))
+    return path
+
+
+@pytest.mark.needs("executorch")
+def test_cli_check_runs_the_legal_program_on_executorch(tmp_path, legalize):
+    """The video ViT's rank-7 patchify, its batch dynamic: the check lowers the legal
+    program with XNNPACK at each binding's shapes, runs the .pte on ExecuTorch's runtime
+    and compares it with the original in PyTorch, in the same report; without the
+    extra, the report says it did not run, naming the extra, and nothing else changes."""
+    import json
+
+    from torch.export import Dim
+
+    module, args = cases()["video_patchify"]
+    src = _pt2(tmp_path, "patchify", module, args, dynamic_shapes={"x": {0: Dim("batch", min=1, max=8)}})
+    p = legalize(src, "--target", "coreml", "--report", tmp_path / "r.json", isolated=True, prelude="", timeout=900)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    et, pt = report["check"]["executorch"], report["check"]
+    assert (et["ran"], et["ok"], et["provider"]) == (True, True, "ExecuTorch (XNNPACK)")
+    assert [b["dims"] for b in et["bindings"]] == [b["dims"] for b in pt["bindings"]] and len(et["bindings"]) == 2
+    assert all(o["name"] == "view_1" and o["stats"]["total"] == 1152 // 2 * b["dims"][next(iter(b["dims"]))]
+               for b in et["bindings"] for o in b["outputs"])
+    executorch_lines = [ln for ln in p.stdout.splitlines() if ln.startswith("PASSED | executorch | Output: 'view_1' |")]
+    assert len(executorch_lines) == 2, p.stdout
+    assert p.stdout.splitlines()[-1].endswith("outputs match in PyTorch, and on ExecuTorch (XNNPACK)")
+    assert not report["warnings"]
+
+    (tmp_path / "patchify.legal.pt2").unlink()
+    p = legalize(src, "--target", "coreml", "--report", tmp_path / "r2.json", isolated=True, timeout=900,
+                 prelude="import sys; sys.modules['executorch'] = None; ")
+    assert p.returncode == 0, p.stderr
+    without = json.loads((tmp_path / "r2.json").read_text())
+    assert without["check"]["executorch"] == {
+        "ran": False, "provider": "ExecuTorch (XNNPACK)", "ok": None, "bindings": [],
+        "error": "ExecuTorch is not installed: pip install 'legalizer[executorch]'"}
+    assert without["check"]["ok"] and not without["warnings"] and "executorch |" not in p.stdout
+    assert p.stdout.splitlines()[-1].endswith("outputs match in PyTorch")
+    for key in ("violations", "stats", "target_rules"):
+        assert without[key] == report[key]
+
+
+@pytest.mark.needs("executorch")
+def test_executorch_check_tells_a_pte_that_differs(tmp_path):
+    """The comparison itself: a .pte that computes otherwise than the original fails
+    its outputs (the check's exit 1), one that computes the same passes."""
+    import torch
+
+    from legalizer.importers.aten import declaration, import_program, user_inputs
+    from legalizer.numeric.executorch_run import check_executorch
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Thrice(torch.nn.Module):
+        def forward(self, x):
+            return x * 3
+
+    args = (torch.randn(2, 3),)
+    original = torch.export.export(Twice(), args)
+    model = import_program(original)
+    declared, names = declaration(model), user_inputs(model.aten.program)
+    same = check_executorch(original, declared, names, _pt2(tmp_path, "twice", Twice(), args))
+    assert same.ran and same.ok and len(same.bindings) == 1
+    other = check_executorch(original, declared, names, _pt2(tmp_path, "thrice", Thrice(), args))
+    assert other.ran and not other.ok
+    (out,) = other.bindings[0].outputs
+    assert not out.ok and out.max_abs_err > 0

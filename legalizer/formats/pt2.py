@@ -1,7 +1,9 @@
 """A ``torch.export`` program, legalized as its Core ATen graph (``importers.aten``) and
 written back as a ``torch.export`` program (``.pt2``). Its check is PyTorch: the
 original program and the legal one as written, read back by the safe loader, run at the
-same bindings (``--dim``, ``--input``) and compared output by output."""
+same bindings (``--dim``, ``--input``) and compared output by output; where the
+``executorch`` extra is installed, the legal program lowered to ExecuTorch (XNNPACK)
+is run too, against the original (``numeric.executorch_run``)."""
 
 from __future__ import annotations
 
@@ -50,11 +52,18 @@ class AtenFormat(Format):
         from ..importers.aten import declaration, user_inputs
         from ..numeric.torch_ref import check_programs
 
+        from ..numeric.executorch_run import check_executorch, installed
+
         src = run.model.aten
-        options = run.options
-        return check_programs(src.original, declaration(run.model), user_inputs(src.program), written,
-                              replace(options.check_settings, record=False), dims=run.dims, inputs=run.given,
-                              choices=self.choices(run))
+        settings = replace(run.options.check_settings, record=False)
+        args = (src.original, declaration(run.model), user_inputs(src.program), written, settings)
+        result = check_programs(*args, dims=run.dims, inputs=run.given, choices=self.choices(run))
+        if result.ok:  # and as ExecuTorch deploys it, where installed
+            et = result.executorch = check_executorch(*args, dims=run.dims, inputs=run.given,
+                                                      choices=self.choices(run))
+            if not et.ran and installed():  # (without the extra, the report alone says so)
+                result.notes.append(f"the check on ExecuTorch did not run: {et.error}")
+        return result
 
     def choices(self, run) -> Dict[str, list]:
         """Per symbol, the sizes the check binds it to: the usual ones (a small size and

@@ -77,6 +77,9 @@ class CheckResult:
     # An MLIR module the run writes (--emit tosa), itself run against the original: what
     # is written is what was checked (None: no module written, or the check did not run).
     module: Optional["CheckResult"] = None
+    # A .pt2's legal program lowered to ExecuTorch (XNNPACK) and its .pte run against the
+    # original program in PyTorch (``executorch_run``; not run without the extra).
+    executorch: Optional["CheckResult"] = None
 
     @property
     def ok(self) -> bool:
@@ -85,7 +88,8 @@ class CheckResult:
         compared = [b for b in self.bindings if not b.skipped]
         own = (self.ran and bool(compared) and all(b.ok for b in compared)
                and (self.runtime is None or self.runtime.ok))
-        return own and all(other is None or not other.ran or other.ok for other in (self.torch, self.module))
+        return own and all(other is None or not other.ran or other.ok for other in (self.torch, self.module,
+                                                                                      self.executorch))
 
     @property
     def compared(self) -> bool:
@@ -110,4 +114,6 @@ class CheckResult:
             out["torch"] = self.torch.to_json()
         if self.module is not None:
             out["module"] = self.module.to_json()
+        if self.executorch is not None:
+            out["executorch"] = self.executorch.to_json()
         return out
