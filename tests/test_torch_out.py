@@ -211,6 +211,38 @@ def test_a_transformers_swin_is_legal_for_coreml():
     assert result.program.state_dict.keys() == ep.state_dict.keys()
 
 
+@pytest.mark.needs("corpus")
+def test_a_transformers_swin_keeps_its_dynamic_batch(tmp_path):
+    """Swin with a dynamic batch: fake-tensor propagation of its zero padding
+    (``constant_pad_nd``) takes ``int`` of the batch, which specialized the program's
+    symbol for the whole legal program of a program read from a .pt2 (saved, it then
+    refused any batch but 2). The legal program keeps the batch symbolic and its range,
+    and, saved and read back, computes the same at another batch."""
+    import torch
+    import transformers
+    from torch.export import Dim
+
+    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.torch import run
+
+    torch.manual_seed(0)
+    config = transformers.SwinConfig(image_size=32, patch_size=4, num_channels=3, embed_dim=16, depths=[1, 1],
+                                     num_heads=[2, 2], window_size=2)
+    module = transformers.SwinModel(config).eval()
+    ep = torch.export.export(module, (torch.randn(2, 3, 32, 32),),
+                             dynamic_shapes={"pixel_values": {0: Dim("batch", min=1, max=8)}}, strict=False)
+    torch.export.save(ep, str(tmp_path / "swin.pt2"))
+    ep = load_untrusted(tmp_path / "swin.pt2")  # as the command line reads it: its shape env made anew
+    legal = run(ep, "coreml").program
+    (x,) = (n for n in legal.graph.nodes if n.op == "placeholder" and n.name == "pixel_values")
+    (symbol,) = ep.range_constraints
+    assert str(x.meta["val"].shape[0]) == str(symbol) and legal.range_constraints == ep.range_constraints
+    torch.export.save(legal, str(tmp_path / "swin.legal.pt2"))
+    three = torch.randn(3, 3, 32, 32)
+    got = load_untrusted(tmp_path / "swin.legal.pt2").module()(three)
+    torch.testing.assert_close(got[0], module(three)[0], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.needs("executorch")
 @pytest.mark.parametrize("name", NAMES)
 def test_executorch_transform_pass_legalizes_the_edge_program(name, programs):

@@ -75,7 +75,6 @@ def export_program(model):
     from torch._guards import detect_fake_mode
     from torch.export.graph_signature import (ConstantArgument, InputKind, InputSpec,
                                               TensorArgument)
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 
     src = model.aten
@@ -148,7 +147,7 @@ def export_program(model):
             ph.meta["val"] = fake.from_tensor(constants[ph.name], static_shapes=True)
         vals.append(ph.meta["val"])
     try:
-        FakeTensorProp(gm, mode=fake).propagate_dont_convert_inputs(*vals)
+        _Propagation(gm, fake, ep.graph).propagate_dont_convert_inputs(*vals)
     except Exception as e:  # noqa: BLE001 - torch's words say which call fails
         raise BadInput(f"the legal form does not trace ({type(e).__name__}: {first_line(e)})") from None
     output_specs = []
@@ -166,6 +165,32 @@ def export_program(model):
                                             constants=constants, verifiers=ep.verifiers)
     except Exception as e:  # noqa: BLE001
         raise BadInput(f"the legal form is not a valid ExportedProgram ({type(e).__name__}: {first_line(e)})") from None
+
+
+def _Propagation(gm, fake, original):
+    """FakeTensorProp over the legal graph that gives a call the program had as it was
+    (its name, target and arguments) the program's own ``val``: fake-tensor propagation
+    of some calls (``constant_pad_nd`` on Swin's windows) takes ``int`` of a symbolic
+    size, which specializes the program's symbol (a dynamic batch made 2) for the whole
+    program, where tracing it did not."""
+    import torch.fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def names(a):
+        return torch.fx.node.map_arg(a, lambda x: x.name)
+
+    kept = {n.name: n for n in original.nodes if n.op == "call_function" and "val" in n.meta}
+
+    class Propagation(FakeTensorProp):
+        def run_node(self, n):
+            o = kept.get(n.name)
+            if o is not None and n.op == "call_function" and o.target is n.target and \
+                    names(o.args) == names(n.args) and names(o.kwargs) == names(n.kwargs):
+                n.meta["val"] = o.meta["val"]
+                return o.meta["val"]
+            return super().run_node(n)
+
+    return Propagation(gm, mode=fake)
 
 
 def _renamed(entry, before, after, inputs: Dict[str, str]):
