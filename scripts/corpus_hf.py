@@ -1,7 +1,8 @@
 """The Hugging Face part of the corpus (scripts/corpus.py): ``transformers``
 architectures built from small configs (a few layers, small widths, random weights:
 nothing is downloaded) and exported with ``torch.onnx.export(..., dynamo=True)``, batch
-and sequence (or time) dims symbolic.
+and sequence (or time) dims symbolic; and those of PT2_MODELS as ``torch.export``
+programs (``export_program``: ``torch.export.save``'s ``.pt2``, the batch dynamic).
 
 Each entry of MODELS (tests/corpus_models.py's HF_MODELS) names the model class, its
 config's arguments, and the kind of input it takes; ``export(name, path)`` writes the
@@ -18,7 +19,7 @@ from typing import Tuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT / "tests"))
 # The table of architectures: tests/corpus_models.py (the tests list the corpus from it).
-from corpus_models import HF_MODELS as MODELS, VOCAB, Spec  # noqa: E402
+from corpus_models import HF_MODELS as MODELS, PT2_MODELS, VOCAB, Spec  # noqa: E402
 
 
 def _module(spec: Spec):
@@ -81,6 +82,26 @@ def _head(model, names, output):
             return pick(self.model(**{names[0]: x, names[1]: y}))
 
     return (One if len(names) == 1 else Two)().eval()
+
+
+def export_program(name: str, path) -> Tuple[dict, dict]:
+    """Export PT2_MODELS[name] with ``torch.export.export`` (its batch dynamic) and save it
+    to ``path`` (``torch.export.save``); (dims, versions) for the manifest."""
+    import torch
+    import transformers
+
+    spec = PT2_MODELS[name]
+    channels = spec.kwargs.get("num_channels", 1)  # a spectrogram: one channel
+    x = torch.randn(2, channels, spec.side, spec.side, generator=torch.Generator().manual_seed(0))
+    head = _head(_module(spec), ["input_features" if spec.kind == "spectrogram" else "pixel_values"], spec.output)
+    batch = torch.export.Dim("batch", min=1, max=8)
+    # (not under no_grad: its linear layers then export as expand + bmm, which the legal
+    # form keeps and ExecuTorch's XNNPACK linear pass misreads once reordered)
+    program = torch.export.export(head, (x,), dynamic_shapes=({0: batch},), strict=False)
+    torch.export.save(program, str(path))
+    versions = {"transformers": transformers.__version__, "torch": torch.__version__}
+    return {"inputs": {"x": ["batch", channels, spec.side, spec.side]}, "architecture": spec.cls,
+            "traced_batch": 2}, versions
 
 
 def export(name: str, path) -> Tuple[dict, dict]:

@@ -4,6 +4,12 @@ verdict (``convert(..., convert_to="mlprogram")``), ExecuTorch's (XNNPACK partit
 the ``.pte`` run on its runtime and compared with the module), and the times.
 
     python scripts/torch_table.py [--target coreml]
+    python scripts/torch_table.py --corpus     # the corpus's torch.export programs (pt2_*)
+
+``--corpus``: each torch.export program of the corpus (``.cache/corpus/pt2_*.pt2``,
+built by scripts/corpus.py) before and after: coremltools and ExecuTorch on the program
+as exported (decomposed) and on its legal form, ``legalize`` run as a user runs it (the
+command, with its check: PyTorch, and ExecuTorch where installed) and its time.
 
 Needs the torch, coreml and executorch extras; a missing one's columns say so."""
 
@@ -74,20 +80,71 @@ def _hf_swin():
     return First(transformers.SwinModel(config).eval()), (torch.randn(1, 3, 32, 32),)
 
 
+def _check_cell(row: dict) -> str:
+    """The command's verdict: exit, the check in PyTorch and on ExecuTorch."""
+    if row.get("exit") != 0:
+        return f"exit {row.get('exit')}: {(row.get('error') or row.get('stderr', ''))[-80:]}"
+    cell = "PyTorch matches" if row.get("matched") else "PyTorch differs" if row.get("check_ran") else "not run"
+    if "executorch_ran" in row:
+        cell += (", ExecuTorch matches" if row["executorch_matched"] else ", ExecuTorch differs"
+                 if row["executorch_ran"] else f", ExecuTorch not run ({row.get('executorch_error')})")
+    return cell
+
+
+def corpus_table(target: str) -> None:
+    """The corpus's torch.export programs, before and after (module docstring)."""
+    import tempfile
+
+    from corpus_models import CACHE, cached, legalize_row, select
+    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.torch import run
+
+    paths = cached(CACHE, [n for n in select(["pt2_*"])])
+    if not paths:
+        print("torch_table: no torch.export program in the corpus: python scripts/corpus.py --only 'pt2_*'",
+              file=sys.stderr)
+        sys.exit(2)
+    print("| program | rank before -> after | coremltools before | after | ExecuTorch (XNNPACK) before | after |"
+          " legalize (library) | `legalize` with its check | the check |")
+    print("| --- | --- | --- | --- | --- | --- | ---: | ---: | --- |")
+    for path in paths:
+        original = load_untrusted(path)
+        args = tuple(original.example_inputs[0])
+        ep = original.run_decompositions()
+        t = time.perf_counter()
+        legal = run(original, target).program
+        t_legal = time.perf_counter() - t
+        module = original.module()
+        cb, tcb = _coreml(ep)
+        ca, tca = _coreml(legal)
+        eb, teb = _executorch(ep, module, args)
+        ea, tea = _executorch(legal, module, args)
+        with tempfile.TemporaryDirectory() as d:
+            row = legalize_row(path, target, Path(d))
+        print(f"| {path.stem} | {_rank(ep)} -> {_rank(legal)} | {cb} ({tcb:.1f} s) | {ca} ({tca:.1f} s) | {eb} ({teb:.1f} s)"
+              f" | {ea} ({tea:.1f} s) | {t_legal:.2f} s | {row['seconds']:.1f} s | {_check_cell(row)} |", flush=True)
+
+
+def _rank(p):
+    return max(len(n.meta["val"].shape) for n in p.graph.nodes if hasattr(n.meta.get("val"), "shape"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="coreml")
+    ap.add_argument("--corpus", action="store_true", help="the corpus's torch.export programs (.cache/corpus/pt2_*)")
     opts = ap.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
+    if opts.corpus:
+        corpus_table(opts.target)
+        return
     import torch
 
     from legalizer.torch import run
     from torch_cases import cases
 
-    def rank(p):
-        return max(len(n.meta["val"].shape) for n in p.graph.nodes if hasattr(n.meta.get("val"), "shape"))
-
+    rank = _rank
     print("| case | rank before -> after | coremltools before | after | ExecuTorch (XNNPACK) before | after |"
           " legalize | check in PyTorch |")
     print("| --- | --- | --- | --- | --- | --- | ---: | --- |")

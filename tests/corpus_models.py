@@ -1,6 +1,7 @@
 """The real-model corpus, as the tests and scripts/corpus.py both see it: which models it
-holds (``corpus()``: Hugging Face architectures, Keras applications, models shipped in
-wheels, and the TOSA converter's outputs of the TFLite ones), where they are cached
+holds (``corpus()``: Hugging Face architectures, as ONNX and as torch.export programs,
+Keras applications, models shipped in wheels, and the TOSA converter's outputs of the
+TFLite ones), where they are cached
 (``CACHE``), what the main job needs for some of them (``CHECK_NEEDS``, ``AGAINST_NEEDS``)
 and how one model is run (``legalize_row``, ``against_row``: ``legalize`` in a process of
 its own, its JSON report read back).
@@ -17,7 +18,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "corpus"
@@ -94,6 +95,29 @@ HF_MODELS: Dict[str, Spec] = {
                                     decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=32), side=64),
 }
 
+# ---- torch.export programs (issue 33): architectures with rank-6 views --------------
+# Small configs, random weights, the batch dynamic (1..8), saved by torch.export.save
+# (scripts/corpus_hf.py's ``export_program``); legalized for Core ML's rank limit, and
+# their legal form converted by coremltools and run on ExecuTorch (XNNPACK).
+WINDOWS = dict(patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=2)
+PT2_MODELS: Dict[str, Spec] = {
+    # Swin's window partition and reverse: rank-6 views and permutes, and a relative bias
+    "pt2_swin": Spec("SwinModel", "SwinConfig", "image", dict(IMAGE, **WINDOWS)),
+    # Swin V2: the same windows, with cosine attention and a continuous position bias
+    "pt2_swinv2": Spec("Swinv2Model", "Swinv2Config", "image", dict(IMAGE, **WINDOWS)),
+    # CLAP's audio encoder (HTSAT): Swin windows over a one-channel spectrogram
+    "pt2_clap_audio": Spec("ClapAudioModel", "ClapAudioConfig", "spectrogram",
+                           dict(window_size=4, num_mel_bins=32, spec_size=32, patch_size=4, patch_stride=(4, 4),
+                                hidden_size=32, depths=[1, 1], num_attention_heads=[2, 2],
+                                patch_embeds_hidden_size=16, num_hidden_layers=2)),
+}
+# What a .pt2 of the corpus is legalized for (the others: TARGETS).
+PT2_TARGETS = ("coreml",)
+
+
+def targets_of(path: Path) -> Tuple[str, ...]:
+    return PT2_TARGETS if path.suffix == ".pt2" else TARGETS
+
 
 # ---- Keras applications, converted by TensorFlow's TFLiteConverter ------------------
 # application -> the input side. 64 where the application allows it (its minimum is 32):
@@ -162,6 +186,7 @@ CONVERTED = "tosa_"
 def corpus() -> Dict[str, str]:
     """Every corpus model's name -> its file's suffix, in build order."""
     names = {n: ".onnx" for n in HF_MODELS}
+    names.update({n: ".pt2" for n in PT2_MODELS})
     names.update({keras_name(a, int8): ".tflite" for a in KERAS_APPLICATIONS for int8 in (False, True)})
     for models in WHEELS.values():
         names.update({n: Path(p).suffix for n, p in models.items()})
@@ -229,6 +254,12 @@ def legalize_row(path: Path, target: str, out_dir: Path, extra: Iterable[str] = 
         warnings=rep.get("warnings", []),
         violations=[v.get("message", "") for v in rep.get("violations", [])],
         error=check.get("error") or rep.get("error") or _first_miss(check))
+    if "executorch" in check:  # a .pt2's legal program on ExecuTorch (XNNPACK), where installed
+        et = check["executorch"]
+        row.update(executorch_ran=bool(et.get("ran")), executorch_matched=bool(et.get("ran")) and bool(et.get("ok")),
+                   executorch_error=et.get("error") or _first_miss(et))
+    if "target_rules" in rep:
+        row["refused_after"] = rep["target_rules"].get("refused_after", [])
     return row
 
 

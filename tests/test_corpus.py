@@ -1,7 +1,8 @@
 """The main job on the real-model corpus (tests/corpus_models.py; scripts/corpus.py builds
 it in .cache/corpus/):
 every cached model, ``legalize MODEL --target tosa`` and ``--target xla`` with the
-check, in a process of its own. Each must exit 0 with its check run fully (not "ran in
+check (a torch.export program, ``pt2_*``: ``--target coreml``, and its legal form
+converted by coremltools and run on ExecuTorch), in a process of its own. Each must exit 0 with its check run fully (not "ran in
 part") and matching, except:
 
 - ORIGINAL_CANNOT_RUN: originals that LiteRT cannot run at all (MediaPipe's own custom
@@ -39,7 +40,8 @@ PENDING = {
 # branch of nested Ifs and not in the other: its rank is unknown until inferred backwards
 # from the declared rank-3 result of Add(state, a scalar) (shapes/ranks._from_results).
 SAMPLE = {"hf_bert", "keras_mobilenetv2_int8", "wheel_silero_vad_16k_op15",
-          "tosa_wheel_mediapipe_hand_landmark_lite"}  # and one converter output, --against its .tflite
+          "tosa_wheel_mediapipe_hand_landmark_lite",  # and one converter output, --against its .tflite
+          "pt2_swin"}  # and a torch.export program, for coreml
 
 # Converter outputs that --against cannot compare: exit 2, the line starting so (after
 # "legalize: error: PATH: "; REF is the .tflite) and holding the second part.
@@ -71,7 +73,7 @@ def _cases():
             reason=f"the corpus is not built ({corpus.CACHE} has no model): python scripts/corpus.py builds it"))]
     cases = []
     for path in MODELS:
-        for target in corpus.TARGETS:
+        for target in corpus.targets_of(path):
             marks = [pytest.mark.xfail(strict=True, reason=PENDING[path.stem])] if path.stem in PENDING else []
             marks += [] if path.stem in SAMPLE else [pytest.mark.slow]
             cases.append(pytest.param(path, target, marks=marks, id=f"{path.stem}-{target}"))
@@ -82,6 +84,8 @@ def _cases():
 def test_main_job_on_corpus_model(path, target, tmp_path):
     if path.suffix == ".tflite":
         require("litert")  # the check runs on LiteRT
+    if path.suffix == ".pt2":
+        require("torch")
     row = corpus.legalize_row(path, target, tmp_path, corpus.check_options(path, tmp_path))
     why = row.get("error") or row["stderr"][-600:]
     assert row["exit"] == 0, why
@@ -93,6 +97,32 @@ def test_main_job_on_corpus_model(path, target, tmp_path):
     assert row["check_ran"] and not row["in_part"] and not ran_in_part, why
     assert row["matched"], why
     assert row["bindings"], row
+    if path.suffix == ".pt2":
+        _deployed(path, tmp_path / f"{path.stem}.{target}.legal.pt2", row)
+
+
+def _deployed(path, legal, row):
+    """A torch.export program of the corpus: its legal form for coreml is what the
+    target takes (no refusal left, every tensor at rank <= 5), what coremltools converts,
+    and what ExecuTorch (XNNPACK) runs with the original's outputs (the check's, where
+    the executorch extra is installed); its original has a rank-6 tensor."""
+    from needs import has
+
+    from legalizer.importers.pt2_safety import load_untrusted
+
+    def rank(program):
+        return max(len(n.meta["val"].shape) for n in program.graph.nodes if hasattr(n.meta.get("val"), "shape"))
+
+    program = load_untrusted(legal)
+    assert not row["refused_after"] and rank(program) <= 5 < rank(load_untrusted(path).run_decompositions())
+    if has("executorch"):
+        assert row["executorch_ran"] and row["executorch_matched"], row.get("executorch_error")
+    if has("coreml"):
+        import coremltools as ct
+
+        # coremltools 9.0 refuses any program read back from a .pt2 as it is ("does not
+        # handle/bind value at index 1", the original's too): decomposed again, it converts
+        assert ct.convert(program.run_decompositions(), convert_to="mlprogram") is not None
 
 
 def _converted_cases():
@@ -126,7 +156,8 @@ def test_the_corpus_is_what_the_issue_asks():
     model; every exception above names a corpus model."""
     names = corpus.corpus()
     kinds = {n.split("_", 1)[0] for n in names}
-    assert len(names) >= 30 and kinds == {"hf", "keras", "wheel", "tosa"}
+    assert len(names) >= 30 and kinds == {"hf", "pt2", "keras", "wheel", "tosa"}
+    assert {n for n, suffix in names.items() if suffix == ".pt2"} == set(corpus.PT2_MODELS)
     keras = [n for n in names if n.startswith("keras_")]
     assert len(keras) == 16 and sum(n.endswith("_int8") for n in keras) == 8
     tflite = sorted(n for n, suffix in names.items() if suffix == ".tflite")

@@ -130,10 +130,17 @@ class ExecutorchRunner(Runner):
             self._ptes[shapes] = Remote(Pte, pte, model=self.path, runtime="ExecuTorch")
         return self._ptes[shapes]
 
+    def prepare(self, feed: Mapping[str, np.ndarray]) -> None:
+        """Lower (and load) the program for ``feed``'s shapes now: what does not lower
+        raises here, before any comparison, as a program ExecuTorch does not take."""
+        self._pte(self._key(feed))
+
+    def _key(self, feed: Mapping[str, np.ndarray]) -> Optional[tuple]:
+        return tuple(tuple(np.shape(feed[n])) for n in self.input_names) if self.dynamic else None
+
     def infer_impl(self, feed: Mapping[str, np.ndarray]):
         inputs = [np.asarray(feed[n]) for n in self.input_names]
-        pte = self._pte(tuple(tuple(x.shape) for x in inputs) if self.dynamic else None)
-        return positional(pte.call("run", inputs))
+        return positional(self._pte(self._key(feed)).call("run", inputs))
 
     def deactivate_impl(self) -> None:
         for remote in list(self._ptes.values()) + [self.lowerer]:
@@ -167,19 +174,24 @@ def check_executorch(original, declared, input_names: Sequence[str], legalized_p
     comparator = Comparator(ref, new, result, settings.rtol, settings.atol, pairing=pairing,
                             refused=lambda e: f"the original program fails: {first_line(e)}")
     specs = input_specs(declared)
+
+    def feeds(binding):
+        return make_feeds(specs, binding, inputs or {}, settings.seed)
+
     try:
         ref.activate()
-        try:
+        plan = list(bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
+                                 choices))
+        try:  # lowered for each binding before any run: a program it does not take did not run, differs in nothing
             new.activate()
-        except RunFault:
+            for binding in plan:
+                new.prepare(feeds(binding))
+        except (RunFault, CheckUnavailable):
             raise
         except Exception as e:  # noqa: BLE001 - ExecuTorch's own words are the reason
             return CheckResult(False, PROVIDER, error=f"ExecuTorch does not lower or load the legal program:"
                                                       f" {first_line(e)}")
-        comparator.bindings(bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
-                                         choices),
-                            lambda binding: make_feeds(specs, binding, inputs or {}, settings.seed),
-                            source_of(declared, dims or {}, False))
+        comparator.bindings(plan, feeds, source_of(declared, dims or {}, False))
     except RunFault as e:  # a crash, or a run past its memory or time
         return CheckResult(False, PROVIDER, error=str(e))
     except CheckUnavailable as e:
