@@ -432,6 +432,10 @@ def test_fixes_for_runtime_constraints_and_static_targets():
 
     (d,) = dynamic_dims(ep)
     assert (d.input, d.axis, d.min, d.max, d.size) == ("x", 0, 2, 9, 5) and d.name == str(next(iter(ep.range_constraints)))
+    unbounded = torch.export.export(Add(), (torch.randn(5, 3), torch.randn(5, 3)),
+                                    dynamic_shapes={"x": {0: Dim("a")}, "y": {0: Dim("a")}})
+    (d,) = dynamic_dims(unbounded)  # its range: VR[0, int_oo]
+    assert (d.min, d.max, d.dim()) == (0, None, f"Dim('{d.name}', min=0)")
 
 
 def _pt2(tmp_path, name, module, args, **kwargs):

@@ -81,13 +81,18 @@ def dynamic_dims(program) -> List[DynamicDim]:
 
 
 def _bounds(vr) -> tuple:
+    """(min, max) of a range constraint; max None where unbounded (torch's ``int_oo``)."""
     if vr is None:
         return 0, None
-    lo, hi = vr.lower, vr.upper
-    lo = int(lo) if getattr(lo, "is_integer", False) or isinstance(lo, int) else 0
-    hi = int(hi) if getattr(hi, "is_finite", False) and (getattr(hi, "is_integer", False) or isinstance(hi, int)) \
-        else None
-    return lo, hi
+    lo, hi = _finite(vr.lower), _finite(vr.upper)
+    return (0 if lo is None else max(lo, 0)), hi
+
+
+def _finite(x) -> Optional[int]:
+    try:
+        return int(x)
+    except Exception:  # noqa: BLE001 - an infinity (int_oo, sympy's oo) has no int
+        return None
 
 
 def _example_shapes(program, count: int) -> List[Optional[tuple]]:
