@@ -91,8 +91,10 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
     try:
         converted = onnx.version_converter.convert_version(proto, version)
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
-        raise BadInput(f"the legal form needs opset {version}, and onnx's version converter cannot raise this"
-                       f" opset-{old} model to it ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        from .version_steps import why_not_raised
+
+        raise BadInput(f"the legal form needs opset {version} ({needs}), and onnx's version converter cannot raise"
+                       f" this opset-{old} model to it: {why_not_raised(proto, old, version, e)}") from None
     if list(converted.graph.input) != list(proto.graph.input):
         # e.g. Scan-8 -> Scan-9 drops the batch axis of the inputs: not the same model
         raise BadInput(f"the legal form needs opset {version}, and onnx's version converter changes this"
