@@ -32,6 +32,7 @@ from ..aten_records import In, call_of
 from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import TensorType
 from ..oprules import frontend_rules
+from ..shapes.broadcast import ones_pattern_groups
 from .base import PassContext
 from .frontend_ops import AtenOps
 
@@ -105,19 +106,9 @@ class _Lowering:
         if any(len(s) > R for s in ins):
             return False
         keep = [k for k in range(R) if out[k] != 1]
-        groups: List[List[int]] = []
-        last = None
-        for k in keep:
-            pattern = tuple(s[k] == 1 for s in ins)
-            if any(s[k] != 1 and s[k] != out[k] for s in ins):
-                return False  # a size that is not provably the result's (a symbol that may be 1)
-            if last is not None and pattern == last:
-                groups[-1].append(k)
-            else:
-                groups.append([k])
-            last = pattern
-        if not groups:
-            groups = [[R - 1]]
+        if any(s[k] != 1 and s[k] != out[k] for k in keep for s in ins):
+            return False  # a size that is not provably the result's (a symbol that may be 1)
+        groups = ones_pattern_groups(ins, keep, R)
         meta = call.meta
         if len(groups) > self.limit:
             return self._both_ways(node, call, ins, out)

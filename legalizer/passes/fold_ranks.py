@@ -33,6 +33,7 @@ import numpy as np
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Dim
 from ..oprules import RuleLookup, frontend_rules
+from ..shapes.broadcast import ones_pattern_groups
 from .base import PassContext
 from .frontend_ops import ops_for
 from .rewrite import add_const, constant_array
@@ -80,24 +81,8 @@ def _dim_groups(shapes: List[Tuple], R: int) -> Tuple[List, List[List[int]]]:
     for k in range(R):
         big = {s[k] for s in shapes if s[k] != 1}
         size.append(1 if not big else next(iter(big)) if len(big) == 1 and None not in big else _CONFLICT)
-    groups: List[List[int]] = []
-    last = None
-    for k in range(R):
-        if size[k] == 1:
-            continue
-        if size[k] is _CONFLICT:
-            groups.append([k])
-            last = None
-            continue
-        pattern = tuple(s[k] == 1 for s in shapes)
-        if last is not None and pattern == last:
-            groups[-1].append(k)
-        else:
-            groups.append([k])
-        last = pattern
-    if not groups:
-        groups = [[R - 1]]  # all ones: rank 1 (rank 0 reads ambiguously in TFLite's RESHAPE)
-    return size, groups
+    return size, ones_pattern_groups(shapes, [k for k in range(R) if size[k] != 1], R,
+                                     alone=[k for k in range(R) if size[k] is _CONFLICT])
 
 
 def _folded(s: Tuple, groups: List[List[int]], size: List) -> Tuple:
