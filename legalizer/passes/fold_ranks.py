@@ -34,7 +34,7 @@ from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Dim
 from ..oprules import RuleLookup, frontend_rules
 from ..shapes.broadcast import ones_pattern_groups
-from .base import PassContext
+from .base import PassContext, register_pass
 from .frontend_ops import ops_for
 from .rewrite import add_const, constant_array
 
@@ -364,6 +364,7 @@ class _Folder:
         return out
 
 
+@register_pass(ensures=("over-rank",))
 def fold_ranks(graph: Graph, ctx: PassContext) -> bool:
     """Fold every elementwise region of ``graph`` whose rank is above ``ctx.max_rank``
     to the lowest rank its broadcasting needs (module docstring). None: nothing."""
@@ -483,6 +484,7 @@ class _TransposeFolder:
         return True
 
 
+@register_pass(ensures=("over-rank",))
 def fold_transposes(graph: Graph, ctx: PassContext) -> bool:
     """Each ``Transpose`` above ``ctx.max_rank`` at the lowest rank its permutation needs:
     the dims it keeps adjacent and in order merge, size-1 dims go; one that still needs
@@ -507,6 +509,7 @@ def fold_transposes(graph: Graph, ctx: PassContext) -> bool:
 FULLY_CONNECTED_RANK = 4
 
 
+@register_pass(ensures=("over-rank",))
 def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
     """Each ``MatMul`` of static shapes at a rank its backend refuses, at rank 2 or 3: by a
     constant matrix ([..., M, K] x [K, N]) above rank ``FULLY_CONNECTED_RANK``, the leading
@@ -551,6 +554,7 @@ def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
 INDEX_RANK = 4
 
 
+@register_pass(ensures=("over-rank",))
 def fold_gather_indices(graph: Graph, ctx: PassContext) -> bool:
     """Each ``GatherND`` (``batch_dims`` 0) whose indices are over ``INDEX_RANK``, with the
     indices' leading dims merged: [..., K] -> [N, K] (a constant at compile time), the
@@ -648,6 +652,7 @@ def _axes_of(node: Node, rank: int) -> Optional[List[int]]:
     return sorted(a % rank for a in axes)
 
 
+@register_pass(ensures=("over-rank",))
 def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
     """Each op that acts along some axes (``Softmax``, ``LogSoftmax``, ``Concat``, ``Slice``
     along one axis, a reduction along adjacent axes; TFLite's ``SOFTMAX`` and a
@@ -740,6 +745,7 @@ def _int_attr(key: str, value: int):
 RANK4_ELEMENTWISE = frozenset({"Max", "Min", "Pow", "Tanh", "Sqrt", "Neg"})
 
 
+@register_pass(ensures=("over-rank",))
 def fold_ranks_for_rank4_ops(graph: Graph, ctx: PassContext) -> bool:
     """The elementwise regions at ``ctx.max_rank`` with an op of ``RANK4_ELEMENTWISE`` in
     them, folded as regions above the limit are, to a rank below it."""
