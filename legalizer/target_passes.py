@@ -30,7 +30,8 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     target's level (TOSA's ``8k``, its default, or ``none``), whose rank limit rank
     folding keeps elementwise regions within."""
     spec = target_named(target)
-    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level))
+    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level),
+                      rank_refused=spec.refused_for_rank if spec.backend else None)
     contracts = _contracts() if debug else None
     kind = SourceFormat(model.format)
     if model.constraints is None and kind.records_constraints:  # the pipeline records its own

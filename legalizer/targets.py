@@ -102,6 +102,15 @@ class Target:
         the rank limit, a dynamic shape where static ones are needed."""
         return self._refusals(node, self.rank_limit(level), self.level(level))
 
+    def refused_for_rank(self, node: "Node") -> bool:
+        """Whether the backend refuses ``node`` at its rank and takes it at a lower one (by
+        its own rules: HTP's probed table, per op and element type)."""
+        if self.backend is None:
+            return False
+        from .verifier.backend_rules import refused_for_rank
+
+        return refused_for_rank(node, self.backend)
+
     def _refusals(self, node: "Node", limit: Optional[int], lv: Optional[Level]) -> List[str]:
         from .ir.types import all_static, shape_str
 

@@ -311,3 +311,44 @@ def test_htp_fails_the_fused_rms_norm_and_runs_the_rewritten_one(htp, tmp_path):
     feeds = _feeds(original)
     got = htp.qnn_session(str(path), quiet=True).run(None, feeds)[0]
     np.testing.assert_allclose(got, _cpu(original, feeds)[0], rtol=QNN_TOLERANCE[0], atol=QNN_TOLERANCE[1])
+
+
+@pytest.mark.parametrize("dtype,rank,refused", [
+    (TensorProto.FLOAT, 5, False),  # float32 Add: ranks 1-5
+    (TensorProto.INT64, 5, True),  # int64 Add: ranks 1-4 (rules/qnn_htp.toml's "Add:same@int64")
+    (TensorProto.INT64, 4, False),
+    (TensorProto.INT32, 5, False)])
+def test_the_probed_table_judges_an_op_in_its_element_type(dtype, rank, refused):
+    """HTP's verdict differs by type; an op is judged by its row in the type it computes in."""
+    from legalizer.targets import target
+
+    shape = [2, 3, 4, 2, 3][:rank]
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info(n, dtype, shape) for n in ("a", "b")],
+                          [helper.make_tensor_value_info("y", dtype, shape)])
+    m = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    add = m.graph.ops()[0]
+    spec = target("qnn-htp")
+    import tomllib
+
+    from legalizer.oprules import table_text
+
+    row = tomllib.loads(table_text("qnn_htp.toml"))["Add:same" + ("" if dtype == TensorProto.FLOAT else
+                                                                  "@" + helper.tensor_dtype_to_np_dtype(dtype).name)]
+    assert (rank not in row["takes"]) is refused
+    assert spec.refusals(add) == ([row["refused"][str(rank)].replace("{node}", "add")] if refused else [])
+    assert spec.refused_for_rank(add) is refused  # (and taken at rank 4: a fold helps it)
+
+
+def test_an_op_refused_at_every_rank_is_not_one_a_fold_helps():
+    """Erf: HTP takes it at no rank, so it is refused as an op, and no region is folded for it."""
+    from legalizer.targets import target
+
+    g = helper.make_graph([helper.make_node("Erf", ["x"], ["y"], name="erf")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 2, 3])])
+    m = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    erf = m.graph.ops()[0]
+    assert target("qnn-htp").refusals(erf) and not target("qnn-htp").refused_for_rank(erf)
+    legal = legalizer.legalize(m, "qnn-htp")
+    assert [(n.op, tuple(n.outputs[0].type.shape)) for n in legal.graph.ops()] == [("Erf", (2, 3, 4, 2, 3))]

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Node
 from ..oprules import OpRule, builtin_rules
 
 
@@ -35,6 +35,9 @@ class PassContext:
     # The highest rank the target takes: ``fold_ranks`` folds elementwise regions above
     # it (None: no limit, nothing folded; 0: every region to its lowest rank).
     max_rank: Optional[int] = None
+    # Whether the target's backend refuses a node at its rank and takes it at a lower one
+    # (its own rules); None: a target without a backend's rules.
+    rank_refused: Optional[Callable[[Node], bool]] = None
 
 
 PassFn = Callable[[Graph, PassContext], bool]

@@ -740,26 +740,23 @@ def _int_attr(key: str, value: int):
     return helper.make_attribute(key, value)
 
 
-# The elementwise ops HTP refuses at rank 5, which it takes at rank 4 (rules/qnn_htp.toml:
-# ElementWiseMaximum, ...Minimum, ...Power, Tanh, ...SquareRoot, ...Neg; error code 3110).
-RANK4_ELEMENTWISE = frozenset({"Max", "Min", "Pow", "Tanh", "Sqrt", "Neg"})
-
-
 @register_pass(ensures=("over-rank",))
 def fold_ranks_for_rank4_ops(graph: Graph, ctx: PassContext) -> bool:
-    """The elementwise regions at ``ctx.max_rank`` with an op of ``RANK4_ELEMENTWISE`` in
-    them, folded as regions above the limit are, to a rank below it."""
+    """The elementwise regions at ``ctx.max_rank`` with an op in them that the target's
+    backend refuses there and takes lower (``ctx.rank_refused``: HTP's probed table, by op
+    and element type: float Max, Tanh or Sqrt, int64 Add...), folded as regions above the
+    limit are, to a rank below it."""
     limit = ctx.max_rank
-    if not limit:
+    if not limit or ctx.rank_refused is None:
         return False
     below = PassContext(rules=ctx.rules, stats=ctx.stats, assume_dynamic_not_one=ctx.assume_dynamic_not_one,
                         max_rank=limit - 1)
     folder = _Folder(graph, below)
     seen: Set[int] = set()
     changed = False
-    for node in [n for n in graph.nodes() if n.kind == OP and n.op in RANK4_ELEMENTWISE and len(n.outputs) == 1
+    for node in [n for n in graph.nodes() if n.kind == OP and len(n.outputs) == 1
                  and n.outputs[0].type.shape is not None and len(n.outputs[0].type.shape) == limit]:
-        if node.id in seen or folder.rank(node) is None:
+        if node.id in seen or folder.rank(node) is None or not ctx.rank_refused(node):
             continue
         changed |= folder.fold(folder.region(node, seen))
     return changed
