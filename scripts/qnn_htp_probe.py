@@ -43,7 +43,10 @@ PROBES = {
     # operand at the result's shape, the other with 1s) and two-sided ones
     **{op: ("binary", {}) for op in ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater")},
     "Where": ("where", {}),
-    **{op: ("unary", {}) for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg", "Abs", "Erf")},
+    **{op: ("unary", {}) for op in ("Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg", "Abs")},
+    # Erf alone, and in the Gelu that onnxruntime fuses (x * 0.5 * (1 + Erf(x / sqrt 2))):
+    # the QNN EP has no Erf of its own, but takes the fused Gelu
+    "Erf": ("erf", {}),
     # what the passes emit to reshape and copy
     "Reshape": ("reshape", {}), "Unsqueeze": ("unsqueeze", {}), "Squeeze": ("squeeze", {}),
     "Flatten": ("flatten", {}), "Transpose": ("transpose", {}), "Expand": ("expand", {}),
@@ -101,6 +104,16 @@ def build(op: str, r: int, variant: str, dtype: str = "float32"):
         feeds["m"] = feeds["m"] > 1.0
         ins[-1] = helper.make_tensor_value_info("m", onnx.TensorProto.BOOL, s)
         nodes.append(helper.make_node("Where", [m, inp("a", s), inp("b", s)], ["y"]))
+    elif kind == "erf":
+        x = inp("x", s, low=-2.0)
+        if variant == "gelu":
+            nodes += [helper.make_node("Div", [x, const("r2", np.asarray(np.sqrt(2.0), dt))], ["d"]),
+                      helper.make_node("Erf", ["d"], ["e"]),
+                      helper.make_node("Add", ["e", const("one", np.asarray(1.0, dt))], ["a"]),
+                      helper.make_node("Mul", [x, "a"], ["m"]),
+                      helper.make_node("Mul", ["m", const("half", np.asarray(0.5, dt))], ["y"])]
+        else:
+            nodes.append(helper.make_node("Erf", [x], ["y"]))
     elif kind == "unary":
         nodes.append(helper.make_node(op, [inp("x", s, low=-2.0 if op not in ("Sqrt",) else 0.5)], ["y"]))
     elif kind == "reshape":  # rank r from rank 1: the rank a reshape makes
@@ -171,7 +184,8 @@ def build(op: str, r: int, variant: str, dtype: str = "float32"):
 
 def variants(op: str):
     kind = PROBES[op][0]
-    return {"binary": ("same", "one-sided", "two-sided"), "matmul": ("activations", "weights")}.get(kind, ("",))
+    return {"binary": ("same", "one-sided", "two-sided"), "matmul": ("activations", "weights"),
+            "erf": ("", "gelu")}.get(kind, ("",))
 
 
 _VALIDATE = re.compile(r"(QNN\.backendValidateOpConfig\(\) failed for node `[^`]*` of type `[^`]*` with error code \d+)")
@@ -236,7 +250,8 @@ def table_text(rows: list) -> str:
         "#",
         "# [OP]         the ONNX op (variant: a binary op's operands at the same shape, one operand",
         "#              broadcast (one-sided) or both (two-sided); MatMul with two activations or a",
-        "#              constant rank-2 weight), in float32; [OP@TYPE] in another element type",
+        "#              constant rank-2 weight; Erf alone or in onnxruntime's Gelu pattern), in",
+        "#              float32; [OP@TYPE] in another element type",
         "# takes        the ranks HTP took (and ran, within max_abs_err of the CPU EP)",
         "# refused      rank -> the backend's words for refusing it",
         "",

@@ -122,7 +122,28 @@ def _variant(node: Node, op: str, lookup: RuleLookup) -> str:
     if _binary(node, lookup):
         same = all(v is not None and v.type.shape == node.outputs[0].type.shape for v in node.inputs)
         return f"{op}:same" if same else f"{op}:one-sided"
+    if op == "Erf" and _in_gelu(node):
+        return "Erf:gelu"
     return op
+
+
+def _in_gelu(erf: Node) -> bool:
+    """Whether ``erf`` is the Erf of a Gelu as onnxruntime fuses it, ``x * 0.5 * (1 +
+    Erf(x / sqrt 2))`` (the QNN EP takes the fused Gelu, and no Erf alone): its operand a
+    ``Div`` (or ``Mul``) by a constant, its one user an ``Add`` of a constant, whose user
+    is a ``Mul``."""
+    def const_operand(node: Node) -> bool:
+        return any(v is not None and v.producer is not None and
+                   (v.producer.kind == CONST or v.producer.op == "Constant") for v in node.inputs)
+
+    graph, src = erf.graph, erf.inputs[0] if erf.inputs else None
+    if graph is None or src is None or src.producer is None or src.producer.op not in ("Div", "Mul") \
+            or not const_operand(src.producer):
+        return False
+    users = [u for u, _ in graph.users(erf.outputs[0])]
+    if len(users) != 1 or users[0].op != "Add" or not const_operand(users[0]):
+        return False
+    return any(u.op == "Mul" for u, _ in graph.users(users[0].outputs[0]))
 
 
 def _as(node: Node, be: Optional[Backend] = None) -> Optional[str]:
