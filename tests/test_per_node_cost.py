@@ -139,6 +139,64 @@ def test_model_is_not_changed_by_import():
     assert m.SerializeToString() == before
 
 
+def test_shape_inference_runs_while_the_ir_is_built(monkeypatch):
+    """The helper infers shapes while this process builds the IR from what the model
+    declares: inference is asked first and answers only once the build has begun (a
+    build that waited for inference first would find it never answering)."""
+    building = __import__("threading").Event()
+    real_infer, real_ops = onnx_importer._infer, onnx_importer._Importer._ops
+
+    def infer(serialized, data_prop=True):
+        assert building.wait(30), "the IR was not being built while shape inference ran"
+        return real_infer(serialized, data_prop)
+
+    def ops(self, b):
+        building.set()
+        return real_ops(self, b)
+
+    monkeypatch.setattr(onnx_importer, "_infer", infer)
+    monkeypatch.setattr(onnx_importer._Importer, "_ops", ops)
+    g = import_model(chain(20)).graph
+    # the inferred types are merged in: the chain declares only x and the output
+    assert g.value("v7").type == TensorType("float", (2, 64)) and g.value("v19").type == TensorType("float", (2, 64))
+
+
+def test_inference_note_comes_first_and_a_failed_inference_leaves_declared_types(monkeypatch):
+    """What inference reports is the first warning, as when it ran before the build;
+    where it gives nothing, the values keep the types the model declares."""
+    m = chain(6)
+    m.graph.value_info.append(helper.make_tensor_value_info("v2", TensorProto.FLOAT, ["N", 64]))
+    m.graph.node[0].domain = "com.example"  # a warning made while the build runs
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    monkeypatch.setattr(onnx_importer, "_infer", lambda serialized, data_prop=True: (None, "inference note"))
+    model = import_model(m)
+    assert model.warnings[0] == "inference note" and "com.example.Add" in model.warnings[1]
+    g = model.graph
+    assert g.value("v2").type == TensorType("float", ("N", 64)) and g.value("v3").type.dtype is None
+    assert g.value("bias").type == TensorType("float", (64,))
+
+
+def test_a_node_of_a_large_graph_costs_under_1_5_kb():
+    """The Python objects an imported chain holds per node: the Node and its Values,
+    their lists and names, networkx's successor and predecessor tables; the Node is
+    networkx's entry for it, with no attribute dict of its own (1.63 KB before)."""
+    import tracemalloc
+
+    m = chain(20_000)
+    import_model(chain(10), infer=False)  # what is made once (the op tables)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        model = import_model(m, infer=False)
+        gc.collect()
+        per_node = (tracemalloc.get_traced_memory()[0] - before) / 20_000
+    finally:
+        tracemalloc.stop()
+    assert len(model.graph) == 20_000 + 5
+    assert per_node < 1536, per_node
+
+
 # ---- export -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["chain", "mlp.dynamo.onnx", "small_cnn.torchscript.onnx",
