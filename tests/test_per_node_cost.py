@@ -221,6 +221,27 @@ def test_streamed_save_writes_what_onnx_save_writes(tmp_path, name):
             assert out.read_bytes() == source.read_bytes(), name
 
 
+def test_the_save_holds_the_node_bytes_once(tmp_path):
+    """The nodes streamed into the file are serialized into one buffer as they come: at
+    its peak the save of a legalized chain holds under 200 B of Python objects a node
+    (a list of three pieces a node, joined at the end, held 440 B)."""
+    import tracemalloc
+
+    source = tmp_path / "chain.onnx"
+    onnx.save(chain(20_000), str(source))
+    model = legalizer.load(source)
+    legalize(model, "tosa")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        legalizer.save(model, tmp_path / "out.onnx", force=True)
+        peak = tracemalloc.get_traced_memory()[1] / 20_000
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "out.onnx").read_bytes() == export_model(model.graph, model.proto).SerializeToString()
+    assert peak < 200, peak
+
+
 # ---- the Graph's bookkeeping ---------------------------------------------------------
 
 def _graph_with(n_ops: int):
