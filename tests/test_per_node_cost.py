@@ -197,6 +197,47 @@ def test_a_node_of_a_large_graph_costs_under_1_5_kb():
     assert per_node < 1536, per_node
 
 
+def test_a_flat_graph_is_not_searched_for_subgraphs(tmp_path):
+    """While no graph nested in a node was made in the process, ``Graph.subgraphs``
+    looks at no node's attributes (a TFLite chain's every node has some); one made, or
+    copied, and the owners are found again."""
+    import subprocess
+    import sys
+
+    from tflite_build import add_chain
+
+    source = tmp_path / "chain.tflite"
+    source.write_bytes(add_chain(50))
+    probe = (
+        "import sys, legalizer, legalizer.ir.graph as G\n"
+        "from legalizer.target_passes import legalize\n"
+        "m = legalizer.load(sys.argv[1])\n"
+        "looked = []\n"
+        "real = G._holds_graph\n"
+        "G._holds_graph = lambda attrs: looked.append(1) or real(attrs)\n"
+        "legalize(m, 'tosa')\n"
+        "print(len(looked), getattr(G.Graph, 'nested', None))\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(source)], capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+    assert out.split() == ["0", "0"]
+
+
+def test_subgraphs_are_found_once_a_nested_graph_is_made(monkeypatch):
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], "g",
+                          [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                           helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    monkeypatch.setattr(Graph, "nested", 0)  # as in a process that made none before
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    assert Graph.nested == 2
+    assert [(n.op, attr, sub.name) for n, attr, sub in graph.subgraphs()] == \
+        [("If", "else_branch", "else"), ("If", "then_branch", "then")]
+
+
 # ---- export -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["chain", "mlp.dynamo.onnx", "small_cnn.torchscript.onnx",
