@@ -238,6 +238,27 @@ def test_subgraphs_are_found_once_a_nested_graph_is_made(monkeypatch):
         [("If", "else_branch", "else"), ("If", "then_branch", "then")]
 
 
+def test_ranks_are_inferred_backwards_only_where_a_result_is_unranked(monkeypatch):
+    """``infer_ranks``' backward walk (a broadcast's declared result ranks its one
+    unranked operand) runs only where an op's result is left unranked: a ranked chain
+    is walked once, not twice; the graph that needs it still gets it."""
+    from legalizer.shapes import ranks
+
+    walks = []
+    real = ranks._from_results
+    monkeypatch.setattr(ranks, "_from_results", lambda g, lookup: walks.append(g.name) or real(g, lookup))
+    import_model(chain(30))
+    assert walks == []
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["u"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+         helper.make_node("Add", ["u", "c"], ["y"])], "declared",
+        [helper.make_tensor_value_info("s", TensorProto.INT64, ["K"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "c")])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    assert walks[0] == "declared" and graph.value("u").type.shape == (None, None, None)
+
+
 # ---- export -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["chain", "mlp.dynamo.onnx", "small_cnn.torchscript.onnx",
