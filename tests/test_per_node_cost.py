@@ -259,6 +259,24 @@ def test_ranks_are_inferred_backwards_only_where_a_result_is_unranked(monkeypatc
     assert walks[0] == "declared" and graph.value("u").type.shape == (None, None, None)
 
 
+def test_a_model_with_a_subgraph_attribute_has_its_bytes():
+    """The operand-count check looks at attributes only where the model's bytes hold a
+    GRAPH or GRAPHS attribute type: every model of the onnx test suite and the wheel
+    with such an attribute has them, and a flat chain has none."""
+    import onnx_suite as suite
+
+    def has_subgraph(g) -> bool:
+        return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in g.node for a in n.attribute)
+
+    nested = 0
+    for case in suite.node_cases() + suite.wheel_cases():
+        if has_subgraph(case.model.graph):
+            nested += 1
+            assert onnx_importer._SUBGRAPH_ATTRIBUTE.search(case.model.SerializeToString()), case.name
+    assert nested >= 20, nested
+    assert not onnx_importer._SUBGRAPH_ATTRIBUTE.search(chain(50).SerializeToString())
+
+
 # ---- export -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["chain", "mlp.dynamo.onnx", "small_cnn.torchscript.onnx",

@@ -531,10 +531,25 @@ def _too_many_operands(np_: onnx.NodeProto) -> BadInput:
                     f" {len(np_.input):,} operands; legalize reads at most {MAX_NODE_INPUTS:,} per node")
 
 
-def _check_operand_counts(g: GraphProto) -> None:
+# ``AttributeProto.type`` serialized as GRAPH or GRAPHS: a model without these bytes has
+# no subgraph attribute (bytes of other fields that look like them only make the
+# operand-count check walk the attributes too).
+_TYPE_KEY = AttributeProto.DESCRIPTOR.fields_by_name["type"].number << 3  # (wire type 0, a varint: 160)
+_TYPE_TAG = bytes([_TYPE_KEY & 0x7F | 0x80, _TYPE_KEY >> 7])
+_SUBGRAPH_ATTRIBUTE = re.compile(re.escape(_TYPE_TAG) + b"[" + bytes([AttributeProto.GRAPH, AttributeProto.GRAPHS]) + b"]")
+
+
+def _check_operand_counts(g: GraphProto, serialized: Optional[bytes]) -> None:
     """BadInput for a node (subgraphs' too) of more than ``MAX_NODE_INPUTS`` operands,
     from the proto's counts before any work: a value read a million times by one node
-    took 44 s and 2.9 GB of shape inference and import before the node was refused."""
+    took 44 s and 2.9 GB of shape inference and import before the node was refused.
+    Where the model (``serialized``) has no subgraph attribute, the graph's nodes'
+    attributes are not looked at."""
+    if serialized is not None and not _SUBGRAPH_ATTRIBUTE.search(serialized):
+        for np_ in g.node:
+            if len(np_.input) > MAX_NODE_INPUTS:
+                raise _too_many_operands(np_)
+        return
     todo = [g]
     while todo:
         for np_ in todo.pop().node:
@@ -552,13 +567,14 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         raise BadInput("the model has no graph")
     if not model.opset_import and model.ir_version >= 3:
         raise BadInput("the model imports no opset (opset_import is empty)")
-    _check_operand_counts(model.graph)
-    # The model without its weights: UTF-8 checked and shape-inferred, from one serialization.
+    # The model without its weights: operand counts and UTF-8 checked, and shape-inferred,
+    # from one serialization.
     try:
         stub = _without_weights(model) if _has_large_initializers(model) else model
         serialized = stub.SerializeToString()
     except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
         stub = serialized = None
+    _check_operand_counts(model.graph, serialized)
     _check_strings(model, serialized)
     # Every external location before a byte is read; with a model file, its data files
     # and offsets too (a model held in memory may name files it never needs read).
