@@ -56,7 +56,7 @@ class RunOptions:
     rtol: float = RTOL
     atol: float = ATOL
     assume_dynamic_not_one: bool = False
-    debug: bool = False  # verify the graph after every pass (``target_passes.legalize``)
+    debug: bool = False  # check every pass's contracts around it (``target_passes.legalize``)
     emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
     against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
     regions: bool = False  # record the rewritten regions (for the HTML report)

@@ -26,7 +26,7 @@ from .ir.gc import paused_gc
 from .ir.graph import OP
 from .job import Run, RunOptions, RunResult, StageCallback  # noqa: F401 - re-exported
 from .model import Model
-from .report import STAT_KEYS, Report
+from .report import STAT_KEYS, Report, worse_for_target
 from .target_passes import legalize
 from .verifier import VerifyResult, verify
 
@@ -317,6 +317,9 @@ def _verify_output(job: Run) -> None:
         job.res.exit_code = EXIT_VIOLATIONS
         job.done = True
     elif _partly_placed(job) and not job.options.allow_fallback:  # the target's verdict: not all on its device
+        job.res.exit_code = EXIT_VIOLATIONS
+        job.done = True
+    elif worse_for_target(job.report.target_rules or {}):  # never, --allow-fallback or not
         job.res.exit_code = EXIT_VIOLATIONS
         job.done = True
 

@@ -202,6 +202,8 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
         return "bad", (f"the legalized model has {n(stages['output'])} under '{rep.get('target')}'"
                        f" ({output_cause(rep.get('violations', []))}); nothing written")
     rules = rep.get("target_rules") or {}
+    if worse_for_target(rules):
+        return "bad", f"{worse_for_target(rules)}; nothing written"
     off = placement(rules)
     if off and not rules.get("allow_fallback"):
         return "bad", f"{off}; nothing written (--allow-fallback accepts a partial placement)"
@@ -224,6 +226,18 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     on = "in PyTorch" if chk.get("provider") == "torch" else f"on {chk.get('provider')}"  # a .pt2 against its original
     return "ok", (f"legalized for '{rep.get('target')}'{where}, outputs match {on}{torch_too}{at}"
                   f"{partly}")
+
+
+def worse_for_target(rules: dict) -> str:
+    """Whether the legalized model is worse for its deployment target than the input was
+    (more ops off the target's device after than before), in words; "" when it is not. No
+    target's output may be: the input, as it is, is then the better model to deploy."""
+    before, after = rules.get("refused_before") or [], rules.get("refused_after") or []
+    if not rules.get("device") or len(after) <= len(before):
+        return ""
+    tool = (rules.get("profile") or {}).get("backend") or f"target '{rules.get('target')}'"
+    return (f"the legalized model is worse for '{rules.get('target')}' than the input: {tool} refuses"
+            f" {len(after)} of its ops, {len(before)} of the input's")
 
 
 def placement(rules: dict) -> str:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, List, Optional
 
 import onnx
 
 from .errors import BadInput
 from .model import Model, SourceFormat
-from .passes import (RANK_AGNOSTIC_OPSET, PassContext, PassManager, legacy_broadcast, needs_explicit_broadcast,
-                     needs_rank_agnostic)
+from .passes import (RANK_AGNOSTIC_OPSET, Contract, PassContext, PassManager, legacy_broadcast,
+                     needs_explicit_broadcast, needs_rank_agnostic)
 from .targets import NUMPY_OPSET, target as target_named
 
 
@@ -30,8 +30,9 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     target's level (TOSA's ``8k``, its default, or ``none``), whose rank limit rank
     folding keeps elementwise regions within."""
     spec = target_named(target)
-    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level))
-    check = _verify_after_pass if debug else None
+    ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level),
+                      rank_refused=spec.refused_for_rank if spec.backend else None)
+    contracts = _contracts() if debug else None
     kind = SourceFormat(model.format)
     if model.constraints is None and kind.records_constraints:  # the pipeline records its own
         from .verifier import verify
@@ -39,11 +40,11 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
         model.constraints = verify(model.graph, "mlir", assume_dynamic_not_one=assume_dynamic_not_one).constraints
     if kind.every_subgraph:  # no opsets, no legacy forms; every subgraph
         for graph in model.graphs:
-            PassManager(spec.pipeline(), debug=debug, check=check).run(graph, ctx)
+            PassManager(spec.pipeline(), contracts, ALWAYS).run(graph, ctx)
         return LegalizeResult(model, ctx.stats, [])
     # Legacy (opset < 7) broadcasts first: made explicit, then the model is raised to
     # opset 7, whose numpy rules the target's passes then work with.
-    PassManager([legacy_broadcast], debug=debug, check=check).run(model.graph, ctx)
+    PassManager([legacy_broadcast], contracts, ALWAYS).run(model.graph, ctx)
     warnings = _raise_opset(model, NUMPY_OPSET, "numpy broadcasting") if _has_legacy_nodes(model, ctx) else []
     # xla's explicit broadcasts need Expand and Where: raise the opset only if there are any
     if model.graph.opsets.get("", spec.min_opset) < spec.min_opset and needs_explicit_broadcast(model.graph, ctx):
@@ -52,17 +53,35 @@ def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
     if "rank_agnostic" in spec.passes and model.graph.opsets.get("", RANK_AGNOSTIC_OPSET) < RANK_AGNOSTIC_OPSET \
             and needs_rank_agnostic(model.graph, ctx):
         warnings += _raise_opset(model, RANK_AGNOSTIC_OPSET, "Reshape's allowzero, for operands of unknown rank")
-    PassManager(spec.pipeline(), debug=debug, check=check).run(model.graph, ctx)
+    PassManager(spec.pipeline(), contracts, ALWAYS).run(model.graph, ctx)
     return LegalizeResult(model, ctx.stats, warnings)
 
 
-def _verify_after_pass(graph, pass_name: str) -> None:
-    """The debug hook of PassManager: a pass must never make a legal graph illegal."""
+# What every pass keeps, checked under --debug: a legal graph stays legal.
+ALWAYS = ("legal",)
+
+
+def _contracts() -> Dict[str, Contract]:
+    """The contracts the passes name (``register_pass``), as measures of a graph: each
+    a list of findings in the verifier's words."""
     from .verifier import verify
 
-    bad = verify(graph, "mlir").violations
-    if bad:
-        raise AssertionError(f"after pass {pass_name}: {bad[0]}")
+    def legal(graph, ctx) -> List[str]:  # MLIR's trait, whatever the target
+        return [str(d) for d in verify(graph, "mlir").violations]
+
+    def equal_ranks(graph, ctx) -> List[str]:  # TOSA's rule for operand ranks
+        return [str(d) for d in verify(graph, "tosa").violations if d.code == "operand-rank-mismatch"]
+
+    def over_rank(graph, ctx) -> List[str]:  # tensors over the target's rank limit
+        limit = ctx.max_rank
+        if limit is None:
+            return []
+        return [f"'{v.name}' has rank {len(v.type.shape)} > {limit}" for g in graph.graphs()
+                for n in g.unordered_nodes() for v in n.outputs
+                if v is not None and v.type.shape is not None and len(v.type.shape) > limit]
+
+    return {"legal": Contract("legal", legal), "equal-ranks": Contract("equal-ranks", equal_ranks, kept=False),
+            "over-rank": Contract("over-rank", over_rank)}
 
 
 def _has_legacy_nodes(model: Model, ctx: PassContext) -> bool:
@@ -91,8 +110,10 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
     try:
         converted = onnx.version_converter.convert_version(proto, version)
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
-        raise BadInput(f"the legal form needs opset {version}, and onnx's version converter cannot raise this"
-                       f" opset-{old} model to it ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        from .version_steps import why_not_raised
+
+        raise BadInput(f"the legal form needs opset {version} ({needs}), and onnx's version converter cannot raise"
+                       f" this opset-{old} model to it: {why_not_raised(proto, old, version, e)}") from None
     if list(converted.graph.input) != list(proto.graph.input):
         # e.g. Scan-8 -> Scan-9 drops the batch axis of the inputs: not the same model
         raise BadInput(f"the legal form needs opset {version}, and onnx's version converter changes this"

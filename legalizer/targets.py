@@ -24,7 +24,7 @@ from .verifier.profiles import Profile, profile_record, register_profile
 
 if TYPE_CHECKING:
     from .ir.graph import Node
-    from .passes.base import PassFn
+    from .passes.base import Pass
 
 # ONNX opset 7 brought numpy-style broadcasting; before it, broadcasting was the
 # ``broadcast``/``axis`` attributes (the legacy forms ``passes.legacy_broadcast`` rewrites).
@@ -41,7 +41,8 @@ class Target:
     # The verifier profile the legal form satisfies: a record, or the name of one in
     # ``verifier.PROFILES`` (made the record here).
     profile: Union[str, Profile]
-    # The passes, in order: names of ``legalizer.passes`` functions, or the functions.
+    # The passes, in order: names of registered passes (``legalizer.passes.PASSES``), or
+    # pass functions or records.
     passes: Tuple[Union[str, Callable], ...]
     help: str = ""  # what the legal form is, one phrase (``--target``'s help)
     min_opset: int = NUMPY_OPSET  # what the explicit forms need: xla's Expand (8) and Where (9)
@@ -66,10 +67,10 @@ class Target:
     def __post_init__(self):
         object.__setattr__(self, "profile", profile_record(self.profile))
 
-    def pipeline(self) -> Tuple["PassFn", ...]:
-        """The pass functions, in order."""
+    def pipeline(self) -> Tuple["Pass", ...]:
+        """The pass records, in order (from the registry that importing the passes fills)."""
         passes = import_module(".passes", __package__)
-        return tuple(getattr(passes, p) if isinstance(p, str) else p for p in self.passes)
+        return tuple(passes.pass_record(p) for p in self.passes)
 
     @property
     def explicit_broadcasts(self) -> bool:
@@ -100,6 +101,15 @@ class Target:
         """Why the backend refuses ``node`` (empty: it takes it): its op, a tensor over
         the rank limit, a dynamic shape where static ones are needed."""
         return self._refusals(node, self.rank_limit(level), self.level(level))
+
+    def refused_for_rank(self, node: "Node") -> bool:
+        """Whether the backend refuses ``node`` at its rank and takes it at a lower one (by
+        its own rules: HTP's probed table, per op and element type)."""
+        if self.backend is None:
+            return False
+        from .verifier.backend_rules import refused_for_rank
+
+        return refused_for_rank(node, self.backend)
 
     def _refusals(self, node: "Node", limit: Optional[int], lv: Optional[Level]) -> List[str]:
         from .ir.types import all_static, shape_str

@@ -152,6 +152,9 @@ WHEELS: Dict[str, Dict[str, str]] = {
         "wheel_rapidocr_det": "rapidocr/models/PP-OCRv6_det_small.onnx",
         "wheel_rapidocr_rec": "rapidocr/models/PP-OCRv6_rec_small.onnx",
     },
+    # the PaddleOCR v4 recognizer at opset 12, below what its legal form needs (issue 32)
+    "rapidocr-onnxruntime==1.4.4": {
+        "wheel_rapidocr_v4_rec_op12": "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"},
     "nudenet==3.4.2": {"wheel_nudenet_320n": "nudenet/320n.onnx"},
     "mediapipe==0.10.21": {
         f"wheel_mediapipe_{Path(p).stem}": f"mediapipe/modules/{p}" for p in (

@@ -178,3 +178,24 @@ def test_a_registered_deployment_target_gets_the_targets_verdict(tmp_path):
                                      " not supported) (--allow-fallback)")
     finally:
         del TARGETS["npu-relu"]
+
+
+def test_no_target_makes_a_model_worse_for_itself(tmp_path):
+    """Add(x: 4x3, y: 3) is legal as it is for an NPU that runs no Unsqueeze; the tosa
+    passes' legal form unsqueezes y to 1x3, an op that NPU refuses. More ops refused after
+    than before is never written, --allow-fallback or not: the input is the better model."""
+    npu = Target("npu-nounsqueeze", "tosa", target("tosa").passes, "an NPU without Unsqueeze", accelerator="the NPU",
+                 refuses={"Unsqueeze": "Unsqueeze is not supported"})
+    register_target(npu)
+    try:
+        src = save(op_model("Add", ["4x3xf32", "3xf32"], "4x3xf32"), tmp_path / "add.onnx")
+        out, rep = tmp_path / "o.onnx", tmp_path / "r.json"
+        for extra in ([], ["--allow-fallback"]):
+            code, text, err = cli_in_process(src, "--target", "npu-nounsqueeze", "-o", out, "-q", "--report", rep, *extra)
+            assert (code, out.exists()) == (1, False), text + err
+            assert text.strip() == (f"{src}: the legalized model is worse for 'npu-nounsqueeze' than the input: target"
+                                    " 'npu-nounsqueeze' refuses 1 of its ops, 0 of the input's; nothing written")
+            rules = json.loads(rep.read_text())["target_rules"]
+            assert (rules["refused_before"], [r["op"] for r in rules["refused_after"]]) == ([], ["Unsqueeze"])
+    finally:
+        del TARGETS["npu-nounsqueeze"]

@@ -53,3 +53,63 @@ def test_a_model_that_needs_no_rewrite_of_a_newer_opset_keeps_its_own(tmp_path):
     code, text, err = cli_in_process(tmp_path / "a.onnx", "-o", tmp_path / "o.onnx", "-q")
     assert code == 0 and err == "", text + err
     assert [o.version for o in onnx.load(str(tmp_path / "o.onnx")).opset_import if o.domain == ""] == [11]
+
+
+def test_a_conversion_that_fails_names_the_opset_step_and_the_op(tmp_path):
+    """A legacy-broadcast Add (opset 6) needs opset 7, and onnx's converter has no GRU
+    adapter past opset 6: one line, naming the step, the node and its op; nothing written."""
+    h = 4
+    g = helper.make_graph([helper.make_node("Add", ["x", "b"], ["xb"], broadcast=1, name="bias"),
+                           helper.make_node("GRU", ["xb", "W", "R"], ["y", ""], hidden_size=h, name="rnn")], "g",
+                          [helper.make_tensor_value_info("x", F, [5, 2, 3])],
+                          [helper.make_tensor_value_info("y", F, [5, 1, 2, h])],
+                          [numpy_helper.from_array(np.ones(3, np.float32), "b"),
+                           numpy_helper.from_array(np.ones((1, 3 * h, 3), np.float32), "W"),
+                           numpy_helper.from_array(np.ones((1, 3 * h, h), np.float32), "R")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)])
+    m.ir_version = 4
+    onnx.checker.check_model(m)
+    src, out = tmp_path / "gru6.onnx", tmp_path / "o.onnx"
+    onnx.save(m, str(src))
+    code, text, err = cli_in_process(src, "-o", out)
+    assert code == 2 and not out.exists()
+    assert err.strip().splitlines() == [
+        "legalize: error: the legal form needs opset 7 (numpy broadcasting), and onnx's version converter cannot"
+        " raise this opset-6 model to it: at opset 6 -> 7, node 'rnn' (GRU): No Adapter From Version $6 for GRU"]
+
+
+def test_the_step_is_found_when_the_converters_words_name_no_op():
+    """A Pad-2 with no pads (its words: "required undefined attribute 'pads'") behind a
+    Relu: raised one opset at a time, it fails at 10 -> 11, where Pad changes."""
+    from legalizer.version_steps import failing_step
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="act"),
+                           helper.make_node("Pad", ["r"], ["y"], name="pad")], "g",
+                          [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 2)])
+    try:
+        onnx.version_converter.convert_version(m, 14)
+    except Exception as e:  # noqa: BLE001
+        error = e
+    step, node, words = failing_step(m, 2, 14, error)
+    assert (step, node.name, node.op_type, words) == (11, "pad", "Pad", "required undefined attribute 'pads'")
+
+
+def test_paddleocr_v4_recognizer_at_opset_12_is_raised_and_matches(tmp_path):
+    """The issue's model: rapidocr-onnxruntime 1.4.4's PP-OCRv4 recognizer, opset 12, was
+    refused with 64 "unprovable rank" violations and no word of its opset."""
+    import pytest
+
+    from corpus_models import model_path
+
+    src = model_path("wheel_rapidocr_v4_rec_op12")
+    if not src.is_file():
+        pytest.skip("the corpus's wheel_rapidocr_v4_rec_op12: python scripts/corpus.py --only wheel_rapidocr_v4")
+    out, rep = tmp_path / "rec.onnx", tmp_path / "r.json"
+    code, text, err = cli_in_process(src, "-o", out, "--report", rep, "-q")
+    assert code == 0, text + err
+    report = json.loads(rep.read_text())
+    assert report["warnings"] == ["opset raised from 12 to 14 by onnx's version converter: the legal form needs"
+                                  " opset 14 (Reshape's allowzero, for operands of unknown rank)"]
+    assert report["violations"] == [] and report["check"]["ok"] is True and len(report["check"]["bindings"]) >= 4
+    assert [o.version for o in onnx.load(str(out)).opset_import if o.domain == ""] == [14]

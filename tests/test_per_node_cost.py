@@ -139,6 +139,144 @@ def test_model_is_not_changed_by_import():
     assert m.SerializeToString() == before
 
 
+def test_shape_inference_runs_while_the_ir_is_built(monkeypatch):
+    """The helper infers shapes while this process builds the IR from what the model
+    declares: inference is asked first and answers only once the build has begun (a
+    build that waited for inference first would find it never answering)."""
+    building = __import__("threading").Event()
+    real_infer, real_ops = onnx_importer._infer, onnx_importer._Importer._ops
+
+    def infer(serialized, data_prop=True):
+        assert building.wait(30), "the IR was not being built while shape inference ran"
+        return real_infer(serialized, data_prop)
+
+    def ops(self, b):
+        building.set()
+        return real_ops(self, b)
+
+    monkeypatch.setattr(onnx_importer, "_infer", infer)
+    monkeypatch.setattr(onnx_importer._Importer, "_ops", ops)
+    g = import_model(chain(20)).graph
+    # the inferred types are merged in: the chain declares only x and the output
+    assert g.value("v7").type == TensorType("float", (2, 64)) and g.value("v19").type == TensorType("float", (2, 64))
+
+
+def test_inference_note_comes_first_and_a_failed_inference_leaves_declared_types(monkeypatch):
+    """What inference reports is the first warning, as when it ran before the build;
+    where it gives nothing, the values keep the types the model declares."""
+    m = chain(6)
+    m.graph.value_info.append(helper.make_tensor_value_info("v2", TensorProto.FLOAT, ["N", 64]))
+    m.graph.node[0].domain = "com.example"  # a warning made while the build runs
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    monkeypatch.setattr(onnx_importer, "_infer", lambda serialized, data_prop=True: (None, "inference note"))
+    model = import_model(m)
+    assert model.warnings[0] == "inference note" and "com.example.Add" in model.warnings[1]
+    g = model.graph
+    assert g.value("v2").type == TensorType("float", ("N", 64)) and g.value("v3").type.dtype is None
+    assert g.value("bias").type == TensorType("float", (64,))
+
+
+def test_a_node_of_a_large_graph_costs_under_1_5_kb():
+    """The Python objects an imported chain holds per node: the Node and its Values,
+    their lists and names, networkx's successor and predecessor tables; the Node is
+    networkx's entry for it, with no attribute dict of its own (1.63 KB before)."""
+    import tracemalloc
+
+    m = chain(20_000)
+    import_model(chain(10), infer=False)  # what is made once (the op tables)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        model = import_model(m, infer=False)
+        gc.collect()
+        per_node = (tracemalloc.get_traced_memory()[0] - before) / 20_000
+    finally:
+        tracemalloc.stop()
+    assert len(model.graph) == 20_000 + 5
+    assert per_node < 1536, per_node
+
+
+def test_a_flat_graph_is_not_searched_for_subgraphs(tmp_path):
+    """While no graph nested in a node was made in the process, ``Graph.subgraphs``
+    looks at no node's attributes (a TFLite chain's every node has some); one made, or
+    copied, and the owners are found again."""
+    import subprocess
+    import sys
+
+    from tflite_build import add_chain
+
+    source = tmp_path / "chain.tflite"
+    source.write_bytes(add_chain(50))
+    probe = (
+        "import sys, legalizer, legalizer.ir.graph as G\n"
+        "from legalizer.target_passes import legalize\n"
+        "m = legalizer.load(sys.argv[1])\n"
+        "looked = []\n"
+        "real = G._holds_graph\n"
+        "G._holds_graph = lambda attrs: looked.append(1) or real(attrs)\n"
+        "legalize(m, 'tosa')\n"
+        "print(len(looked), getattr(G.Graph, 'nested', None))\n")
+    out = subprocess.run([sys.executable, "-c", probe, str(source)], capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
+    assert out.split() == ["0", "0"]
+
+
+def test_subgraphs_are_found_once_a_nested_graph_is_made(monkeypatch):
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], "g",
+                          [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                           helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    monkeypatch.setattr(Graph, "nested", 0)  # as in a process that made none before
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    assert Graph.nested == 2
+    assert [(n.op, attr, sub.name) for n, attr, sub in graph.subgraphs()] == \
+        [("If", "else_branch", "else"), ("If", "then_branch", "then")]
+
+
+def test_ranks_are_inferred_backwards_only_where_a_result_is_unranked(monkeypatch):
+    """``infer_ranks``' backward walk (a broadcast's declared result ranks its one
+    unranked operand) runs only where an op's result is left unranked: a ranked chain
+    is walked once, not twice; the graph that needs it still gets it."""
+    from legalizer.shapes import ranks
+
+    walks = []
+    real = ranks._from_results
+    monkeypatch.setattr(ranks, "_from_results", lambda g, lookup: walks.append(g.name) or real(g, lookup))
+    import_model(chain(30))
+    assert walks == []
+    g = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["s"], ["u"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+         helper.make_node("Add", ["u", "c"], ["y"])], "declared",
+        [helper.make_tensor_value_info("s", TensorProto.INT64, ["K"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "c")])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])).graph
+    assert walks[0] == "declared" and graph.value("u").type.shape == (None, None, None)
+
+
+def test_a_model_with_a_subgraph_attribute_has_its_bytes():
+    """The operand-count check looks at attributes only where the model's bytes hold a
+    GRAPH or GRAPHS attribute type: every model of the onnx test suite and the wheel
+    with such an attribute has them, and a flat chain has none."""
+    import onnx_suite as suite
+
+    def has_subgraph(g) -> bool:
+        return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for n in g.node for a in n.attribute)
+
+    nested = 0
+    for case in suite.node_cases() + suite.wheel_cases():
+        if has_subgraph(case.model.graph):
+            nested += 1
+            assert onnx_importer._SUBGRAPH_ATTRIBUTE.search(case.model.SerializeToString()), case.name
+    assert nested >= 20, nested
+    assert not onnx_importer._SUBGRAPH_ATTRIBUTE.search(chain(50).SerializeToString())
+
+
 # ---- export -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["chain", "mlp.dynamo.onnx", "small_cnn.torchscript.onnx",
@@ -161,6 +299,27 @@ def test_streamed_save_writes_what_onnx_save_writes(tmp_path, name):
         assert out.read_bytes() == want, (name, rewrite)
         if not rewrite:
             assert out.read_bytes() == source.read_bytes(), name
+
+
+def test_the_save_holds_the_node_bytes_once(tmp_path):
+    """The nodes streamed into the file are serialized into one buffer as they come: at
+    its peak the save of a legalized chain holds under 200 B of Python objects a node
+    (a list of three pieces a node, joined at the end, held 440 B)."""
+    import tracemalloc
+
+    source = tmp_path / "chain.onnx"
+    onnx.save(chain(20_000), str(source))
+    model = legalizer.load(source)
+    legalize(model, "tosa")
+    gc.collect()
+    tracemalloc.start()
+    try:
+        legalizer.save(model, tmp_path / "out.onnx", force=True)
+        peak = tracemalloc.get_traced_memory()[1] / 20_000
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "out.onnx").read_bytes() == export_model(model.graph, model.proto).SerializeToString()
+    assert peak < 200, peak
 
 
 # ---- the Graph's bookkeeping ---------------------------------------------------------

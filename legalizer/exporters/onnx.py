@@ -495,19 +495,20 @@ def _write(proto: ModelProto, inits: Optional[List[TensorProto]], path: Path,
 _SHORT_VARINTS = [bytes([n]) for n in range(128)]
 
 
-def _repeated(number: int, messages) -> bytes:
+def _repeated(number: int, messages) -> bytearray:
     """The bytes of ``messages`` as the entries of repeated message field ``number``
-    (what their container would serialize to), each serialized on its own."""
+    (what their container would serialize to), each serialized on its own and added to
+    one buffer at once (a list of the pieces, joined at the end, held three objects a
+    node: a large graph's save peaked on it)."""
     tag, short = _varint(number << 3 | 2), _SHORT_VARINTS
-    parts = []
-    append = parts.append
+    out = bytearray()
     for m in messages:
         data = m.SerializeToString()
         n = len(data)
-        append(tag)
-        append(short[n] if n < 128 else _varint(n))
-        append(data)
-    return b"".join(parts)
+        out += tag
+        out += short[n] if n < 128 else _varint(n)
+        out += data
+    return out
 
 
 _CHUNK = 1 << 24

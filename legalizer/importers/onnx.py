@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -95,6 +96,13 @@ class _GraphBuild:
         self.infos = infos
         self.defined: Dict[str, Value] = {}
         self.nodes: List[Node] = []
+        # Initializers (sparse ones too) by name: their element type and dims, which
+        # their type keeps whatever is declared or inferred for them.
+        self.consts: Dict[str, Tuple[int, Tuple[int, ...]]] = {}
+        # The subgraphs built: (node index, attribute index, index in a GRAPHS list or
+        # None, the Graph), as ``retype`` finds their inferred twins.
+        self.children: List[Tuple[int, int, Optional[int], Graph]] = []
+        self.out_nodes: List[Node] = []
 
     def define(self, name: str, what: str) -> Value:
         if name in self.defined:
@@ -137,6 +145,7 @@ class _Importer:
         self._warned_ops = set()
         self._checked_ops = set()
         self.pending: Dict[Graph, List[Node]] = {}
+        self.builds: Dict[Graph, _GraphBuild] = {}
         self._type_cache: Dict[bytes, Tuple[TensorType, tuple]] = {}
         self.negative_dims = 0  # declared negative dims, warned of up to NEGATIVE_DIM_WARNINGS
 
@@ -145,34 +154,37 @@ class _Importer:
         for _, _, sub in graph.subgraphs():
             self.register(sub)
 
-    # Types of one graph's values: declared (value_info, inputs, outputs) merged with
-    # inferred. Both protos describe the same graph, node for node.
-    def _types(self, g: GraphProto, inf) -> Dict[str, TensorType]:
-        types: Dict[str, TensorType] = {}
+    # Types of one graph's values: declared (value_info, inputs, outputs), then merged
+    # with inferred ones once ONNX shape inference answers (``retype``). Both protos
+    # describe the same graph, node for node.
+    def _add_types(self, g: GraphProto, types: Dict[str, TensorType], infos, where: str,
+                   declared: bool = True, touched: Optional[List[str]] = None) -> None:
+        """Merge the types of ``infos`` (ValueInfoProtos; inferred ones are read as
+        ``protoutil.parse_types`` holds them) into ``types``, naming each in ``touched``."""
         cache = self._type_cache
+        for vi in infos:
+            if vi.HasField("type"):
+                # Large graphs repeat a few types: each distinct TypeProto is read once.
+                # (Inferred ones are held serialized: see protoutil.parse_types.)
+                key = vi.type.SerializeToString() if declared else vi.type
+                got = cache.get(key)
+                if got is None:
+                    tp = vi.type if declared else TypeProto.FromString(key)
+                    got = cache[key] = tensor_type(tp, f"{where} '{vi.name}'")
+                t, negative = got
+                if negative and declared:
+                    self._negative_dims(g, f"{where} '{vi.name}'", negative)
+                name = vi.name
+                old = types.get(name)
+                types[name] = t if old is None else _merge(old, t)
+                if touched is not None:
+                    touched.append(name)
 
-        def add(infos, where, declared=True):
-            for vi in infos:
-                if vi.HasField("type"):
-                    # Large graphs repeat a few types: each distinct TypeProto is read once.
-                    # (``inf`` holds them serialized: see protoutil.parse_types.)
-                    key = vi.type.SerializeToString() if declared else vi.type
-                    got = cache.get(key)
-                    if got is None:
-                        tp = vi.type if declared else TypeProto.FromString(key)
-                        got = cache[key] = tensor_type(tp, f"{where} '{vi.name}'")
-                    t, negative = got
-                    if negative and declared:
-                        self._negative_dims(g, f"{where} '{vi.name}'", negative)
-                    name = vi.name
-                    old = types.get(name)
-                    types[name] = t if old is None else _merge(old, t)
-        add(g.input, "graph input")
-        add(g.output, "graph output")
-        add(g.value_info, "value")
-        if inf is not None:
-            add(inf.value_info, "value", declared=False)
-            add(inf.output, "graph output", declared=False)
+    def _declared_types(self, g: GraphProto) -> Dict[str, TensorType]:
+        types: Dict[str, TensorType] = {}
+        self._add_types(g, types, g.input, "graph input")
+        self._add_types(g, types, g.output, "graph output")
+        self._add_types(g, types, g.value_info, "value")
         return types
 
     def _negative_dims(self, g: GraphProto, what: str, negative) -> None:
@@ -213,28 +225,26 @@ class _Importer:
             self.warnings.append(f"op '{domain}.{np_.op_type}' is from a domain legalize does not know;"
                                  " kept as an opaque node with its declared output types")
 
-    def graph(self, g: GraphProto, inf: Optional[GraphProto], owner: Optional[Node],
-              outer: List[Dict[str, Value]]) -> Graph:
-        """Build one graph; its nodes are registered later, outermost first, by
-        ``_register`` (a subgraph's links to outer values need the outer nodes)."""
+    def graph(self, g: GraphProto, owner: Optional[Node], outer: List[Dict[str, Value]]) -> Graph:
+        """Build one graph with the types it declares (``retype`` adds the inferred
+        ones); its nodes are registered later, outermost first, by ``register`` (a
+        subgraph's links to outer values need the outer nodes)."""
         graph = Graph(g.name, self.opsets, owner)
         graph.ir_version = self.model.ir_version
         graph.base_dir = self.base_dir
         graph.proto = g
-        b = _GraphBuild(g, self._types(g, inf), {vi.name: (i, vi) for i, vi in enumerate(g.value_info)})
+        b = _GraphBuild(g, self._declared_types(g), {vi.name: (i, vi) for i, vi in enumerate(g.value_info)})
+        self.builds[graph] = b
         self._sources(b)
         later, with_subgraphs = self._ops(b)
-        out_nodes = b.outputs()
+        b.out_nodes = b.outputs()
         # Subgraphs see this graph's values; resolve them after all values are defined.
         scopes = [b.defined] + outer
-        self._subgraphs(b, inf, with_subgraphs, scopes)
+        self._subgraphs(b, with_subgraphs, scopes)
         for n, np_ in later:
             n.inputs = [b.resolve(scopes, i, f"node '{np_.name or np_.op_type}'") for i in np_.input]
-        for n in out_nodes:
-            v = b.resolve(scopes, n.name, "graph output")
-            n.inputs = [v]
-            if v.type.shape is None and v.type.dtype is None:
-                v.type = b.types.get(n.name, UNKNOWN)
+        for n in b.out_nodes:
+            n.inputs = [b.resolve(scopes, n.name, "graph output")]
         # value_info entries no value of this graph took (naming a value of an enclosing
         # or nested graph, or nothing, or repeated): valid ONNX, kept for the export.
         if b.infos:
@@ -262,6 +272,7 @@ class _Importer:
                 continue
             n = Node(CONST, "$const", name=name, proto=t, data=ConstData(t, self.base_dir, idx))
             v = b.define(name, "initializer")
+            b.consts[name] = (t.data_type, tuple(t.dims))
             # Its dims are its shape, whatever a value_info entry declares (a '?' or a -1
             # there is no dynamic dim of a constant).
             v.type = TensorType(dtype_name(t.data_type) or v.type.dtype, tuple(t.dims))
@@ -271,6 +282,7 @@ class _Importer:
             name = st.values.name
             n = Node(CONST, "$const", name=name, proto=st, data=ConstData(st, self.base_dir, idx, sparse=True))
             v = b.define(name, "sparse initializer")
+            b.consts[name] = (st.values.data_type, tuple(st.dims))
             v.type = TensorType(dtype_name(st.values.data_type) or v.type.dtype, tuple(st.dims))
             n.outputs = [v]
             b.nodes.append(n)
@@ -314,22 +326,48 @@ class _Importer:
             append(n)
         return later, with_subgraphs
 
-    def _subgraphs(self, b: _GraphBuild, inf: Optional[GraphProto],
-                   with_subgraphs: List[Tuple[Node, onnx.NodeProto, int]], scopes: List[Dict[str, Value]]) -> None:
-        """The attributes of the nodes that hold subgraphs, each subgraph built with
-        its inferred twin (when inference kept the graph node for node)."""
-        inf_nodes = inf.node if inf is not None and len(inf.node) == len(b.g.node) else None
+    def _subgraphs(self, b: _GraphBuild, with_subgraphs: List[Tuple[Node, onnx.NodeProto, int]],
+                   scopes: List[Dict[str, Value]]) -> None:
+        """The attributes of the nodes that hold subgraphs."""
         for n, np_, k in with_subgraphs:
-            inf_np = inf_nodes[k] if inf_nodes is not None else None
             for a_idx, a in enumerate(np_.attribute):
-                inf_a = inf_np.attribute[a_idx] if inf_np is not None else None
                 if a.type == AttributeProto.GRAPH:
-                    n.attrs[a.name] = self.graph(a.g, inf_a.g if inf_a is not None else None, n, scopes)
+                    sub = n.attrs[a.name] = self.graph(a.g, n, scopes)
+                    b.children.append((k, a_idx, None, sub))
                 elif a.type == AttributeProto.GRAPHS:
-                    infs = list(inf_a.graphs) if inf_a is not None else [None] * len(a.graphs)
-                    n.attrs[a.name] = [self.graph(sg, ig, n, scopes) for sg, ig in zip(a.graphs, infs)]
+                    subs = n.attrs[a.name] = [self.graph(sg, n, scopes) for sg in a.graphs]
+                    b.children.extend((k, a_idx, j, sub) for j, sub in enumerate(subs))
                 else:
                     n.attrs[a.name] = a
+
+    def retype(self, graph: Graph, inf: Optional[GraphProto]) -> None:
+        """Merge the types ONNX shape inference found (``inf``, the graph's inferred
+        twin, or None) into the values of ``graph`` and of its subgraphs (their twins
+        found node for node, when inference kept the graph so), outermost first; then a
+        graph output of an outer value whose type is unknown takes the type named here."""
+        b = self.builds.pop(graph)
+        types, defined, consts = b.types, b.defined, b.consts
+        if inf is not None:
+            touched: List[str] = []
+            self._add_types(b.g, types, inf.value_info, "value", declared=False, touched=touched)
+            self._add_types(b.g, types, inf.output, "graph output", declared=False, touched=touched)
+            for name in touched:
+                v = defined.get(name)
+                if v is not None:
+                    t, c = types[name], consts.get(name)
+                    # an initializer's dims are its shape, whatever is declared or inferred
+                    v.type = t if c is None else TensorType(dtype_name(c[0]) or t.dtype, c[1])
+        inf_nodes = inf.node if inf is not None and len(inf.node) == len(b.g.node) else None
+        for k, a_idx, j, sub in b.children:
+            twin = None
+            if inf_nodes is not None and a_idx < len(inf_nodes[k].attribute):
+                inf_a = inf_nodes[k].attribute[a_idx]
+                twin = inf_a.g if j is None else (inf_a.graphs[j] if j < len(inf_a.graphs) else None)
+            self.retype(sub, twin)
+        for n in b.out_nodes:
+            v = n.inputs[0]
+            if v.type.shape is None and v.type.dtype is None:
+                v.type = types.get(n.name, UNKNOWN)
 
 
 # Operands of one node, at most: a variadic op (Sum, Max, Concat) of more is no model
@@ -449,6 +487,30 @@ def _infer(serialized: bytes, data_prop: bool = True) -> Tuple[Optional[Any], Op
     return parse_types(out[1:]), note
 
 
+class _Inference:
+    """``_infer`` in a thread of its own, which spends its time waiting on the helper
+    (the GIL free): the caller works meanwhile and takes the answer with ``result``."""
+
+    def __init__(self, serialized: bytes, data_prop: bool):
+        self._out: Tuple[Optional[Any], Optional[str]] = (None, None)
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, args=(serialized, data_prop), daemon=True,
+                                        name="legalize-shape-inference")
+        self._thread.start()
+
+    def _run(self, serialized: bytes, data_prop: bool) -> None:
+        try:
+            self._out = _infer(serialized, data_prop)
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            self._error = e
+
+    def result(self) -> Tuple[Optional[Any], Optional[str]]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out
+
+
 def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
     """BadInput if a string field is not valid UTF-8 (proto2 parses any bytes into one,
     and the Python API then hands back ``bytes`` for a name or an op type). One C-level
@@ -469,10 +531,25 @@ def _too_many_operands(np_: onnx.NodeProto) -> BadInput:
                     f" {len(np_.input):,} operands; legalize reads at most {MAX_NODE_INPUTS:,} per node")
 
 
-def _check_operand_counts(g: GraphProto) -> None:
+# ``AttributeProto.type`` serialized as GRAPH or GRAPHS: a model without these bytes has
+# no subgraph attribute (bytes of other fields that look like them only make the
+# operand-count check walk the attributes too).
+_TYPE_KEY = AttributeProto.DESCRIPTOR.fields_by_name["type"].number << 3  # (wire type 0, a varint: 160)
+_TYPE_TAG = bytes([_TYPE_KEY & 0x7F | 0x80, _TYPE_KEY >> 7])
+_SUBGRAPH_ATTRIBUTE = re.compile(re.escape(_TYPE_TAG) + b"[" + bytes([AttributeProto.GRAPH, AttributeProto.GRAPHS]) + b"]")
+
+
+def _check_operand_counts(g: GraphProto, serialized: Optional[bytes]) -> None:
     """BadInput for a node (subgraphs' too) of more than ``MAX_NODE_INPUTS`` operands,
     from the proto's counts before any work: a value read a million times by one node
-    took 44 s and 2.9 GB of shape inference and import before the node was refused."""
+    took 44 s and 2.9 GB of shape inference and import before the node was refused.
+    Where the model (``serialized``) has no subgraph attribute, the graph's nodes'
+    attributes are not looked at."""
+    if serialized is not None and not _SUBGRAPH_ATTRIBUTE.search(serialized):
+        for np_ in g.node:
+            if len(np_.input) > MAX_NODE_INPUTS:
+                raise _too_many_operands(np_)
+        return
     todo = [g]
     while todo:
         for np_ in todo.pop().node:
@@ -490,13 +567,14 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         raise BadInput("the model has no graph")
     if not model.opset_import and model.ir_version >= 3:
         raise BadInput("the model imports no opset (opset_import is empty)")
-    _check_operand_counts(model.graph)
-    # The model without its weights: UTF-8 checked and shape-inferred, from one serialization.
+    # The model without its weights: operand counts and UTF-8 checked, and shape-inferred,
+    # from one serialization.
     try:
         stub = _without_weights(model) if _has_large_initializers(model) else model
         serialized = stub.SerializeToString()
     except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
         stub = serialized = None
+    _check_operand_counts(model.graph, serialized)
     _check_strings(model, serialized)
     # Every external location before a byte is read; with a model file, its data files
     # and offsets too (a model held in memory may name files it never needs read).
@@ -508,14 +586,19 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
             stub.CopyFrom(model)
         if _clear_negative_dims(stub.graph):
             serialized = stub.SerializeToString()
-    inferred, note = (_infer(serialized, _needs_data_propagation(model, serialized)) if infer
-                      else (None, None))
+    # Shape inference runs in the helper while this process builds the IR from what the
+    # model declares; the inferred types are merged in when it answers.
+    inference = _Inference(serialized, _needs_data_propagation(model, serialized)) if infer else None
     del serialized, stub
     imp = _Importer(model, base_dir)
-    if note is not None:
-        imp.warnings.append(note)
     with paused_gc():
-        graph = imp.graph(model.graph, inferred.graph if inferred is not None else None, None, [])
+        graph = imp.graph(model.graph, None, [])
+    inferred, note = inference.result() if inference is not None else (None, None)
+    if note is not None:
+        imp.warnings.insert(0, note)
+    with paused_gc():
+        imp.retype(graph, inferred.graph if inferred is not None else None)
+        del inferred
         imp.register(graph)
     if imp.negative_dims > NEGATIVE_DIM_WARNINGS:
         imp.warnings.append(f"{imp.negative_dims - NEGATIVE_DIM_WARNINGS} more declared dims are negative:"

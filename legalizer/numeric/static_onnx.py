@@ -20,6 +20,7 @@ from typing import Dict, Mapping
 import onnx
 
 from ..errors import BadInput, first_line
+from ..ir.types import names_a_dim
 from ..model import Model
 from .inputs import dim_key
 
@@ -45,9 +46,10 @@ def specialize_onnx(model: Model, sizes: Mapping[str, int], default: int = 1) ->
         if not vi.type.tensor_type.HasField("shape"):
             raise BadInput(f"input '{vi.name}' has no known rank: its shape cannot be made static")
         for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value >= 0:  # (-1: a dynamic dim, as exporters write one)
                 continue
-            key = d.dim_param or dim_key(vi.name, axis)
+            # a named dim by its name; an unnamed one ('?', -1, none) is a dim of its own
+            key = d.dim_param if names_a_dim(d.dim_param) else dim_key(vi.name, axis)
             size = int(sizes.get(key, sizes.get(dim_key(vi.name, axis), default)))
             out.bound[key] = size
             d.Clear()
@@ -84,6 +86,7 @@ def _reimported(proto: onnx.ModelProto, base_dir) -> Model:
 SHAPE_ARITHMETIC = frozenset({
     "Shape", "Size", "Gather", "Concat", "Slice", "Unsqueeze", "Squeeze", "Reshape", "Cast", "Add", "Sub", "Mul",
     "Div", "Max", "Min", "Equal", "Where", "Range", "ReduceProd", "Identity", "ConstantOfShape", "Expand", "Neg", "Abs",
+    "Constant",
 })
 
 
@@ -111,6 +114,8 @@ def _fold_shape_arithmetic(model: Model, bound: Mapping[str, int]) -> int:
             ins = [v for v in node.inputs if v is not None]
             if node.op_type in ("Shape", "Size"):
                 ok = ins and ins[0].type.shape is not None and all_static(ins[0].type.shape)
+            elif node.op_type == "Constant":  # (exporters such as paddle2onnx write constants as ops)
+                ok = True
             else:
                 ok = bool(ins) and all(id(v) in known for v in ins)
             if ok and all(v.type.dtype in ("int64", "int32", "bool") for v in node.outputs):

@@ -1,7 +1,8 @@
 """Passes over the IR. Each takes (graph, ctx) and returns whether it changed the graph."""
 
 from .aten_ranks import aten_explicit_broadcast, aten_ranks
-from .base import PassContext, PassManager, PassResult
+from .base import (PASSES, Contract, ContractError, Pass, PassContext, PassManager, PassResult, pass_record,
+                   register_pass)
 from .dce import dead_code_elimination
 from .deploy_forms import (broadcast_to_as_concat, broadcast_to_as_tile, broadcast_to_into_consumers,
                            broadcast_to_through_reshape, densify_constants, elementwise_at_rank4, fold_for_npu,
@@ -15,8 +16,9 @@ from .legacy_broadcast import legacy_broadcast
 from .rank_agnostic import MIN_OPSET as RANK_AGNOSTIC_OPSET, needs_rank_agnostic, rank_agnostic, rank_agnostic_expand
 from .split_variadic import split_variadic
 
-# The targets name these in their pipelines (``targets.Target.passes``).
-__all__ = ["PassContext", "aten_explicit_broadcast", "aten_ranks", "PassManager", "PassResult", "broadcast_to_as_concat",
+# The targets name the registered passes in their pipelines (``targets.Target.passes``;
+# ``PASSES``); importing the modules above registers them.
+__all__ = ["PASSES", "Contract", "ContractError", "Pass", "pass_record", "register_pass", "PassContext", "aten_explicit_broadcast", "aten_ranks", "PassManager", "PassResult", "broadcast_to_as_concat",
            "broadcast_to_as_tile",
            "broadcast_to_into_consumers", "broadcast_to_through_reshape", "densify_constants", "elementwise_at_rank4", "fold_for_npu",
            "gather_bool_as_int32", "square_as_mul",

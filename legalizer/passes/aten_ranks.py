@@ -32,7 +32,8 @@ from ..aten_records import In, call_of
 from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import TensorType
 from ..oprules import frontend_rules
-from .base import PassContext
+from ..shapes.broadcast import ones_pattern_groups
+from .base import PassContext, register_pass
 from .frontend_ops import AtenOps
 
 VIEWS = ("aten.view.default", "aten._unsafe_view.default", "aten.view_copy.default")
@@ -105,19 +106,9 @@ class _Lowering:
         if any(len(s) > R for s in ins):
             return False
         keep = [k for k in range(R) if out[k] != 1]
-        groups: List[List[int]] = []
-        last = None
-        for k in keep:
-            pattern = tuple(s[k] == 1 for s in ins)
-            if any(s[k] != 1 and s[k] != out[k] for s in ins):
-                return False  # a size that is not provably the result's (a symbol that may be 1)
-            if last is not None and pattern == last:
-                groups[-1].append(k)
-            else:
-                groups.append([k])
-            last = pattern
-        if not groups:
-            groups = [[R - 1]]
+        if any(s[k] != 1 and s[k] != out[k] for k in keep for s in ins):
+            return False  # a size that is not provably the result's (a symbol that may be 1)
+        groups = ones_pattern_groups(ins, keep, R)
         meta = call.meta
         if len(groups) > self.limit:
             return self._both_ways(node, call, ins, out)
@@ -372,10 +363,11 @@ def _strided(v: Value) -> bool:
     return v.producer is not None and v.producer.kind == OP and v.producer.op in AtenOps.STRIDED
 
 
+@register_pass(frontends=("aten",), ensures=("over-rank",))
 def aten_ranks(graph: Graph, ctx: PassContext) -> bool:
-    """Lower every ATen op over ``ctx.max_rank`` (module docstring); no-op on graphs of
-    other frontends, and when the target has no rank limit."""
-    if graph.frontend != "aten" or ctx.max_rank is None:
+    """Lower every ATen op over ``ctx.max_rank`` (module docstring); no-op when the
+    target has no rank limit (the pass manager runs it on ATen graphs only)."""
+    if ctx.max_rank is None:
         return False
     lowering = _Lowering(graph, ctx)
     changed = False
@@ -387,6 +379,7 @@ def aten_ranks(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass(frontends=("aten",))
 def aten_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     """The ``xla`` form of a torch.export program: every operand of a broadcasting ATen op
     that differs from the result's shape is made the result's shape explicitly,
@@ -394,9 +387,7 @@ def aten_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     by its shapes (a symbolic dim is never 1 where another operand has its size), so
     each is structural: an ``expand`` size is -1 where the operand has the dim, the
     result's size where it is a number, and ``sym_size`` of the operand that has it
-    where it is a symbol. No-op on graphs of other frontends."""
-    if graph.frontend != "aten":
-        return False
+    where it is a symbol. (The pass manager runs it on ATen graphs only.)"""
     rules = frontend_rules("aten")
     changed = False
     for node in graph.ops():

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from ..ir.graph import CONST, OP, Graph
 from ..oprules import has_effects
-from .base import PassContext
+from .base import PassContext, register_pass
 
 
+@register_pass()
 def dead_code_elimination(graph: Graph, ctx: PassContext) -> bool:
     removed = 0
     for node in reversed(graph.nodes()):

@@ -35,15 +35,11 @@ from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import TensorType, all_static
 from ..oprules import RuleLookup
 from ..tflite_records import TFLITE_DOMAIN
-from .base import PassContext
+from .base import PassContext, register_pass
 from .frontend_ops import ops_for
 from .rewrite import add_const, constant_array
 
 RESHAPE_LIKE = ("tflite.EXPAND_DIMS", "tflite.SQUEEZE")
-
-
-def _tflite(graph: Graph) -> bool:
-    return graph.frontend == TFLITE_DOMAIN
 
 
 def _of_type(graph: Graph, *op_types: str) -> List[Node]:
@@ -75,9 +71,8 @@ def _broadcast_target(node: Node) -> Optional[Tuple[int, ...]]:
     return tuple(int(d) for d in shape.reshape(-1))
 
 
+@register_pass(frontends=("tflite",))
 def broadcast_to_into_consumers(graph: Graph, ctx: PassContext) -> bool:
-    if not _tflite(graph):
-        return False
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
     for node in _of_type(graph, "BROADCAST_TO"):
@@ -105,13 +100,12 @@ def broadcast_to_into_consumers(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass(frontends=("tflite",))
 def broadcast_to_through_reshape(graph: Graph, ctx: PassContext) -> bool:
     """``op(o, RESHAPE(BROADCAST_TO(x)))`` where every operand of ``op`` has its result's
     shape (no broadcasting left): ``op`` commutes with the reshape, so it runs at the
     ``BROADCAST_TO``'s shape, on ``RESHAPE(o)``, and ``broadcast_to_into_consumers`` then
     lets it broadcast ``x`` itself (GQA's repeat_kv feeding a MUL or ADD)."""
-    if not _tflite(graph):
-        return False
     ops = ops_for(graph)
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
@@ -152,6 +146,7 @@ def broadcast_to_through_reshape(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass(ensures=("over-rank",))
 def fold_for_npu(graph: Graph, ctx: PassContext) -> bool:
     """Vela: an elementwise region whose op broadcasts or has a batch other than 1 runs at
     its lowest rank (``fold_ranks``' folding, for these regions only): the legacy core
@@ -178,6 +173,7 @@ def fold_for_npu(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass(frontends=("tflite",))
 def elementwise_at_rank4(graph: Graph, ctx: PassContext) -> bool:
     """A broadcasting op below rank 4 with a constant operand that has more than one row
     runs at rank 4 (1s in front; the constant reshaped at compile time, a runtime operand
@@ -185,8 +181,6 @@ def elementwise_at_rank4(graph: Graph, ctx: PassContext) -> bool:
     < 4 with a leading dim over 1 wrongly ([2,8] + const [2,8] is off by whole elements;
     at [1,1,2,8] it is exact), as the classic delegate aligns runtime operands from the
     left (LiteRT #8980)."""
-    if not _tflite(graph):
-        return False
     ops = ops_for(graph)
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
@@ -248,10 +242,12 @@ def _folded_broadcast(src: Sequence[int], dst: Sequence[int]) -> Tuple[List[int]
     return shape, mult, [s * m for s, m in zip(shape, mult)]
 
 
+@register_pass(frontends=("tflite",))
 def broadcast_to_as_tile(graph: Graph, ctx: PassContext) -> bool:
     return _lower_broadcast_to(graph, ctx, concat=False)
 
 
+@register_pass(frontends=("tflite",))
 def broadcast_to_as_concat(graph: Graph, ctx: PassContext) -> bool:
     """As ``broadcast_to_as_tile``, with copies made by ``CONCATENATION`` (Vela's legacy
     core runs TILE on the CPU, CONCATENATION on the NPU)."""
@@ -259,8 +255,6 @@ def broadcast_to_as_concat(graph: Graph, ctx: PassContext) -> bool:
 
 
 def _lower_broadcast_to(graph: Graph, ctx: PassContext, concat: bool) -> bool:
-    if not _tflite(graph):
-        return False
     ops = ops_for(graph)
     changed = False
     for node in _of_type(graph, "BROADCAST_TO"):
@@ -294,12 +288,11 @@ def _lower_broadcast_to(graph: Graph, ctx: PassContext, concat: bool) -> bool:
     return changed
 
 
+@register_pass(frontends=("tflite",))
 def one_sided_broadcast(graph: Graph, ctx: PassContext) -> bool:
     """Binary ops whose operands both broadcast (``[1,4,1,8] + [1,1,8,8]``): the larger
     operand made the result's shape by a ``CONCATENATION`` of copies along each dim it
     broadcasts (Vela's legacy core places CONCATENATION on the NPU, not TILE)."""
-    if not _tflite(graph):
-        return False
     lookup = RuleLookup(graph, ctx.rules)
     changed = False
     for node in graph.ops():
@@ -347,9 +340,8 @@ def _reshaped(graph: Graph, ops, x: Value, shape: Tuple[int, ...], base: str) ->
     return out
 
 
+@register_pass(frontends=("tflite",))
 def reshape_forms(graph: Graph, ctx: PassContext) -> bool:
-    if not _tflite(graph):
-        return False
     ops = ops_for(graph)
     changed = False
     for node in _of_type(graph, "RESHAPE", "EXPAND_DIMS", "SQUEEZE"):
@@ -381,13 +373,12 @@ def reshape_forms(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass(frontends=("tflite",))
 def reshape_constants_before_dequantize(graph: Graph, ctx: PassContext) -> bool:
     """``RESHAPE(DEQUANTIZE(c))`` of a constant ``c`` (float16 or per-tensor int8
     weights) becomes ``DEQUANTIZE(c reshaped at compile time)``: the GPU delegate takes a
     dequantized constant as a constant (a PRELU's alpha, a MUL's scale), never a RESHAPE of
     one ("Expected 1 runtime input tensor(s), but node has 0")."""
-    if not _tflite(graph):
-        return False
     changed = False
     for node in _of_type(graph, "RESHAPE"):
         if not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
@@ -410,14 +401,13 @@ def reshape_constants_before_dequantize(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass(frontends=("tflite",))
 def densify_constants(graph: Graph, ctx: PassContext) -> bool:
     """Sparse constants (pruned weights) made dense at compile time, as LiteRT's DENSIFY
     makes them at run time: a ``DENSIFY`` of one becomes the dense constant (the GPU
     delegate has no DENSIFY, and takes the ``DEQUANTIZE`` of a constant after it as a
     weight), and one an op reads itself is read dense (LiteRT 2.3.0's GPU accelerator takes
     a FULLY_CONNECTED's sparse weights as they are stored, and computes wrong results)."""
-    if not _tflite(graph):
-        return False
     changed = False
     for node in _of_type(graph, "DENSIFY"):
         if node.op != "tflite.DENSIFY" or not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
@@ -451,6 +441,7 @@ def _constant_target(node: Node) -> bool:
     return constant_array(node.inputs[1]) is not None
 
 
+@register_pass()
 def gather_bool_as_int32(graph: Graph, ctx: PassContext) -> bool:
     """A ``GatherND`` of boolean data (an attention mask's expansion, as torch.export
     writes ``mask[:, None, None, :]``) gathers it as int32 between two ``Cast``s: HTP's
@@ -476,6 +467,7 @@ def gather_bool_as_int32(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass()
 def square_as_mul(graph: Graph, ctx: PassContext) -> bool:
     """``Pow(x, 2)`` as ``Mul(x, x)`` (the same correctly rounded square). onnxruntime-qnn
     2.7.0 fuses an RMS norm written with ``Pow(x, 2)`` (Pow, ReduceMean, Add, Sqrt,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from ..ir.graph import Graph
 from ..oprules import RuleLookup
-from .base import PassContext
+from .base import PassContext, register_pass
 from .rewrite import RankExpander
 
 
+@register_pass(ensures=("equal-ranks",))
 def equalize_ranks(graph: Graph, ctx: PassContext) -> bool:
     expander = RankExpander(graph, ctx)
     lookup = RuleLookup(graph, ctx.rules)

@@ -32,7 +32,7 @@ from onnx import helper
 from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import Dim, TensorType, all_static
 from ..shapes import IncompatibleDims, infer_result_shape, same_shape
-from .base import PassContext
+from .base import PassContext, register_pass
 from .frontend_ops import ops_for
 from .rewrite import RankExpander, index_const
 
@@ -249,6 +249,7 @@ def needs_explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     return False
 
 
+@register_pass()
 def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     changed = False
     builder = _ShapeBuilder(graph, ctx)
@@ -304,6 +305,7 @@ def _read_dims_attr(attr) -> List[int]:
     return list(attr) if isinstance(attr, list) else list(helper.get_attribute_value(attr))
 
 
+@register_pass()
 def lower_broadcast_in_dim(graph: Graph, ctx: PassContext) -> bool:
     """BroadcastInDim -> ``Unsqueeze`` (the dims not in broadcast_dimensions; folded for
     constants) + ``Expand``; in TFLite, ``RESHAPE`` + ``BROADCAST_TO``."""

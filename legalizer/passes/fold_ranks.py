@@ -33,7 +33,8 @@ import numpy as np
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Dim
 from ..oprules import RuleLookup, frontend_rules
-from .base import PassContext
+from ..shapes.broadcast import ones_pattern_groups
+from .base import PassContext, register_pass
 from .frontend_ops import ops_for
 from .rewrite import add_const, constant_array
 
@@ -80,24 +81,8 @@ def _dim_groups(shapes: List[Tuple], R: int) -> Tuple[List, List[List[int]]]:
     for k in range(R):
         big = {s[k] for s in shapes if s[k] != 1}
         size.append(1 if not big else next(iter(big)) if len(big) == 1 and None not in big else _CONFLICT)
-    groups: List[List[int]] = []
-    last = None
-    for k in range(R):
-        if size[k] == 1:
-            continue
-        if size[k] is _CONFLICT:
-            groups.append([k])
-            last = None
-            continue
-        pattern = tuple(s[k] == 1 for s in shapes)
-        if last is not None and pattern == last:
-            groups[-1].append(k)
-        else:
-            groups.append([k])
-        last = pattern
-    if not groups:
-        groups = [[R - 1]]  # all ones: rank 1 (rank 0 reads ambiguously in TFLite's RESHAPE)
-    return size, groups
+    return size, ones_pattern_groups(shapes, [k for k in range(R) if size[k] != 1], R,
+                                     alone=[k for k in range(R) if size[k] is _CONFLICT])
 
 
 def _folded(s: Tuple, groups: List[List[int]], size: List) -> Tuple:
@@ -379,6 +364,7 @@ class _Folder:
         return out
 
 
+@register_pass(ensures=("over-rank",))
 def fold_ranks(graph: Graph, ctx: PassContext) -> bool:
     """Fold every elementwise region of ``graph`` whose rank is above ``ctx.max_rank``
     to the lowest rank its broadcasting needs (module docstring). None: nothing."""
@@ -498,6 +484,7 @@ class _TransposeFolder:
         return True
 
 
+@register_pass(ensures=("over-rank",))
 def fold_transposes(graph: Graph, ctx: PassContext) -> bool:
     """Each ``Transpose`` above ``ctx.max_rank`` at the lowest rank its permutation needs:
     the dims it keeps adjacent and in order merge, size-1 dims go; one that still needs
@@ -522,6 +509,7 @@ def fold_transposes(graph: Graph, ctx: PassContext) -> bool:
 FULLY_CONNECTED_RANK = 4
 
 
+@register_pass(ensures=("over-rank",))
 def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
     """Each ``MatMul`` of static shapes at a rank its backend refuses, at rank 2 or 3: by a
     constant matrix ([..., M, K] x [K, N]) above rank ``FULLY_CONNECTED_RANK``, the leading
@@ -566,6 +554,7 @@ def fold_matmuls(graph: Graph, ctx: PassContext) -> bool:
 INDEX_RANK = 4
 
 
+@register_pass(ensures=("over-rank",))
 def fold_gather_indices(graph: Graph, ctx: PassContext) -> bool:
     """Each ``GatherND`` (``batch_dims`` 0) whose indices are over ``INDEX_RANK``, with the
     indices' leading dims merged: [..., K] -> [N, K] (a constant at compile time), the
@@ -663,6 +652,7 @@ def _axes_of(node: Node, rank: int) -> Optional[List[int]]:
     return sorted(a % rank for a in axes)
 
 
+@register_pass(ensures=("over-rank",))
 def fold_axis_ops(graph: Graph, ctx: PassContext) -> bool:
     """Each op that acts along some axes (``Softmax``, ``LogSoftmax``, ``Concat``, ``Slice``
     along one axis, a reduction along adjacent axes; TFLite's ``SOFTMAX`` and a
@@ -750,25 +740,23 @@ def _int_attr(key: str, value: int):
     return helper.make_attribute(key, value)
 
 
-# The elementwise ops HTP refuses at rank 5, which it takes at rank 4 (rules/qnn_htp.toml:
-# ElementWiseMaximum, ...Minimum, ...Power, Tanh, ...SquareRoot, ...Neg; error code 3110).
-RANK4_ELEMENTWISE = frozenset({"Max", "Min", "Pow", "Tanh", "Sqrt", "Neg"})
-
-
+@register_pass(ensures=("over-rank",))
 def fold_ranks_for_rank4_ops(graph: Graph, ctx: PassContext) -> bool:
-    """The elementwise regions at ``ctx.max_rank`` with an op of ``RANK4_ELEMENTWISE`` in
-    them, folded as regions above the limit are, to a rank below it."""
+    """The elementwise regions at ``ctx.max_rank`` with an op in them that the target's
+    backend refuses there and takes lower (``ctx.rank_refused``: HTP's probed table, by op
+    and element type: float Max, Tanh or Sqrt, int64 Add...), folded as regions above the
+    limit are, to a rank below it."""
     limit = ctx.max_rank
-    if not limit:
+    if not limit or ctx.rank_refused is None:
         return False
     below = PassContext(rules=ctx.rules, stats=ctx.stats, assume_dynamic_not_one=ctx.assume_dynamic_not_one,
                         max_rank=limit - 1)
     folder = _Folder(graph, below)
     seen: Set[int] = set()
     changed = False
-    for node in [n for n in graph.nodes() if n.kind == OP and n.op in RANK4_ELEMENTWISE and len(n.outputs) == 1
+    for node in [n for n in graph.nodes() if n.kind == OP and len(n.outputs) == 1
                  and n.outputs[0].type.shape is not None and len(n.outputs[0].type.shape) == limit]:
-        if node.id in seen or folder.rank(node) is None:
+        if node.id in seen or folder.rank(node) is None or not ctx.rank_refused(node):
             continue
         changed |= folder.fold(folder.region(node, seen))
     return changed

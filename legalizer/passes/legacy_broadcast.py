@@ -11,10 +11,11 @@ from onnx import helper
 
 from ..ir.graph import Graph
 from ..oprules import RuleLookup
-from .base import PassContext
+from .base import PassContext, register_pass
 from .rewrite import RankExpander
 
 
+@register_pass()
 def legacy_broadcast(graph: Graph, ctx: PassContext) -> bool:
     if not _legacy_at(graph, ctx):
         return False

@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import TensorType
 from ..oprules import RuleLookup
-from .base import PassContext
+from .base import PassContext, register_pass
 from .frontend_ops import FRONTEND_OPS
 from .rewrite import add_const
 
@@ -109,6 +109,7 @@ def _in_ops_of_its_own(graph: Graph) -> bool:
     return ops is not None and ops.rank_agnostic
 
 
+@register_pass()
 def rank_agnostic_expand(graph: Graph, ctx: PassContext) -> bool:
     """``xla``'s form of the rewrite: no implicit broadcast, so every operand of such an
     op becomes ``Expand(v, S)``, ``S`` the broadcast shape, made at run time by Expand
@@ -140,6 +141,7 @@ def rank_agnostic_expand(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
+@register_pass()
 def rank_agnostic(graph: Graph, ctx: PassContext) -> bool:
     """Give every operand of unknown rank of a numpy-broadcasting op the broadcast rank
     (module docstring)."""

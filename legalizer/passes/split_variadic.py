@@ -11,7 +11,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..shapes import IncompatibleDims, infer_result_shape
 from ..oprules import RuleLookup
-from .base import PassContext
+from .base import PassContext, register_pass
 from .rewrite import add_const
 
 
@@ -23,6 +23,7 @@ def _pair_type(a: Value, b: Value) -> TensorType:
     return TensorType(a.type.dtype or b.type.dtype, shape)
 
 
+@register_pass()
 def split_variadic(graph: Graph, ctx: PassContext) -> bool:
     changed = False
     lookup = RuleLookup(graph, ctx.rules)

@@ -246,3 +246,27 @@ def alternatives(c: Constraint) -> List[Tuple[str, str]]:
 def _expanded_labels(labels, i: int, shape: Sequence[Dim], rank: int) -> List[str]:
     own = labels[i] if labels is not None and labels[i] is not None else dim_labels(f"#{i}", shape)
     return ["1"] * (rank - len(shape)) + list(own)
+
+
+def ones_pattern_groups(shapes: Sequence[Sequence[Dim]], dims: Sequence[int], rank: int,
+                        alone: Sequence[int] = ()) -> List[List[int]]:
+    """The groups of ``dims`` (ascending, of ``shapes`` at one rank) that fold into one:
+    neighbours in ``dims`` where every shape is 1 at the same places merge (the dims
+    between them, left out of ``dims``, are 1 everywhere); a dim of ``alone`` stays by
+    itself. No dims at all: the last one (rank 1, since rank 0 reads ambiguously in
+    TFLite's RESHAPE)."""
+    groups: List[List[int]] = []
+    last = None
+    for k in dims:
+        if k in alone:
+            groups.append([k])
+            last = None
+            continue
+        pattern = tuple(s[k] == 1 for s in shapes)
+        if last is not None and pattern == last:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+        last = pattern
+    return groups or [[rank - 1]]
+

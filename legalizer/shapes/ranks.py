@@ -257,6 +257,7 @@ def infer_ranks(graph: Graph) -> int:
     subgraphs, whose rank its rule fixes; return how many were given one."""
     lookup = RuleLookup(graph, builtin_rules())
     made = 0
+    unranked = False  # a named result of an op here left unranked: only then can _from_results rank one
     for node in graph.nodes():
         if node.kind != OP or not node.outputs:
             continue
@@ -284,7 +285,9 @@ def infer_ranks(graph: Graph) -> int:
             if many is not None and node.inputs and node.inputs[0] is not None:
                 results = many(node, shapes)
         made += _given_values(node.outputs, results, _body_dtypes(node))
-    back = _from_results(graph, lookup)
+        unranked = unranked or any(v.type.shape is None and v.name for v in node.outputs)
+    # (a subgraph's ops may read an outer op's unranked result: looked for there always)
+    back = _from_results(graph, lookup) if unranked or graph.owner is not None else 0
     return made + back + (infer_ranks(graph) if back else 0)
 
 

@@ -78,16 +78,35 @@ def converts_to() -> Mapping[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def op_ranks(name: str) -> Mapping[str, tuple]:
-    """Op (``OP`` or ``OP:variant``) -> (the ranks the backend takes, {rank: its words for
-    refusing the op at that rank}), from the table ``rules/NAME``. An op's first row also
-    stands for the op itself."""
+    """Op (``OP`` or ``OP:variant``, then ``@TYPE`` for an element type other than
+    float32) -> (the ranks the backend takes, {rank: its words for refusing the op at that
+    rank}), from the table ``rules/NAME``. An op's first row (of a type) also stands for
+    the op itself (in that type)."""
     data = tomllib.loads(table_text(name))
     out: Dict[str, tuple] = {}
     for key, row in data.items():
         entry = (frozenset(row.get("takes", ())), {int(r): why for r, why in row.get("refused", {}).items()})
         out[key] = entry
-        out.setdefault(key.partition(":")[0], entry)
+        base, at, dtype = key.partition("@")
+        out.setdefault(base.partition(":")[0] + at + dtype, entry)
     return out
+
+
+def _dtype(node: Node) -> Optional[str]:
+    """The element type ``node`` computes in, as the probe typed it: its first operand's
+    (Where's first value operand; a node without operands, its result's)."""
+    values = node.inputs[1:2] if node.op_type == "Where" else node.inputs[:1]
+    values = [v for v in values if v is not None] or list(node.outputs)
+    return values[0].type.dtype if values else None
+
+
+def _probed(table: Mapping[str, tuple], node: Node, op: str, lookup: RuleLookup) -> Optional[tuple]:
+    """The table's verdict for ``node``: its row in its own element type where the backend
+    was probed in it, else its float32 row."""
+    variant = _variant(node, op, lookup)
+    dtype = _dtype(node)
+    keys = [variant, op] if dtype in (None, "float32") else [f"{variant}@{dtype}", f"{op}@{dtype}", variant, op]
+    return next((table[k] for k in keys if k in table), None)
 
 
 def _variant(node: Node, op: str, lookup: RuleLookup) -> str:
@@ -103,7 +122,28 @@ def _variant(node: Node, op: str, lookup: RuleLookup) -> str:
     if _binary(node, lookup):
         same = all(v is not None and v.type.shape == node.outputs[0].type.shape for v in node.inputs)
         return f"{op}:same" if same else f"{op}:one-sided"
+    if op == "Erf" and _in_gelu(node):
+        return "Erf:gelu"
     return op
+
+
+def _in_gelu(erf: Node) -> bool:
+    """Whether ``erf`` is the Erf of a Gelu as onnxruntime fuses it, ``x * 0.5 * (1 +
+    Erf(x / sqrt 2))`` (the QNN EP takes the fused Gelu, and no Erf alone): its operand a
+    ``Div`` (or ``Mul``) by a constant, its one user an ``Add`` of a constant, whose user
+    is a ``Mul``."""
+    def const_operand(node: Node) -> bool:
+        return any(v is not None and v.producer is not None and
+                   (v.producer.kind == CONST or v.producer.op == "Constant") for v in node.inputs)
+
+    graph, src = erf.graph, erf.inputs[0] if erf.inputs else None
+    if graph is None or src is None or src.producer is None or src.producer.op not in ("Div", "Mul") \
+            or not const_operand(src.producer):
+        return False
+    users = [u for u, _ in graph.users(erf.outputs[0])]
+    if len(users) != 1 or users[0].op != "Add" or not const_operand(users[0]):
+        return False
+    return any(u.op == "Mul" for u, _ in graph.users(users[0].outputs[0]))
 
 
 def _as(node: Node, be: Optional[Backend] = None) -> Optional[str]:
@@ -154,6 +194,16 @@ def backend_reasons(node: Node, name: str) -> List[str]:
     return [reason for _, reason in _broken(node, op, be, lookup)]
 
 
+def refused_for_rank(node: Node, name: str) -> bool:
+    """Whether backend ``name`` refuses ``node`` at its rank and takes it at a lower one
+    (what a rank fold can fix)."""
+    be = backend(name)
+    op = _as(node, be)
+    if op == "" or node.graph is None:
+        return False
+    return any(kind == "rank" for kind, _ in _broken(node, op, be, RuleLookup(node.graph, builtin_rules())))
+
+
 def _broken(node: Node, op: Optional[str], be: Backend, lookup: RuleLookup) -> Iterator[tuple]:
     if op in be.refused:
         yield "op", be.refused[op]
@@ -161,11 +211,13 @@ def _broken(node: Node, op: Optional[str], be: Backend, lookup: RuleLookup) -> I
     shapes = [v.type.shape for v in values]
     rank = max((len(s) for s in shapes if s is not None), default=0)
     table = op_ranks(be.op_ranks) if be.op_ranks and op else {}
-    probed = table.get(_variant(node, op, lookup), table.get(op)) if table else None
+    probed = _probed(table, node, op, lookup) if table else None
     if probed is not None:  # the backend's own verdict at this rank, in its words
         takes, refused = probed
         if rank not in takes and (rank in refused or (be.max_rank is not None and rank > be.max_rank)):
-            yield "rank", refused.get(rank, be.rank_reason).replace("{node}", node.label)
+            # (an op it takes at no lower rank is refused as an op: no fold helps it)
+            yield "rank" if any(r < rank for r in takes) else "op", \
+                refused.get(rank, be.rank_reason).replace("{node}", node.label)
     elif be.max_rank is not None and rank > be.max_rank:
         yield "rank", be.rank_reason
     if be.dynamic_dims == "first" and any(s is None or not all_static(s[1:]) for s in shapes):
