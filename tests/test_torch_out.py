@@ -463,11 +463,12 @@ def test_cli_check_runs_the_legal_program_on_executorch(tmp_path, legalize):
     report = json.loads((tmp_path / "r.json").read_text())
     et, pt = report["check"]["executorch"], report["check"]
     assert (et["ran"], et["ok"], et["provider"]) == (True, True, "ExecuTorch (XNNPACK)")
-    assert [b["dims"] for b in et["bindings"]] == [b["dims"] for b in pt["bindings"]] and len(et["bindings"]) == 2
+    # (lowered once, at PyTorch's first binding; PyTorch's check has both)
+    assert len(pt["bindings"]) == 2 and [b["dims"] for b in et["bindings"]] == [pt["bindings"][0]["dims"]]
     assert all(o["name"] == "view_1" and o["stats"]["total"] == 1152 // 2 * b["dims"][next(iter(b["dims"]))]
                for b in et["bindings"] for o in b["outputs"])
     executorch_lines = [ln for ln in p.stdout.splitlines() if ln.startswith("PASSED | executorch | Output: 'view_1' |")]
-    assert len(executorch_lines) == 2, p.stdout
+    assert len(executorch_lines) == 1, p.stdout
     assert p.stdout.splitlines()[-1].endswith("outputs match in PyTorch, and on ExecuTorch (XNNPACK)")
     assert not report["warnings"]
 
