@@ -167,7 +167,8 @@ class Printer:
         if not self.quiet:
             if self.verbose:
                 for c in rep.constraints:
-                    self.say(one_line(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])})"))
+                    where = "".join(f"; {name}: {', '.join(dims)}" for name, dims in c.get("inputs", {}).items())
+                    self.say(one_line(f"  constraint: {c['text']}  (nodes: {', '.join(c['nodes'])}{where})"))
         if self.legalizing:
             self.legalize_summary(res)
         self.check_lines(res)

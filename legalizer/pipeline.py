@@ -158,7 +158,7 @@ def _read(job: Run) -> None:
 
 def _verify_input(job: Run) -> None:
     result = verify_model(job.model, job.profile, job.options.assume_dynamic_not_one)
-    job.report.add_verification(result, "input")
+    job.report.add_verification(result, "input", job.model.graph)
     job.res.input_verification = result
     if result.violations:
         job.res.exit_code = EXIT_VIOLATIONS
@@ -298,7 +298,7 @@ def _constraints_at_bound_sizes(job: Run) -> bool:
     model violates the trait, and the job ends)."""
     bound = verify_model(job.model, job.profile, job.options.assume_dynamic_not_one)
     job.model.constraints = bound.constraints
-    job.report.constraints = bound.constraints.to_json()
+    job.report.set_constraints(bound.constraints, job.model.graph)
     if not bound.violations:
         return False
     for d in bound.violations:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
@@ -115,16 +116,28 @@ class Report:
     # torch.export's form (``importers.aten_fixes.to_json``; an addition, when any).
     suggested_fixes: Optional[dict] = None
 
-    def add_verification(self, result: VerifyResult, stage: str) -> None:
+    def add_verification(self, result: VerifyResult, stage: str, graph=None) -> None:
         for d in result.violations:
             d.stage = stage
             self.violations.append(d.to_json())
         if stage == "input":
             self.stats["nodes_in"] = result.nodes
             self.stats["elementwise_nodes"] = result.elementwise_nodes
-            self.constraints = result.constraints.to_json()
+            self.set_constraints(result.constraints, graph)
         else:
             self.stats["nodes_out"] = result.nodes
+
+    def set_constraints(self, constraints, graph=None) -> None:
+        """The runtime constraints, each with the graph-input dims where the dims it names
+        are declared (``"inputs": {"s0": ["x[0]"]}``): for a model exported by torch, whose
+        dims carry torch's symbols or ``Dim`` names, the torch input dims it comes from."""
+        self.constraints = constraints.to_json()
+        declared = input_dims(graph) if graph is not None else {}
+        for c in self.constraints:
+            where = {name: declared[name] for name in dict.fromkeys(_CONSTRAINT_TERMS.split(c["text"]))
+                     if name in declared}
+            if where:
+                c["inputs"] = where
 
     def to_json(self) -> dict:
         from .version import __version__
@@ -226,6 +239,21 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     on = "in PyTorch" if chk.get("provider") == "torch" else f"on {chk.get('provider')}"  # a .pt2 against its original
     return "ok", (f"legalized for '{rep.get('target')}'{where}, outputs match {on}{torch_too}{at}"
                   f"{partly}")
+
+
+# what separates the dims a constraint's text names ("s0 == s1 or s0 == 1")
+_CONSTRAINT_TERMS = re.compile(r" == | or ")
+
+
+def input_dims(graph) -> Dict[str, List[str]]:
+    """Each symbolic dim of ``graph``'s inputs -> where it is declared (``x[0]``)."""
+    out: Dict[str, List[str]] = {}
+    for node in graph.inputs:
+        v = node.output
+        for axis, d in enumerate(v.type.shape or ()):
+            if isinstance(d, str):
+                out.setdefault(d, []).append(f"{v.name}[{axis}]")
+    return out
 
 
 def worse_for_target(rules: dict) -> str:

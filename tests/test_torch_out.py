@@ -513,3 +513,27 @@ def test_executorch_check_tells_a_pte_that_differs(tmp_path):
     assert other.ran and not other.ok
     (out,) = other.bindings[0].outputs
     assert not out.ok and out.max_abs_err > 0
+
+
+def test_constraints_of_a_torch_exported_onnx_name_the_input_dims(tmp_path):
+    """torch.onnx.export(dynamo=True) writes torch's symbols (``s0``, ``s1``) or the
+    ``Dim`` names as dim_params: each runtime constraint says at which input dims the dims
+    it names are declared, in the report and (with -v) on the terminal."""
+    import json
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from helpers import cli_in_process
+
+    g = helper.make_graph([helper.make_node("Add", ["x", "y"], ["z"], name="node_add")], "main_graph",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s0", 8]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, ["s1", 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [None, 8])])
+    src, rep = tmp_path / "add.onnx", tmp_path / "r.json"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), src)
+    code, text, err = cli_in_process(src, "-o", tmp_path / "o.onnx", "--report", rep, "-v", "--no-check")
+    assert code == 0, text + err
+    assert json.loads(rep.read_text())["constraints"] == [
+        {"text": "s0 == s1 or s0 == 1 or s1 == 1", "nodes": ["node_add"], "inputs": {"s0": ["x[0]"], "s1": ["y[0]"]}}]
+    assert "constraint: s0 == s1 or s0 == 1 or s1 == 1  (nodes: node_add; s0: x[0]; s1: y[0])" in text.splitlines()
