@@ -70,7 +70,8 @@ def check_report(rep: dict, *, input: str, profile: str = "mlir") -> None:
         assert isinstance(v["graph"], str)
     assert isinstance(rep["warnings"], list) and all(isinstance(w, str) for w in rep["warnings"])
     for c in rep["constraints"]:
-        assert list(c) == ["text", "nodes"]
+        assert list(c) in (["text", "nodes"], ["text", "nodes", "inputs"])  # (inputs: where a dim is declared)
+        assert all(isinstance(d, list) and d for d in c.get("inputs", {}).values())
         assert isinstance(c["text"], str) and c["text"]
         assert c["nodes"] and all(isinstance(n, str) for n in c["nodes"])
     assert rep["check"] == {"ran": False, "ok": None}
@@ -220,7 +221,8 @@ def test_report_contents(tmp_path, legalize):
 
     legalize(MODELS / "dynamic_broadcast.onnx", "--verify-only", "--report", tmp_path / "d.json")
     rep = json.loads((tmp_path / "d.json").read_text())
-    assert {"text": "M == N or M == 1 or N == 1", "nodes": ["sub_N_M"]} in rep["constraints"]
+    assert {"text": "M == N or M == 1 or N == 1", "nodes": ["sub_N_M"], "inputs": {"M": ["f[0]"], "N": ["e[0]"]}} \
+        in rep["constraints"]
     assert rep["stats"]["nodes_in"] == 3 and rep["stats"]["elementwise_nodes"] == 3
 
 
@@ -295,7 +297,7 @@ def test_verbose_prints_ir_and_constraints(legalize):
     assert "graph mlp_bias(%x: tensor<Nx16xfloat>) {" in p.stdout
     assert "%h1 = Add(%h0, %b1) : (tensor<Nx32xfloat>, tensor<32xfloat>) -> tensor<Nx32xfloat>" in p.stdout
     p = legalize(MODELS / "dynamic_broadcast.onnx", "--verify-only", "-v")
-    assert "constraint: M == N or M == 1 or N == 1  (nodes: sub_N_M)" in p.stdout
+    assert "constraint: M == N or M == 1 or N == 1  (nodes: sub_N_M; M: f[0]; N: e[0])" in p.stdout
     plain = legalize(MODELS / "dynamic_broadcast.onnx", "--verify-only")
     assert "constraint:" not in plain.stdout and "graph dynamic_broadcast(" not in plain.stdout
 
