@@ -70,16 +70,32 @@ def _write_manifest(cache: Path, name: str, manifest: dict) -> None:
 # ---- the builders -----------------------------------------------------------------
 def build_hf(names: List[str], cache: Path) -> Dict[str, str]:
     """Export each model in this process (torch is imported once); name -> error."""
-    import warnings
-
     sys.path.insert(0, str(ROOT / "scripts"))
     from corpus_hf import MODELS, export
+
+    return _build_exported(names, cache, export, MODELS, "hf", ".part", "torch.onnx.export(dynamo=True)")
+
+
+def build_pt2(names: List[str], cache: Path) -> Dict[str, str]:
+    """Export each torch.export program in this process; name -> error."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from corpus_hf import PT2_MODELS, export_program
+
+    # (torch.export.save wants the .pt2 suffix on its temporary)
+    return _build_exported(names, cache, export_program, PT2_MODELS, "pt2", ".part.pt2",
+                           "torch.export.export, torch.export.save")
+
+
+def _build_exported(names: List[str], cache: Path, export, specs, kind: str, part: str, how: str) -> Dict[str, str]:
+    """Each of ``names`` exported by ``export(name, path) -> (dims, versions)`` to a
+    temporary (``part`` its suffix) then renamed, with its manifest; name -> error."""
+    import warnings
 
     errors = {}
     for name in names:
         t0 = time.perf_counter()
         path = model_path(name, cache)
-        tmp = path.with_name(path.name + ".part")
+        tmp = path.with_name(path.stem + part) if part.endswith(path.suffix) else path.with_name(path.name + part)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -89,43 +105,10 @@ def build_hf(names: List[str], cache: Path) -> Dict[str, str]:
             errors[name] = f"{type(e).__name__}: {_first_line(e)}"
             tmp.unlink(missing_ok=True)
             continue
-        spec = MODELS[name]
+        spec = specs[name]
         _write_manifest(cache, name, {
-            "name": name, "file": path.name, "kind": "hf",
-            "source": f"transformers.{spec.cls}({spec.config}(...)), random weights, "
-                      "torch.onnx.export(dynamo=True)",
-            "config": {k: v for k, v in spec.kwargs.items()}, "versions": versions, "dims": dims,
-            "build_s": round(time.perf_counter() - t0, 2)})
-        _say(f"built {name} ({time.perf_counter() - t0:.1f} s)")
-    return errors
-
-
-def build_pt2(names: List[str], cache: Path) -> Dict[str, str]:
-    """Export each torch.export program in this process; name -> error."""
-    import warnings
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from corpus_hf import PT2_MODELS, export_program
-
-    errors = {}
-    for name in names:
-        t0 = time.perf_counter()
-        path = model_path(name, cache)
-        tmp = path.with_name(path.stem + ".part.pt2")  # (torch.export.save wants the suffix)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dims, versions = export_program(name, tmp)
-            tmp.replace(path)
-        except Exception as e:  # noqa: BLE001 - reported per model; the others go on
-            errors[name] = f"{type(e).__name__}: {_first_line(e)}"
-            tmp.unlink(missing_ok=True)
-            continue
-        spec = PT2_MODELS[name]
-        _write_manifest(cache, name, {
-            "name": name, "file": path.name, "kind": "pt2",
-            "source": f"transformers.{spec.cls}({spec.config}(...)), random weights, torch.export.export,"
-                      " torch.export.save",
+            "name": name, "file": path.name, "kind": kind,
+            "source": f"transformers.{spec.cls}({spec.config}(...)), random weights, {how}",
             "config": {k: v for k, v in spec.kwargs.items()}, "versions": versions, "dims": dims,
             "build_s": round(time.perf_counter() - t0, 2)})
         _say(f"built {name} ({time.perf_counter() - t0:.1f} s)")
