@@ -19,10 +19,10 @@ import numpy as np
 from ..errors import CheckUnavailable, first_line
 from ..extras import install_hint
 from .child import RunFault
-from .compare import Comparator, Pairing, unless_compared
+from .compare import unless_compared
 from .inputs import make_feeds
 from .ort import bindings_for, input_specs, source_of
-from .results import CheckResult, OutputResult
+from .results import CheckResult
 from .runner import Runner, positional
 from .settings import CheckSettings, settings_of
 
@@ -160,20 +160,14 @@ def check_executorch(original, declared, input_names: Sequence[str], legalized_p
     inputs ``torch_ref.check_programs`` makes (``declared``, ``input_names``: as there).
     Not run (``ran`` false, the reason naming the extra) without ExecuTorch; a program
     ExecuTorch does not lower or load, or a run that faults, did not run either."""
-    from ..importers import pytorch
-    from .torch_ref import TorchRunner
+    from .torch_ref import against_original
 
     settings = settings_of(settings, **changes)
     if not installed():
         return CheckResult(False, PROVIDER, error=f"ExecuTorch is not installed: {install_hint('executorch')}")
     result = CheckResult(True, PROVIDER)
-    ref = TorchRunner(pytorch.TorchSource(original, declared, list(input_names)))
     new = ExecutorchRunner(str(legalized_path), list(input_names))
-    outputs = [o.name for o in declared.graph.output]
-    pairing = Pairing(by_position=True, names=outputs, count_mismatch=lambda want, have: [OutputResult(
-        "*", False, detail=f"the original returns {want} outputs, the .pte {have}")])
-    comparator = Comparator(ref, new, result, settings.rtol, settings.atol, pairing=pairing,
-                            refused=lambda e: f"the original program fails: {first_line(e)}")
+    ref, comparator = against_original(original, declared, input_names, new, result, settings, "the .pte")
     specs = input_specs(declared)
 
     def feeds(binding):

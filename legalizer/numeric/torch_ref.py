@@ -165,6 +165,21 @@ def _check_torch(source, legalized, opened, settings: CheckSettings, *, dims, in
     return unless_compared(result, "PyTorch fails on every input binding tried: ")
 
 
+def against_original(original, declared, input_names: Sequence[str], new: Runner, result: CheckResult,
+                     settings: CheckSettings, what: str):
+    """PyTorch running ``original`` (the reference runner) and the comparator of ``new``
+    (``what`` runs there: "the legal program", "the .pte") against it, outputs paired by
+    position; a binding the original's guards reject is skipped."""
+    from ..importers import pytorch
+
+    ref = TorchRunner(pytorch.TorchSource(original, declared, list(input_names)))
+    outputs = [o.name for o in declared.graph.output]
+    pairing = Pairing(by_position=True, names=outputs, count_mismatch=lambda want, have: [OutputResult(
+        "*", False, detail=f"the original returns {want} outputs, {what} {have}")])
+    return ref, Comparator(ref, new, result, settings.rtol, settings.atol, pairing=pairing,
+                           refused=lambda e: f"the original program fails: {first_line(e)}")
+
+
 def check_programs(original, declared, input_names: Sequence[str], legalized_path, settings: Optional[CheckSettings] = None,
                    *, dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                    choices: Optional[Mapping[str, List[int]]] = None, **changes) -> CheckResult:
@@ -185,13 +200,8 @@ def check_programs(original, declared, input_names: Sequence[str], legalized_pat
         legal = load_untrusted(Path(legalized_path))
     except Exception as e:  # noqa: BLE001 - the loader's words are the reason
         return CheckResult(True, "torch", error=f"the legal program does not load: {first_line(e)}")
-    ref = TorchRunner(pytorch.TorchSource(original, declared, list(input_names)))
     new = TorchRunner(pytorch.TorchSource(legal, declared, list(input_names)))
-    outputs = [o.name for o in declared.graph.output]
-    pairing = Pairing(by_position=True, names=outputs, count_mismatch=lambda want, have: [OutputResult(
-        "*", False, detail=f"the original returns {want} outputs, the legal program {have}")])
-    comparator = Comparator(ref, new, result, settings.rtol, settings.atol, pairing=pairing,
-                            refused=lambda e: f"the original program fails: {first_line(e)}")
+    ref, comparator = against_original(original, declared, input_names, new, result, settings, "the legal program")
     specs = input_specs(declared)
     try:
         ref.activate()
