@@ -44,6 +44,7 @@ class Example:
     kind: str  # "console" or "python"
     code: str  # the command after "$ ", or the python source
     shown: str  # what the block shows the command printing ("" for python)
+    block: int = 0  # the line its block starts at: the commands of a block run in order
 
     @property
     def id(self) -> str:
@@ -73,7 +74,7 @@ def examples() -> List[Example]:
             starts = [i for i, line in enumerate(lines) if line.startswith("$ ")]
             assert starts and starts[0] == 0, f"{name}:{first}: a console block starts with a '$ ' command"
             for i, j in zip(starts, starts[1:] + [len(lines)]):
-                found.append(Example(name, first + i, "console", lines[i][2:], "\n".join(lines[i + 1:j])))
+                found.append(Example(name, first + i, "console", lines[i][2:], "\n".join(lines[i + 1:j]), first))
     return found
 
 
@@ -107,7 +108,11 @@ def extras_needed(example: Example) -> List[str]:
 
 
 def missing_extras(example: Example) -> List[str]:
-    return [e for e in extras_needed(example) if not has(e)]
+    """What this example, or a command before it in its block (whose files it may read),
+    needs and is not installed."""
+    before = [e for e in EXAMPLES if e.kind == "console" and e.file == example.file and e.block == example.block
+              and e.line < example.line] if example.kind == "console" else []
+    return sorted({x for e in [*before, example] for x in extras_needed(e) if not has(x)})
 
 
 def setup_command() -> str:
