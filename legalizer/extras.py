@@ -10,3 +10,14 @@ DISTRIBUTION = "legalizer"
 def install_hint(extra: str) -> str:
     """``pip install 'legalizer[EXTRA]'``, quoted for a shell."""
     return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def importable(*modules: str) -> bool:
+    """Whether every module named (``iree.runtime``) can be imported: an extra's, installed
+    or not, asked without importing it."""
+    import importlib.util
+
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in modules)
+    except (ImportError, ValueError):  # (a dotted name whose parent is missing)
+        return False

@@ -391,11 +391,9 @@ def _check_module(job: Run, text: str) -> CheckResult:
                 if v.quant is not None and v.quant.scale), default=0.0)
     if step and isinstance(settings.atol, (int, float)):
         settings = replace(settings, atol=max(float(settings.atol), float(step)))
-    import importlib.util
+    from .extras import importable, install_hint
 
-    from .extras import install_hint
-
-    if not all(importlib.util.find_spec(m) for m in ("iree", "iree.compiler", "iree.runtime")):
+    if not importable("iree.compiler", "iree.runtime"):
         return CheckResult(False, "IREE", error=f"IREE is not installed: {install_hint('iree')}")
     with tempfile.TemporaryDirectory(prefix=".legalize-module-") as tmp:
         module = Path(tmp) / "module.tosa.mlir"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections import Counter
@@ -133,9 +132,8 @@ class Report:
         dims carry torch's symbols or ``Dim`` names, the torch input dims it comes from."""
         self.constraints = constraints.to_json()
         declared = input_dims(graph) if graph is not None else {}
-        for c in self.constraints:
-            where = {name: declared[name] for name in dict.fromkeys(_CONSTRAINT_TERMS.split(c["text"]))
-                     if name in declared}
+        for c, key in zip(self.constraints, constraints.items):  # (a key: its kind, then the dims it names)
+            where = {name: declared[name] for name in dict.fromkeys(key[1:]) if isinstance(name, str) and name in declared}
             if where:
                 c["inputs"] = where
 
@@ -215,8 +213,9 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
         return "bad", (f"the legalized model has {n(stages['output'])} under '{rep.get('target')}'"
                        f" ({output_cause(rep.get('violations', []))}); nothing written")
     rules = rep.get("target_rules") or {}
-    if worse_for_target(rules):
-        return "bad", f"{worse_for_target(rules)}; nothing written"
+    worse = worse_for_target(rules)
+    if worse:
+        return "bad", f"{worse}; nothing written"
     off = placement(rules)
     if off and not rules.get("allow_fallback"):
         return "bad", f"{off}; nothing written (--allow-fallback accepts a partial placement)"
@@ -239,10 +238,6 @@ def verdict(rep: dict, *, legalizing: bool, unchecked: Optional[str] = None,
     on = "in PyTorch" if chk.get("provider") == "torch" else f"on {chk.get('provider')}"  # a .pt2 against its original
     return "ok", (f"legalized for '{rep.get('target')}'{where}, outputs match {on}{torch_too}{at}"
                   f"{partly}")
-
-
-# what separates the dims a constraint's text names ("s0 == s1 or s0 == 1")
-_CONSTRAINT_TERMS = re.compile(r" == | or ")
 
 
 def input_dims(graph) -> Dict[str, List[str]]:

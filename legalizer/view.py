@@ -12,7 +12,6 @@ instead of opening it.
 
 from __future__ import annotations
 
-import importlib.util
 import ipaddress
 import json
 import socket
@@ -27,7 +26,7 @@ from urllib.parse import quote
 import typer
 
 from .errors import UsageError, first_line
-from .extras import install_hint
+from .extras import importable, install_hint
 from .targets import DEFAULT_TARGET, TARGETS
 
 ONNX_EXTENSION = "model_explorer_onnx"  # the adapter Model Explorer loads for .onnx files
@@ -48,7 +47,7 @@ Examples:
 
 
 def available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("model_explorer", ONNX_EXTENSION))
+    return importable("model_explorer", ONNX_EXTENSION)
 
 
 def require() -> None:

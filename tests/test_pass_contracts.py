@@ -37,10 +37,14 @@ def _add(x_shape, c_shape):
 @pytest.fixture
 def scratch():
     """Passes registered by a test are gone after it."""
-    before = dict(PASSES)
+    from legalizer.passes import base
+
+    before, functions = dict(PASSES), dict(base._BY_FUNCTION)
     yield
     PASSES.clear()
     PASSES.update(before)
+    base._BY_FUNCTION.clear()
+    base._BY_FUNCTION.update(functions)
 
 
 def test_every_target_names_registered_passes():

@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import CheckUnavailable, first_line
-from ..extras import install_hint
+from ..extras import importable, install_hint
 from .child import RunFault
 from .compare import unless_compared
 from .inputs import make_feeds
@@ -30,12 +30,7 @@ PROVIDER = "ExecuTorch (XNNPACK)"
 
 
 def installed() -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("executorch.runtime") is not None
-    except (ImportError, ValueError):
-        return False
+    return importable("executorch.runtime")
 
 
 def lower(program, shapes: Optional[Sequence[Sequence[int]]] = None) -> bytes:
