@@ -56,3 +56,16 @@ def onnx_model():
     from helpers import make_model
 
     return make_model
+
+
+@pytest.fixture
+def scratch():
+    """Passes registered by a test are gone after it."""
+    from legalizer.passes import PASSES, base
+
+    before, functions = dict(PASSES), dict(base._BY_FUNCTION)
+    yield
+    PASSES.clear()
+    PASSES.update(before)
+    base._BY_FUNCTION.clear()
+    base._BY_FUNCTION.update(functions)

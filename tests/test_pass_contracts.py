@@ -34,19 +34,6 @@ def _add(x_shape, c_shape):
     return import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
 
 
-@pytest.fixture
-def scratch():
-    """Passes registered by a test are gone after it."""
-    from legalizer.passes import base
-
-    before, functions = dict(PASSES), dict(base._BY_FUNCTION)
-    yield
-    PASSES.clear()
-    PASSES.update(before)
-    base._BY_FUNCTION.clear()
-    base._BY_FUNCTION.update(functions)
-
-
 def test_every_target_names_registered_passes():
     for spec in TARGETS.values():
         assert [p.name for p in spec.pipeline()] == [p if isinstance(p, str) else p.__name__ for p in spec.passes]

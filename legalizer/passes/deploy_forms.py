@@ -37,6 +37,7 @@ from ..oprules import RuleLookup
 from ..tflite_records import TFLITE_DOMAIN
 from .base import PassContext, register_pass
 from .frontend_ops import ops_for
+from .patterns import Const, Match, Op, Rule, Var, apply_rules, register_rules
 from .rewrite import add_const, constant_array
 
 RESHAPE_LIKE = ("tflite.EXPAND_DIMS", "tflite.SQUEEZE")
@@ -373,32 +374,35 @@ def reshape_forms(graph: Graph, ctx: PassContext) -> bool:
     return changed
 
 
-@register_pass(frontends=("tflite",))
-def reshape_constants_before_dequantize(graph: Graph, ctx: PassContext) -> bool:
-    """``RESHAPE(DEQUANTIZE(c))`` of a constant ``c`` (float16 or per-tensor int8
-    weights) becomes ``DEQUANTIZE(c reshaped at compile time)``: the GPU delegate takes a
-    dequantized constant as a constant (a PRELU's alpha, a MUL's scale), never a RESHAPE of
-    one ("Expected 1 runtime input tensor(s), but node has 0")."""
-    changed = False
-    for node in _of_type(graph, "RESHAPE"):
-        if not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
-            continue
-        deq = node.inputs[0].producer
-        if deq is None or deq.kind != OP or deq.op != "tflite.DEQUANTIZE" or not deq.inputs or deq.inputs[0] is None:
-            continue
-        c = deq.inputs[0]
-        array = constant_array(c)
-        if array is None or (c.quant is not None and c.quant.per_axis):
-            continue
-        out = node.outputs[0]
-        shaped = add_const(graph, f"{c.name}_r{len(out.type.shape)}", array.reshape(out.type.shape), c.quant)
-        new = graph.add_op("DEQUANTIZE", [shaped], [out.type], domain=TFLITE_DOMAIN, attrs=dict(deq.attrs),
-                           output_names=[f"{out.name}_dq"]).output
-        new.quant = out.quant
-        graph.replace_all_uses_with(out, new)
-        ctx.stats["constants_folded"] += 1
-        changed = True
-    return changed
+def _dequantized_reshaped(graph: Graph, m: Match, ctx: PassContext) -> Value:
+    out, c = m.result, m["c_value"]
+    shaped = add_const(graph, f"{c.name}_r{len(out.type.shape)}", m["c"].reshape(out.type.shape), c.quant)
+    new = graph.add_op("DEQUANTIZE", [shaped], [out.type], domain=TFLITE_DOMAIN, attrs=dict(m["deq"].attrs),
+                       output_names=[f"{out.name}_dq"]).output
+    new.quant = out.quant
+    return new
+
+
+# ``RESHAPE(DEQUANTIZE(c))`` of a constant ``c`` (float16 or per-tensor int8 weights)
+# becomes ``DEQUANTIZE(c reshaped at compile time)``: the GPU delegate takes a dequantized
+# constant as a constant (a PRELU's alpha, a MUL's scale), never a RESHAPE of one
+# ("Expected 1 runtime input tensor(s), but node has 0").
+reshape_constants_before_dequantize = register_rules(
+    "reshape_constants_before_dequantize",
+    Rule(Op("tflite.RESHAPE", (Op("tflite.DEQUANTIZE", (Const("c"),), name="deq"),)), _dequantized_reshaped,
+         stat="constants_folded",
+         condition=lambda m, ctx: _static(m.result) and not (m["c_value"].quant is not None
+                                                             and m["c_value"].quant.per_axis)),
+    frontends=("tflite",))
+
+
+def _dense(graph: Graph, m: Match, ctx: PassContext) -> Value:
+    out = m.result
+    return add_const(graph, f"{out.name}_dense", m["c"].reshape(out.type.shape), out.quant)
+
+
+_DENSE = Rule(Op("tflite.DENSIFY", (Const("c", sparse=True),)), _dense, stat="constants_folded",
+              condition=lambda m, ctx: _static(m.result))
 
 
 @register_pass(frontends=("tflite",))
@@ -408,18 +412,7 @@ def densify_constants(graph: Graph, ctx: PassContext) -> bool:
     delegate has no DENSIFY, and takes the ``DEQUANTIZE`` of a constant after it as a
     weight), and one an op reads itself is read dense (LiteRT 2.3.0's GPU accelerator takes
     a FULLY_CONNECTED's sparse weights as they are stored, and computes wrong results)."""
-    changed = False
-    for node in _of_type(graph, "DENSIFY"):
-        if node.op != "tflite.DENSIFY" or not node.inputs or node.inputs[0] is None or not _static(node.outputs[0]):
-            continue
-        prod = node.inputs[0].producer
-        if prod is None or prod.kind != CONST or prod.data is None:
-            continue
-        out = node.outputs[0]
-        dense = np.asarray(prod.data.array).reshape(out.type.shape)
-        graph.replace_all_uses_with(out, add_const(graph, f"{out.name}_dense", dense, out.quant))
-        ctx.stats["constants_folded"] += 1
-        changed = True
+    changed = apply_rules(graph, ctx, (_DENSE,))
     from ..tflite_schema import FbTable  # here: an ONNX run never imports the flatbuffer reader
 
     for node in graph.constants():
@@ -441,48 +434,44 @@ def _constant_target(node: Node) -> bool:
     return constant_array(node.inputs[1]) is not None
 
 
-@register_pass()
-def gather_bool_as_int32(graph: Graph, ctx: PassContext) -> bool:
-    """A ``GatherND`` of boolean data (an attention mask's expansion, as torch.export
-    writes ``mask[:, None, None, :]``) gathers it as int32 between two ``Cast``s: HTP's
-    GatherNd refuses bool and int64 data at any rank and takes int32 (rules/qnn_htp.toml
-    probes float; the dtypes were tried the same way). Exact: 0 and 1 go there and back."""
+def _gathered_as_int32(graph: Graph, m: Match, ctx: PassContext) -> Value:
     from onnx import helper
 
-    changed = False
-    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "GatherND"]:
-        data, out = node.inputs[0], node.outputs[0]
-        if data is None or data.type.dtype != "bool":
-            continue
-        as_int = graph.add_op("Cast", [data], [TensorType("int32", data.type.shape)], name=graph.fresh_name(f"{node.name}_to_int32"),
-                              attrs={"to": helper.make_attribute("to", 6)}, output_names=[f"{data.name}_int32"]).output
-        g = graph.add_op("GatherND", [as_int] + list(node.inputs[1:]), [TensorType("int32", out.type.shape)],
-                         name=graph.fresh_name(f"{node.name}_int32"), attrs=dict(node.attrs),
-                         output_names=[f"{out.name}_int32"]).output
-        back = graph.add_op("Cast", [g], [out.type], name=graph.fresh_name(f"{node.name}_to_bool"),
-                            attrs={"to": helper.make_attribute("to", 9)}, output_names=[f"{out.name}_bool"]).output
-        graph.replace_all_uses_with(out, back)
-        ctx.stats["gathers_retyped"] += 1
-        changed = True
-    return changed
+    node, data, out = m.root, m["data"], m.result
+    as_int = graph.add_op("Cast", [data], [TensorType("int32", data.type.shape)], name=graph.fresh_name(f"{node.name}_to_int32"),
+                          attrs={"to": helper.make_attribute("to", 6)}, output_names=[f"{data.name}_int32"]).output
+    g = graph.add_op("GatherND", [as_int] + list(node.inputs[1:]), [TensorType("int32", out.type.shape)],
+                     name=graph.fresh_name(f"{node.name}_int32"), attrs=dict(node.attrs),
+                     output_names=[f"{out.name}_int32"]).output
+    return graph.add_op("Cast", [g], [out.type], name=graph.fresh_name(f"{node.name}_to_bool"),
+                        attrs={"to": helper.make_attribute("to", 9)}, output_names=[f"{out.name}_bool"]).output
 
 
-@register_pass()
-def square_as_mul(graph: Graph, ctx: PassContext) -> bool:
-    """``Pow(x, 2)`` as ``Mul(x, x)`` (the same correctly rounded square). onnxruntime-qnn
-    2.7.0 fuses an RMS norm written with ``Pow(x, 2)`` (Pow, ReduceMean, Add, Sqrt,
-    Reciprocal, Mul, Mul by the weight: Llama's, Mistral's, Qwen's) into one HTP op whose
-    graph then fails to finalize ("QNN_COMMON_ERROR_MEM_ALLOC", whatever the SoC, VTCM or
-    precision); written with ``Mul`` it is not fused, and runs."""
-    changed = False
-    for node in [n for n in graph.nodes() if n.kind == OP and n.op == "Pow"]:
-        exponent = constant_array(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-        x, out = node.inputs[0], node.outputs[0]
-        if exponent is None or exponent.size != 1 or float(exponent.reshape(())) != 2.0 or x.type.shape != out.type.shape:
-            continue
-        sq = graph.add_op("Mul", [x, x], [out.type], name=graph.fresh_name(f"{node.name or 'pow'}_square"),
-                          output_names=[f"{out.name}_square"]).output
-        graph.replace_all_uses_with(out, sq)
-        ctx.stats["squares_as_mul"] += 1
-        changed = True
-    return changed
+# A ``GatherND`` of boolean data (an attention mask's expansion, as torch.export writes
+# ``mask[:, None, None, :]``) gathers it as int32 between two ``Cast``s: HTP's GatherNd
+# refuses bool and int64 data at any rank and takes int32 (rules/qnn_htp.toml probes
+# float; the dtypes were tried the same way). Exact: 0 and 1 go there and back.
+gather_bool_as_int32 = register_rules(
+    "gather_bool_as_int32",
+    Rule(Op("GatherND", (Var("data"),)), _gathered_as_int32, stat="gathers_retyped",
+         condition=lambda m, ctx: m["data"].type.dtype == "bool"))
+
+
+def _square(graph: Graph, m: Match, ctx: PassContext) -> Value:
+    x = m["x"]
+    return graph.add_op("Mul", [x, x], [m.result.type], name=graph.fresh_name(f"{m.root.name or 'pow'}_square"),
+                        output_names=[f"{m.result.name}_square"]).output
+
+
+def _squares(m: Match, ctx: PassContext) -> bool:
+    e = m["exponent"]
+    return e.size == 1 and float(e.reshape(())) == 2.0 and m["x"].type.shape == m.result.type.shape
+
+
+# ``Pow(x, 2)`` as ``Mul(x, x)`` (the same correctly rounded square). onnxruntime-qnn
+# 2.7.0 fuses an RMS norm written with ``Pow(x, 2)`` (Pow, ReduceMean, Add, Sqrt,
+# Reciprocal, Mul, Mul by the weight: Llama's, Mistral's, Qwen's) into one HTP op whose
+# graph then fails to finalize ("QNN_COMMON_ERROR_MEM_ALLOC", whatever the SoC, VTCM or
+# precision); written with ``Mul`` it is not fused, and runs.
+square_as_mul = register_rules("square_as_mul", Rule(Op("Pow", (Var("x"), Const("exponent"))), _square,
+                                                      stat="squares_as_mul", condition=_squares))
