@@ -232,3 +232,18 @@ def test_a_tosa_module_not_run_is_said_so(tmp_path, monkeypatch):
         "outputs match on LiteRT + onnxruntime CPUExecutionProvider (the TOSA module written was not run)")
     res = run(src, RunOptions(emit=["tflite", "tosa"], require_check=True, force=True))
     assert res.exit_code == 1
+
+
+def test_tosa_of_a_torch_export_program_with_bound_dims_is_one_line(tmp_path, legalize_in_process):
+    """A .pt2 has no TOSA form (its Core ATen ops have no lowering): binding its dims
+    first changes nothing of that (it was an internal error: the ATen graph was written
+    as ONNX to have its shapes inferred)."""
+    require("torch")
+    src = tmp_path / "mlp.pt2"
+    src.write_bytes((ROOT / "models/mlp.pt2").read_bytes())
+    code, out, err = legalize_in_process(src, "--emit", "tosa", "--no-check", "--trust-pt2", "-q", "--dim", "s77=3")
+    assert code == 2 and len(lines(err)) == 1
+    assert lines(err)[0].startswith("legalize: error: cannot emit TOSA for 12 ops: input 'p_bias'")
+    assert "input 'x' (tensor<3x16xfloat32>: needs a ranked tensor type TOSA has); 'permute' (aten.permute.default:" \
+        " no TOSA lowering)" in err
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["mlp.pt2"]
