@@ -387,6 +387,14 @@ def _has_large_initializers(model: ModelProto) -> bool:
                for t in model.graph.initializer)
 
 
+def weightless(model: ModelProto) -> ModelProto:
+    """``model`` without the data of its large main-graph initializers (their name, type
+    and dims kept: ``_without_weights``), or ``model`` itself if it has none: what a
+    function that reads the model's bytes but not its weights is given (shape inference,
+    onnx's version converter)."""
+    return _without_weights(model) if _has_large_initializers(model) else model
+
+
 def _without_weights(model: ModelProto) -> ModelProto:
     """A copy of ``model`` whose large main-graph initializers keep their name, type
     and dims but not their data (external ones are small and kept as they are)."""
@@ -618,7 +626,7 @@ def inferred_types(model: ModelProto) -> Dict[str, TensorType]:
     gives them (what the graph declares, merged with one ONNX shape inference, in the
     bounded helper), without building an IR: what a caller that holds the IR already
     (``emit_formats.bound_dims``) retypes it with. Initializers are not in it."""
-    stub = _without_weights(model) if _has_large_initializers(model) else model
+    stub = weightless(model)
     serialized = stub.SerializeToString()  # what the helper reads: not parsed back into a model
     if _NEGATIVE_DIM.search(serialized):
         if stub is model:  # the model itself is left as it is
