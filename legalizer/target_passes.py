@@ -109,10 +109,12 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
     old = model.graph.opsets.get("", 1)
     # The converter reads the model's bytes: it is given the model without its large
     # weights, which go back into its result as they were (not serialized and parsed).
+    # An adapter that reads a tensor reads axes, pads, scales or a shape: a few numbers,
+    # never one of these (as for shape inference: importers.onnx._INFER_DATA_LIMIT).
     stub = weightless(proto)
     try:
         converted = onnx.version_converter.convert_version(stub, version)
-        if stub is not proto and not _weights_back(converted, proto, stub):  # an adapter read or changed one
+        if stub is not proto and not _weights_back(converted, proto, stub):  # an adapter changed one
             converted = onnx.version_converter.convert_version(proto, version)
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
         from .version_steps import why_not_raised
@@ -136,8 +138,8 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
 def _weights_back(converted: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.ModelProto) -> bool:
     """Put the data of the initializers of ``proto`` that the converter was given
     without (in ``stub``: their name, type and dims) back into ``converted``; False if
-    one of them is not in it as it was given (an adapter used or rewrote it: the whole
-    model is converted then)."""
+    one of them is not in it as it was given (an adapter rewrote or dropped it: the
+    whole model is converted then)."""
     full = {t.name: t for t in proto.graph.initializer}
     blank = {t.name: t for t in stub.graph.initializer if t != full[t.name]}
     found = 0

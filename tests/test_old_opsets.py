@@ -141,3 +141,29 @@ def test_the_version_converter_is_given_the_model_without_its_large_weights(tmp_
     assert [o.version for o in legal.opset_import if o.domain == ""] == [14]
     assert [t for t in legal.graph.initializer if t.name == "w"] == [w]
     assert json.loads(rep.read_text())["check"]["ok"]
+
+
+def test_a_weight_the_converter_changed_or_dropped_has_the_whole_model_converted():
+    """The weights go back only into initializers left as the converter was given them."""
+    from legalizer.importers.onnx import weightless
+    from legalizer.target_passes import _weights_back
+
+    big = numpy_helper.from_array(np.ones((128, 256), np.float32), "w")
+    small = numpy_helper.from_array(np.arange(4, dtype=np.float32), "b")
+    g = helper.make_graph([helper.make_node("Add", ["w", "b"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", F, None)], [big, small])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    stub = weightless(proto)
+    assert stub is not proto and [t.raw_data for t in stub.graph.initializer] == [b"", small.raw_data]
+    kept = onnx.ModelProto()
+    kept.CopyFrom(stub)
+    assert _weights_back(kept, proto, stub) and list(kept.graph.initializer) == [big, small]
+    changed = onnx.ModelProto()
+    changed.CopyFrom(stub)
+    changed.graph.initializer[0].dims[:] = [256, 128]
+    assert not _weights_back(changed, proto, stub)
+    dropped = onnx.ModelProto()
+    dropped.CopyFrom(stub)
+    del dropped.graph.initializer[0]
+    assert not _weights_back(dropped, proto, stub)
+    assert weightless(dropped) is dropped  # nothing large: the model itself
