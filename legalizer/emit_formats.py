@@ -13,13 +13,16 @@ disk; files are written only after the check passed.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Union
 
 from .errors import BadInput, UsageError
 from .atomic_files import atomic_output, check_output_path
 from .model import Model
+from .ir.graph import INPUT, OP
+from .ir.types import TensorType
 from .exporters.as_onnx import TRANSLATIONS
 from .targets import TARGET_OF_DIALECT
 
@@ -149,15 +152,44 @@ def mlir_sources(model: Model, formats: List[str], level: Optional[str] = None) 
     return {t: _as_onnx_ir(model, t, level) for t in targets}
 
 
-def bind_dims(model: Model, dims: Optional[Dict[str, int]]) -> Model:
-    """``model`` (ONNX frontend) with its symbolic dims bound to the sizes of ``dims``,
-    for an emitter that needs static shapes (TOSA's convolutions): its ONNX form read
-    again, so that shape inference makes static what it can. ``model`` itself if
-    ``dims`` binds nothing."""
+@contextmanager
+def bound_dims(model: Model, dims: Optional[Dict[str, int]]) -> Iterator[Model]:
+    """``model`` (ONNX frontend) with its symbolic dims bound to the sizes of ``dims``
+    while the block runs, for an emitter that needs static shapes (TOSA's convolutions):
+    the IR's own values are retyped, in place, and their types given back after. Each
+    takes the type that one ONNX shape inference of the model's form finds with the
+    inputs' dims bound (what it makes static), its own type with the dims bound where
+    inference finds less (``_refined``), and the ranks the IR's rules fix where neither
+    has one. Nothing is read back into an IR. ``model`` as it is if ``dims`` binds
+    nothing."""
     if not dims:
-        return model
+        yield model
+        return
+    from .shapes.ranks import infer_ranks
+
+    graph = model.graph
+    found = _inferred_with(model, dims) if graph.frontend == "onnx" and model.format not in TRANSLATIONS else {}
+    saved = [(v, v.type) for sub in graph.graphs() for n in sub.unordered_nodes() for v in n.outputs
+             if v is not None]
+    try:
+        for v, old in saved:
+            n = v.producer
+            t = _with_dims(old, dims)
+            if n is not None and n.graph is graph and (n.kind == OP or (n.kind == INPUT and n.data is None)):
+                t = _refined(found.get(v.name), t)
+            v.type = t
+        infer_ranks(graph)  # a value neither typed has the rank its op fixes, as an import gives it
+        yield model
+    finally:
+        for v, old in saved:
+            v.type = old
+
+
+def _inferred_with(model: Model, dims: Dict[str, int]) -> Dict[str, TensorType]:
+    """The types one ONNX shape inference of ``model``'s form finds with the dims of
+    its inputs that ``dims`` names bound (``importers.onnx.inferred_types``)."""
     from .exporters.as_onnx import to_onnx
-    from .importers.onnx import import_model
+    from .importers.onnx import inferred_types
 
     proto = to_onnx(model)
     g = proto.graph
@@ -168,10 +200,30 @@ def bind_dims(model: Model, dims: Optional[Dict[str, int]]) -> Model:
             if d.WhichOneof("value") == "dim_param":
                 if d.dim_param in dims:
                     d.dim_value = int(dims[d.dim_param])
-                elif vi in g.output:
+                elif vi in g.output:  # inference says what it is, with the inputs bound
                     d.ClearField("dim_param")
-    del g.value_info[:]
-    return import_model(proto, model.base_dir)
+    del g.value_info[:]  # the types legalize gave the values are what inference redoes
+    return inferred_types(proto)
+
+
+def _with_dims(t: TensorType, dims: Dict[str, int]) -> TensorType:
+    """``t`` with each symbolic dim that ``dims`` binds given its size."""
+    if t.shape is None or not any(isinstance(d, str) and d in dims for d in t.shape):
+        return t
+    return t.with_shape(tuple(int(dims[d]) if isinstance(d, str) and d in dims else d for d in t.shape))
+
+
+def _refined(inferred: Optional[TensorType], own: TensorType) -> TensorType:
+    """A value's type under bound dims: what inference found, each dim it leaves
+    unknown (or symbolic) taken from the value's own type where that one is a size."""
+    if inferred is None:
+        return own
+    if inferred.shape is None or own.shape is None or len(inferred.shape) != len(own.shape):
+        shape = inferred.shape if inferred.shape is not None else own.shape
+    else:
+        shape = tuple(i if isinstance(i, int) or not isinstance(o, int) else o
+                      for i, o in zip(inferred.shape, own.shape))
+    return TensorType(inferred.dtype or own.dtype, shape)
 
 
 def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]]]:
@@ -186,7 +238,8 @@ def _emitters() -> Dict[str, Callable[[Model, Dict[str, int]], Union[str, bytes]
     def tosa(ir: Model, dims: Dict[str, int]) -> str:
         from .exporters.tosa import emit_tosa
 
-        return emit_tosa(bind_dims(ir, dims))
+        with bound_dims(ir, dims):
+            return emit_tosa(ir)
 
     def stablehlo_bytecode(ir: Model, dims: Dict[str, int]) -> bytes:
         from .exporters.stablehlo import portable_artifact

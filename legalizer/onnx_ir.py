@@ -44,15 +44,18 @@ class LegalizePass(onnx_ir.passes.InPlacePass):
         self.stats: dict = {}
 
     def call(self, model: onnx_ir.Model) -> onnx_ir.passes.PassResult:
-        from .api import legalize_proto
+        # One conversion each way, each an ONNX ModelProto object (onnx_ir's serde; no
+        # bytes): the model into legalize's IR, and the result back only if rewritten.
+        from .api import legalize
+        from .exporters.as_onnx import to_onnx
+        from .importers.onnx import import_model
 
-        proto = onnx_ir.serde.serialize_model(model)
-        new_proto, done = legalize_proto(proto, self.target, debug=self.debug,
-                                         assume_dynamic_not_one=self.assume_dynamic_not_one)
+        ours = import_model(onnx_ir.serde.serialize_model(model), None)
+        done = legalize(ours, self.target, debug=self.debug, assume_dynamic_not_one=self.assume_dynamic_not_one).legalized
         self.stats = {k: int(v) for k, v in done.stats.items()}
         modified = bool(done.warnings) or any(v for k, v in self.stats.items() if k not in _UNCHANGED_STATS)
         if modified:
-            new = onnx_ir.serde.deserialize_model(new_proto)
+            new = onnx_ir.serde.deserialize_model(to_onnx(ours))
             model.graph = new.graph
             model.functions.clear()
             model.functions.update(new.functions)

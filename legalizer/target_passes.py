@@ -103,12 +103,19 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
     changes between versions are its job), after the legacy broadcasts are explicit,
     and import the result."""
     from .exporters.as_onnx import to_onnx
-    from .importers.onnx import import_model
+    from .importers.onnx import import_model, weightless
 
     proto = to_onnx(model)
     old = model.graph.opsets.get("", 1)
+    # The converter reads the model's bytes: it is given the model without its large
+    # weights, which go back into its result as they were (not serialized and parsed).
+    # An adapter that reads a tensor reads axes, pads, scales or a shape: a few numbers,
+    # never one of these (as for shape inference: importers.onnx._INFER_DATA_LIMIT).
+    stub = weightless(proto)
     try:
-        converted = onnx.version_converter.convert_version(proto, version)
+        converted = onnx.version_converter.convert_version(stub, version)
+        if stub is not proto and not _weights_back(converted, proto, stub):  # an adapter changed one
+            converted = onnx.version_converter.convert_version(proto, version)
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
         from .version_steps import why_not_raised
 
@@ -126,3 +133,22 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
     model.graph, model.proto = new.graph, new.proto
     return [f"opset raised from {old} to {version} by onnx's version converter: the legal form needs"
             f" opset {version} ({needs})"]
+
+
+def _weights_back(converted: onnx.ModelProto, proto: onnx.ModelProto, stub: onnx.ModelProto) -> bool:
+    """Put the data of the initializers of ``proto`` that the converter was given
+    without (in ``stub``: their name, type and dims) back into ``converted``; False if
+    one of them is not in it as it was given (an adapter rewrote or dropped it: the
+    whole model is converted then)."""
+    full = {t.name: t for t in proto.graph.initializer}
+    blank = {t.name: t for t in stub.graph.initializer if t != full[t.name]}
+    found = 0
+    for t in converted.graph.initializer:
+        b = blank.get(t.name)
+        if b is None:
+            continue
+        if t != b:
+            return False
+        t.CopyFrom(full[t.name])
+        found += 1
+    return found == len(blank)

@@ -289,3 +289,39 @@ def _not_run():
     from legalizer.numeric.results import CheckResult
 
     return CheckResult(False, "CPUExecutionProvider", error="no runtime here")
+
+
+@needs_ir
+@pytest.mark.parametrize("rewritten", [True, False])
+def test_pass_converts_each_way_once_and_back_only_when_rewritten(rewritten, monkeypatch):
+    """The onnx_ir model becomes legalize's IR once (one import, one shape inference);
+    the IR is written back as ONNX and read into onnx_ir once if it was rewritten, and
+    not at all if not (the model's graph is then the very one it had)."""
+    import legalizer.exporters.onnx as onnx_exporter
+    import legalizer.importers.onnx as onnx_importer
+    from legalizer.onnx_ir import LegalizePass
+
+    calls = {"import_model": 0, "_infer": 0, "export_graph": 0, "deserialize_model": 0}
+
+    def counted(module, fn):
+        real = getattr(module, fn)
+
+        def call(*a, **k):
+            calls[fn] += 1
+            return real(*a, **k)
+        monkeypatch.setattr(module, fn, call)
+
+    model = ir.serde.deserialize_model(_proto("mlp_bias.onnx"))
+    if not rewritten:  # legal already
+        assert LegalizePass("tosa")(model).modified
+    graph = model.graph
+    for fn in ("import_model", "_infer"):
+        counted(onnx_importer, fn)
+    counted(onnx_exporter, "export_graph")
+    counted(ir.serde, "deserialize_model")
+    result = LegalizePass("tosa")(model)
+    assert result.modified is rewritten and result.model is model
+    once = int(rewritten)
+    assert calls == {"import_model": 1, "_infer": 1, "export_graph": once, "deserialize_model": once}
+    assert (model.graph is graph) is not rewritten
+    assert legalizer.verify(model, "tosa").ok

@@ -232,3 +232,39 @@ def test_a_tosa_module_not_run_is_said_so(tmp_path, monkeypatch):
         "outputs match on LiteRT + onnxruntime CPUExecutionProvider (the TOSA module written was not run)")
     res = run(src, RunOptions(emit=["tflite", "tosa"], require_check=True, force=True))
     assert res.exit_code == 1
+
+
+def test_tosa_of_a_torch_export_program_with_bound_dims_is_one_line(tmp_path, legalize_in_process):
+    """A .pt2 has no TOSA form (its Core ATen ops have no lowering): binding its dims
+    first changes nothing of that (it was an internal error: the ATen graph was written
+    as ONNX to have its shapes inferred)."""
+    require("torch")
+    src = tmp_path / "mlp.pt2"
+    src.write_bytes((ROOT / "models/mlp.pt2").read_bytes())
+    code, out, err = legalize_in_process(src, "--emit", "tosa", "--no-check", "--trust-pt2", "-q", "--dim", "s77=3")
+    assert code == 2 and len(lines(err)) == 1
+    assert lines(err)[0].startswith("legalize: error: cannot emit TOSA for 12 ops: input 'p_bias'")
+    assert "input 'x' (tensor<3x16xfloat32>: needs a ranked tensor type TOSA has); 'permute' (aten.permute.default:" \
+        " no TOSA lowering)" in err
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["mlp.pt2"]
+
+
+def test_emit_tosa_with_bound_dims_reads_the_model_once(tmp_path, legalize_in_process, monkeypatch):
+    """--emit tosa with --dim: the model is imported once (its own read); the dims are
+    bound on the legalized IR itself, not on a second import of its ONNX form."""
+    import legalizer.importers.onnx as onnx_importer
+
+    src = tmp_path / "cnn.onnx"
+    src.write_bytes((ROOT / "models/small_cnn.dynamo.onnx").read_bytes())
+    imported = []
+    import_model = onnx_importer.import_model
+    monkeypatch.setattr(onnx_importer, "import_model", lambda *a, **k: imported.append(1) or import_model(*a, **k))
+    code, out, err = legalize_in_process(src, "--emit", "onnx", "--emit", "tosa", "--dim", "batch=2", "--dim", "height=8",
+                                         "--dim", "width=8", "--no-check", "-q")
+    assert code == 0, err
+    assert len(imported) == 1
+    text = (tmp_path / "cnn.legal.tosa.mlir").read_text()
+    assert text.splitlines()[2] == "  func.func @main(%arg0: tensor<2x3x8x8xf32>) -> tensor<2x4xf32> {"
+    written = onnx.load(str(tmp_path / "cnn.legal.onnx"))  # the model's own types, not the bound ones
+    assert [d.dim_param or d.dim_value for d in written.graph.input[0].type.tensor_type.shape.dim] == \
+        ["batch", 3, "height", "width"]

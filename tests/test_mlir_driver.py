@@ -13,7 +13,7 @@ import pytest
 
 import legalizer
 from helpers import op_model
-from legalizer.emit_formats import bind_dims
+from legalizer.emit_formats import bound_dims
 from legalizer.errors import BadInput
 from legalizer.exporters.stablehlo import LOWERINGS as STABLEHLO, ImplicitBroadcast, emit_stablehlo
 from legalizer.exporters.tosa import LOWERINGS as TOSA, emit_tosa
@@ -118,9 +118,65 @@ def test_symbolic_dims_are_bound_by_the_caller_before_tosa_is_emitted():
     legalizer.legalize(model, "tosa")
     with pytest.raises(BadInput, match=r"'node_conv2d' \(Conv: a window over dynamic spatial dims \(\?x3x\?x\?\)"):
         emit_tosa(model)
-    text = emit_tosa(bind_dims(model, {"batch": 2, "height": 8, "width": 8}))
+    with bound_dims(model, {"batch": 2, "height": 8, "width": 8}) as bound:
+        text = emit_tosa(bound)
     assert text.splitlines()[2] == "  func.func @main(%arg0: tensor<2x3x8x8xf32>) -> tensor<2x4xf32> {"
-    assert bind_dims(model, {}) is model
+    with pytest.raises(BadInput, match=r"'node_conv2d' \(Conv: a window over dynamic spatial dims"):
+        emit_tosa(model)  # the model's own types are given back
+    with bound_dims(model, {}) as bound:
+        assert bound is model
+
+
+def _read_back(model, dims):
+    """The reference: ``model``'s ONNX form with the input dims bound, read into a new IR
+    (what binding dims did before the IR's own values were retyped)."""
+    from legalizer.exporters.as_onnx import to_onnx
+
+    proto = to_onnx(model)
+    g = proto.graph
+    for vi in list(g.input) + list(g.output):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.WhichOneof("value") == "dim_param":
+                if d.dim_param in dims:
+                    d.dim_value = dims[d.dim_param]
+                elif vi in g.output:
+                    d.ClearField("dim_param")
+    del g.value_info[:]
+    return import_model(proto)
+
+
+@pytest.mark.parametrize("name, dims", [
+    ("small_cnn.dynamo.onnx", {"batch": 2, "height": 8, "width": 8}),
+    ("transformer_block.dynamo.onnx", {"batch": 2, "seq": 5}),
+    ("mlp_bias.onnx", {"N": 3}),
+    ("mlp.dynamo.onnx", {"batch": 1}),
+])
+def test_bound_dims_retype_the_ir_itself_with_one_shape_inference(name, dims, monkeypatch):
+    """The module emitted under bound dims is the one the model's form read back gave,
+    byte for byte; but nothing is read back (no import), shape inference runs once, and
+    the IR's types are its own again after."""
+    import legalizer.importers.onnx as onnx_importer
+
+    model = legalizer.load(ROOT / "models" / name)
+    legalizer.legalize(model, "tosa")
+    expected = emit_tosa(_read_back(model, dims))
+    own = [(v, v.type) for n in model.graph.nodes() for v in n.outputs]
+    calls = {"import_model": 0, "_infer": 0}
+
+    def counted(name, fn):
+        def call(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return call
+
+    for fn in calls:
+        monkeypatch.setattr(onnx_importer, fn, counted(fn, getattr(onnx_importer, fn)))
+    with bound_dims(model, dims) as bound:
+        assert bound is model
+        text = emit_tosa(model)
+    assert calls == {"import_model": 0, "_infer": 1}
+    assert text == expected
+    assert all(v.type == t for v, t in own)
 
 
 def _xla_model():

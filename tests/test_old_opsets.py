@@ -113,3 +113,57 @@ def test_paddleocr_v4_recognizer_at_opset_12_is_raised_and_matches(tmp_path):
                                   " opset 14 (Reshape's allowzero, for operands of unknown rank)"]
     assert report["violations"] == [] and report["check"]["ok"] is True and len(report["check"]["bindings"]) >= 4
     assert [o.version for o in onnx.load(str(out)).opset_import if o.domain == ""] == [14]
+
+
+def test_the_version_converter_is_given_the_model_without_its_large_weights(tmp_path, monkeypatch):
+    """onnx's converter reads the model's bytes: a 256 KiB weight is left out of what it
+    is given and put back into its result as it was, so the weights are not serialized
+    and parsed back; the output holds the weight byte for byte, and its check passes."""
+    given = []
+    convert = onnx.version_converter.convert_version
+    monkeypatch.setattr(onnx.version_converter, "convert_version",
+                        lambda m, v: given.append(m.ByteSize()) or convert(m, v))
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                           helper.make_node("Squeeze", ["m"], ["s"], name="sq"),
+                           helper.make_node("Add", ["s", "b"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", F, [1, "N", 256])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [w, numpy_helper.from_array(np.arange(256, dtype=np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    src, out, rep = tmp_path / "w13.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(m, str(src))
+    code, text, err = cli_in_process(src, "-o", out, "--report", rep, "-q")
+    assert code == 0, text + err
+    assert len(given) == 1 and given[0] < 4096 < m.ByteSize()
+    legal = onnx.load(str(out))
+    assert [o.version for o in legal.opset_import if o.domain == ""] == [14]
+    assert [t for t in legal.graph.initializer if t.name == "w"] == [w]
+    assert json.loads(rep.read_text())["check"]["ok"]
+
+
+def test_a_weight_the_converter_changed_or_dropped_has_the_whole_model_converted():
+    """The weights go back only into initializers left as the converter was given them."""
+    from legalizer.importers.onnx import weightless
+    from legalizer.target_passes import _weights_back
+
+    big = numpy_helper.from_array(np.ones((128, 256), np.float32), "w")
+    small = numpy_helper.from_array(np.arange(4, dtype=np.float32), "b")
+    g = helper.make_graph([helper.make_node("Add", ["w", "b"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", F, None)], [big, small])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    stub = weightless(proto)
+    assert stub is not proto and [t.raw_data for t in stub.graph.initializer] == [b"", small.raw_data]
+    kept = onnx.ModelProto()
+    kept.CopyFrom(stub)
+    assert _weights_back(kept, proto, stub) and list(kept.graph.initializer) == [big, small]
+    changed = onnx.ModelProto()
+    changed.CopyFrom(stub)
+    changed.graph.initializer[0].dims[:] = [256, 128]
+    assert not _weights_back(changed, proto, stub)
+    dropped = onnx.ModelProto()
+    dropped.CopyFrom(stub)
+    del dropped.graph.initializer[0]
+    assert not _weights_back(dropped, proto, stub)
+    assert weightless(dropped) is dropped  # nothing large: the model itself

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 import legalizer
 from legalizer.numeric import iree_run as iree_run_module
 from legalizer.numeric.ort import synthesize
-from legalizer.emit_formats import bind_dims
+from legalizer.emit_formats import bound_dims
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.pipeline import is_output
 from legalizer.importers.mlir import MlirAttr, OpSource, load_mlir, parse_mlir
@@ -56,7 +56,8 @@ def tosa_violations(graph) -> list:
 def emitted(path: Path, dims=None) -> str:
     model = legalizer.load(path)
     legalizer.legalize(model, "tosa")
-    return emit_tosa(bind_dims(model, dims))
+    with bound_dims(model, dims):
+        return emit_tosa(model)
 
 
 def iree_parse(text: str):

@@ -13,8 +13,9 @@ caller makes (``emit_formats.render_mlir``).
   that ONNX IR < 4 also lists as an input is a constant, not an argument), results in
   graph-output order.
 - Convolutions, pools, slices and means need the dims they compute with to be static:
-  the caller binds symbolic dims to sizes first (``emit_formats.bind_dims``: shape inference
-  then makes everything it can static); the exporter reads the model as it is given.
+  the caller binds symbolic dims to sizes first (``emit_formats.bound_dims``: the IR's
+  values retyped by one shape inference with the dims bound, which makes static what it
+  can); the exporter reads the model as it is given.
 - Values computed from constants only are folded at emission time
   (``mlir.fold.TOSA_FOLDING``); constants are emitted where they are first used, once.
 

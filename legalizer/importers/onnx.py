@@ -387,6 +387,14 @@ def _has_large_initializers(model: ModelProto) -> bool:
                for t in model.graph.initializer)
 
 
+def weightless(model: ModelProto) -> ModelProto:
+    """``model`` without the data of its large main-graph initializers (their name, type
+    and dims kept: ``_without_weights``), or ``model`` itself if it has none: what a
+    function that reads the model's bytes but not its weights is given (shape inference,
+    onnx's version converter)."""
+    return _without_weights(model) if _has_large_initializers(model) else model
+
+
 def _without_weights(model: ModelProto) -> ModelProto:
     """A copy of ``model`` whose large main-graph initializers keep their name, type
     and dims but not their data (external ones are small and kept as they are)."""
@@ -611,3 +619,29 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         if contrib_shapes.contrib_ranks(graph, stub.SerializeToString(), tensor_type):
             infer_ranks(graph)
     return Model(graph, SourceFormat.ONNX, model, base_dir, warnings=imp.warnings)
+
+
+def inferred_types(model: ModelProto) -> Dict[str, TensorType]:
+    """The types of the values of ``model``'s main graph, by name, as ``import_model``
+    gives them (what the graph declares, merged with one ONNX shape inference, in the
+    bounded helper), without building an IR: what a caller that holds the IR already
+    (``emit_formats.bound_dims``) retypes it with. Initializers are not in it."""
+    stub = weightless(model)
+    serialized = stub.SerializeToString()  # what the helper reads: not parsed back into a model
+    if _NEGATIVE_DIM.search(serialized):
+        if stub is model:  # the model itself is left as it is
+            stub = ModelProto()
+            stub.CopyFrom(model)
+        if _clear_negative_dims(stub.graph):
+            serialized = stub.SerializeToString()
+    inferred, _ = _infer(serialized, _needs_data_propagation(model, serialized))
+    del serialized, stub
+    imp = _Importer(model, None)
+    g = model.graph
+    types = imp._declared_types(g)
+    if inferred is not None:
+        imp._add_types(g, types, inferred.graph.value_info, "value", declared=False)
+        imp._add_types(g, types, inferred.graph.output, "graph output", declared=False)
+    for t in g.initializer:
+        types.pop(t.name, None)
+    return types
