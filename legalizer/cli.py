@@ -477,7 +477,7 @@ def legalize(
         # this process imports the pipeline's libraries.
         bounded_helper.start(("legalizer.importers.onnx_infer",))
     from .api import RunOptions
-    from .pipeline import default_output
+    from .pipeline import prepare
 
     _loaded()
     if executor not in EXECUTORS:
@@ -496,7 +496,7 @@ def legalize(
     if batch and (any(v is not None for v in golden.values()) or overlay is not None):
         raise UsageError("golden data (--load-*, --save-*, --data-loader-script) and --overlay are one model's:"
                          " give one MODEL")
-    options = RunOptions(target=target, level=tosa_level, profile=profile, verify_only=verify_only, force=force,
+    valid = RunOptions(target=target, level=tosa_level, profile=profile, verify_only=verify_only, force=force,
                          check=do_check, provider=provider, dims=_parse_dims(dim), inputs=_parse_inputs(input_),
                          input_shapes=_parse_input_shapes(input_shape), rtol=parse_tolerance("--rtol", rtol, RTOL),
                          atol=parse_tolerance("--atol", atol, ATOL), assume_dynamic_not_one=not_one,
@@ -504,6 +504,7 @@ def legalize(
                          allow_fallback=allow_fallback, trust_pt2=trust_pt2, localize=localize, localize_budget=localize_budget, reduce=reduce,
                          static=static, **golden, run_timeout=_run_timeout(run_timeout),
                          run_memory=parse_size("--run-memory", run_memory)).validate()
+    options = valid.options
     if batch:
         raise typer.Exit(_batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, html,
                                 options))
@@ -520,22 +521,27 @@ def legalize(
     if quiet and verbose:
         raise UsageError("-q and -v cannot be used together")
     if not verify_only:
-        options.output = output if output is not None else default_output(model)
-    _check_writes(model, options, report, html, overlay, _input_files(input_))
-    raise typer.Exit(_run_one(model, options, report, html, overlay, json_out, quiet, verbose))
+        options.output = output
+    # the options validated, the target resolved, the file sniffed (by the warm-up, if it
+    # ran) and the output plan made, once: the checks below and the run read them here
+    plan = prepare(model, valid, sniffed=_sniffed(model))
+    _check_writes(plan, report, html, overlay, _input_files(input_))
+    raise typer.Exit(_run_one(plan, report, html, overlay, json_out, quiet, verbose))
 
 
-def _check_writes(model: Path, options, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],
+def _check_writes(plan, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],
                   input_files: List[Path]) -> None:
     """Fail on a bad output, report or page path before the work, not after it: each can
     be written, and each is a file of its own, never an input."""
     from .importers.reader import files_read
     from .atomic_files import check_distinct, check_output_path
-    from .pipeline import golden_paths, planned_outputs
+    from .pipeline import golden_paths
 
+    model, options = plan.path, plan.options
     force = options.force
-    outputs = planned_outputs(model, options)
-    models = [model, options.output, *(p for _, p in outputs)]
+    outputs = plan.planned()
+    output = plan.outputs.output if plan.outputs is not None else None
+    models = [model, output, *(p for _, p in outputs)]
     for _, path in outputs:
         check_output_path(path, force=force, protect=model)
     if report is not None:
@@ -560,26 +566,29 @@ def _check_writes(model: Path, options, report: Optional[Path], html: Optional[P
     if overlay is not None:
         from . import overlay as overlays
 
-        overlays.check_folder(overlay, model, options.output, force)
-        outputs += overlays.planned(overlay, model, options.output)
+        overlays.check_folder(overlay, model, output, force)
+        outputs += overlays.planned(overlay, model, output)
     against = options.against
-    read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs])
+    read = files_read([model, *([against] if against is not None else [])], [p for _, p in outputs],
+                      kinds={model: plan.kind} if plan.kind is not None else None)
     check_distinct(outputs, read + [("an input array (--input)", f) for f in input_files] + golden_reads)
 
 
-def _run_one(model: Path, options, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],
+def _run_one(plan, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],
              json_out: bool, quiet: bool, verbose: bool) -> int:
-    """Run the job on one model, print what it found and write the report, page and
-    overlays; the exit code."""
+    """Run the job on one model (its ``pipeline.Plan``), print what it found and write
+    the report, page and overlays; the exit code."""
     from .api import run
     from .console import Printer, Progress
     from .pipeline import stages
 
+    model, options = plan.path, plan.options
+    output = plan.outputs.output if plan.outputs is not None else None
     printer = Printer(quiet, verbose, json_out, legalizing=not options.verify_only)
     progress = Progress(sys.stderr.isatty() and not quiet and not json_out, model.name,
                         stages=len(stages(options)))
     try:
-        res = run(model, options, on_stage=progress)
+        res = run(model, plan, on_stage=progress)
     except LegalizeError as e:  # bad input: the error line, and a report that says so
         _error_report(model, e, report, json_out)
         raise
@@ -591,7 +600,7 @@ def _run_one(model: Path, options, report: Optional[Path], html: Optional[Path],
     if html is not None:
         from . import html_report
 
-        html_report.write(html, res.report, res.regions, protect=[model, options.output, *res.report.outputs.values()],
+        html_report.write(html, res.report, res.regions, protect=[model, output, *res.report.outputs.values()],
                           culprit=res.culprit_picture)
     if overlay is not None:
         from . import overlay as overlays
@@ -703,16 +712,31 @@ _RUNTIME_MODULES = {"onnx": ("onnxruntime",), "tflite": ("ai_edge_litert.interpr
                     "pt2": ("torch", "onnxruntime"), "mlir": ("iree.runtime",), "mlirbc": ("iree.runtime",)}
 
 
+# What ``importers.sniff`` found of each file of the command line (or the BadInput it
+# raised), by absolute path: each file is sniffed once, by the first that asks (the
+# warm-up, then the run's plan).
+_SNIFFED: Dict[str, object] = {}
+
+
+def _sniffed(path) -> object:
+    """``sniff`` of ``path``'s file: its kind, or the BadInput it raised; asked once."""
+    key = os.path.abspath(path)
+    if key not in _SNIFFED:
+        from .importers.sniff import sniff
+
+        try:
+            _SNIFFED[key] = sniff(Path(path))
+        except LegalizeError as e:
+            _SNIFFED[key] = e
+    return _SNIFFED[key]
+
+
 def _kind(word: str) -> Optional[str]:
     """The model kind of the file ``word`` names (``importers.sniff``), or None."""
     if not os.path.isfile(word):
         return None
-    from .importers.sniff import sniff
-
-    try:
-        return sniff(Path(word))
-    except LegalizeError:
-        return None
+    kind = _sniffed(word)
+    return kind if isinstance(kind, str) else None
 
 
 def _runtimes(argv: List[str]) -> tuple:
@@ -746,6 +770,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     from . import atomic_files
 
     atomic_files.stop_requested = False  # (a run in a process that ran one before)
+    _SNIFFED.clear()  # (the files may have changed since)
     if _will_check(sys.argv[1:] if argv is None else list(argv)):
         from .numeric import child
 

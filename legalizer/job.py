@@ -1,23 +1,30 @@
 """One run of the main job: its options (``RunOptions``, validated once, where they are
-built), the state its stages fill in (``Run``), and what it gives back (``RunResult``)."""
+built: ``Valid``), what is known before the model is read (``Plan``: the target, the
+input's kind, the output plan), the records its stages hand on (``Read`` -> ``Verified``
+-> ``Legalized`` -> ``Rendered`` -> ``Staged`` -> ``Checked``), and what it gives back
+(``RunResult``)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 from .numeric import ATOL, BUDGET, RTOL
 from .numeric.settings import CheckSettings
 from .numeric.runtimes import provider_choices
-from .errors import EXIT_OK, UsageError
+from . import targets
+from .errors import EXIT_OK, BadInput, LegalizeError, UsageError
 from .model import Model
 from .report import Report
-from .targets import TARGETS, target as target_named
+from .targets import TARGETS, Target
 from .verifier import PROFILES, VerifyResult
 
 if TYPE_CHECKING:
+    from .atomic_files import Staged as StagedFile
+    from .emit_formats import OnnxForm
+    from .formats import Format, Sides
     from .numeric.golden import Golden
     from .numeric.localize import Localization
     from .numeric.reduce import Reduced
@@ -106,14 +113,16 @@ class RunOptions:
     def golden_flags(self) -> List[str]:
         return [flag for key, flag in GOLDEN_FLAGS if getattr(self, key) is not None]
 
-    def validate(self) -> "RunOptions":
+    def validate(self) -> "Valid":
         """UsageError for options that contradict each other or name nothing there is,
-        before any work; what needs the model is checked by its format (``formats``)."""
+        before any work; what needs the model is checked by its format (``formats``).
+        The options with the target they name (``Valid``): a run asks this once."""
         if self.profile is not None and self.profile not in PROFILES:
             raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{self.profile}'")
-        if self.target not in TARGETS:
-            raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{self.target}'")
-        spec = TARGETS[self.target]
+        try:
+            spec = targets.target(self.target)
+        except UsageError:
+            raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{self.target}'") from None
         if self.level is not None:
             leveled = [t for t in TARGETS.values() if t.levels]
             (spec if spec.levels else leveled[0]).level(self.level)  # UsageError naming the levels
@@ -138,7 +147,137 @@ class RunOptions:
                              " --verify-only")
         if flags and self.against is not None:
             raise UsageError(f"{flags[0]} works with the check of a legalized model, not with --against")
-        return self
+        return Valid(self, spec)
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Options as ``RunOptions.validate`` passed them, with the target they name resolved."""
+
+    options: RunOptions
+    target: Target
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The output plan: where each format a run writes goes, made once before the work."""
+
+    output: Path  # the legalized model's path (given, or <stem>.legal.<ext> beside the input)
+    native: Optional[str] = None  # the format the input's legal form is written in; None: not written
+    formats: Tuple[str, ...] = ()  # what is written (--emit, else the native format), the first the report's
+    paths: Mapping[str, Path] = field(default_factory=dict)  # where each is written
+
+    def planned(self) -> List[Tuple[str, Path]]:
+        """(what it is, path) pairs: "the output model", "the tosa output (--emit tosa)"."""
+        return [("the output model" if f == self.native else f"the {f} output (--emit {f})", p)
+                for f, p in self.paths.items()]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run before its model is read (``pipeline.prepare``): the options validated, the
+    target resolved, the input's kind sniffed and the output plan made, each once; the
+    command line's checks before the work read them here, and the run reuses them."""
+
+    path: Path
+    options: RunOptions
+    target: Target
+    kind: Optional[str]  # what ``importers.sniff`` found; None when it refused the file
+    refused: Optional[BadInput] = None  # why it did: the run raises it where it reads the model
+    outputs: Optional[Outputs] = None  # None with --verify-only, or where the plan failed
+    unplanned: Optional[LegalizeError] = None  # why the plan failed (an --emit the target does not write)
+
+    def output_plan(self) -> Outputs:
+        """The output plan, or the error that made it impossible."""
+        if self.unplanned is not None:
+            raise self.unplanned
+        return self.outputs
+
+    def planned(self) -> List[Tuple[str, Path]]:
+        """What the run writes, as (what it is, path) pairs, known before the work: empty
+        with --verify-only or for a file that will not load (its run says why)."""
+        return self.output_plan().planned() if not self.options.verify_only else []
+
+
+R = TypeVar("R")
+
+
+def advance(record: Any, to: Type[R], **new: Any) -> R:
+    """The next stage's record: every field of ``record`` carried over, ``new`` added
+    (or in place of the one carried)."""
+    return to(**{**{f.name: getattr(record, f.name) for f in fields(record)}, **new})
+
+
+# -- what the stages hand on: each record is the one before it and what its stage made --
+
+@dataclass(frozen=True, kw_only=True)
+class Read:
+    """The model read, with what the options name for it, checked against it."""
+
+    plan: Plan
+    options: RunOptions  # the plan's, less a batch's bindings this model has no use for
+    model: Model
+    fmt: "Format"  # the input's record (``formats.Format``)
+    profile: str  # the input's verifier profile
+    golden: Optional["Golden"]  # None for a model in memory: nothing is checked
+    given: Mapping[str, Any]  # the arrays the check is fed (--input)
+    dims: Mapping[str, int]  # the dims the user binds
+    reference: Optional[Model] = None  # --against's model, as read for its output names, or None
+    res: "RunResult"  # the report and the verdict, filled in as the stages go
+
+    @property
+    def path(self) -> Path:
+        return self.plan.path
+
+    @property
+    def target(self) -> Target:
+        return self.plan.target
+
+    @property
+    def report(self) -> Report:
+        return self.res.report
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verified(Read):
+    verification: VerifyResult  # the input's
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compared(Verified):
+    """``--verify-only --against``: the model compared with its reference."""
+
+    check: "CheckResult"
+    failed: bool  # the comparison ran and found different outputs
+    sides: "Sides"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Legalized(Verified):
+    """The model rewritten in place by the target's passes; ``dims`` now holds the
+    sizes a static-shape target bound."""
+
+    outputs: Optional[Outputs]  # None for a model in memory (``pipeline.run_model``): nothing is written
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendered(Legalized):
+    made: Mapping[str, object]  # every format but the model's own, made
+    onnx_form: Optional["OnnxForm"]  # a TFLite model's legalized ONNX-op form, made once: the check runs it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Staged(Rendered):
+    stack: Any  # the files written under temporary names until the commit (an ExitStack)
+    staged: "StagedFile"  # the model in its own format, so written
+    written: Path  # its temporary path: what the check runs
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checked(Staged):
+    check: Optional["CheckResult"]  # None with --no-check
+    failed: bool  # the check ran and found different outputs
+    sides: Optional["Sides"]  # what it compared (for localization and reduction)
 
 
 @dataclass
@@ -157,49 +296,3 @@ class RunResult:
     localization: Optional["Localization"] = None  # where the candidate starts to differ
     reduced: Optional["Reduced"] = None  # --reduce: what was written
     culprit_picture: Optional["Picture"] = None  # with RunOptions.regions: the localization's culprit, drawn
-
-
-@dataclass
-class Run:
-    """What the stages of one run share: the input, the options, and what each stage
-    made for the next. ``done`` stops the stages that follow."""
-
-    path: Path
-    options: RunOptions
-    on_stage: Optional[StageCallback] = None
-    given: Dict[str, Any] = field(default_factory=dict)  # the arrays the check is fed (--input)
-    golden: Optional["Golden"] = None
-    fmt: Any = None  # the input's ``formats.Format``
-    res: Optional[RunResult] = None
-    dims: Dict[str, int] = field(default_factory=dict)  # the dims the user binds
-    profile: str = "mlir"  # the input's verifier profile
-    output: Optional[Path] = None  # the legalized model's path
-    formats: List[str] = field(default_factory=list)  # what is written (--emit)
-    paths: Dict[str, Path] = field(default_factory=dict)  # where each is written
-    made: Dict[str, object] = field(default_factory=dict)  # every format but the model's own, made
-    # A TFLite model's legalized ONNX-op form (``emit_formats.OnnxForm``), made once when
-    # a format is written from it: the check runs it.
-    onnx_form: Any = None
-    written: Optional[Path] = None  # the model in its own format under a temporary name
-    sides: Any = None  # what the check compared (``localize_reduce.Sides``)
-    # The --against model as read for its output names (a per-output tolerance may name
-    # them), or None: the comparison reads what it needs of it from here, not again.
-    reference: Optional[Model] = None
-    failed: bool = False  # the check ran and found different outputs
-    timings: Dict[str, float] = field(default_factory=dict)  # seconds per stage, as the driver timed them
-    stack: Any = None  # the files written under temporary names, until the commit (an ExitStack)
-    staged: Any = None  # the model in its own format, so written (``atomic_files.Staged``)
-    done: bool = False
-
-    @property
-    def model(self) -> Model:
-        return self.res.model
-
-    @property
-    def report(self) -> Report:
-        return self.res.report
-
-    @property
-    def target(self):
-        """The target's record (``targets.Target``)."""
-        return target_named(self.options.target)

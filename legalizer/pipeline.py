@@ -1,30 +1,34 @@
-"""The main job as a driver: a short list of stages over one ``Run`` state (read ->
-verify -> legalize -> verify -> emit -> write -> check -> commit), each timed by the
-driver. What differs by input kind is asked of the model's ``formats.Format``; the
-options were validated where they were built (``RunOptions.validate``). The CLI only
-parses and prints; the library API calls the same stages."""
+"""The main job as a driver over typed records: each stage takes the record the one
+before it made and returns its own (``job``: ``Plan`` -> ``Read`` -> ``Verified`` ->
+``Legalized`` -> ``Rendered`` -> ``Staged`` -> ``Checked``), each timed by the driver.
+What a run knows before it reads the model (the options validated, the target, the
+input's kind, the output plan) is made once, by ``prepare``: the CLI's checks before the
+work read that ``Plan`` and hand it to ``run``. What differs by input kind is asked of
+the model's ``formats.Format``. The CLI only parses and prints; the library API calls
+the same stages."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from contextlib import ExitStack, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import emit_formats
 from .numeric.user_inputs import as_arrays, dynamic_keys
 from .numeric.ort import declared_shapes
 from .numeric.results import CheckResult
-from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, UsageError  # noqa: F401 - the exit statuses, re-exported
-from .formats import FORMATS, Sides, default_output, format_of, is_output  # noqa: F401 - re-exported
+from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, LegalizeError, UsageError  # noqa: F401 - the exit statuses, re-exported
+from .formats import FORMATS, Sides, Subject, default_output, format_of, is_output  # noqa: F401 - re-exported
 from .importers.reader import read_model, sniff
 from .ir.gc import paused_gc
 from .ir.graph import OP
-from .job import Run, RunOptions, RunResult, StageCallback  # noqa: F401 - re-exported
+from .job import (Checked, Compared, Legalized, Outputs, Plan, Read, Rendered, RunOptions, RunResult, StageCallback,  # noqa: F401 - re-exported
+                  Staged, Valid, Verified, advance)
 from .model import Model
 from .report import STAT_KEYS, Report, worse_for_target
 from .target_passes import legalize
@@ -33,80 +37,156 @@ from .verifier import VerifyResult, verify
 if TYPE_CHECKING:
     from .numeric.golden import Golden
 
+R = TypeVar("R")
+
 
 # -- the driver -------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Stage:
-    """One step of the job: ``name`` is what it is announced and timed as, ``when``
-    whether it runs, ``size`` what is known of its size when it starts."""
+def prepare(path: Path, options: Union[RunOptions, Valid], sniffed: Union[str, BadInput, None] = None) -> Plan:
+    """What a run of ``path`` knows before it reads the model, each made once: the
+    options validated (unless ``options`` is ``Valid`` already), the target they name,
+    the input's kind (``sniffed``: what ``sniff`` found, or the BadInput it raised, where
+    the caller asked it already) and where each format is written. A plan that fails
+    (an --emit the target does not write, an output suffix of another format) keeps its
+    error: the CLI raises it before the work (``Plan.output_plan``), the run where it
+    would write."""
+    valid = options if isinstance(options, Valid) else options.validate()
+    options = valid.options
+    if sniffed is None:
+        try:
+            sniffed = sniff(path)
+        except BadInput as e:
+            sniffed = e
+    kind, refused = (None, sniffed) if isinstance(sniffed, BadInput) else (sniffed, None)
+    outputs, unplanned = None, None
+    if not options.verify_only:
+        try:
+            outputs = _outputs(path, options, kind)
+        except LegalizeError as e:
+            unplanned = e
+    return Plan(path, options, valid.target, kind, refused, outputs, unplanned)
 
-    name: str
-    fn: Callable[[Run], None]
-    when: Callable[[Run], bool] = lambda run: True
-    size: Callable[[Run], Dict[str, int]] = lambda run: {}
-    announce: bool = True  # to ``on_stage``, and timed under ``name``
+
+def _outputs(path: Path, options: RunOptions, kind: Optional[str]) -> Outputs:
+    """The output plan: the legalized model's path, and where each format is written
+    (none for a file that will not load, or a kind that is verified only)."""
+    output = Path(options.output) if options.output is not None else default_output(path, kind)
+    fmt = FORMATS.get(kind) if kind is not None else None
+    if fmt is None or fmt.written is None:
+        return Outputs(output)
+    native = fmt.written
+    formats = emit_formats.validate(options.emit, native, options.target)
+    if native in formats:
+        emit_formats.check_output_suffix(output, native)
+    return Outputs(output, native, tuple(formats), emit_formats.emit_paths(output, formats, native))
 
 
-def run(path: Path, options: RunOptions, on_stage: Optional[StageCallback] = None) -> RunResult:
+def run(path: Path, options: Union[RunOptions, Plan], on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it
     and write it. Raises LegalizeError for bad input; violations and mismatches are in
     the result, with exit code 1, and then nothing is written. Every model runs in a
-    child process under ``options.run_timeout`` and ``run_memory``."""
+    child process under ``options.run_timeout`` and ``run_memory``. ``options`` may be
+    the ``Plan`` ``prepare`` made of ``path`` (the CLI's, after its checks)."""
     from .numeric import child
 
-    options.validate()
-    job = Run(Path(path), options, on_stage, given=as_arrays(options.inputs))
-    with child.limited(options.run_timeout, options.run_memory), ExitStack() as staged:
+    plan = options if isinstance(options, Plan) else prepare(Path(path), options)
+    options = plan.options
+    with child.limited(options.run_timeout, options.run_memory), ExitStack() as stack:
         if options.checks and child.available():
             # what the run child may read: the model's folder and the output's (where the
             # legalized model is staged for the check), --against's
-            child.readable(path, options.output or path, *([options.against] if options.against else []))
+            child.readable(plan.path, options.output or plan.path, *([options.against] if options.against else []))
             child.prewarm()  # it starts while the model loads and is legalized
-        job.stack = staged  # what is written under temporary names until the commit
-        _drive(job, STAGES)
-    if options.reduce is not None and job.res.reduced is None and \
-            not any(w.startswith("--reduce:") for w in job.report.warnings):
-        job.report.warnings.append("--reduce: nothing written: no violation, and no differing output, was found")
-    return job.res
+        res = _job(plan, _Timer(on_stage), stack)
+    if options.reduce is not None and res.reduced is None and \
+            not any(w.startswith("--reduce:") for w in res.report.warnings):
+        res.report.warnings.append("--reduce: nothing written: no violation, and no differing output, was found")
+    return res
+
+
+def _job(plan: Plan, step: "_Timer", stack: ExitStack) -> RunResult:
+    """The stages, in order; each returns the next record, or None where the job ends
+    (a violation, a module over its level)."""
+    options = plan.options
+    read = step("load", lambda _: _read(plan, step), plan, {"bytes": _file_size(plan.path)})
+    verified = step("verify", _verify_input, read, _nodes_size(read))
+    res = verified.res
+    if verified.verification.violations:  # not legalized
+        if options.reduce is not None:
+            step("reduce", _reduce_violation, verified)
+        return res
+    if options.against is not None:  # --verify-only --against: compared, not legalized
+        compared = step("check", _compare, verified)
+        if _wants_localization(compared, auto=False):
+            step("localize", _localize, compared)
+        if _reduces(compared):
+            step("reduce", _reduce, compared)
+        _against_verdict(compared)
+        return res
+    if options.verify_only:
+        return res
+    outputs = plan.output_plan()  # (an --emit, an output suffix: refused where the run would write)
+    emit_formats.check_paths(outputs.paths, force=options.force, protect=plan.path)
+    legalized = step("passes", lambda v: _rewrite(v, outputs), verified, _nodes_size(verified))
+    if legalized is None or not step("verify", _verify_output, legalized, _nodes_size(legalized)):
+        return res
+    rendered = step("emit", _render, legalized, _nodes_size(legalized))
+    if rendered is None:
+        return res
+    staged = step("save", lambda r: _write(r, stack), rendered, _nodes_size(rendered))
+    if options.check:
+        checked = step("check", _check, staged)
+        if _wants_localization(checked, auto=True):
+            step("localize", _localize, checked)
+        if _reduces(checked):
+            step("reduce", _reduce, checked)
+    else:
+        checked = advance(staged, Checked, check=None, failed=False, sides=None)
+    _commit(checked)
+    return res
 
 
 def run_model(model: Model, options: RunOptions) -> RunResult:
     """The stages of ``run`` that need no file, on a model in memory (the library API's
     ``legalize``): verify, legalize in place, verify the output."""
-    options.validate()
-    job = Run(Path(model.source or "<memory>"), options)
-    job.fmt = format_of(model)
-    job.profile = options.profile or job.fmt.input_profile
-    report = Report(input=str(job.path), format=job.fmt.name, target=options.target, profile=job.profile)
-    report.timings_s = job.timings
-    job.res = RunResult(report, model, timings=job.timings)
-    _drive(job, IN_MEMORY)
-    return job.res
+    valid = options.validate()
+    plan = Plan(Path(model.source or "<memory>"), options, valid.target, None)
+    fmt = format_of(model)
+    profile = options.profile or fmt.input_profile
+    report = Report(input=str(plan.path), format=fmt.name, target=options.target, profile=profile)
+    step = _Timer(None)
+    report.timings_s = step.timings
+    res = RunResult(report, model, timings=step.timings)
+    read = Read(plan=plan, options=options, model=model, fmt=fmt, profile=profile, golden=None,
+                given={}, dims={}, res=res)
+    verified = step("verify", _verify_input, read, _nodes_size(read))
+    if verified.verification.violations:
+        return res
+    legalized = step("passes", lambda v: _rewrite(v, None), verified, _nodes_size(verified))
+    if legalized is not None:
+        step("verify", _verify_output, legalized, _nodes_size(legalized))
+    return res
 
 
-def _drive(job: Run, stages: Tuple[Stage, ...]) -> None:
-    for stage in stages:
-        if job.done:
-            break
-        if stage.when(job):
-            with _timed(job, stage):
-                stage.fn(job)
+class _Timer:
+    """Runs a stage: announces it to ``on_stage`` with what is known of its size, and
+    adds its seconds to ``timings`` under its name. The stages that build, walk or
+    rewrite the IR run with the cyclic collector paused (``ir.gc``): the check, which
+    runs the models, does not."""
 
+    def __init__(self, on_stage: Optional[StageCallback]):
+        self.on_stage = on_stage
+        self.timings: Dict[str, float] = {}
 
-@contextmanager
-def _timed(job: Run, stage: Stage) -> Iterator[None]:
-    """Announce and time a stage; the stages that build, walk or rewrite the IR run with
-    the cyclic collector paused (``ir.gc``): the check, which runs the models, does not."""
-    if stage.announce and job.on_stage is not None:
-        job.on_stage(stage.name, stage.size(job))
-    t0 = time.perf_counter()
-    try:
-        with nullcontext() if stage.name == "check" else paused_gc():
-            yield
-    finally:
-        if stage.announce:
-            job.timings[stage.name] = job.timings.get(stage.name, 0.0) + time.perf_counter() - t0
+    def __call__(self, name: str, fn: Callable[..., R], record, size: Optional[Dict[str, int]] = None) -> R:
+        if self.on_stage is not None:
+            self.on_stage(name, size or {})
+        t0 = time.perf_counter()
+        try:
+            with nullcontext() if name == "check" else paused_gc():
+                return fn(record)
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
 
 
 def stages(options: RunOptions) -> List[str]:
@@ -119,140 +199,148 @@ def stages(options: RunOptions) -> List[str]:
 
 # -- read and verify ---------------------------------------------------------------------
 
-def _read(job: Run) -> None:
+def _read(plan: Plan, step: _Timer) -> Read:
     """Read the model and what the options name for it, each checked against the model
     before any work: its format's abilities, the bindings, the tolerances."""
-    options = job.options
-    job.golden = read_golden(options, job.given)
-    model = read_model(job.path, trust_pt2=options.trust_pt2)
-    fmt = job.fmt = format_of(model)
-    job.profile = options.profile or fmt.input_profile
+    options, path = plan.options, plan.path
+    given = as_arrays(options.inputs)
+    golden = read_golden(options, given)
+    if plan.refused is not None:  # what sniff said of the file, when the plan was made
+        raise plan.refused
+    model = read_model(path, trust_pt2=options.trust_pt2, kind=plan.kind)
+    fmt = format_of(model)
+    profile = options.profile or fmt.input_profile
     if options.trust_pt2 and fmt.name != "pt2" and not options.dims_where_present:  # (a batch's may hold .pt2s)
-        raise UsageError(f"--trust-pt2 loads a .pt2 with torch's unsafe unpickling; {job.path} is {fmt.title}, not a"
+        raise UsageError(f"--trust-pt2 loads a .pt2 with torch's unsafe unpickling; {path} is {fmt.title}, not a"
                          " .pt2: leave it out")
     if fmt.written is None and not options.verify_only:
-        raise UsageError(f"{job.path}: a {fmt.title} module is verified, not legalized: add --verify-only")
+        raise UsageError(f"{path}: a {fmt.title} module is verified, not legalized: add --verify-only")
+    against_kind = None
     if options.against is not None:
         if not options.verify_only:
             raise UsageError("--against compares MODEL with another model: add --verify-only")
-        _against_format(fmt, Path(options.against))
+        against_kind = _against_format(fmt, Path(options.against))
     if options.golden_flags() and not fmt.golden:
         raise UsageError(f"{options.golden_flags()[0]}: golden data feeds the check of an ONNX, TFLite or .pt2"
                          f" model, not of a {fmt.name} model")
     if options.reduce is not None and not fmt.reduces:
         raise UsageError(f"--reduce writes ONNX or TOSA MLIR subgraphs: a {fmt.name} model is not reduced")
     names = _output_names(model)
+    reference = None
     if options.against is not None and _per_output(options):  # the reference's outputs too
-        job.reference = read_model(Path(options.against))
-        names += _output_names(job.reference)
+        reference = read_model(Path(options.against), kind=against_kind)
+        names += _output_names(reference)
     check_tolerance_names(options, names)
-    report = Report(input=str(job.path), format=fmt.name, target=options.target, profile=job.profile)
+    report = Report(input=str(path), format=fmt.name, target=options.target, profile=profile)
     report.warnings.extend(model.warnings)
-    report.timings_s = job.timings
-    job.res = RunResult(report, model, timings=job.timings)
+    report.timings_s = step.timings
+    res = RunResult(report, model, timings=step.timings)
     if options.dims_where_present:
-        job.options = options = _where_present(model, options, report)
-        job.given = as_arrays(options.inputs)
-    job.dims = _user_dims(fmt, model, options, job.given)
+        options = _where_present(model, options, report)
+        given = as_arrays(options.inputs)
+    return Read(plan=plan, options=options, model=model, fmt=fmt, profile=profile,
+                golden=golden, given=given, dims=_user_dims(fmt, model, options, given), reference=reference, res=res)
 
 
-def _verify_input(job: Run) -> None:
-    result = verify_model(job.model, job.profile, job.options.assume_dynamic_not_one)
-    job.report.add_verification(result, "input", job.model.graph)
-    job.res.input_verification = result
+def _verify_input(read: Read) -> Verified:
+    result = verify_model(read.model, read.profile, read.options.assume_dynamic_not_one)
+    read.report.add_verification(result, "input", read.model.graph)
+    read.res.input_verification = result
     if result.violations:
-        job.res.exit_code = EXIT_VIOLATIONS
+        read.res.exit_code = EXIT_VIOLATIONS
+    return advance(read, Verified, verification=result)
 
 
-def _reduce_violation(job: Run) -> None:
+def _reduce_violation(verified: Verified) -> None:
     """--reduce of an input that violates the trait: the smallest subgraph with its first violation."""
     from .numeric.reduce import NothingToReduce
     from .localize_reduce import reduce_violation as reduce_first
 
+    res, options = verified.res, verified.options
     try:
-        job.res.reduced = reduce_first(job.model, job.fmt, job.path, job.report.violations[0], job.profile,
-                                       Path(job.options.reduce), force=job.options.force, protect=[job.path])
+        res.reduced = reduce_first(verified.model, verified.fmt, verified.path, verified.report.violations[0],
+                                   verified.profile, Path(options.reduce), force=options.force,
+                                   protect=[verified.path])
     except NothingToReduce as e:
-        job.report.warnings.append(f"--reduce: nothing written: {e}")
+        verified.report.warnings.append(f"--reduce: nothing written: {e}")
         return
-    job.report.reduced = job.res.reduced.to_json()
+    verified.report.reduced = res.reduced.to_json()
 
 
-def _compare(job: Run) -> None:
+def _subject(rec: Verified, **made) -> Subject:
+    """What the format's check or comparison reads of the run."""
+    return Subject(rec.path, rec.model, rec.options.check_settings, dims=rec.dims, given=rec.given, golden=rec.golden,
+                   constraints=rec.verification.constraints, profile=rec.target.profile.name,
+                   reference=rec.reference, trust_pt2=rec.options.trust_pt2, **made)
+
+
+def _compare(verified: Verified) -> "Compared":
     """``--against``: the model compared with its reference; one that cannot run is
     never a pass (exit 2)."""
     from .numeric.child import RunFault
 
-    against = Path(job.options.against)
+    res, against = verified.res, Path(verified.options.against)
     try:
-        job.res.check = job.fmt.compare(job, against)
+        res.check = verified.fmt.compare(_subject(verified), against)
     except RunFault as e:  # a crash, or a run past its memory or time: the comparison did not run
         raise BadInput(str(e)) from None
-    if not job.res.check.ran:
-        e = BadInput(f"{job.path}: the comparison with {against} did not run: {job.res.check.error}")
+    if not res.check.ran:
+        e = BadInput(f"{verified.path}: the comparison with {against} did not run: {res.check.error}")
         e.multiline = True  # MLIR's diagnostic, line by line
         raise e
-    job.report.check = job.res.check.to_json()
-    job.failed = not job.res.check.ok
-    job.sides = Sides(job.fmt, job.path, against, job.model.graph)  # the model against its reference
+    verified.report.check = res.check.to_json()
+    # the model against its reference
+    return advance(verified, Compared, check=res.check, failed=not res.check.ok,
+                   sides=Sides(verified.fmt, verified.path, against, verified.model.graph))
 
 
-def _against_verdict(job: Run) -> None:
-    job.done = True  # --verify-only: nothing is legalized
-    if job.options.require_check and unchecked(job.res.check):
-        job.res.unchecked = unchecked(job.res.check).replace("the numeric check", "the comparison")
-        job.res.exit_code = EXIT_VIOLATIONS
-    elif not job.res.check.ok:
-        job.res.exit_code = EXIT_VIOLATIONS
-
-
-def _stop_unless_legalizing(job: Run) -> None:
-    """A model that violates the trait is not legalized; --verify-only legalizes none."""
-    job.done = True
+def _against_verdict(compared: "Compared") -> None:
+    res = compared.res
+    if compared.options.require_check and unchecked(res.check):
+        res.unchecked = unchecked(res.check).replace("the numeric check", "the comparison")
+        res.exit_code = EXIT_VIOLATIONS
+    elif not res.check.ok:
+        res.exit_code = EXIT_VIOLATIONS
 
 
 # -- legalize, emit, write, check, commit ------------------------------------------------
 
-def _plan(job: Run) -> None:
-    """Where each format is written, each checked before the work."""
-    options, fmt = job.options, job.fmt
-    job.output = Path(options.output) if options.output is not None else fmt.default_output(job.path, job.model)
-    job.formats = emit_formats.validate(options.emit, fmt.written, options.target)
-    if fmt.written in job.formats:
-        emit_formats.check_output_suffix(job.output, fmt.written)
-    job.paths = emit_formats.emit_paths(job.output, job.formats, fmt.written)
-    emit_formats.check_paths(job.paths, force=options.force, protect=job.path)
-
-
-def _rewrite(job: Run) -> None:
-    """The target's passes, with what its backend refuses before and after."""
-    options, model, report = job.options, job.model, job.report
-    spec = job.target
+def _rewrite(verified: Verified, outputs: Optional[Outputs]) -> Optional[Legalized]:
+    """The target's passes, with what its backend refuses before and after; None where
+    the shapes made static break a runtime constraint (the model violates the trait)."""
+    options, model, report, fmt = verified.options, verified.model, verified.report, verified.fmt
+    spec, dims = verified.target, verified.dims
     untaken = spec.untaken_dtypes(model.graphs)
     if untaken is not None:  # before any work: no pass makes a float model integer
-        raise UsageError(f"{job.path}: --target {spec.name}: {untaken}")
-    job.res.ops_before = _op_counts(model)
-    model.constraints = job.res.input_verification.constraints  # what the report lists, for emitters to assert
+        raise UsageError(f"{verified.path}: --target {spec.name}: {untaken}")
+    verified.res.ops_before = _op_counts(model)
+    model.constraints = verified.verification.constraints  # what the report lists, for emitters to assert
     over = spec.interface_refusals(model.graph, options.level)
     if over:  # before any work: nothing is written
         raise BadInput(f"target '{spec.name}' takes rank <= {spec.rank_limit(options.level)}, and no legal form"
                        f" keeps the model's interface: {', '.join(over)}")
     refused_before = spec.refused(model.graphs, options.level)
-    if spec.static_shapes and job.fmt.name == "onnx":  # (the target's: --dim's sizes, else 1)
-        if job.fmt.specialize(job) and _constraints_at_bound_sizes(job):
-            return
-    elif options.static or (spec.backend is not None and job.dims):  # a backend takes static shapes
-        if not job.fmt.static_shapes:
+    specialize = False
+    if spec.static_shapes and fmt.name == "onnx":  # (the target's: --dim's sizes, else 1)
+        specialize = True
+    elif options.static or (spec.backend is not None and dims):  # a backend takes static shapes
+        if not fmt.static_shapes:
             if options.static:
-                raise UsageError(f"--static makes a TFLite model's shapes static; {job.path} is {job.fmt.name}")
-        elif job.fmt.specialize(job) and _constraints_at_bound_sizes(job):
-            return
+                raise UsageError(f"--static makes a TFLite model's shapes static; {verified.path} is {fmt.name}")
+        else:
+            specialize = True
+    if specialize:
+        dims, said = fmt.specialize(model, verified.path, dims)
+        if said is not None:
+            report.warnings.append(said)
+            if _constraints_at_bound_sizes(verified):
+                return None
     before = None
     if options.regions:
         from .region_pictures import snapshot
 
         before = snapshot(model)
-    done = model.legalized = legalize(model, options.target, debug=options.debug,
+    done = model.legalized = legalize(model, spec, debug=options.debug,
                                       assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
     report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
                            "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
@@ -264,12 +352,12 @@ def _rewrite(job: Run) -> None:
     if before is not None:
         from .region_pictures import PICTURE_LIMIT
 
-        job.res.regions = before.regions(model, limit=PICTURE_LIMIT)
+        verified.res.regions = before.regions(model, limit=PICTURE_LIMIT)
     report.warnings.extend(done.warnings)
     report.stats.update({key: int(done.stats[key]) for key in STAT_KEYS if key in done.stats})
-    job.res.ops_after = _op_counts(model)
+    verified.res.ops_after = _op_counts(model)
     if model.aten is not None:  # a torch.export program: the fixes to its dynamic_shapes that make it legal
-        _suggest_fixes(job, spec)
+        _suggest_fixes(verified, spec)
     if spec.backend is None and model.aten is not None:  # a torch.export program: what its lowering left
         report.warnings.extend(f"node '{r['node']}' ({r['op']}): target '{spec.name}' refuses it:"
                                f" {'; '.join(r['reasons'])}" for r in report.target_rules["refused_after"])
@@ -277,105 +365,103 @@ def _rewrite(job: Run) -> None:
         tool = report.target_rules["profile"]["backend"]
         report.warnings.extend(f"node '{r['node']}' ({r['op']}{', as ' + r['as'] if 'as' in r else ''}): {tool} refuses"
                                f" it: {'; '.join(r['reasons'])}" for r in report.target_rules["refused_after"])
+    return advance(verified, Legalized, dims=dims, outputs=outputs)
 
 
-def _suggest_fixes(job: Run, spec) -> None:
+def _suggest_fixes(verified: Verified, spec) -> None:
     """The report's ``suggested_fixes`` (torch.export's form) where the program's
     legality depends on its dynamic dims: what the target still refuses over them, the
     runtime constraints, a target that takes static shapes only."""
     from .importers.aten_fixes import for_model, to_json
 
+    model, report = verified.model, verified.report
     static = f"target '{spec.name}' takes static shapes only" if spec.static_shapes else None
-    dims, fixes = for_model(job.model, job.model.aten.original, refused=job.report.target_rules["refused_after"],
-                            constraints=job.model.constraints, static=static)
+    dims, fixes = for_model(model, model.aten.original, refused=report.target_rules["refused_after"],
+                            constraints=model.constraints, static=static)
     if fixes:
-        job.report.suggested_fixes = to_json(dims, fixes)
+        report.suggested_fixes = to_json(dims, fixes)
 
 
-def _constraints_at_bound_sizes(job: Run) -> bool:
+def _constraints_at_bound_sizes(verified: Verified) -> bool:
     """After the shapes were made static: the runtime constraints were on dims now static,
     so they are those at the bound sizes (none, or a broadcast the sizes break: then the
     model violates the trait, and the job ends)."""
-    bound = verify_model(job.model, job.profile, job.options.assume_dynamic_not_one)
-    job.model.constraints = bound.constraints
-    job.report.set_constraints(bound.constraints, job.model.graph)
+    model, report = verified.model, verified.report
+    bound = verify_model(model, verified.profile, verified.options.assume_dynamic_not_one)
+    model.constraints = bound.constraints
+    report.set_constraints(bound.constraints, model.graph)
     if not bound.violations:
         return False
     for d in bound.violations:
         d.stage = "input"
-        job.report.violations.append(d.to_json())
-    job.res.exit_code = EXIT_VIOLATIONS
-    job.done = True
+        report.violations.append(d.to_json())
+    verified.res.exit_code = EXIT_VIOLATIONS
     return True
 
 
-def _verify_output(job: Run) -> None:
-    result = verify_model(job.model, job.target.profile, stage="output")
-    job.res.output_verification = result
-    job.report.add_verification(result, "output")
-    if result.violations:
-        job.res.exit_code = EXIT_VIOLATIONS
-        job.done = True
-    elif _partly_placed(job) and not job.options.allow_fallback:  # the target's verdict: not all on its device
-        job.res.exit_code = EXIT_VIOLATIONS
-        job.done = True
-    elif worse_for_target(job.report.target_rules or {}):  # never, --allow-fallback or not
-        job.res.exit_code = EXIT_VIOLATIONS
-        job.done = True
+def _verify_output(legalized: Legalized) -> bool:
+    """The output under the target's profile, and the target's verdict; whether the job goes on."""
+    res, report = legalized.res, legalized.report
+    result = verify_model(legalized.model, legalized.target.profile, stage="output")
+    res.output_verification = result
+    report.add_verification(result, "output")
+    rules = report.target_rules or {}
+    partly_placed = bool(rules.get("device") and rules.get("refused_after"))  # not all on the target's device
+    if result.violations or (partly_placed and not legalized.options.allow_fallback) or worse_for_target(rules):
+        res.exit_code = EXIT_VIOLATIONS  # (worse for the target: never, --allow-fallback or not)
+        return False
+    return True
 
 
-def _partly_placed(job: Run) -> bool:
-    rules = job.report.target_rules or {}
-    return bool(rules.get("device") and rules.get("refused_after"))
-
-
-def _render(job: Run) -> None:
+def _render(legalized: Legalized) -> Optional[Rendered]:
     """Every format but the model's own, made before anything is written; an
-    out-of-level module is never written."""
-    options = job.options
+    out-of-level module is never written (None)."""
+    options, model, spec, formats = legalized.options, legalized.model, legalized.target, legalized.outputs.formats
     # a TFLite model's ONNX-op form, legalized, made once here: the MLIR emitters read
     # it, --emit onnx writes it, the check runs it
-    job.onnx_form = form = emit_formats.onnx_op_form(job.model, job.formats, options.target, options.level)
+    form = emit_formats.onnx_op_form(model, list(formats), spec, options.level)
     sources = {options.target: form.model} if form is not None else \
-        emit_formats.mlir_sources(job.model, job.formats, options.level)
-    job.made = emit_formats.render(job.model, job.formats, job.fmt.written, job.dims, sources=sources, form=form)
-    over = emit_formats.level_diagnostics(job.model, job.made, options.target, options.level)
+        emit_formats.mlir_sources(model, list(formats), options.level)
+    made = emit_formats.render(model, list(formats), legalized.fmt.written, legalized.dims, sources=sources, form=form)
+    over = emit_formats.level_diagnostics(model, made, spec, options.level)
     if over.violations:
-        nodes = job.res.output_verification.nodes
-        job.res.output_verification = over
-        job.report.add_verification(over, "output")
-        job.report.stats["nodes_out"] = nodes
-        job.res.exit_code = EXIT_VIOLATIONS
-        job.done = True
+        res = legalized.res
+        nodes = res.output_verification.nodes
+        res.output_verification = over
+        legalized.report.add_verification(over, "output")
+        legalized.report.stats["nodes_out"] = nodes
+        res.exit_code = EXIT_VIOLATIONS
+        return None
+    return advance(legalized, Rendered, made=made, onnx_form=form)
 
 
-def _write(job: Run) -> None:
+def _write(rendered: Rendered, stack: ExitStack) -> Staged:
     """The model in its own format under a temporary name beside the output (in a
     temporary folder when only other formats are asked for): the check runs it there."""
-    where = job.output
-    if job.fmt.written not in job.formats:
-        where = Path(job.stack.enter_context(tempfile.TemporaryDirectory(prefix=".legalize-",
-                                                                          dir=job.output.parent))) / job.output.name
-    job.staged = job.stack.enter_context(job.fmt.stage(job.model, where, force=job.options.force))
-    job.written = job.staged.path
+    fmt, where = rendered.fmt, rendered.outputs.output
+    if fmt.written not in rendered.outputs.formats:
+        where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".legalize-", dir=where.parent))) / where.name
+    staged = stack.enter_context(fmt.stage(rendered.model, where, force=rendered.options.force))
+    return advance(rendered, Staged, stack=stack, staged=staged, written=staged.path)
 
 
-def _check(job: Run) -> None:
+def _check(staged: Staged) -> Checked:
     """The legalized model, as written, against the input; and the TOSA module written
     beside it (``--emit tosa``), run itself (``_check_module``)."""
-    res, report = job.res, job.report
-    res.check = job.fmt.check(job, job.written)
-    if res.check.ok and isinstance(job.made.get("tosa"), str):
-        res.check.module = _check_module(job, job.made["tosa"])
+    res, report, golden = staged.res, staged.report, staged.golden
+    subject = _subject(staged, onnx_form=staged.onnx_form)
+    res.check = staged.fmt.check(subject, staged.written)
+    if res.check.ok and isinstance(staged.made.get("tosa"), str):
+        res.check.module = _check_module(staged, staged.made["tosa"])
     report.check = res.check.to_json()
-    report.warnings.extend(res.check.notes + job.golden.notes)
-    _save_golden(job)
-    job.failed = res.check.ran and not res.check.ok
-    job.sides = job.fmt.sides(job, job.written)
-    job.given = job.golden.failing_feeds(res.check) or job.given  # what localization feeds
+    report.warnings.extend(res.check.notes + golden.notes)
+    _save_golden(staged)
+    return advance(staged, Checked, check=res.check, failed=res.check.ran and not res.check.ok,
+                   sides=staged.fmt.sides(subject, staged.written),
+                   given=golden.failing_feeds(res.check) or staged.given)  # what localization feeds
 
 
-def _check_module(job: Run, text: str) -> CheckResult:
+def _check_module(staged: Staged, text: str) -> CheckResult:
     """The TOSA module ``--emit tosa`` writes, run on IREE against the original model as
     ``--against`` runs one, at the dims the check binds: not run (and the verdict says
     so) where IREE is not installed or does not run the original's format."""
@@ -383,11 +469,11 @@ def _check_module(job: Run, text: str) -> CheckResult:
     from .numeric.against import check_against
     from .numeric.child import RunFault
 
-    settings = replace(job.options.check_settings, record=False)
+    settings = replace(staged.options.check_settings, record=False)
     # A quantized model's module computes its quantized ops as TOSA rescales them: a float
     # output downstream agrees within one step of the coarsest quantization (as the ONNX
     # form's, on onnxruntime, does).
-    step = max((max(v.quant.scale) for g in job.model.graphs for n in g.nodes() for v in n.outputs
+    step = max((max(v.quant.scale) for g in staged.model.graphs for n in g.nodes() for v in n.outputs
                 if v.quant is not None and v.quant.scale), default=0.0)
     if step and isinstance(settings.atol, (int, float)):
         settings = replace(settings, atol=max(float(settings.atol), float(step)))
@@ -399,7 +485,7 @@ def _check_module(job: Run, text: str) -> CheckResult:
         module = Path(tmp) / "module.tosa.mlir"
         module.write_text(text)
         try:
-            result = check_against(module, job.path, settings, given=job.given, dims=job.dims)
+            result = check_against(module, staged.path, settings, given=staged.given, dims=staged.dims)
         except CheckUnavailable as e:
             return CheckResult(False, "IREE", error=str(e))
         except RunFault as e:  # a crash, or a run past its memory or time: it did not run
@@ -408,22 +494,23 @@ def _check_module(job: Run, text: str) -> CheckResult:
     return result
 
 
-def _commit(job: Run) -> None:
+def _commit(checked: Checked) -> None:
     """Give the written files their names, unless the check failed (exit 1, nothing
     written) or, with --require-check, did not run fully."""
-    res, report = job.res, job.report
+    res, report, outputs, native = checked.res, checked.report, checked.outputs, checked.fmt.written
     if res.check is not None:
-        if job.failed or (job.options.require_check and unchecked(res.check)):
-            res.unchecked = "" if job.failed else unchecked(res.check)
+        if checked.failed or (checked.options.require_check and unchecked(res.check)):
+            res.unchecked = "" if checked.failed else unchecked(res.check)
             res.exit_code = EXIT_VIOLATIONS
             return
         report.warnings.extend(_unchecked_warnings(res.check))
-    if job.fmt.written in job.formats:
-        job.staged.accept()
-    job.stack.close()  # the model takes its name (or its temporary folder goes)
-    emit_formats.write_extra(job.paths, job.made, job.fmt.written, force=job.options.force, protect=job.path)
-    report.outputs = {f: str(p) for f, p in job.paths.items()}
-    report.output = str(job.paths[job.formats[0]])
+    if native in outputs.formats:
+        checked.staged.accept()
+    checked.stack.close()  # the model takes its name (or its temporary folder goes)
+    emit_formats.write_extra(dict(outputs.paths), checked.made, native, force=checked.options.force,
+                             protect=checked.path)
+    report.outputs = {f: str(p) for f, p in outputs.paths.items()}
+    report.output = str(outputs.paths[outputs.formats[0]])
 
 
 def _unchecked_warnings(result: CheckResult) -> List[str]:
@@ -441,96 +528,57 @@ def _unchecked_warnings(result: CheckResult) -> List[str]:
 
 # -- after a check that failed: localize, reduce -----------------------------------------
 
-def _wants_localization(job: Run, auto: bool) -> bool:
+def _wants_localization(rec: Union[Checked, "Compared"], auto: bool) -> bool:
     """``options.localize``; by default when the check failed, in the main job or for --reduce."""
-    options = job.options
-    return bool(options.localize or (options.localize is None and job.failed and
+    options = rec.options
+    return bool(options.localize or (options.localize is None and rec.failed and
                                      (auto or options.reduce is not None)))
 
 
-def _localize(job: Run) -> None:
+def _localize(rec: Union[Checked, "Compared"]) -> None:
     from .localize_reduce import localize as localize_sides
 
-    options, res = job.options, job.res
-    loc = localize_sides(job.sides, res.check, options.check_settings, given=job.given, budget=options.localize_budget,
+    options, res = rec.options, rec.res
+    loc = localize_sides(rec.sides, res.check, options.check_settings, given=rec.given, budget=options.localize_budget,
                          forced=bool(options.localize))
     if loc is None:
         return
     res.localization = loc
-    job.report.check["divergence"] = [d.to_json() for d in loc.divergence]
-    job.report.check["localize"] = loc.to_json()
+    rec.report.check["divergence"] = [d.to_json() for d in loc.divergence]
+    rec.report.check["localize"] = loc.to_json()
     if options.regions and loc.culprit is not None:
         from .region_pictures import culprit_picture
 
-        res.culprit_picture = culprit_picture(loc.graph or job.model.graph, loc.culprit.node,
+        res.culprit_picture = culprit_picture(loc.graph or rec.model.graph, loc.culprit.node,
                                               [s.node for s in loc.region])
     if options.reduce is not None and loc.culprit is None:
-        job.report.warnings.append(f"--reduce: nothing written: no value differs ({loc.note or 'all agree'})")
+        rec.report.warnings.append(f"--reduce: nothing written: no value differs ({loc.note or 'all agree'})")
 
 
-def _reduce(job: Run) -> None:
+def _reduce(rec: Union[Checked, "Compared"]) -> None:
     from .numeric.child import RunFault
     from .numeric.reduce import NothingToReduce
     from .localize_reduce import reduce_divergence
 
-    options = job.options
-    protect = [job.path, Path(options.against)] if options.against is not None else [job.path, job.output]
+    options = rec.options
+    protect = [rec.path, Path(options.against)] if options.against is not None else [rec.path, rec.outputs.output]
     try:
-        job.res.reduced = reduce_divergence(job.sides, job.res.localization, Path(options.reduce),
-                                            options.check_settings, given=job.given, force=options.force,
+        rec.res.reduced = reduce_divergence(rec.sides, rec.res.localization, Path(options.reduce),
+                                            options.check_settings, given=rec.given, force=options.force,
                                             protect=protect)
     except (NothingToReduce, RunFault) as e:  # (a fault: the child crashed or ran past its limits)
-        job.report.warnings.append(f"--reduce: nothing written: {e}")
+        rec.report.warnings.append(f"--reduce: nothing written: {e}")
         return
-    job.report.reduced = job.res.reduced.to_json()
+    rec.report.reduced = rec.res.reduced.to_json()
 
 
-def _reduces(job: Run) -> bool:
-    loc = job.res.localization
-    return job.options.reduce is not None and loc is not None and loc.culprit is not None
+def _reduces(rec: Union[Checked, "Compared"]) -> bool:
+    loc = rec.res.localization
+    return rec.options.reduce is not None and loc is not None and loc.culprit is not None
 
 
-def _violates(job: Run) -> bool:
-    return bool(job.res.input_verification.violations)
-
-
-def _nodes_size(job: Run) -> Dict[str, int]:
-    return {"nodes": sum(len(g) for g in job.model.graphs)}
-
-
-def _against(job: Run) -> bool:
-    return job.options.against is not None
-
-
-# The job, in order. A stage that sets ``done`` ends it.
-STAGES: Tuple[Stage, ...] = (
-    Stage("load", _read, size=lambda job: {"bytes": _file_size(job.path)}),
-    Stage("verify", _verify_input, size=_nodes_size),
-    Stage("reduce", _reduce_violation, when=lambda job: _violates(job) and job.options.reduce is not None),
-    Stage("check", _compare, when=lambda job: _against(job) and not _violates(job)),
-    Stage("localize", _localize, when=lambda job: _against(job) and not _violates(job) and
-          _wants_localization(job, auto=False)),
-    Stage("reduce", _reduce, when=lambda job: _against(job) and _reduces(job)),
-    Stage("verdict", _against_verdict, when=lambda job: _against(job) and not _violates(job), announce=False),
-    Stage("stop", _stop_unless_legalizing, when=lambda job: job.options.verify_only or _violates(job),
-          announce=False),
-    Stage("plan", _plan, announce=False),
-    Stage("passes", _rewrite, size=_nodes_size),
-    Stage("verify", _verify_output, size=_nodes_size),
-    Stage("emit", _render, size=_nodes_size),
-    Stage("save", _write, size=_nodes_size),
-    Stage("check", _check, when=lambda job: job.options.check),
-    Stage("localize", _localize, when=lambda job: job.options.check and _wants_localization(job, auto=True)),
-    Stage("reduce", _reduce, when=lambda job: job.options.check and _reduces(job)),
-    Stage("save", _commit, announce=False),
-)
-# A model in memory (``run_model``): nothing read, written or run.
-IN_MEMORY: Tuple[Stage, ...] = (
-    Stage("verify", _verify_input, size=_nodes_size),
-    Stage("stop", _stop_unless_legalizing, when=_violates, announce=False),
-    Stage("passes", _rewrite, size=_nodes_size),
-    Stage("verify", _verify_output, size=_nodes_size),
-)
+def _nodes_size(rec: Read) -> Dict[str, int]:
+    return {"nodes": sum(len(g) for g in rec.model.graphs)}
 
 
 # -- what the stages share ---------------------------------------------------------------
@@ -544,28 +592,6 @@ def verify_model(model: Model, profile: str, assume_dynamic_not_one: bool = Fals
         verify(g, profile, stage=stage, result=result, _path=g.name if k else "",
                assume_dynamic_not_one=assume_dynamic_not_one)
     return result
-
-
-def planned_outputs(path: Path, options: RunOptions) -> List[Tuple[str, Path]]:
-    """The files a run of ``path`` writes, as (what it is, path) pairs ("the output
-    model", "the tosa output (--emit tosa)"), known before the work from the file's
-    content (``importers.reader.sniff``): what the CLI checks before it starts. Empty with
-    ``verify_only``, or for a file that will not load (the run says why)."""
-    if options.verify_only:
-        return []
-    try:
-        fmt = FORMATS.get(sniff(path))
-    except BadInput:
-        return []
-    if fmt is None or fmt.written is None:
-        return []
-    native = fmt.written
-    output = Path(options.output) if options.output is not None else default_output(path)
-    formats = emit_formats.validate(options.emit, native, options.target)
-    if native in formats:
-        emit_formats.check_output_suffix(output, native)
-    paths = emit_formats.emit_paths(output, formats, native)
-    return [("the output model" if f == native else f"the {f} output (--emit {f})", p) for f, p in paths.items()]
 
 
 def _op_counts(model: Model) -> Counter:
@@ -648,7 +674,7 @@ def _user_dims(fmt, model: Model, options: RunOptions, given) -> Dict[str, int]:
     against the model's inputs before any work (UsageError; a TOSA MLIR module's dims
     are its reference's, checked where the comparison reads them). In the strict
     symbolic mode no dynamic dim is 1: a binding to 1 contradicts it."""
-    bound = fmt.user_dims(model, options, given)
+    bound = fmt.user_dims(model, options.dims, options.input_shapes, given)
     ones = [k for k, v in bound.items() if v == 1]
     if options.assume_dynamic_not_one and ones:
         raise UsageError(f"--assume-dynamic-not-one: no dynamic dim is 1 at run time, but the check would bind"
@@ -664,13 +690,15 @@ def range_hints(source) -> Dict[str, List[int]]:
     return hints(source)
 
 
-def _against_format(fmt, against: Path) -> None:
-    """UsageError unless ``--against`` names a reference ``fmt`` is compared with:
-    ONNX with ONNX, TFLite with TFLite, TOSA MLIR with TFLite or ONNX."""
+def _against_format(fmt, against: Path) -> str:
+    """The kind of the reference ``--against`` names (``sniff``'s), or UsageError unless
+    ``fmt`` is compared with it: ONNX with ONNX, TFLite with TFLite, TOSA MLIR with
+    TFLite or ONNX."""
     ref = sniff(against)
     if ref not in fmt.against:
         raise UsageError(f"--against compares ONNX with ONNX, TFLite with TFLite, or TOSA MLIR with TFLite or ONNX;"
                          f" not {fmt.name} with {ref}")
+    return ref
 
 
 def check_tolerance_names(options: RunOptions, names) -> None:
@@ -720,18 +748,19 @@ def golden_paths(options: RunOptions) -> Tuple[List[Tuple[str, Path]], List[Tupl
     return writes, reads
 
 
-def _save_golden(job: Run) -> None:
+def _save_golden(staged: Staged) -> None:
     """--save-inputs / --save-outputs: what the check fed and got (even when it failed:
     that is what is replayed elsewhere)."""
-    options, res = job.options, job.res
+    options, res = staged.options, staged.res
     if not options.records:
         return
     from .numeric.golden import REFERENCE_RUN, save_runs
 
     if not res.check.runs:
-        job.report.warnings.append("--save-inputs/--save-outputs: nothing written: the check compared nothing")
+        staged.report.warnings.append("--save-inputs/--save-outputs: nothing written: the check compared nothing")
         return
-    on = job.fmt.runtime  # the runtime the runs came from
-    written = save_runs(res.check.runs, job.golden.runner or REFERENCE_RUN.replace("onnxrt", on), options.save_inputs,
-                        options.save_outputs, force=options.force, protect=job.path, candidate=f"legalized-{on}")
-    job.report.check["saved"] = written
+    on = staged.fmt.runtime  # the runtime the runs came from
+    written = save_runs(res.check.runs, staged.golden.runner or REFERENCE_RUN.replace("onnxrt", on),
+                        options.save_inputs, options.save_outputs, force=options.force, protect=staged.path,
+                        candidate=f"legalized-{on}")
+    staged.report.check["saved"] = written

@@ -301,8 +301,11 @@ for _t in (
 DEFAULT_TARGET = "tosa"
 
 
-def target(name: str) -> Target:
-    """The target called ``name``, or UsageError naming the ones there are."""
+def target(name: Union[str, Target]) -> Target:
+    """The target called ``name``, or UsageError naming the ones there are; a record
+    given (a run's, resolved once) is its own answer."""
+    if isinstance(name, Target):
+        return name
     try:
         return TARGETS[name]
     except KeyError:

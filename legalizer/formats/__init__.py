@@ -7,7 +7,7 @@ from typing import Dict
 
 from ..errors import UsageError
 from ..model import Model
-from .base import Format, Sides
+from .base import Format, Sides, Subject
 from .mlir import MlirFormat
 from .onnx import OnnxFormat, Pt2Format
 from .pt2 import AtenFormat
@@ -19,7 +19,7 @@ from .tflite import TfliteFormat
 FORMATS: Dict[str, Format] = {f.name: f for f in (OnnxFormat(), Pt2Format(), AtenFormat(), TfliteFormat(),
                                                    MlirFormat())}
 
-__all__ = ["FORMATS", "Format", "Sides", "default_output", "format_of", "is_output", "named"]
+__all__ = ["FORMATS", "Format", "Sides", "Subject", "default_output", "format_of", "is_output", "named"]
 
 
 def format_of(model: Model) -> Format:

@@ -4,12 +4,35 @@ in ``formats.FORMATS``; the driver asks the record and never compares format nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import UsageError
 from ..model import Model
+
+if TYPE_CHECKING:
+    from ..numeric.golden import Golden
+    from ..numeric.settings import CheckSettings
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a check or a comparison (``Format.check``, ``sides``, ``compare``) reads of a
+    run, as values: the input file and its model (legalized, for the check), the
+    settings, the bindings and what the stages before made for it."""
+
+    path: Path  # the input file
+    model: Model
+    settings: "CheckSettings"  # ``RunOptions.check_settings``
+    dims: Mapping[str, int] = field(default_factory=dict)  # the dims the user binds (or a static target bound)
+    given: Mapping[str, Any] = field(default_factory=dict)  # the arrays the check is fed (--input)
+    golden: Optional["Golden"] = None  # stored inputs and outputs (--load-*)
+    constraints: Sequence = ()  # the input's runtime constraints: the sizes the check's search tries
+    profile: str = "mlir"  # the target's verifier profile: the runtime shapes are verified under it
+    onnx_form: Any = None  # a TFLite model's legalized ONNX-op form (``emit_formats.OnnxForm``), where made
+    reference: Optional[Model] = None  # --against's model, as read for its output names
+    trust_pt2: bool = False  # a .pt2 may be loaded with torch's unsafe unpickling
 
 
 @dataclass
@@ -55,11 +78,13 @@ class Format:
 
         return dynamic_keys(self.declared(model))
 
-    def user_dims(self, model: Model, options, given) -> Dict[str, int]:
-        """The dims the user binds, checked against the model's inputs (UsageError)."""
+    def user_dims(self, model: Model, dims: Mapping[str, int], input_shapes: Mapping[str, tuple],
+                  given) -> Dict[str, int]:
+        """The dims the user binds (``--dim``, ``--input-shape``, ``--input``), checked
+        against the model's inputs (UsageError)."""
         from ..numeric.user_inputs import check_dtypes, user_dims
 
-        bound = user_dims(self.declared(model), options.dims, options.input_shapes, given, self.dim_keys(model))
+        bound = user_dims(self.declared(model), dims, input_shapes, given, self.dim_keys(model))
         check_dtypes(self.input_types(model), given)
         return bound
 
@@ -73,17 +98,22 @@ class Format:
         ``path`` and yields an ``atomic_files.Staged``: committed if accepted, else removed."""
         raise UsageError(f"a {self.title} model is verified, not written")
 
+    def specialize(self, model: Model, path: Path, dims: Mapping[str, int]) -> Tuple[Dict[str, int], Optional[str]]:
+        """Shapes made static (a static-shape target's, ``--static``): the dims the check
+        then binds, and the line that says what was made static (None: no dim was)."""
+        return dict(dims), None
+
     # -- the checks -------------------------------------------------------------------
-    def check(self, run, written: Path):
+    def check(self, subject: Subject, written: Path):
         """The main job's check of ``written`` (the legalized model) against the input."""
         raise UsageError(f"a {self.title} model is not legalized, so not checked")
 
-    def sides(self, run, written: Path) -> Sides:
+    def sides(self, subject: Subject, written: Path) -> Sides:
         """What ``numeric`` compared, for localization and reduction."""
         raise NotImplementedError
 
-    def compare(self, run, reference: Path):
-        """``--against``: the model at ``run.path`` compared with ``reference``."""
+    def compare(self, subject: Subject, reference: Path):
+        """``--against``: the model at ``subject.path`` compared with ``reference``."""
         raise NotImplementedError
 
     # -- after a check that failed ----------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import BadInput, UsageError
 from ..model import Model
-from .base import Format, Sides
+from .base import Format, Sides, Subject
 
 
 class MlirFormat(Format):
@@ -27,22 +27,22 @@ class MlirFormat(Format):
     def declared(self, model: Model):
         return []
 
-    def user_dims(self, model: Model, options, given) -> Dict[str, int]:
-        if options.input_shapes:
+    def user_dims(self, model: Model, dims: Mapping[str, int], input_shapes: Mapping[str, tuple],
+                  given) -> Dict[str, int]:
+        if input_shapes:
             raise UsageError("--input-shape binds the inputs of an ONNX, TFLite or .pt2 model; a TOSA MLIR"
                              " module's comparison (--against) takes arrays with --input")
-        return dict(options.dims)
+        return dict(dims)
 
-    def compare(self, run, reference: Path):
+    def compare(self, subject: Subject, reference: Path):
         from ..numeric.against import check_against
         from ..numeric.iree_run import Refused
 
-        options = run.options
         try:
-            return check_against(run.path, reference, replace(options.check_settings, record=False), given=run.given,
-                                 dims=options.dims)
+            return check_against(subject.path, reference, replace(subject.settings, record=False),
+                                 given=subject.given, dims=subject.dims)
         except Refused as e:  # nothing was compiled: an op, a top-level op or an attribute IREE must not see
-            raise BadInput(f"{run.path}: {e}") from None
+            raise BadInput(f"{subject.path}: {e}") from None
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
         from ..numeric.against import feeds_for

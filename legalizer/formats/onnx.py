@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Mapping, Sequence
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from ..model import Model
-from .base import Format, Sides
+from .base import Format, Sides, Subject
 
 
 def as_proto(model):
@@ -46,9 +46,9 @@ class OnnxFormat(Format):
         """The ModelProto the check runs as the original."""
         return model.proto
 
-    def original(self, run):
+    def original(self, path: Path, model: Model):
         """What the check runs as the original: the input file."""
-        return run.path
+        return path
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
         from ..exporters.onnx import export_model, staged_model
@@ -60,18 +60,17 @@ class OnnxFormat(Format):
         return staged_model(proto, path, model.base_dir, force=force, protect=model.source, initializers=inits,
                             nodes=nodes)
 
-    def specialize(self, run) -> bool:
+    def specialize(self, model: Model, path: Path, dims: Mapping[str, int]) -> Tuple[Dict[str, int], Optional[str]]:
         """A static-shape target's: the dims bound (``--dim``/``--input-shape``), else 1,
         made static and the shape arithmetic folded (``numeric.static_onnx``); the check
-        binds the same sizes. Whether any dim was dynamic."""
+        binds the same sizes."""
         from ..numeric.static_onnx import specialize_onnx
 
-        done = specialize_onnx(run.model, run.dims)
-        if done.bound:
-            run.dims.update(done.bound)
-            run.report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
-                                       + f": {done.shapes_set} input dims, {done.folded} shape values folded")
-        return bool(done.bound)
+        done = specialize_onnx(model, dict(dims))
+        if not done.bound:
+            return dict(dims), None
+        return {**dims, **done.bound}, ("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
+                                        + f": {done.shapes_set} input dims, {done.folded} shape values folded")
 
     def declared(self, model: Model):
         from ..numeric.ort import declared_shapes
@@ -82,33 +81,33 @@ class OnnxFormat(Format):
         return {vi.name: vi.type.tensor_type.elem_type for vi in self.proto(model).graph.input
                 if vi.type.HasField("tensor_type")}
 
-    def check(self, run, written: Path):
+    def check(self, subject: Subject, written: Path):
         from ..numeric.ort import check, choices_from_constraints
 
-        options, golden = run.options, run.golden
-        if golden.samples is not None:
+        golden, original = subject.golden, self.original(subject.path, subject.model)
+        if golden is not None and golden.samples is not None:
             from ..numeric.samples import check_samples
 
-            return check_samples(self.original(run), written, golden.samples, options.check_settings,
-                                 expected=golden.expected, reference=golden.reference, dims=run.dims)
-        return check(self.original(run), written, options.check_settings, dims=run.dims, inputs=run.given,
-                     choices=choices_from_constraints(run.res.input_verification.constraints),
-                     hints=self.hints(run), profile=run.target.profile.name)
+            return check_samples(original, written, golden.samples, subject.settings,
+                                 expected=golden.expected, reference=golden.reference, dims=subject.dims)
+        return check(original, written, subject.settings, dims=subject.dims, inputs=subject.given,
+                     choices=choices_from_constraints(subject.constraints),
+                     hints=self.hints(subject.model), profile=subject.profile)
 
-    def hints(self, run) -> Dict[str, list]:
+    def hints(self, model: Model) -> Dict[str, list]:
         """Sizes worth trying per dim (a PyTorch program's ranges); none for ONNX."""
         return {}
 
-    def sides(self, run, written: Path) -> Sides:
-        return Sides(self, written, self.original(run))
+    def sides(self, subject: Subject, written: Path) -> Sides:
+        return Sides(self, written, self.original(subject.path, subject.model))
 
-    def compare(self, run, reference: Path):
+    def compare(self, subject: Subject, reference: Path):
         from ..numeric.ort import check
 
-        settings = replace(run.options.check_settings, record=False)
+        settings = replace(subject.settings, record=False)
         # the reference's declarations as read for its output names, if it was (not parsed again)
-        declared = run.reference.proto if run.reference is not None else None
-        return check(reference, run.path, settings, dims=run.dims, inputs=run.given, raise_faults=True,
+        declared = subject.reference.proto if subject.reference is not None else None
+        return check(reference, subject.path, settings, dims=subject.dims, inputs=subject.given, raise_faults=True,
                      declared=declared)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
@@ -150,29 +149,27 @@ class Pt2Format(OnnxFormat):
     def proto(self, model: Model):
         return model.torch.onnx
 
-    def original(self, run):
-        return run.model.torch.onnx
+    def original(self, path: Path, model: Model):
+        return model.torch.onnx
 
     def default_output(self, path: Path, model: Model) -> Path:
         from .paths import default_output
 
         return default_output(path.with_suffix(".onnx"))
 
-    def hints(self, run) -> Dict[str, list]:
-        return range_hints(run.model.torch)
+    def hints(self, model: Model) -> Dict[str, list]:
+        return range_hints(model.torch)
 
-    def check(self, run, written: Path):
+    def check(self, subject: Subject, written: Path):
         from ..numeric.ort import choices_from_constraints
         from ..numeric.torch_ref import check_torch
 
-        result = super().check(run, written)
-        options = run.options
+        result = super().check(subject, written)
         found = result.search is not None and result.search.found is not None
-        choices = result.search.choices if found else \
-            choices_from_constraints(run.res.input_verification.constraints)
-        result.torch = check_torch(run.model.torch, written, replace(options.check_settings, record=False),
-                                   dims=run.dims, inputs=run.given, choices=choices, searched=found,
-                                   path=run.model.source, trust=options.trust_pt2)
+        choices = result.search.choices if found else choices_from_constraints(subject.constraints)
+        result.torch = check_torch(subject.model.torch, written, replace(subject.settings, record=False),
+                                   dims=subject.dims, inputs=subject.given, choices=choices, searched=found,
+                                   path=subject.model.source, trust=subject.trust_pt2)
         return result
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,

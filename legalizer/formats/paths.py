@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 
 def is_output(path) -> bool:
@@ -15,16 +16,19 @@ def is_output(path) -> bool:
 _WRITTEN_SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "pt2": ".pt2"}
 
 
-def default_output(path: Path) -> Path:
+def default_output(path: Path, kind: Optional[str] = "") -> Path:
     """``model.onnx`` -> ``model.legal.onnx`` beside it (``model.pt2`` -> ``model.legal.pt2``;
     a suffix-less file's is ONNX). The suffix follows the content, not the name: a TFLite
-    model named ``m.onnx`` gives ``m.legal.tflite``."""
+    model named ``m.onnx`` gives ``m.legal.tflite``. ``kind``: what ``sniff`` found, where
+    it was asked already (None: it found no model); by default it is asked here."""
     from ..errors import BadInput
     from ..importers.reader import sniff
 
     suffix = path.suffix if path.suffix else ".onnx"
-    try:
-        suffix = _WRITTEN_SUFFIX.get(sniff(path), suffix)
-    except BadInput:  # no model there (yet): its run says so; the name alone decides
-        pass
+    if kind == "":
+        try:
+            kind = sniff(path)
+        except BadInput:  # no model there (yet): its run says so; the name alone decides
+            kind = None
+    suffix = _WRITTEN_SUFFIX.get(kind, suffix) if kind is not None else suffix
     return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict
 
 from ..model import Model
-from .base import Format, Sides
+from .base import Format, Sides, Subject
 
 
 class AtenFormat(Format):
@@ -33,12 +33,12 @@ class AtenFormat(Format):
 
         return {vi.name: vi.type.tensor_type.elem_type for vi in declaration(model).graph.input}
 
-    def hints(self, run) -> Dict[str, list]:
+    def hints(self, model: Model) -> Dict[str, list]:
         """Per symbol, the sizes at the bounds of its range (the range constraints)."""
         from ..importers.pytorch import TorchSource, dim_ranges
         from ..numeric.search import sizes_in_range
 
-        ranges = dim_ranges(TorchSource(run.model.aten.program, None))
+        ranges = dim_ranges(TorchSource(model.aten.program, None))
         return {key: sizes_in_range(lo, hi) for key, (lo, hi) in ranges.items()}
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
@@ -48,24 +48,25 @@ class AtenFormat(Format):
         program = legal_program(model)
         return _written(staged_output(path, force=force, protect=model.source), program, save_program)
 
-    def check(self, run, written: Path):
+    def check(self, subject: Subject, written: Path):
         from ..importers.aten import declaration, user_inputs
         from ..numeric.torch_ref import check_programs
 
         from ..numeric.executorch_run import check_executorch, installed
 
-        src = run.model.aten
-        settings = replace(run.options.check_settings, record=False)
-        args = (src.original, declaration(run.model), user_inputs(src.program), written, settings)
-        result = check_programs(*args, dims=run.dims, inputs=run.given, choices=self.choices(run))
+        src = subject.model.aten
+        settings = replace(subject.settings, record=False)
+        choices = self.choices(subject.model, settings.not_one)
+        args = (src.original, declaration(subject.model), user_inputs(src.program), written, settings)
+        result = check_programs(*args, dims=subject.dims, inputs=subject.given, choices=choices)
         if result.ok:  # and as ExecuTorch deploys it, where installed
-            et = result.executorch = check_executorch(*args, dims=run.dims, inputs=run.given,
-                                                      choices=self.choices(run))
+            et = result.executorch = check_executorch(*args, dims=subject.dims, inputs=subject.given,
+                                                      choices=choices)
             if not et.ran and installed():  # (without the extra, the report alone says so)
                 result.notes.append(f"the check on ExecuTorch did not run: {et.error}")
         return result
 
-    def choices(self, run) -> Dict[str, list]:
+    def choices(self, model: Model, not_one: bool) -> Dict[str, list]:
         """Per symbol, the sizes the check binds it to: the usual ones (a small size and
         1) that its range takes, else the bounds of its range (``Dim('time', min=37)``:
         37), so that every binding is one the program accepts."""
@@ -73,15 +74,15 @@ class AtenFormat(Format):
         from ..numeric.inputs import SMALL
         from ..numeric.search import sizes_in_range
 
-        usual = [SMALL] if run.options.check_settings.not_one else [SMALL, 1]
+        usual = [SMALL] if not_one else [SMALL, 1]
         out = {}
-        for key, (lo, hi) in dim_ranges(TorchSource(run.model.aten.program, None)).items():
+        for key, (lo, hi) in dim_ranges(TorchSource(model.aten.program, None)).items():
             inside = [n for n in usual if n >= lo and (hi is None or n <= hi)]
             out[key] = inside or sizes_in_range(lo, hi) or [lo]
         return out
 
-    def sides(self, run, written: Path) -> Sides:
-        return Sides(self, written, run.path, run.model.graph)
+    def sides(self, subject: Subject, written: Path) -> Sides:
+        return Sides(self, written, subject.path, subject.model.graph)
 
 
 class _written:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ..model import Model
-from .base import Format, Sides
+from .base import Format, Sides, Subject
 
 
 class TfliteFormat(Format):
@@ -42,29 +42,29 @@ class TfliteFormat(Format):
 
         return dynamic_keys([d for g in model.graphs for d in declared_shapes(g)])
 
-    def check(self, run, written: Path):
+    def check(self, subject: Subject, written: Path):
         from ..numeric.tflite import check_tflite
 
-        options, golden, model = run.options, run.golden, run.model
+        golden, model = subject.golden, subject.model
         # the ONNX form --emit writes (legalized), where one is written: what is run is that
-        form = run.onnx_form
-        result = check_tflite(run.path, written, model, options.check_settings, dims=run.dims, inputs=run.given,
-                              samples=golden.samples, expected=golden.expected, reference=golden.reference,
-                              form=(form.proto, form.results) if form is not None else None)
+        form = subject.onnx_form
+        result = check_tflite(subject.path, written, model, subject.settings, dims=subject.dims,
+                              inputs=subject.given, samples=golden.samples, expected=golden.expected,
+                              reference=golden.reference, form=(form.proto, form.results) if form is not None else None)
         if len(model.graphs) == 1:  # its bindings are named as the user names them
             for b in result.bindings:
-                b.source = "user" if b.dims and set(b.dims) <= set(run.dims) else b.source
+                b.source = "user" if b.dims and set(b.dims) <= set(subject.dims) else b.source
         return result
 
-    def sides(self, run, written: Path) -> Sides:
-        return Sides(self, written, run.path, run.model.graph)
+    def sides(self, subject: Subject, written: Path) -> Sides:
+        return Sides(self, written, subject.path, subject.model.graph)
 
-    def compare(self, run, reference: Path):
+    def compare(self, subject: Subject, reference: Path):
         from ..numeric.tflite import check_tflite
 
-        settings = replace(run.options.check_settings, record=False)
-        return check_tflite(reference, run.path, run.model, settings, dims=run.dims, inputs=run.given,
-                            litert_only=True)
+        settings = replace(subject.settings, record=False)
+        return check_tflite(reference, subject.path, subject.model, settings, dims=subject.dims,
+                            inputs=subject.given, litert_only=True)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
         from ..numeric.inputs import graph_input_specs, make_feeds
@@ -82,14 +82,14 @@ class TfliteFormat(Format):
             loc.note = "compared on LiteRT, where the outputs match: those that differ are the ONNX form's"
         return loc
 
-    def specialize(self, run) -> bool:
+    def specialize(self, model: Model, path: Path, dims: Mapping[str, int]) -> Tuple[Dict[str, int], Optional[str]]:
         """``--static``, or dims bound for a static-shape target: the shapes made static
-        and the shape arithmetic that became constant folded (``numeric.static_shapes``).
-        Whether any dim was bound."""
+        and the shape arithmetic that became constant folded (``numeric.static_shapes``);
+        the check binds the dims as the user bound them."""
         from ..numeric.static_shapes import specialize_tflite
 
-        done = specialize_tflite(run.model, run.path, run.dims)
-        if done.bound:
-            run.report.warnings.append("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
-                                       + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")
-        return bool(done.bound)
+        done = specialize_tflite(model, path, dict(dims))
+        if not done.bound:
+            return dict(dims), None
+        return dict(dims), ("shapes made static at " + ", ".join(f"{k}={v}" for k, v in done.bound.items())
+                            + f": {done.shapes_set} tensor shapes, {done.folded} shape values folded")

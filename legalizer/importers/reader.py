@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -58,17 +58,20 @@ def check_external_data(path: Path) -> None:
         kind.external_data.check(path)
 
 
-def files_read(paths: Sequence[Path], outputs: Sequence[Path] = ()) -> List[Tuple[str, Path]]:
+def files_read(paths: Sequence[Path], outputs: Sequence[Path] = (),
+               kinds: Optional[Mapping[Path, str]] = None) -> List[Tuple[str, Path]]:
     """Every file that reading the models ``paths`` opens, as (what it is, path) pairs:
     each model and, for ONNX, the external data files it names. The external files are
     looked up only when one of ``atomic_files`` already exists, as an output that does not
     exist cannot be any of them (and the look-up parses the model). BadInput for a
-    model whose external data ``ir.constdata`` refuses."""
+    model whose external data ``ir.constdata`` refuses. ``kinds``: what ``sniff`` found
+    of some of ``paths`` already."""
     found = [("an input model", Path(p)) for p in paths]
     if not any(os.path.lexists(o) for o in outputs if o is not None):
         return found
     for _, path in list(found):
-        kind = KINDS.get(sniff(path)) if path.is_file() else None
+        known = (kinds or {}).get(path)
+        kind = KINDS.get(known if known is not None else sniff(path)) if path.is_file() else None
         if kind is not None and kind.external_data is not None:
             found += kind.external_data.files(path)
     return found
@@ -146,12 +149,13 @@ KINDS = {"onnx": FileKind(_read_onnx, external_data=_OnnxExternalData), "tflite"
 READERS = {name: kind.read for name, kind in KINDS.items()}
 
 
-def read_model(path, infer: bool = True, trust_pt2: bool = False) -> Model:
+def read_model(path, infer: bool = True, trust_pt2: bool = False, kind: Optional[str] = None) -> Model:
     """Load a model file of any supported format into the IR (a ``.pt2`` through its
     ONNX export: ``importers.pytorch``, the optional torch extra; read so that nothing
-    in it runs unless ``trust_pt2``)."""
+    in it runs unless ``trust_pt2``). ``kind``: what ``sniff`` found, where it was asked
+    already (a run's plan); else it is asked here."""
     path = Path(path)
-    fmt = sniff(path)
+    fmt = kind if kind is not None else sniff(path)
     if fmt not in READERS:
         raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
     return READERS[fmt](path, infer, trust_pt2)
