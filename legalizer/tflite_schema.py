@@ -368,32 +368,40 @@ def _plan(table: str) -> _Plan:
 class _Writer:
     """One flatbuffer's writing: the builder and what it already holds."""
 
-    def __init__(self, builder: flatbuffers.Builder):
+    def __init__(self, builder: flatbuffers.Builder, by_builder: bool = False):
         self.b = builder
         self.vectors: Dict[Tuple, int] = {}  # a small vector of scalars -> its offset
         self.tables: Dict[Tuple, int] = {}  # a table of scalars alone -> its offset
         self.plans: Dict[str, _Plan] = {}
+        self.layouts: Dict[Tuple, Tuple] = {}  # a table's shape -> _object_layout's
+        self.orders: Dict[Tuple, list] = {}  # (type, its field names) -> their puts in schema order
+        self.by_builder = by_builder
 
     def table(self, t: FbTable) -> int:
         plan = self.plans.get(t.type)
         if plan is None:
             plan = self.plans[t.type] = _plan(t.type)
-        fields, puts = t.fields, plan.puts
-        present = []  # (schema order, put, value): the bytes depend on the table alone, not its dict's order
-        for k, value in fields.items():
-            p = puts.get(k)
-            if p is None:
-                unknown = set(fields) - set(puts)
+        fields = t.fields
+        # its fields' puts in schema order (the bytes depend on the table alone, not its
+        # dict's order), worked out once per type and set of keys
+        names = (t.type, *fields)
+        ordered = self.orders.get(names)
+        if ordered is None:
+            puts = plan.puts
+            unknown = set(fields) - set(puts)
+            if unknown:
                 raise KeyError(f"table {t.type} has no field {', '.join(sorted(unknown))}")
+            ordered = self.orders[names] = sorted((puts[k] for k in fields), key=lambda p: p.order)
+        present = []  # (put, value)
+        for p in ordered:
+            value = fields[p.key]
             if value is None or (p.kind == "scalar" and value == p.default):  # the builder leaves a default out
                 continue
-            present.append((p.order, p, value))
-        if len(present) > 1:
-            present.sort()  # (by order alone: no two fields share one)
+            present.append((p, value))
         key = None
         if plan.shareable:
             key = (t.type, *[(p.order, float(v).hex() if isinstance(v, (float, np.floating)) else v)
-                             for _, p, v in present])
+                             for p, v in present])
             hit = self.tables.get(key)
             if hit is not None:
                 return hit
@@ -401,7 +409,7 @@ class _Writer:
         # (-width, order, struct code, value, slot, target offset or None): the widest
         # first, in schema order within a width; then fields of another form
         placed, calls = [], []
-        for _, p, value in present:
+        for p, value in present:
             kind = p.kind
             if kind == "scalar":
                 placed.append((-p.width, p.order, p.code, value, p.slot, None))
@@ -420,17 +428,53 @@ class _Writer:
             else:
                 raise TypeError(f"table {t.type}: field {p.key} holds a {type(value).__name__}")
             placed.append((-4, p.order, "I", 0, p.slot, off))
-        b.StartObject(plan.count)
-        if placed:
-            if len(placed) > 1:
-                placed.sort()
-            self.place(placed)
-        for add, value in calls:
-            add(b, value)
-        off = b.EndObject()
+        if len(placed) > 1:
+            placed.sort()
+        if calls or self.by_builder:
+            b.StartObject(plan.count)
+            if placed:
+                self.place(placed)
+            for add, value in calls:
+                add(b, value)
+            off = b.EndObject()
+        else:
+            off = self.object(plan.count, placed)
         if key is not None:
             self.tables[key] = off
         return off
+
+    def object(self, count: int, placed) -> int:
+        """The table of ``placed`` fields (sorted as ``table`` sorts them) in one write,
+        laid out byte for byte as ``StartObject``, ``place`` and ``EndObject`` lay it out
+        (its vtable shared with an equal one already written, as ``WriteVtable`` does):
+        the layout depends only on the fields' slots and types and on where the object
+        starts modulo 8, so it is worked out once per such shape."""
+        b = self.b
+        start = len(b.Bytes) - b.head  # StartObject's objectEnd
+        shape = (count, start & 7, *[(x[4], x[2]) for x in placed])
+        layout = self.layouts.get(shape)
+        if layout is None:
+            layout = self.layouts[shape] = _object_layout(count, placed, start & 7)
+        fmt, rel, size, vt_key, vt_bytes, align = layout
+        room = size + len(vt_bytes)
+        if b.head <= room:
+            b.Prep(1, room)  # grow only (alignment 1 pads nothing)
+        if align > b.minalign:
+            b.minalign = align
+        head = b.head - size
+        obj = start + size  # the object's offset from the buffer's end
+        values = [start + r - x[5] if x[5] is not None else x[3] for x, r in zip(placed, rel)]
+        values.reverse()
+        vt = b.vtables.get(vt_key)
+        if vt is None:
+            b.Bytes[head - len(vt_bytes):head] = vt_bytes
+            b.vtables[vt_key] = obj + len(vt_bytes)
+            fmt.pack_into(b.Bytes, head, len(vt_bytes), *values)
+            b.head = head - len(vt_bytes)
+        else:
+            fmt.pack_into(b.Bytes, head, vt - obj, *values)
+            b.head = head
+        return obj
 
     def place(self, placed) -> None:
         """The fields of the table being built, in one write: widest first from its end
@@ -485,9 +529,17 @@ class _Writer:
         in one write, where ``StartVector`` and ``EndVector`` would put them."""
         b = self.b
         size = len(data)
-        b.Prep(4, size)  # the length, aligned, right before the data (and room for both)
-        if align > 4:
-            b.Prep(align, size)
+        pad = (b.head - len(b.Bytes) - size) & 3  # Prep(4, size): the length aligned right before the data
+        if align > 4 or b.head < pad + size + 8:
+            b.Prep(4, size)  # (and room for both)
+            if align > 4:
+                b.Prep(align, size)
+        else:
+            if pad:
+                b.Bytes[b.head - pad:b.head] = bytes(pad)  # Pad's zeros
+                b.head -= pad
+            if b.minalign < 4:
+                b.minalign = 4
         head = b.head - size - 4
         _U32.pack_into(b.Bytes, head, n)
         b.Bytes[head + 4:head + 4 + size] = data
@@ -514,15 +566,44 @@ class _Writer:
         return b.EndVector()
 
 
-def write(builder: flatbuffers.Builder, t: FbTable) -> int:
-    """Build ``t`` (children first, as flatbuffers requires); return its offset."""
-    return _Writer(builder).table(t)
+def _object_layout(count: int, placed, start: int) -> Tuple:
+    """Where ``Writer.object`` puts a table of ``placed`` fields (of ``count`` slots)
+    that starts ``start`` (mod 8) bytes from the buffer's end, as the builder does it:
+    the fields aligned to the widest (``place``), the offset to the vtable aligned to 4
+    (``PrependSOffsetTRelative``), the vtable of the slots' offsets from the object with
+    trailing absent ones left out (``WriteVtable``). Returns the struct format of the
+    object (offset to the vtable, padding, fields from the lowest address, padding);
+    each field's offset from the buffer's end less ``start``, in ``placed``'s order;
+    the object's size; the builder's vtable key; the vtable's bytes; the alignment."""
+    widest = -placed[0][0] if placed else 1
+    lead = -start & (widest - 1)  # Prep(widest, 0)
+    rel, end, slots = [], lead, [0] * count
+    for width, _, _, _, slot, _ in placed:
+        end -= width  # (widths negated)
+        rel.append(end)
+        slots[slot] = end
+    pad = -(start + end) & 3  # Prep(4, 0) before the offset to the vtable
+    size = end + pad + 4
+    offsets = [size - s if s else 0 for s in slots]
+    while offsets and not offsets[-1]:
+        offsets.pop()
+    vt_key = (*reversed(offsets), size)
+    vt_bytes = struct.pack(f"<{len(offsets) + 2}H", 2 * (len(offsets) + 2), size, *offsets)
+    fmt = "<i" + "x" * pad + "".join(x[2] for x in reversed(placed)) + "x" * lead
+    return struct.Struct(fmt), rel, size, vt_key, vt_bytes, max(widest, 4)
 
 
-def serialize(model: FbTable, initial_size: int = 1024) -> bytes:
+def write(builder: flatbuffers.Builder, t: FbTable, by_builder: bool = False) -> int:
+    """Build ``t`` (children first, as flatbuffers requires); return its offset.
+    ``by_builder``: each table through the builder's StartObject/EndObject (the
+    reference the one-write tables are tested against)."""
+    return _Writer(builder, by_builder).table(t)
+
+
+def serialize(model: FbTable, initial_size: int = 1024, by_builder: bool = False) -> bytes:
     """The bytes of a ``Model`` table, with the TFLite file identifier."""
     builder = flatbuffers.Builder(initial_size)
-    builder.Finish(write(builder, model), file_identifier=FILE_IDENTIFIER)
+    builder.Finish(write(builder, model, by_builder), file_identifier=FILE_IDENTIFIER)
     return bytes(builder.Output())
 
 
