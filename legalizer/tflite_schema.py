@@ -202,56 +202,131 @@ def _string(buf, at: int) -> str:
     return bytes(buf[at + 4:at + 4 + n]).decode("utf-8", "replace")
 
 
-def _read_at(buf, pos: int, table: str) -> FbTable:
-    """The ``FbTable`` of the ``table`` at ``pos`` of ``buf``, from its vtable."""
-    vt = pos - _I32.unpack_from(buf, pos)[0]
+_SCALAR, _DEFAULT, _STRING, _TABLE, _SCALARS, _TABLES, _STRINGS, _UNION, _ACCESSOR, _SCALAR_AT = range(10)
+
+
+def _plan_at(table: str, buf, vt: int) -> Tuple:
+    """How to read a ``table`` whose vtable is at ``vt``: every table that shares a
+    vtable has its fields at the same places, so the vtable is read once for them all.
+    Returns the struct of its scalars, each from the table's start (one unpack for all),
+    and the steps, in the layout's order (the dict's order, as the accessors give it):
+    (key, what, its place in the table or the scalar's index, what else it needs)."""
     vt_len = _U16.unpack_from(buf, vt)[0]
-    out = FbTable(table)
-    fields = out.fields
+    scalars, steps = [], []
     for s in _layout(table):
         o = _U16.unpack_from(buf, vt + s.slot)[0] if s.slot < vt_len else 0
         kind = s.kind
         if kind == "scalar":
-            fields[s.key] = s.cast(s.unpack.unpack_from(buf, pos + o)[0]) if o else s.default
+            if o:
+                steps.append([s.key, _SCALAR, len(scalars), None])
+                scalars.append((o, s.unpack.format[-1], len(steps) - 1))
+            else:
+                steps.append((s.key, _DEFAULT, 0, s.default))
         elif kind == "accessor":
-            reader = getattr(_module(table), table)()
-            reader.Init(buf, pos)
-            _read_field(reader, s.key, _fields(table)[s.key], fields)
+            steps.append((s.key, _ACCESSOR, 0, None))
         elif kind == "union":
             t = _U16.unpack_from(buf, vt + s.type_slot)[0] if s.type_slot < vt_len else 0
-            code = _U8.unpack_from(buf, pos + t)[0] if t else 0
-            if code == 0:
-                continue
-            fields[f"{s.key}_type"] = code
-            member = union_class(s.table, code)
-            if member is not None and o:
-                at = pos + o
-                fields[s.key] = _read_at(buf, at + _U32.unpack_from(buf, at)[0], member)
-        elif not o:
+            if t:  # (no type: nothing, whatever the member's slot holds)
+                steps.append((s.key, _UNION, (t, o), s.table))
+        elif o:
+            what = {"string": _STRING, "table": _TABLE, "scalars": _SCALARS, "tables": _TABLES}.get(kind, _STRINGS)
+            steps.append((s.key, what, o, s.dtype if kind == "scalars" else s.table))
+    fmt, at, k = "<", 0, 0
+    for o, code, step in sorted(scalars):
+        if o < at:  # (a corrupt vtable: fields that overlap are read one by one)
+            steps[step][1:] = _SCALAR_AT, o, struct.Struct("<" + code)
             continue
-        elif kind == "string":
-            fields[s.key] = _string(buf, pos + o)
-        elif kind == "table":
-            at = pos + o
-            fields[s.key] = _read_at(buf, at + _U32.unpack_from(buf, at)[0], s.table)
+        fmt += "x" * (o - at) + code
+        at = o + struct.calcsize("<" + code)
+        steps[step][2] = k  # its index among the unpacked values, in offset order
+        k += 1
+    steps = tuple(tuple(x) for x in steps)
+    return (struct.Struct(fmt) if k else None), steps
+
+
+def _reader_of(table: str, st, steps) -> Any:
+    """A function that reads a ``table`` of one vtable (``_plan_at``'s ``st`` and
+    ``steps``): the steps as straight-line code, compiled once per vtable (a loop over
+    them, asking each step's kind, was most of a large model's read)."""
+    env = {"FbTable": FbTable, "ST": st, "U8": _U8, "U32": _U32, "string": _string, "read_at": _read_at,
+           "frombuffer": np.frombuffer, "union_class": union_class, "by_accessor": _by_accessor}
+    lines = ["def read(buf, pos, plans):", "    f = {}"]
+    if st is not None:
+        lines.append("    v = ST.unpack_from(buf, pos)")
+    for i, (key, what, o, arg) in enumerate(steps):
+        k = repr(key)
+        if isinstance(arg, str):
+            a = repr(arg)
+        else:  # (a default, a dtype, a struct: by name)
+            env[f"a{i}"] = arg
+            a = f"a{i}"
+        if what == _SCALAR:
+            lines.append(f"    f[{k}] = v[{o}]")
+        elif what == _DEFAULT:
+            lines.append(f"    f[{k}] = {a}")
+        elif what == _SCALAR_AT:
+            lines.append(f"    f[{k}] = {a}.unpack_from(buf, pos + {o})[0]")
+        elif what == _STRING:
+            lines.append(f"    f[{k}] = string(buf, pos + {o})")
+        elif what == _TABLE:
+            lines.append(f"    at = pos + {o}")
+            lines.append(f"    f[{k}] = read_at(buf, at + U32.unpack_from(buf, at)[0], {a}, plans)")
+        elif what == _UNION:
+            t, o = o
+            lines += [f"    code = U8.unpack_from(buf, pos + {t})[0]",
+                      "    if code:",
+                      f"        f[{repr(key + '_type')}] = code"]
+            if o:
+                lines += [f"        member = union_class({a}, code)",
+                          "        if member is not None:",
+                          f"            at = pos + {o}",
+                          f"            f[{k}] = read_at(buf, at + U32.unpack_from(buf, at)[0], member, plans)"]
+        elif what == _ACCESSOR:
+            lines.append(f"    by_accessor(buf, pos, {repr(table)}, {k}, f)")
         else:
-            at = pos + o
-            at += _U32.unpack_from(buf, at)[0]
-            n = _U32.unpack_from(buf, at)[0]
-            if kind == "scalars":
-                fields[s.key] = np.frombuffer(buf, s.dtype, n, at + 4)
-            elif kind == "tables":
-                items = (at + 4 + 4 * j for j in range(n))
-                fields[s.key] = [_read_at(buf, e + _U32.unpack_from(buf, e)[0], s.table) for e in items]
+            lines += [f"    at = pos + {o}", "    at += U32.unpack_from(buf, at)[0]", "    n = U32.unpack_from(buf, at)[0]"]
+            if what == _SCALARS:
+                lines.append(f"    f[{k}] = frombuffer(buf, {a}, n, at + 4)")
+            elif what == _TABLES:
+                lines.append(f"    f[{k}] = [read_at(buf, e + U32.unpack_from(buf, e)[0], {a}, plans)"
+                             " for e in range(at + 4, at + 4 + 4 * n, 4)]")
             else:
-                fields[s.key] = [_string(buf, at + 4 + 4 * j) for j in range(n)]
-    return out
+                lines.append(f"    f[{k}] = [string(buf, e) for e in range(at + 4, at + 4 + 4 * n, 4)]")
+    lines.append(f"    return FbTable({repr(table)}, f)")
+    exec(compile("\n".join(lines), f"<tflite_schema reader of {table}>", "exec"), env)
+    return env["read"]
+
+
+def _by_accessor(buf, pos: int, table: str, key: str, fields: Dict[str, Any]) -> None:
+    reader = getattr(_module(table), table)()
+    reader.Init(buf, pos)
+    _read_field(reader, key, _fields(table)[key], fields)
+
+
+def _read_at(buf, pos: int, table: str, plans: Dict) -> FbTable:
+    """The ``FbTable`` of the ``table`` at ``pos`` of ``buf``, from its vtable
+    (``plans``: the reader ``_reader_of`` made for each (table, vtable) of this buffer)."""
+    vt = pos - _I32.unpack_from(buf, pos)[0]
+    reader = plans.get((table, vt))
+    if reader is None:
+        st, steps = _plan_at(table, buf, vt)
+        # equal layouts (in this file or another) share one compiled reader
+        key = (table, st.format if st is not None else None,
+               *[(k, w, o, a.format if isinstance(a, struct.Struct) else a) for k, w, o, a in steps])
+        reader = _READERS.get(key)
+        if reader is None:
+            reader = _READERS[key] = _reader_of(table, st, steps)
+        plans[table, vt] = reader
+    return reader(buf, pos, plans)
+
+
+_READERS: Dict[Tuple, Any] = {}  # a table's layout -> its compiled reader
 
 
 def read(obj: Any, table: Optional[str] = None) -> FbTable:
     """The ``FbTable`` of reader object ``obj``. Vectors of scalars are numpy views of
     the file's bytes, not copies."""
-    return _read_at(obj._tab.Bytes, obj._tab.Pos, table or type(obj).__name__)
+    return _read_at(obj._tab.Bytes, obj._tab.Pos, table or type(obj).__name__, {})
 
 
 def read_by_accessors(obj: Any, table: Optional[str] = None) -> FbTable:
