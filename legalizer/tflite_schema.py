@@ -448,8 +448,9 @@ class _Writer:
         self.vectors: Dict[Tuple, int] = {}  # a small vector of scalars -> its offset
         self.tables: Dict[Tuple, int] = {}  # a table of scalars alone -> its offset
         self.plans: Dict[str, _Plan] = {}
-        self.layouts: Dict[Tuple, Tuple] = {}  # a table's shape -> _object_layout's
-        self.orders: Dict[Tuple, list] = {}  # (type, its field names) -> their puts in schema order
+        # (type, its field names) -> their puts in schema order, and the layouts of such
+        # tables by (which are present, where they start mod 8)
+        self.orders: Dict[Tuple, Tuple[list, Dict]] = {}
         self.by_builder = by_builder
 
     def table(self, t: FbTable) -> int:
@@ -458,21 +459,25 @@ class _Writer:
             plan = self.plans[t.type] = _plan(t.type)
         fields = t.fields
         # its fields' puts in schema order (the bytes depend on the table alone, not its
-        # dict's order), worked out once per type and set of keys
+        # dict's order), worked out once per type and set of keys, with the layouts of
+        # the tables of those keys (by which fields are present and where they start)
         names = (t.type, *fields)
-        ordered = self.orders.get(names)
-        if ordered is None:
+        entry = self.orders.get(names)
+        if entry is None:
             puts = plan.puts
             unknown = set(fields) - set(puts)
             if unknown:
                 raise KeyError(f"table {t.type} has no field {', '.join(sorted(unknown))}")
-            ordered = self.orders[names] = sorted((puts[k] for k in fields), key=lambda p: p.order)
+            entry = self.orders[names] = (sorted((puts[k] for k in fields), key=lambda p: p.order), {})
+        ordered, layouts = entry
         present = []  # (put, value)
+        mask, bit = 0, 1
         for p in ordered:
             value = fields[p.key]
-            if value is None or (p.kind == "scalar" and value == p.default):  # the builder leaves a default out
-                continue
-            present.append((p, value))
+            if value is not None and (p.kind != "scalar" or value != p.default):  # the builder leaves a default out
+                present.append((p, value))
+                mask |= bit
+            bit <<= 1
         key = None
         if plan.shareable:
             key = (t.type, *[(p.order, float(v).hex() if isinstance(v, (float, np.floating)) else v)
@@ -481,13 +486,12 @@ class _Writer:
             if hit is not None:
                 return hit
         b = self.b
-        # (-width, order, struct code, value, slot, target offset or None): the widest
-        # first, in schema order within a width; then fields of another form
-        placed, calls = [], []
+        # each present field's value: a scalar's own, or its target's offset
+        offs, calls = [], []
         for p, value in present:
             kind = p.kind
             if kind == "scalar":
-                placed.append((-p.width, p.order, p.code, value, p.slot, None))
+                offs.append(value)
                 continue
             if kind == "vector":
                 off = self.scalars(p, value)
@@ -499,38 +503,36 @@ class _Writer:
                 off = self.offsets([self.string(x) if isinstance(x, str) else self.table(x) for x in value])
             elif kind == "call":
                 calls.append((p.add, value))
-                continue
+                off = None
             else:
                 raise TypeError(f"table {t.type}: field {p.key} holds a {type(value).__name__}")
-            placed.append((-4, p.order, "I", 0, p.slot, off))
-        if len(placed) > 1:
-            placed.sort()
+            offs.append(off)
         if calls or self.by_builder:
             b.StartObject(plan.count)
+            placed = _placed(present, offs)
             if placed:
                 self.place(placed)
             for add, value in calls:
                 add(b, value)
             off = b.EndObject()
         else:
-            off = self.object(plan.count, placed)
+            start = len(b.Bytes) - b.head  # StartObject's objectEnd
+            layout = layouts.get((mask, start & 7))
+            if layout is None:
+                layout = layouts[mask, start & 7] = _object_layout(plan.count, _placed(present, offs), start & 7)
+            off = self.object(layout, offs, start)
         if key is not None:
             self.tables[key] = off
         return off
 
-    def object(self, count: int, placed) -> int:
-        """The table of ``placed`` fields (sorted as ``table`` sorts them) in one write,
-        laid out byte for byte as ``StartObject``, ``place`` and ``EndObject`` lay it out
-        (its vtable shared with an equal one already written, as ``WriteVtable`` does):
-        the layout depends only on the fields' slots and types and on where the object
-        starts modulo 8, so it is worked out once per such shape."""
+    def object(self, layout: Tuple, offs: list, start: int) -> int:
+        """The table whose fields' values (or targets' offsets) are ``offs``, laid out as
+        ``layout`` says (``_object_layout``), in one write: byte for byte what
+        ``StartObject``, ``place`` and ``EndObject`` make of it (its vtable shared with an
+        equal one already written, as ``WriteVtable`` does). ``start``: the offset from
+        the buffer's end it starts at."""
         b = self.b
-        start = len(b.Bytes) - b.head  # StartObject's objectEnd
-        shape = (count, start & 7, *[(x[4], x[2]) for x in placed])
-        layout = self.layouts.get(shape)
-        if layout is None:
-            layout = self.layouts[shape] = _object_layout(count, placed, start & 7)
-        fmt, rel, size, vt_key, vt_bytes, align = layout
+        fmt, packing, size, vt_key, vt_bytes, align = layout
         room = size + len(vt_bytes)
         if b.head <= room:
             b.Prep(1, room)  # grow only (alignment 1 pads nothing)
@@ -538,8 +540,7 @@ class _Writer:
             b.minalign = align
         head = b.head - size
         obj = start + size  # the object's offset from the buffer's end
-        values = [start + r - x[5] if x[5] is not None else x[3] for x, r in zip(placed, rel)]
-        values.reverse()
+        values = [start + rel - offs[j] if ref else offs[j] for j, ref, rel in packing]
         vt = b.vtables.get(vt_key)
         if vt is None:
             b.Bytes[head - len(vt_bytes):head] = vt_bytes
@@ -562,7 +563,7 @@ class _Writer:
         b.Prep(1, size)  # room only: aligned already
         end = b.Offset()  # the first field ends here, counted from the buffer's end
         codes, values, vtable = [], [], b.current_vtable
-        for width, _, code, value, slot, target in placed:
+        for width, _, code, value, slot, target, _ in placed:
             end -= width
             vtable[slot] = end
             codes.append(code)
@@ -641,21 +642,34 @@ class _Writer:
         return b.EndVector()
 
 
+def _placed(present, offs) -> list:
+    """The fields as ``place`` takes them: (-width, schema order, struct code, value,
+    slot, target offset or None, index in ``present``), the widest first, in schema order
+    within a width; a field of another form (a call) left out."""
+    placed = [(-p.width, p.order, p.code, v, p.slot, None, j) if p.kind == "scalar" else
+              (-4, p.order, "I", 0, p.slot, off, j)
+              for j, ((p, v), off) in enumerate(zip(present, offs)) if p.kind != "call"]
+    placed.sort()  # (by width and order alone: no two fields share an order)
+    return placed
+
+
 def _object_layout(count: int, placed, start: int) -> Tuple:
-    """Where ``Writer.object`` puts a table of ``placed`` fields (of ``count`` slots)
-    that starts ``start`` (mod 8) bytes from the buffer's end, as the builder does it:
-    the fields aligned to the widest (``place``), the offset to the vtable aligned to 4
-    (``PrependSOffsetTRelative``), the vtable of the slots' offsets from the object with
-    trailing absent ones left out (``WriteVtable``). Returns the struct format of the
-    object (offset to the vtable, padding, fields from the lowest address, padding);
-    each field's offset from the buffer's end less ``start``, in ``placed``'s order;
-    the object's size; the builder's vtable key; the vtable's bytes; the alignment."""
+    """Where ``Writer.object`` puts a table of ``placed`` fields (``_placed``'s; of
+    ``count`` slots) that starts ``start`` (mod 8) bytes from the buffer's end, as the
+    builder does it: the fields aligned to the widest (``place``), the offset to the
+    vtable aligned to 4 (``PrependSOffsetTRelative``), the vtable of the slots' offsets
+    from the object with trailing absent ones left out (``WriteVtable``). Returns the
+    struct of the object (offset to the vtable, padding, fields from the lowest address,
+    padding); per field from the lowest address, (its index among the table's present
+    fields, whether it is an offset, its offset from the buffer's end less the object's
+    start); the object's size; the builder's vtable key; the vtable's bytes; the
+    alignment."""
     widest = -placed[0][0] if placed else 1
     lead = -start & (widest - 1)  # Prep(widest, 0)
-    rel, end, slots = [], lead, [0] * count
-    for width, _, _, _, slot, _ in placed:
+    packing, end, slots = [], lead, [0] * count
+    for width, _, _, _, slot, target, j in placed:
         end -= width  # (widths negated)
-        rel.append(end)
+        packing.append((j, target is not None, end))
         slots[slot] = end
     pad = -(start + end) & 3  # Prep(4, 0) before the offset to the vtable
     size = end + pad + 4
@@ -665,7 +679,8 @@ def _object_layout(count: int, placed, start: int) -> Tuple:
     vt_key = (*reversed(offsets), size)
     vt_bytes = struct.pack(f"<{len(offsets) + 2}H", 2 * (len(offsets) + 2), size, *offsets)
     fmt = "<i" + "x" * pad + "".join(x[2] for x in reversed(placed)) + "x" * lead
-    return struct.Struct(fmt), rel, size, vt_key, vt_bytes, max(widest, 4)
+    packing.reverse()
+    return struct.Struct(fmt), packing, size, vt_key, vt_bytes, max(widest, 4)
 
 
 def write(builder: flatbuffers.Builder, t: FbTable, by_builder: bool = False) -> int:
