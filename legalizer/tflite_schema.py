@@ -60,7 +60,7 @@ def snake(camel: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
 
 
-@dataclass
+@dataclass(slots=True)
 class FbTable:
     """One table: ``type`` is the schema's table name (``Operator``, ``AddOptions``);
     ``fields`` maps snake_case field names to scalars, strings, numpy arrays (vectors
@@ -695,6 +695,20 @@ def serialize(model: FbTable, initial_size: int = 1024, by_builder: bool = False
     builder = flatbuffers.Builder(initial_size)
     builder.Finish(write(builder, model, by_builder), file_identifier=FILE_IDENTIFIER)
     return bytes(builder.Output())
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(table: str) -> Dict[str, Any]:
+    """The scalar fields of ``table`` by key, with the default the writer leaves out."""
+    return {k: p.default for k, p in _plan(table).puts.items() if p.kind == "scalar"}
+
+
+def without_defaults(table: str, fields: Dict[str, Any], leave=frozenset()) -> Dict[str, Any]:
+    """``fields`` of a ``table`` less those in ``leave`` and the scalars at their schema
+    default: what the writer writes of them is the same (it leaves a default out), and
+    a table kept for writing back holds only what it needs."""
+    defaults = _defaults(table)
+    return {k: v for k, v in fields.items() if k not in leave and (k not in defaults or v != defaults[k])}
 
 
 def builtin_code(name: str) -> int:

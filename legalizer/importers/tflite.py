@@ -10,7 +10,8 @@ in file order). Conventions of the TFLite IR:
   ``proto`` is an ``OpRecord`` with what the IR does not model.
 - A tensor is a ``Value`` named as the tensor (names made unique); its shape is
   ``shape_signature`` where there is one (-1 is a dynamic dim, ``None``), else
-  ``shape``; ``quant`` holds its quantization; ``info`` the rest of its table.
+  ``shape``; ``quant`` holds its quantization; ``info`` the rest of its table (the
+  fields not at their default; None when none are left).
 - A tensor with buffer data is a constant whose array is a view of the file's bytes
   (no copy), in the stored dtype (int8 weights stay int8).
 - An absent optional operand (index -1) is ``None``.
@@ -34,7 +35,7 @@ from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
 from ..model import Model, SourceFormat
 from ..oprules import has_effects
-from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read
+from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read, without_defaults
 # (re-exported: the records are the importer's, kept below it so the exporters need not import it)
 from ..tflite_records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
 
@@ -93,6 +94,7 @@ class _Importer:
         self.opcodes: List[FbTable] = table.get("operator_codes", [])
         self.external: Dict[int, np.ndarray] = {}  # TFLiteSource.external
         self.kinds: Dict[int, Tuple[str, str]] = {}  # opcode index -> (domain, op type), once known good
+        self.types: Dict[Tuple, TensorType] = {}
 
     def buffer_data(self, index: int, tensor: str) -> Optional[np.ndarray]:
         if index <= 0:
@@ -181,7 +183,8 @@ class _Importer:
                 name = f"{base}_{k}"
             names.add(name)
             ttype = self.tensor_type(t, index, i, name)
-            info = FbTable("Tensor", {k: x for k, x in f.items() if k not in TENSOR_FIELDS})
+            info = without_defaults("Tensor", f, TENSOR_FIELDS)
+            info = FbTable("Tensor", info) if info else None  # (most tensors: nothing more to keep)
             q = f.get("quantization")
             v = Value(name, ttype, info=info, info_index=i, quant=None if q is None else _quantization(q))
             values.append(v)
@@ -248,9 +251,15 @@ class _Importer:
         if dims is None or len(dims) == 0:
             # No dims: a scalar says so with has_rank (or is a constant); otherwise the
             # rank is unknown, and an unranked tensor is never reshaped on a guess.
-            return TensorType(dtype, () if f.get("has_rank") or f.get("buffer", 0) else None)
-        dims = _ints(dims)
-        return TensorType(dtype, tuple(dims) if min(dims) >= 0 else tuple(None if d < 0 else d for d in dims))
+            shape = () if f.get("has_rank") or f.get("buffer", 0) else None
+        else:
+            dims = _ints(dims)
+            shape = tuple(dims) if min(dims) >= 0 else tuple(None if d < 0 else d for d in dims)
+        # one (frozen) type for the tensors of one dtype and shape, as the ONNX importer does
+        got = self.types.get((dtype, shape))
+        if got is None:
+            got = self.types[dtype, shape] = TensorType(dtype, shape)
+        return got
 
     def const_data(self, data: np.ndarray, v: Value, name: str, sparsity: Optional[FbTable], buffer: int) -> ConstData:
         """A constant's data. A sparse one (pruned weights: the buffer holds the nonzero
@@ -303,7 +312,7 @@ class _Importer:
                 kind = TFLITE_DOMAIN, name
             self.kinds[idx] = kind
         domain, op_type = kind
-        rest = FbTable("Operator", {key: v for key, v in f.items() if key not in OPERATOR_FIELDS})
+        rest = FbTable("Operator", without_defaults("Operator", f, OPERATOR_FIELDS))
         options_table, attrs = None, {}
         for union in ("builtin_options", "builtin_options2"):
             opts = f.get(union)
