@@ -170,6 +170,7 @@ def builtin_rules(frontend: Optional[str] = None) -> Mapping[str, OpRule]:
 # Domains of ops legalize knows nothing about (TFLite custom ops): what they do besides
 # computing their results is unknown, so they are taken to have effects.
 OPAQUE_DOMAINS = ("tflite.custom",)
+_OPAQUE_PREFIXES = tuple(d + "." for d in OPAQUE_DOMAINS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,7 +181,7 @@ def _effectful_ops() -> frozenset:
 def has_effects(op: str) -> bool:
     """Whether the op ``op`` (``Node.op``) has effects: its table says so, or its
     domain is opaque."""
-    return op in _effectful_ops() or op.startswith(tuple(d + "." for d in OPAQUE_DOMAINS))
+    return op in _effectful_ops() or op.startswith(_OPAQUE_PREFIXES)
 
 
 def load_rules(frontend: Optional[str] = None, extra: Iterable[str | Path] = ()) -> dict:

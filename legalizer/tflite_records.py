@@ -22,7 +22,7 @@ DTYPES = {0: "float", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "stri
 TFLITE_TYPES = {v: k for k, v in DTYPES.items()}
 
 
-@dataclass
+@dataclass(slots=True)
 class OpRecord:
     """What an imported operator keeps besides its operands and options: its
     OperatorCode (version, custom code), the rest of its Operator table, and which

@@ -60,7 +60,7 @@ def snake(camel: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
 
 
-@dataclass
+@dataclass(slots=True)
 class FbTable:
     """One table: ``type`` is the schema's table name (``Operator``, ``AddOptions``);
     ``fields`` maps snake_case field names to scalars, strings, numpy arrays (vectors
@@ -202,56 +202,131 @@ def _string(buf, at: int) -> str:
     return bytes(buf[at + 4:at + 4 + n]).decode("utf-8", "replace")
 
 
-def _read_at(buf, pos: int, table: str) -> FbTable:
-    """The ``FbTable`` of the ``table`` at ``pos`` of ``buf``, from its vtable."""
-    vt = pos - _I32.unpack_from(buf, pos)[0]
+_SCALAR, _DEFAULT, _STRING, _TABLE, _SCALARS, _TABLES, _STRINGS, _UNION, _ACCESSOR, _SCALAR_AT = range(10)
+
+
+def _plan_at(table: str, buf, vt: int) -> Tuple:
+    """How to read a ``table`` whose vtable is at ``vt``: every table that shares a
+    vtable has its fields at the same places, so the vtable is read once for them all.
+    Returns the struct of its scalars, each from the table's start (one unpack for all),
+    and the steps, in the layout's order (the dict's order, as the accessors give it):
+    (key, what, its place in the table or the scalar's index, what else it needs)."""
     vt_len = _U16.unpack_from(buf, vt)[0]
-    out = FbTable(table)
-    fields = out.fields
+    scalars, steps = [], []
     for s in _layout(table):
         o = _U16.unpack_from(buf, vt + s.slot)[0] if s.slot < vt_len else 0
         kind = s.kind
         if kind == "scalar":
-            fields[s.key] = s.cast(s.unpack.unpack_from(buf, pos + o)[0]) if o else s.default
+            if o:
+                steps.append([s.key, _SCALAR, len(scalars), None])
+                scalars.append((o, s.unpack.format[-1], len(steps) - 1))
+            else:
+                steps.append((s.key, _DEFAULT, 0, s.default))
         elif kind == "accessor":
-            reader = getattr(_module(table), table)()
-            reader.Init(buf, pos)
-            _read_field(reader, s.key, _fields(table)[s.key], fields)
+            steps.append((s.key, _ACCESSOR, 0, None))
         elif kind == "union":
             t = _U16.unpack_from(buf, vt + s.type_slot)[0] if s.type_slot < vt_len else 0
-            code = _U8.unpack_from(buf, pos + t)[0] if t else 0
-            if code == 0:
-                continue
-            fields[f"{s.key}_type"] = code
-            member = union_class(s.table, code)
-            if member is not None and o:
-                at = pos + o
-                fields[s.key] = _read_at(buf, at + _U32.unpack_from(buf, at)[0], member)
-        elif not o:
+            if t:  # (no type: nothing, whatever the member's slot holds)
+                steps.append((s.key, _UNION, (t, o), s.table))
+        elif o:
+            what = {"string": _STRING, "table": _TABLE, "scalars": _SCALARS, "tables": _TABLES}.get(kind, _STRINGS)
+            steps.append((s.key, what, o, s.dtype if kind == "scalars" else s.table))
+    fmt, at, k = "<", 0, 0
+    for o, code, step in sorted(scalars):
+        if o < at:  # (a corrupt vtable: fields that overlap are read one by one)
+            steps[step][1:] = _SCALAR_AT, o, struct.Struct("<" + code)
             continue
-        elif kind == "string":
-            fields[s.key] = _string(buf, pos + o)
-        elif kind == "table":
-            at = pos + o
-            fields[s.key] = _read_at(buf, at + _U32.unpack_from(buf, at)[0], s.table)
+        fmt += "x" * (o - at) + code
+        at = o + struct.calcsize("<" + code)
+        steps[step][2] = k  # its index among the unpacked values, in offset order
+        k += 1
+    steps = tuple(tuple(x) for x in steps)
+    return (struct.Struct(fmt) if k else None), steps
+
+
+def _reader_of(table: str, st, steps) -> Any:
+    """A function that reads a ``table`` of one vtable (``_plan_at``'s ``st`` and
+    ``steps``): the steps as straight-line code, compiled once per vtable (a loop over
+    them, asking each step's kind, was most of a large model's read)."""
+    env = {"FbTable": FbTable, "ST": st, "U8": _U8, "U32": _U32, "string": _string, "read_at": _read_at,
+           "frombuffer": np.frombuffer, "union_class": union_class, "by_accessor": _by_accessor}
+    lines = ["def read(buf, pos, plans):", "    f = {}"]
+    if st is not None:
+        lines.append("    v = ST.unpack_from(buf, pos)")
+    for i, (key, what, o, arg) in enumerate(steps):
+        k = repr(key)
+        if isinstance(arg, str):
+            a = repr(arg)
+        else:  # (a default, a dtype, a struct: by name)
+            env[f"a{i}"] = arg
+            a = f"a{i}"
+        if what == _SCALAR:
+            lines.append(f"    f[{k}] = v[{o}]")
+        elif what == _DEFAULT:
+            lines.append(f"    f[{k}] = {a}")
+        elif what == _SCALAR_AT:
+            lines.append(f"    f[{k}] = {a}.unpack_from(buf, pos + {o})[0]")
+        elif what == _STRING:
+            lines.append(f"    f[{k}] = string(buf, pos + {o})")
+        elif what == _TABLE:
+            lines.append(f"    at = pos + {o}")
+            lines.append(f"    f[{k}] = read_at(buf, at + U32.unpack_from(buf, at)[0], {a}, plans)")
+        elif what == _UNION:
+            t, o = o
+            lines += [f"    code = U8.unpack_from(buf, pos + {t})[0]",
+                      "    if code:",
+                      f"        f[{repr(key + '_type')}] = code"]
+            if o:
+                lines += [f"        member = union_class({a}, code)",
+                          "        if member is not None:",
+                          f"            at = pos + {o}",
+                          f"            f[{k}] = read_at(buf, at + U32.unpack_from(buf, at)[0], member, plans)"]
+        elif what == _ACCESSOR:
+            lines.append(f"    by_accessor(buf, pos, {repr(table)}, {k}, f)")
         else:
-            at = pos + o
-            at += _U32.unpack_from(buf, at)[0]
-            n = _U32.unpack_from(buf, at)[0]
-            if kind == "scalars":
-                fields[s.key] = np.frombuffer(buf, s.dtype, n, at + 4)
-            elif kind == "tables":
-                items = (at + 4 + 4 * j for j in range(n))
-                fields[s.key] = [_read_at(buf, e + _U32.unpack_from(buf, e)[0], s.table) for e in items]
+            lines += [f"    at = pos + {o}", "    at += U32.unpack_from(buf, at)[0]", "    n = U32.unpack_from(buf, at)[0]"]
+            if what == _SCALARS:
+                lines.append(f"    f[{k}] = frombuffer(buf, {a}, n, at + 4)")
+            elif what == _TABLES:
+                lines.append(f"    f[{k}] = [read_at(buf, e + U32.unpack_from(buf, e)[0], {a}, plans)"
+                             " for e in range(at + 4, at + 4 + 4 * n, 4)]")
             else:
-                fields[s.key] = [_string(buf, at + 4 + 4 * j) for j in range(n)]
-    return out
+                lines.append(f"    f[{k}] = [string(buf, e) for e in range(at + 4, at + 4 + 4 * n, 4)]")
+    lines.append(f"    return FbTable({repr(table)}, f)")
+    exec(compile("\n".join(lines), f"<tflite_schema reader of {table}>", "exec"), env)
+    return env["read"]
+
+
+def _by_accessor(buf, pos: int, table: str, key: str, fields: Dict[str, Any]) -> None:
+    reader = getattr(_module(table), table)()
+    reader.Init(buf, pos)
+    _read_field(reader, key, _fields(table)[key], fields)
+
+
+def _read_at(buf, pos: int, table: str, plans: Dict) -> FbTable:
+    """The ``FbTable`` of the ``table`` at ``pos`` of ``buf``, from its vtable
+    (``plans``: the reader ``_reader_of`` made for each (table, vtable) of this buffer)."""
+    vt = pos - _I32.unpack_from(buf, pos)[0]
+    reader = plans.get((table, vt))
+    if reader is None:
+        st, steps = _plan_at(table, buf, vt)
+        # equal layouts (in this file or another) share one compiled reader
+        key = (table, st.format if st is not None else None,
+               *[(k, w, o, a.format if isinstance(a, struct.Struct) else a) for k, w, o, a in steps])
+        reader = _READERS.get(key)
+        if reader is None:
+            reader = _READERS[key] = _reader_of(table, st, steps)
+        plans[table, vt] = reader
+    return reader(buf, pos, plans)
+
+
+_READERS: Dict[Tuple, Any] = {}  # a table's layout -> its compiled reader
 
 
 def read(obj: Any, table: Optional[str] = None) -> FbTable:
     """The ``FbTable`` of reader object ``obj``. Vectors of scalars are numpy views of
     the file's bytes, not copies."""
-    return _read_at(obj._tab.Bytes, obj._tab.Pos, table or type(obj).__name__)
+    return _read_at(obj._tab.Bytes, obj._tab.Pos, table or type(obj).__name__, {})
 
 
 def read_by_accessors(obj: Any, table: Optional[str] = None) -> FbTable:
@@ -368,43 +443,55 @@ def _plan(table: str) -> _Plan:
 class _Writer:
     """One flatbuffer's writing: the builder and what it already holds."""
 
-    def __init__(self, builder: flatbuffers.Builder):
+    def __init__(self, builder: flatbuffers.Builder, by_builder: bool = False):
         self.b = builder
         self.vectors: Dict[Tuple, int] = {}  # a small vector of scalars -> its offset
         self.tables: Dict[Tuple, int] = {}  # a table of scalars alone -> its offset
         self.plans: Dict[str, _Plan] = {}
+        # (type, its field names) -> their puts in schema order, and the layouts of such
+        # tables by (which are present, where they start mod 8)
+        self.orders: Dict[Tuple, Tuple[list, Dict]] = {}
+        self.by_builder = by_builder
 
     def table(self, t: FbTable) -> int:
         plan = self.plans.get(t.type)
         if plan is None:
             plan = self.plans[t.type] = _plan(t.type)
-        fields, puts = t.fields, plan.puts
-        present = []  # (schema order, put, value): the bytes depend on the table alone, not its dict's order
-        for k, value in fields.items():
-            p = puts.get(k)
-            if p is None:
-                unknown = set(fields) - set(puts)
+        fields = t.fields
+        # its fields' puts in schema order (the bytes depend on the table alone, not its
+        # dict's order), worked out once per type and set of keys, with the layouts of
+        # the tables of those keys (by which fields are present and where they start)
+        names = (t.type, *fields)
+        entry = self.orders.get(names)
+        if entry is None:
+            puts = plan.puts
+            unknown = set(fields) - set(puts)
+            if unknown:
                 raise KeyError(f"table {t.type} has no field {', '.join(sorted(unknown))}")
-            if value is None or (p.kind == "scalar" and value == p.default):  # the builder leaves a default out
-                continue
-            present.append((p.order, p, value))
-        if len(present) > 1:
-            present.sort()  # (by order alone: no two fields share one)
+            entry = self.orders[names] = (sorted((puts[k] for k in fields), key=lambda p: p.order), {})
+        ordered, layouts = entry
+        present = []  # (put, value)
+        mask, bit = 0, 1
+        for p in ordered:
+            value = fields[p.key]
+            if value is not None and (p.kind != "scalar" or value != p.default):  # the builder leaves a default out
+                present.append((p, value))
+                mask |= bit
+            bit <<= 1
         key = None
         if plan.shareable:
             key = (t.type, *[(p.order, float(v).hex() if isinstance(v, (float, np.floating)) else v)
-                             for _, p, v in present])
+                             for p, v in present])
             hit = self.tables.get(key)
             if hit is not None:
                 return hit
         b = self.b
-        # (-width, order, struct code, value, slot, target offset or None): the widest
-        # first, in schema order within a width; then fields of another form
-        placed, calls = [], []
-        for _, p, value in present:
+        # each present field's value: a scalar's own, or its target's offset
+        offs, calls = [], []
+        for p, value in present:
             kind = p.kind
             if kind == "scalar":
-                placed.append((-p.width, p.order, p.code, value, p.slot, None))
+                offs.append(value)
                 continue
             if kind == "vector":
                 off = self.scalars(p, value)
@@ -416,21 +503,54 @@ class _Writer:
                 off = self.offsets([self.string(x) if isinstance(x, str) else self.table(x) for x in value])
             elif kind == "call":
                 calls.append((p.add, value))
-                continue
+                off = None
             else:
                 raise TypeError(f"table {t.type}: field {p.key} holds a {type(value).__name__}")
-            placed.append((-4, p.order, "I", 0, p.slot, off))
-        b.StartObject(plan.count)
-        if placed:
-            if len(placed) > 1:
-                placed.sort()
-            self.place(placed)
-        for add, value in calls:
-            add(b, value)
-        off = b.EndObject()
+            offs.append(off)
+        if calls or self.by_builder:
+            b.StartObject(plan.count)
+            placed = _placed(present, offs)
+            if placed:
+                self.place(placed)
+            for add, value in calls:
+                add(b, value)
+            off = b.EndObject()
+        else:
+            start = len(b.Bytes) - b.head  # StartObject's objectEnd
+            layout = layouts.get((mask, start & 7))
+            if layout is None:
+                layout = layouts[mask, start & 7] = _object_layout(plan.count, _placed(present, offs), start & 7)
+            off = self.object(layout, offs, start)
         if key is not None:
             self.tables[key] = off
         return off
+
+    def object(self, layout: Tuple, offs: list, start: int) -> int:
+        """The table whose fields' values (or targets' offsets) are ``offs``, laid out as
+        ``layout`` says (``_object_layout``), in one write: byte for byte what
+        ``StartObject``, ``place`` and ``EndObject`` make of it (its vtable shared with an
+        equal one already written, as ``WriteVtable`` does). ``start``: the offset from
+        the buffer's end it starts at."""
+        b = self.b
+        fmt, packing, size, vt_key, vt_bytes, align = layout
+        room = size + len(vt_bytes)
+        if b.head <= room:
+            b.Prep(1, room)  # grow only (alignment 1 pads nothing)
+        if align > b.minalign:
+            b.minalign = align
+        head = b.head - size
+        obj = start + size  # the object's offset from the buffer's end
+        values = [start + rel - offs[j] if ref else offs[j] for j, ref, rel in packing]
+        vt = b.vtables.get(vt_key)
+        if vt is None:
+            b.Bytes[head - len(vt_bytes):head] = vt_bytes
+            b.vtables[vt_key] = obj + len(vt_bytes)
+            fmt.pack_into(b.Bytes, head, len(vt_bytes), *values)
+            b.head = head - len(vt_bytes)
+        else:
+            fmt.pack_into(b.Bytes, head, vt - obj, *values)
+            b.head = head
+        return obj
 
     def place(self, placed) -> None:
         """The fields of the table being built, in one write: widest first from its end
@@ -443,7 +563,7 @@ class _Writer:
         b.Prep(1, size)  # room only: aligned already
         end = b.Offset()  # the first field ends here, counted from the buffer's end
         codes, values, vtable = [], [], b.current_vtable
-        for width, _, code, value, slot, target in placed:
+        for width, _, code, value, slot, target, _ in placed:
             end -= width
             vtable[slot] = end
             codes.append(code)
@@ -485,9 +605,17 @@ class _Writer:
         in one write, where ``StartVector`` and ``EndVector`` would put them."""
         b = self.b
         size = len(data)
-        b.Prep(4, size)  # the length, aligned, right before the data (and room for both)
-        if align > 4:
-            b.Prep(align, size)
+        pad = (b.head - len(b.Bytes) - size) & 3  # Prep(4, size): the length aligned right before the data
+        if align > 4 or b.head < pad + size + 8:
+            b.Prep(4, size)  # (and room for both)
+            if align > 4:
+                b.Prep(align, size)
+        else:
+            if pad:
+                b.Bytes[b.head - pad:b.head] = bytes(pad)  # Pad's zeros
+                b.head -= pad
+            if b.minalign < 4:
+                b.minalign = 4
         head = b.head - size - 4
         _U32.pack_into(b.Bytes, head, n)
         b.Bytes[head + 4:head + 4 + size] = data
@@ -514,16 +642,73 @@ class _Writer:
         return b.EndVector()
 
 
-def write(builder: flatbuffers.Builder, t: FbTable) -> int:
-    """Build ``t`` (children first, as flatbuffers requires); return its offset."""
-    return _Writer(builder).table(t)
+def _placed(present, offs) -> list:
+    """The fields as ``place`` takes them: (-width, schema order, struct code, value,
+    slot, target offset or None, index in ``present``), the widest first, in schema order
+    within a width; a field of another form (a call) left out."""
+    placed = [(-p.width, p.order, p.code, v, p.slot, None, j) if p.kind == "scalar" else
+              (-4, p.order, "I", 0, p.slot, off, j)
+              for j, ((p, v), off) in enumerate(zip(present, offs)) if p.kind != "call"]
+    placed.sort()  # (by width and order alone: no two fields share an order)
+    return placed
 
 
-def serialize(model: FbTable, initial_size: int = 1024) -> bytes:
+def _object_layout(count: int, placed, start: int) -> Tuple:
+    """Where ``Writer.object`` puts a table of ``placed`` fields (``_placed``'s; of
+    ``count`` slots) that starts ``start`` (mod 8) bytes from the buffer's end, as the
+    builder does it: the fields aligned to the widest (``place``), the offset to the
+    vtable aligned to 4 (``PrependSOffsetTRelative``), the vtable of the slots' offsets
+    from the object with trailing absent ones left out (``WriteVtable``). Returns the
+    struct of the object (offset to the vtable, padding, fields from the lowest address,
+    padding); per field from the lowest address, (its index among the table's present
+    fields, whether it is an offset, its offset from the buffer's end less the object's
+    start); the object's size; the builder's vtable key; the vtable's bytes; the
+    alignment."""
+    widest = -placed[0][0] if placed else 1
+    lead = -start & (widest - 1)  # Prep(widest, 0)
+    packing, end, slots = [], lead, [0] * count
+    for width, _, _, _, slot, target, j in placed:
+        end -= width  # (widths negated)
+        packing.append((j, target is not None, end))
+        slots[slot] = end
+    pad = -(start + end) & 3  # Prep(4, 0) before the offset to the vtable
+    size = end + pad + 4
+    offsets = [size - s if s else 0 for s in slots]
+    while offsets and not offsets[-1]:
+        offsets.pop()
+    vt_key = (*reversed(offsets), size)
+    vt_bytes = struct.pack(f"<{len(offsets) + 2}H", 2 * (len(offsets) + 2), size, *offsets)
+    fmt = "<i" + "x" * pad + "".join(x[2] for x in reversed(placed)) + "x" * lead
+    packing.reverse()
+    return struct.Struct(fmt), packing, size, vt_key, vt_bytes, max(widest, 4)
+
+
+def write(builder: flatbuffers.Builder, t: FbTable, by_builder: bool = False) -> int:
+    """Build ``t`` (children first, as flatbuffers requires); return its offset.
+    ``by_builder``: each table through the builder's StartObject/EndObject (the
+    reference the one-write tables are tested against)."""
+    return _Writer(builder, by_builder).table(t)
+
+
+def serialize(model: FbTable, initial_size: int = 1024, by_builder: bool = False) -> bytes:
     """The bytes of a ``Model`` table, with the TFLite file identifier."""
     builder = flatbuffers.Builder(initial_size)
-    builder.Finish(write(builder, model), file_identifier=FILE_IDENTIFIER)
+    builder.Finish(write(builder, model, by_builder), file_identifier=FILE_IDENTIFIER)
     return bytes(builder.Output())
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(table: str) -> Dict[str, Any]:
+    """The scalar fields of ``table`` by key, with the default the writer leaves out."""
+    return {k: p.default for k, p in _plan(table).puts.items() if p.kind == "scalar"}
+
+
+def without_defaults(table: str, fields: Dict[str, Any], leave=frozenset()) -> Dict[str, Any]:
+    """``fields`` of a ``table`` less those in ``leave`` and the scalars at their schema
+    default: what the writer writes of them is the same (it leaves a default out), and
+    a table kept for writing back holds only what it needs."""
+    defaults = _defaults(table)
+    return {k: v for k, v in fields.items() if k not in leave and (k not in defaults or v != defaults[k])}
 
 
 def builtin_code(name: str) -> int:

@@ -123,6 +123,10 @@ _CHILD = textwrap.dedent("""
         out["nodes_out"] = r.report.stats.get("nodes_out", 0)
         if r.check is not None:
             out["check_ok"] = r.check.ok
+    # the whole process's CPU seconds (user + system; its helper children's included,
+    # those waited for): steadier than wall time on a shared machine
+    ru, rc = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["cpu_s"] = ru.ru_utime + ru.ru_stime + rc.ru_utime + rc.ru_stime
     # VmHWM, this process's own peak: ru_maxrss would carry the parent's across exec
     hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
     out["maxrss_mb"] = (int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
@@ -769,6 +773,7 @@ def each_once(sizes: list, repeat: int, baseline: Optional[Path], baseline_max: 
         for label, stage, *_ in runs:
             row["runs"][label] = {"s": statistics.median(r[stage] for r in got[label]),
                                   "maxrss_mb": statistics.median(r["maxrss_mb"] for r in got[label]),
+                                  "cpu_s": statistics.median(r["cpu_s"] for r in got[label]),
                                   "all_s": [r[stage] for r in got[label]]}
         r = row["runs"]
         floor = r["onnx.load+save"]
@@ -778,7 +783,8 @@ def each_once(sizes: list, repeat: int, baseline: Optional[Path], baseline_max: 
             tosa, xla, tfl = r["tosa" + suffix], r["xla" + suffix], r["tflite tosa" + suffix]
             row["ratios" + suffix] = {"tosa/floor s": tosa["s"] / floor["s"],
                                       "tosa/floor rss": tosa["maxrss_mb"] / floor["maxrss_mb"],
-                                      "xla/tosa s": xla["s"] / tosa["s"], "tflite/onnx s": tfl["s"] / tosa["s"]}
+                                      "xla/tosa s": xla["s"] / tosa["s"], "tflite/onnx s": tfl["s"] / tosa["s"],
+                                      "tflite/onnx cpu": tfl["cpu_s"] / tosa["cpu_s"]}
         rows.append(row)
         print(f"{n:,} nodes: " + "; ".join(f"{k} {v['s']:.2f} s {v['maxrss_mb']:.0f} MB" for k, v in r.items()),
               file=sys.stderr, flush=True)
@@ -791,14 +797,15 @@ def print_each_once(rows: list) -> None:
 
     console = Console(width=200)
     t = Table(title="legalize --no-check: seconds and peak RSS (median of the rounds, whole processes)")
-    for col in ("nodes", "run", "s", "MB"):
+    for col in ("nodes", "run", "s", "CPU s (process)", "MB"):
         t.add_column(col, justify="right")
     for row in rows:
         for label, v in row["runs"].items():
-            t.add_row(f"{row['nodes']:,}", label, f"{v['s']:.2f}", f"{v['maxrss_mb']:.0f}")
+            t.add_row(f"{row['nodes']:,}", label, f"{v['s']:.2f}", f"{v['cpu_s']:.2f}", f"{v['maxrss_mb']:.0f}")
     console.print(t)
     t = Table(title="Issue 31's ratios")
-    for col in ("nodes", "tree", "tosa / floor (s)", "tosa / floor (RSS)", "xla / tosa (s)", "TFLite / ONNX chain (s)"):
+    for col in ("nodes", "tree", "tosa / floor (s)", "tosa / floor (RSS)", "xla / tosa (s)", "TFLite / ONNX chain (s)",
+                "TFLite / ONNX chain (CPU s)"):
         t.add_column(col, justify="right")
     for row in rows:
         for suffix, tree in (("", "this"), (" (before)", "before")):

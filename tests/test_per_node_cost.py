@@ -496,3 +496,57 @@ def test_xla_shares_a_runtime_broadcast_check_between_nodes(onnx_model):
     res = check(proto, legalizer.to_onnx(model), provider="cpu")
     assert res.ok and res.ran, res.to_json()
     assert (1, 3) in {tuple(sorted(b.dims.values())) for b in res.bindings if not b.skipped}  # one dim 1, the other 3
+
+
+def _tflite_chain(tmp_path, ops: int) -> Path:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tflite_build import add_chain
+
+    path = tmp_path / f"chain{ops}.tflite"
+    path.write_bytes(add_chain(ops))
+    return path
+
+
+def test_a_tflite_op_costs_under_1_5_kb_as_an_onnx_node_does(tmp_path):
+    """The Python objects an imported TFLite chain holds per op (an ADD and its output
+    tensor): no field kept at its default, no table where none is left, one type per
+    dtype and shape (2.03 KB before; the ONNX chain's node is under 1.5 KB too)."""
+    import tracemalloc
+
+    from legalizer.importers.tflite import load_tflite
+
+    small, big = _tflite_chain(tmp_path, 10), _tflite_chain(tmp_path, 20_000)
+    load_tflite(small)  # what is made once (the schema's tables, the readers)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        model = load_tflite(big)
+        gc.collect()
+        per_op = (tracemalloc.get_traced_memory()[0] - before) / 20_000
+    finally:
+        tracemalloc.stop()
+    assert len(list(model.graph.ops())) == 20_000
+    assert per_op < 1536, per_op
+
+
+def test_tflite_tables_kept_for_writing_back_leave_defaults_out(tmp_path):
+    """An imported operator keeps of its table only the fields not at their default,
+    a tensor none at all when nothing is left; written back, the file is the same as
+    with every default put back (the writer leaves a default out)."""
+    from legalizer.exporters.tflite import to_tflite
+    from legalizer.importers.tflite import load_tflite
+    from legalizer.tflite_schema import FbTable, _defaults
+
+    model = load_tflite(_tflite_chain(tmp_path, 5))
+    ops = list(model.graph.ops())
+    assert [n.proto.rest.fields for n in ops] == [{}] * 5
+    assert {v.info for n in ops for v in n.inputs + n.outputs} == {None}
+    written = to_tflite(model)
+    for n in ops:
+        n.proto.rest = FbTable("Operator", dict(_defaults("Operator")))
+        for v in n.outputs:
+            v.info = FbTable("Tensor", {k: d for k, d in _defaults("Tensor").items() if k != "type" and k != "buffer"})
+    assert to_tflite(model) == written

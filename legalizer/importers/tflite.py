@@ -10,7 +10,8 @@ in file order). Conventions of the TFLite IR:
   ``proto`` is an ``OpRecord`` with what the IR does not model.
 - A tensor is a ``Value`` named as the tensor (names made unique); its shape is
   ``shape_signature`` where there is one (-1 is a dynamic dim, ``None``), else
-  ``shape``; ``quant`` holds its quantization; ``info`` the rest of its table.
+  ``shape``; ``quant`` holds its quantization; ``info`` the rest of its table (the
+  fields not at their default; None when none are left).
 - A tensor with buffer data is a constant whose array is a view of the file's bytes
   (no copy), in the stored dtype (int8 weights stay int8).
 - An absent optional operand (index -1) is ``None``.
@@ -34,7 +35,7 @@ from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
 from ..model import Model, SourceFormat
 from ..oprules import has_effects
-from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read
+from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read, without_defaults
 # (re-exported: the records are the importer's, kept below it so the exporters need not import it)
 from ..tflite_records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
 
@@ -65,12 +66,6 @@ def _ints(a) -> List[int]:
     return a.tolist() if isinstance(a, np.ndarray) else [int(x) for x in a]
 
 
-def _attr_value(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return v
-
-
 def _tensor_at(index: int, values: List[Value], idx: int, where: str) -> Optional[Value]:
     """Tensor ``idx`` of subgraph ``index`` (None for -1, no operand)."""
     if idx == -1:
@@ -99,6 +94,7 @@ class _Importer:
         self.opcodes: List[FbTable] = table.get("operator_codes", [])
         self.external: Dict[int, np.ndarray] = {}  # TFLiteSource.external
         self.kinds: Dict[int, Tuple[str, str]] = {}  # opcode index -> (domain, op type), once known good
+        self.types: Dict[Tuple, TensorType] = {}
 
     def buffer_data(self, index: int, tensor: str) -> Optional[np.ndarray]:
         if index <= 0:
@@ -178,18 +174,21 @@ class _Importer:
         consts: Dict[int, Node] = {}
         names = set()
         for i, t in enumerate(tensors):
-            name = t.get("name") or f"tensor{i}"
+            f = t.fields  # (the dict itself: FbTable.get's call a field was a tenth of the import)
+            name = f.get("name") or f"tensor{i}"
             if name in names:
                 base, k = name, 1
                 while f"{base}_{k}" in names:
                     k += 1
                 name = f"{base}_{k}"
             names.add(name)
-            ttype = self.tensor_type(t, f"subgraph {index}: tensor {i} '{name}'")
-            info = FbTable("Tensor", {k: x for k, x in t.fields.items() if k not in TENSOR_FIELDS})
-            v = Value(name, ttype, info=info, info_index=i, quant=_quantization(t.get("quantization")))
+            ttype = self.tensor_type(t, index, i, name)
+            info = without_defaults("Tensor", f, TENSOR_FIELDS)
+            info = FbTable("Tensor", info) if info else None  # (most tensors: nothing more to keep)
+            q = f.get("quantization")
+            v = Value(name, ttype, info=info, info_index=i, quant=None if q is None else _quantization(q))
             values.append(v)
-            buffer = int(t.get("buffer", 0))
+            buffer = int(f.get("buffer", 0))
             data = self.buffer_data(buffer, name)
             if data is None and buffer > 0 and ttype.is_static and 0 in ttype.shape:
                 data = _EMPTY  # a zero-element constant has no bytes to store (LiteRT reads it so)
@@ -206,45 +205,61 @@ class _Importer:
         order TFLite runs them); adds the tensors they write to ``produced``."""
         nodes = []
         ops = sg.get("operators", [])
-        later = {i: k for k, op in enumerate(ops) for i in _ints(op.get("outputs", []))}
+        outputs = [_ints(op.fields.get("outputs", ())) for op in ops]
+        later = {i: k for k, outs in enumerate(outputs) for i in outs}
+        count = len(values)
         for k, op in enumerate(ops):
             node = self.operator(k, op, index)
-            where = f"operator {k} ({node.op})"
-            node.inputs = [_tensor_at(index, values, i, where) for i in _ints(op.get("inputs", []))]
-            for v in node.inputs:
+            ins = _ints(op.fields.get("inputs", ()))
+            if ins and (min(ins) < -1 or max(ins) >= count):  # (the message names the first)
+                for i in ins:
+                    _tensor_at(index, values, i, f"operator {k} ({node.op})")
+            node.inputs = inputs = [None if i == -1 else values[i] for i in ins]
+            for i in ins:
                 # TFLite runs operators in the order listed (LiteRT aborts on this).
-                if v is not None and v.info_index not in produced and later.get(v.info_index, -1) >= k:
-                    raise BadInput(f"subgraph {index}: operator {k} ({node.op}) reads tensor '{v.name}' before"
-                                   f" operator {later[v.info_index]} writes it (operators run in the order listed)")
-            outs = _ints(op.get("outputs", []))
+                if i != -1 and i not in produced and later.get(i, -1) >= k:
+                    raise BadInput(f"subgraph {index}: operator {k} ({node.op}) reads tensor '{values[i].name}'"
+                                   f" before operator {later[i]} writes it (operators run in the order listed)")
+            outs = outputs[k]
             for i in outs:
-                if i in produced or not 0 <= i < len(values):
-                    what = "refers to a missing tensor" if not 0 <= i < len(values) else "writes a tensor that is already defined"
+                if i in produced or not 0 <= i < count:
+                    what = "refers to a missing tensor" if not 0 <= i < count else "writes a tensor that is already defined"
                     raise BadInput(f"subgraph {index}: operator {k} ({node.op}) {what} (index {i})")
                 produced.add(i)
             node.outputs = [values[i] for i in outs]
-            _name_broadcast_dims(node)
+            if node.op_type == "BROADCAST_TO":
+                _name_broadcast_dims(node)
             nodes.append(node)
             ops[k] = None  # as the tensors' tables
         return nodes
 
-    def tensor_type(self, t: FbTable, where: str) -> TensorType:
-        code = int(t.get("type", 0))
+    def tensor_type(self, t: FbTable, index: int, i: int, name: str) -> TensorType:
+        """The type of tensor ``i`` (named ``name``) of subgraph ``index``."""
+        f = t.fields
+        code = int(f.get("type", 0))
         dtype = DTYPES.get(code)
         if dtype is None:
             # A code the schema defines but the IR has no dtype for (RESOURCE, VARIANT)
             # is kept by number; one it does not define is a corrupt or foreign file.
             if enum_name("TensorType", code) is None:
-                raise BadInput(f"{where} has type code {code}, which TFLite does not define")
+                raise BadInput(f"subgraph {index}: tensor {i} '{name}' has type code {code}, which TFLite does"
+                               " not define")
             dtype = f"tflite_type{code}"
-        sig = t.get("shape_signature")
-        shape = t.get("shape")
+        sig = f.get("shape_signature")
+        shape = f.get("shape")
         dims = sig if sig is not None and len(sig) else shape
         if dims is None or len(dims) == 0:
             # No dims: a scalar says so with has_rank (or is a constant); otherwise the
             # rank is unknown, and an unranked tensor is never reshaped on a guess.
-            return TensorType(dtype, () if t.get("has_rank") or t.get("buffer", 0) else None)
-        return TensorType(dtype, tuple(None if d < 0 else d for d in _ints(dims)))
+            shape = () if f.get("has_rank") or f.get("buffer", 0) else None
+        else:
+            dims = _ints(dims)
+            shape = tuple(dims) if min(dims) >= 0 else tuple(None if d < 0 else d for d in dims)
+        # one (frozen) type for the tensors of one dtype and shape, as the ONNX importer does
+        got = self.types.get((dtype, shape))
+        if got is None:
+            got = self.types[dtype, shape] = TensorType(dtype, shape)
+        return got
 
     def const_data(self, data: np.ndarray, v: Value, name: str, sparsity: Optional[FbTable], buffer: int) -> ConstData:
         """A constant's data. A sparse one (pruned weights: the buffer holds the nonzero
@@ -279,7 +294,8 @@ class _Importer:
         return np.frombuffer(data, np_dtype, count).reshape(shape)
 
     def operator(self, k: int, op: FbTable, sg_index: int) -> Node:
-        idx = int(op.get("opcode_index", 0))
+        f = op.fields
+        idx = int(f.get("opcode_index", 0))
         if not 0 <= idx < len(self.opcodes):
             raise BadInput(f"subgraph {sg_index}: operator {k} has opcode index {idx}, but the model has"
                            f" {len(self.opcodes)} operator codes")
@@ -296,13 +312,13 @@ class _Importer:
                 kind = TFLITE_DOMAIN, name
             self.kinds[idx] = kind
         domain, op_type = kind
-        rest = FbTable("Operator", {key: v for key, v in op.fields.items() if key not in OPERATOR_FIELDS})
+        rest = FbTable("Operator", without_defaults("Operator", f, OPERATOR_FIELDS))
         options_table, attrs = None, {}
         for union in ("builtin_options", "builtin_options2"):
-            opts = op.get(union)
+            opts = f.get(union)
             if opts is not None:
                 options_table = opts.type
-                attrs = {key: _attr_value(v) for key, v in opts.fields.items()}
+                attrs = {key: v.tolist() if isinstance(v, np.ndarray) else v for key, v in opts.fields.items()}
         return Node(OP, op_type, domain, "", attrs=attrs, proto=OpRecord(code, rest, options_table))
 
 
