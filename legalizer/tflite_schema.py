@@ -315,12 +315,17 @@ def _read_at(buf, pos: int, table: str, plans: Dict) -> FbTable:
                *[(k, w, o, a.format if isinstance(a, struct.Struct) else a) for k, w, o, a in steps])
         reader = _READERS.get(key)
         if reader is None:
+            if len(_READERS) >= _MAX_READERS:  # (a long-lived process fed crafted files: bounded)
+                _READERS.clear()
             reader = _READERS[key] = _reader_of(table, st, steps)
         plans[table, vt] = reader
     return reader(buf, pos, plans)
 
 
-_READERS: Dict[Tuple, Any] = {}  # a table's layout -> its compiled reader
+# A table's layout -> its compiled reader. The code compiled holds only the schema's
+# names and the vtable's integer offsets: nothing a file says becomes code.
+_READERS: Dict[Tuple, Any] = {}
+_MAX_READERS = 4096
 
 
 def read(obj: Any, table: Optional[str] = None) -> FbTable:
