@@ -178,3 +178,26 @@ def test_a_tflite_model_of_two_subgraphs_loads_once_per_runtime(tmp_path, monkey
         [("scale/scaled (LiteRT)", True), ("scale/scaled (onnxruntime)", True)],
         [("shift/shifted (LiteRT)", True), ("shift/shifted (onnxruntime)", True)]]
     assert dict(built) == {("LiteRTRunner", str(src)): 1, ("LiteRTRunner", str(out)): 1, ("OrtRunner", ""): 2}
+
+
+@pytest.mark.needs("torch")
+def test_a_pt2_check_loads_the_legalized_model_once_for_both_references(monkeypatch):
+    """The check of a program from PyTorch compares the legalized model with the ONNX
+    export and with PyTorch running the program: two plans in one session, the
+    legalized model loaded into onnxruntime once (the old checks loaded it once each)."""
+    from legalizer.numeric import child
+
+    model = legalizer.load(ROOT / "models/mlp.pt2")
+    legalizer.legalize(model, "tosa")
+    built: Dict[str, int] = Counter()
+    real = child.Remote.__init__
+
+    def counting(self, factory, *args, **kwargs):
+        built[factory.__name__] += 1
+        real(self, factory, *args, **kwargs)
+
+    monkeypatch.setattr(child.Remote, "__init__", counting)
+    result = legalizer.check(model)
+    assert result.ok and result.provider == "CPUExecutionProvider" and result.torch.ok, result.to_json()
+    assert [b.dims for b in result.torch.bindings] == [b.dims for b in result.bindings] and result.bindings
+    assert dict(built) == {"OrtRunner": 2}  # the export and the legalized model

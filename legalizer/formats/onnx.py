@@ -82,7 +82,9 @@ class OnnxFormat(Format):
         return {vi.name: vi.type.tensor_type.elem_type for vi in self.proto(model).graph.input
                 if vi.type.HasField("tensor_type")}
 
-    def check(self, run, written: Path):
+    def check(self, run, written: Path, session=None):
+        """The legalized model checked against the original (``session``: a
+        ``plan.Session`` that later checks of the run share)."""
         from ..numeric.ort import check, choices_from_constraints
 
         options, golden = run.options, run.golden
@@ -93,7 +95,7 @@ class OnnxFormat(Format):
                                  expected=golden.expected, reference=golden.reference, dims=run.dims)
         return check(self.original(run), written, options.check_settings, dims=run.dims, inputs=run.given,
                      choices=choices_from_constraints(run.res.input_verification.constraints),
-                     hints=self.hints(run), profile=run.target.profile.name)
+                     hints=self.hints(run), profile=run.target.profile.name, session=session)
 
     def hints(self, run) -> Dict[str, list]:
         """Sizes worth trying per dim (a PyTorch program's ranges); none for ONNX."""
@@ -163,16 +165,18 @@ class Pt2Format(OnnxFormat):
 
     def check(self, run, written: Path):
         from ..numeric.ort import choices_from_constraints
+        from ..numeric.plan import Session
         from ..numeric.torch_ref import check_torch
 
-        result = super().check(run, written)
-        options = run.options
-        found = result.search is not None and result.search.found is not None
-        choices = result.search.choices if found else \
-            choices_from_constraints(run.res.input_verification.constraints)
-        result.torch = check_torch(run.model.torch, written, replace(options.check_settings, record=False),
-                                   dims=run.dims, inputs=run.given, choices=choices, searched=found,
-                                   path=run.model.source, trust=options.trust_pt2)
+        with Session() as shared:  # the legalized model loaded once for both checks
+            result = super().check(run, written, shared)
+            options = run.options
+            found = result.search is not None and result.search.found is not None
+            choices = result.search.choices if found else \
+                choices_from_constraints(run.res.input_verification.constraints)
+            result.torch = check_torch(run.model.torch, written, replace(options.check_settings, record=False),
+                                       dims=run.dims, inputs=run.given, choices=choices, searched=found,
+                                       path=run.model.source, trust=options.trust_pt2, session=shared)
         return result
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,

@@ -9,6 +9,7 @@ several dynamic dims, every combination up to ``max_bindings``, then a seeded sa
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -24,7 +25,7 @@ from .user_inputs import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
-from .plan import Artifact, Comparison, Feed, Plan, run_plan
+from .plan import Artifact, Comparison, Feed, Plan, Session, run_plan
 from .runner import Runner
 from .runtimes import ONNX, runner_for
 from .runtime_shapes import verify_run_time
@@ -138,7 +139,8 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
           inputs=None, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
           declared: Optional[onnx.ModelProto] = None, choices: Optional[Mapping[str, List[int]]] = None,
           hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
-          profile: Optional[str] = None, raise_faults: bool = False, **changes) -> CheckResult:
+          profile: Optional[str] = None, raise_faults: bool = False, session: Optional[Session] = None,
+          **changes) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
@@ -152,7 +154,8 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
     fed and got (``CheckResult.runs``, for --save-inputs / --save-outputs). A model whose
     child process faults (``child.RunFault``) leaves the check not run
     (``raise_faults``: raised, for ``--against``). The check is a ``plan.Plan`` run by
-    ``plan.run_plan``."""
+    ``plan.run_plan``, in ``session`` when given (the legalized model loaded once for it and
+    the checks that follow it there: ``torch_ref.check_torch``)."""
     settings = settings_of(settings, **changes)
     runtime = runner_for(ONNX, settings.provider)
     used = runtime.names(settings.provider)  # (UsageError for a provider onnxruntime does not have)
@@ -162,7 +165,8 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
     given = as_arrays(inputs)
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
     return run_plan(_plan(original, legalized, declared, given, fixed, runtime, used, settings, choices=choices,
-                          hints=hints, max_search_tries=max_search_tries, profile=profile, raise_faults=raise_faults))
+                          hints=hints, max_search_tries=max_search_tries, profile=profile, raise_faults=raise_faults),
+                    session)
 
 
 def runner(model, provider: str, what: str, basic: bool = False) -> Runner:
@@ -195,6 +199,12 @@ def artifact(runtime, model, provider: str, what: str, ran: bool, label: Callabl
                     refused=refused)
 
 
+def model_key(model, provider: str) -> tuple:
+    """What an ONNX model loaded on ``provider`` is shared under in a ``plan.Session``:
+    its file, or the proto itself."""
+    return ("onnx", provider, os.path.abspath(model) if isinstance(model, (str, os.PathLike)) else id(model))
+
+
 def pair(original, legalized, provider: str, runtime) -> Tuple[Artifact, Artifact]:
     """The original and the legalized model on ``runtime`` (the original on its own
     runtime where ``runtime`` names one), each confirmed to run where asked."""
@@ -206,6 +216,7 @@ def pair(original, legalized, provider: str, runtime) -> Tuple[Artifact, Artifac
     new = artifact(runtime, legalized, provider, "the legalized model", True,
                    lambda: runtime.names(provider) if runtime.original else loaded_ref[0].provider,
                    loaded=(lambda r: runtime.started(provider, r)) if runtime.original else None)
+    new.key = model_key(legalized, provider)
     return ref, new
 
 

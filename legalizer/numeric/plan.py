@@ -18,14 +18,15 @@ check, the stored samples, the TFLite check, the PyTorch checks, ``--against``) 
 
 ``run_plan`` loads each artifact once per run (begun in the child ahead of the first
 comparison that needs it), feeds each binding, records, compares, and lets every loaded
-model go at the end. A model whose child faults (``child.RunFault``) leaves the check
+model go at the end; plans that share artifacts run in one ``Session`` (the ONNX check
+and the PyTorch check of a ``.pt2`` load the legalized model once). A model whose child faults (``child.RunFault``) leaves the check
 not run.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -132,30 +133,36 @@ class Plan:
     # the files the artifacts are read from: the child may read their folders, named before
     # any loads (a folder named later restarts the child, losing what it was loading)
     reads: Sequence[Any] = ()
-    # every runner the run loaded, by key (``run_plan`` fills it; a caller that goes on after
-    # the check, e.g. to verify run-time shapes, reads it in ``conclude``)
-    runners: Dict[Hashable, Runner] = field(default_factory=dict)
 
 
 def _made(value, ref: Runner, new: Runner):
     return value(ref, new) if callable(value) and not isinstance(value, (Pairing, str)) else value
 
 
-class _Loads:
-    """The run's artifacts, each loaded once (by key), and let go at the end."""
+class Session:
+    """The artifacts of a run, each loaded once (by key) and let go at the end: one
+    plan's, or those of several plans that share some (``with Session() as s:``; the
+    ONNX check and the PyTorch check of a ``.pt2`` share the legalized model)."""
 
-    def __init__(self, plan: Plan):
-        self.plan = plan
+    def __init__(self) -> None:
+        self.runners: Dict[Hashable, Runner] = {}
         self.opened: List[Any] = []
         self.done: set = set()  # the keys loaded
 
-    def key(self, artifact: Artifact) -> Hashable:
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @staticmethod
+    def key(artifact: Artifact) -> Hashable:
         return artifact.key if artifact.key is not None else id(artifact)
 
     def begin(self, artifact: Artifact) -> None:
         """Start loading ``artifact`` in the child, where its runner can (``Runner.begin``)."""
         key = self.key(artifact)
-        if key in self.plan.runners:
+        if key in self.runners:
             return
         try:
             runner = artifact.make()
@@ -163,7 +170,7 @@ class _Loads:
             raise
         except Exception:  # noqa: BLE001 - made again, and refused, in ``load``
             return
-        self.plan.runners[key] = runner
+        self.runners[key] = runner
         self.opened.append(runner)
         runner.begin()
 
@@ -172,9 +179,9 @@ class _Loads:
         its refusal gives."""
         key = self.key(artifact)
         try:
-            runner = self.plan.runners.get(key)
+            runner = self.runners.get(key)
             if runner is None:
-                runner = self.plan.runners[key] = artifact.make()
+                runner = self.runners[key] = artifact.make()
                 self.opened.append(runner)
             if key not in self.done:  # (a runtime may make its runner loaded: LiteRT's, asked which kernels)
                 runner.activate()
@@ -193,25 +200,30 @@ class _Loads:
         return runner
 
     def close(self) -> None:
-        for r in self.opened:  # (the child stays, warm, for the next check of the run)
+        """Let every loaded model go (the child stays, warm, for the next check of the run)."""
+        opened, self.opened, self.runners, self.done = self.opened, [], {}, set()
+        for r in opened:
             r.deactivate() if isinstance(r, Runner) else r.close()
 
 
-def run_plan(plan: Plan) -> CheckResult:
-    """Run every comparison of ``plan`` into one result (above)."""
+def run_plan(plan: Plan, session: Optional[Session] = None) -> CheckResult:
+    """Run every comparison of ``plan`` into one result (above), its artifacts loaded in
+    ``session`` (None: its own, closed when it ends)."""
     readable(*(p for p in plan.reads if isinstance(p, (str, os.PathLike))))
-    loads = _Loads(plan)
+    loads = session if session is not None else Session()
     try:
         return _run(plan, loads)
     except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
+        loads.close()  # (what it loaded went with the child: a later plan of the session loads anew)
         if plan.raise_faults:
             raise
         return CheckResult(False, plan.label, error=str(e))
     finally:
-        loads.close()
+        if session is None:
+            loads.close()
 
 
-def _run(plan: Plan, loads: _Loads) -> CheckResult:
+def _run(plan: Plan, loads: Session) -> CheckResult:
     result = plan.result() if plan.result is not None else CheckResult(True, plan.label)
     for k, comp in enumerate(plan.comparisons):
         first, second = (comp.candidate, comp.reference) if comp.candidate_first else (comp.reference, comp.candidate)

@@ -14,8 +14,8 @@ from ..errors import first_line
 from .compare import Comparator, Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
 from .child import ChildRunner
-from .ort import bindings_for, input_specs, runner, source_of
-from .plan import Artifact, Comparison, Feed, Plan, run_plan
+from .ort import bindings_for, input_specs, model_key, runner, source_of
+from .plan import Artifact, Comparison, Feed, Plan, Session, run_plan
 from .results import CheckResult, OutputResult
 from .runner import Runner, positional
 from .settings import CheckSettings, settings_of
@@ -97,7 +97,7 @@ def preload(path, trust: bool) -> None:
 def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
                 dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                 choices: Optional[Mapping[str, List[int]]] = None, searched: bool = False, path=None,
-                trust: bool = False, **changes) -> CheckResult:
+                trust: bool = False, session: Optional[Session] = None, **changes) -> CheckResult:
     """Compare PyTorch running ``source.program`` (a ``TorchSource``) with
     ``legalized`` (a ModelProto or a path) on onnxruntime. The result's ``provider``
     is ``"torch"``; a binding the program rejects (a guard on a dim's range) is
@@ -105,10 +105,11 @@ def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
     ``choices`` are what the onnxruntime check's search found. ``path``: the ``.pt2``
     the program was read from (``trust``: as it was read), so that the child reads it
     again and runs it there; without it (a program this process was handed, through the
-    API) PyTorch runs it here, where its caller already ran it. ``settings``: as
+    API) PyTorch runs it here, where its caller already ran it. ``settings`` and
+    ``session`` (the legalized model loaded once for the ONNX check and this one): as
     ``ort.check``'s."""
     return run_plan(_torch_plan(source, legalized, settings_of(settings, **changes), dims=dims, inputs=inputs,
-                                choices=choices, searched=searched, path=path, trust=trust))
+                                choices=choices, searched=searched, path=path, trust=trust), session)
 
 
 def _feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: bool) -> List[Feed]:
@@ -139,6 +140,7 @@ def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, cho
     ref = Artifact("the program", torch, loaded=named, refused=lambda e: CheckResult(
         False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}"))
     new = Artifact("the legalized model", lambda: runner(legalized, settings.provider, "the legalized model"),
+                   key=model_key(legalized, settings.provider),
                    refused=lambda e: CheckResult(True, "torch", error="the legalized model does not load on"
                                                                       f" onnxruntime: {first_line(e)}"))
     # PyTorch's outputs have no names: by position, named as the legalized model names them
