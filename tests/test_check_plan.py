@@ -201,3 +201,24 @@ def test_a_pt2_check_loads_the_legalized_model_once_for_both_references(monkeypa
     assert result.ok and result.provider == "CPUExecutionProvider" and result.torch.ok, result.to_json()
     assert [b.dims for b in result.torch.bindings] == [b.dims for b in result.bindings] and result.bindings
     assert dict(built) == {"OrtRunner": 2}  # the export and the legalized model
+
+
+def test_a_session_keeps_keyed_artifacts_for_its_next_plan_and_lets_the_rest_go():
+    from legalizer.numeric.plan import Session
+
+    shared_log, own_log, made = [], [], Counter()
+
+    def shared():
+        made["shared"] += 1
+        return Scaled(1.0, shared_log)
+
+    def plan_of():
+        return Plan([Comparison(Artifact("own", lambda: Scaled(1.0, own_log)), Artifact("shared", shared, key="s"),
+                                _feeds([3]))], 1e-5, 1e-6, "toy")
+
+    with Session() as session:
+        assert run_plan(plan_of(), session).ok
+        assert own_log == ["load", "close"] and shared_log == ["load"]  # the unkeyed one went with its plan
+        assert run_plan(plan_of(), session).ok
+        assert made == {"shared": 1} and shared_log == ["load"]
+    assert shared_log == ["load", "close"] and own_log == ["load", "close"] * 2

@@ -59,9 +59,10 @@ class Artifact:
     """A model to run. ``make()`` gives its runner, unactivated; ``loaded(runner)`` ends
     its loading (what it raises is a refusal too). ``refused(error)`` is the check's
     result when it does not load (None: the error propagates, as it does without
-    ``refused``). Artifacts with one ``key`` are loaded once and share the runner, which
-    is asked to ``select(part)`` before it runs for each (LiteRT: one interpreter runs
-    every subgraph of its model)."""
+    ``refused``). Artifacts with one ``key`` (not an int) are loaded once and share the
+    runner, which is asked to ``select(part)`` before it runs for each (LiteRT: one
+    interpreter runs every subgraph of its model); in a ``Session`` a keyed artifact stays
+    loaded for the session's later plans, the others go when their plan ends."""
 
     what: str  # names it ("the original", "the legalized model")
     make: Callable[[], Runner]
@@ -157,7 +158,7 @@ class Session:
 
     @staticmethod
     def key(artifact: Artifact) -> Hashable:
-        return artifact.key if artifact.key is not None else id(artifact)
+        return artifact.key if artifact.key is not None else id(artifact)  # (an int: the plan's own)
 
     def begin(self, artifact: Artifact) -> None:
         """Start loading ``artifact`` in the child, where its runner can (``Runner.begin``)."""
@@ -199,11 +200,17 @@ class Session:
             runner.call("select", artifact.part) if hasattr(runner, "call") else runner.select(artifact.part)
         return runner
 
-    def close(self) -> None:
-        """Let every loaded model go (the child stays, warm, for the next check of the run)."""
-        opened, self.opened, self.runners, self.done = self.opened, [], {}, set()
+    def close(self, keep: bool = False) -> None:
+        """Let every loaded model go (the child stays, warm, for the next check of the
+        run); ``keep``: but those of an artifact with a ``key``, which a later plan of the
+        session may share (the others would only hold the child's memory)."""
+        kept = {k: r for k, r in self.runners.items() if keep and not isinstance(k, int)}
+        opened = self.opened
+        self.opened = [r for r in opened if any(r is k for k in kept.values())]
+        self.runners, self.done = kept, {k for k in self.done if k in kept}
         for r in opened:
-            r.deactivate() if isinstance(r, Runner) else r.close()
+            if not any(r is k for k in kept.values()):
+                r.deactivate() if isinstance(r, Runner) else r.close()
 
 
 def run_plan(plan: Plan, session: Optional[Session] = None) -> CheckResult:
@@ -219,8 +226,7 @@ def run_plan(plan: Plan, session: Optional[Session] = None) -> CheckResult:
             raise
         return CheckResult(False, plan.label, error=str(e))
     finally:
-        if session is None:
-            loads.close()
+        loads.close(keep=session is not None)
 
 
 def _run(plan: Plan, loads: Session) -> CheckResult:
