@@ -19,8 +19,8 @@ check, the stored samples, the TFLite check, the PyTorch checks, ``--against``) 
 ``run_plan`` loads each artifact once per run (begun in the child ahead of the first
 comparison that needs it), feeds each binding, records, compares, and lets every loaded
 model go at the end; plans that share artifacts run in one ``Session`` (the ONNX check
-and the PyTorch check of a ``.pt2`` load the legalized model once). A model whose child faults (``child.RunFault``) leaves the check
-not run.
+and the PyTorch check of a ``.pt2`` load the legalized model once). A model whose child
+faults (``child.RunFault``) leaves the check not run.
 """
 
 from __future__ import annotations
