@@ -411,17 +411,22 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     kwargs.setdefault("hints", range_hints(source))
     settings = replace(settings, **{k: kwargs.pop(k) for k in ("max_bindings", "seed", "not_one", "record")
                                     if k in kwargs})
-    result = check_ort(reference, new, settings, dims=dims, inputs=inputs, input_shapes=input_shapes, **kwargs)
-    if source is not None:
-        from .numeric.user_inputs import user_dims
-        from .numeric.ort import declared_shapes
-        from .numeric.torch_ref import check_torch
+    from .numeric.plan import Session
 
-        keep = {"choices": kwargs["choices"]} if "choices" in kwargs else {}
-        if result.search is not None and result.search.found is not None:
-            keep["choices"], keep["searched"] = result.search.choices, True
-        bound = user_dims(declared_shapes(source.onnx), dims, input_shapes, inputs)
-        result.torch = check_torch(source, new, replace(settings, record=False), dims=bound, inputs=inputs, **keep)
+    with Session() as session:  # the legalized model loaded once for the ONNX and the PyTorch check
+        result = check_ort(reference, new, settings, dims=dims, inputs=inputs, input_shapes=input_shapes,
+                           session=session, **kwargs)
+        if source is not None:
+            from .numeric.user_inputs import user_dims
+            from .numeric.ort import declared_shapes
+            from .numeric.torch_ref import check_torch
+
+            keep = {"choices": kwargs["choices"]} if "choices" in kwargs else {}
+            if result.search is not None and result.search.found is not None:
+                keep["choices"], keep["searched"] = result.search.choices, True
+            bound = user_dims(declared_shapes(source.onnx), dims, input_shapes, inputs)
+            result.torch = check_torch(source, new, replace(settings, record=False), dims=bound, inputs=inputs,
+                                       session=session, **keep)
     if require_check and unchecked(result):
         raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
     return result

@@ -81,7 +81,9 @@ class OnnxFormat(Format):
         return {vi.name: vi.type.tensor_type.elem_type for vi in self.proto(model).graph.input
                 if vi.type.HasField("tensor_type")}
 
-    def check(self, subject: Subject, written: Path):
+    def check(self, subject: Subject, written: Path, session=None):
+        """The legalized model checked against the original (``session``: a
+        ``plan.Session`` that later checks of the run share)."""
         from ..numeric.ort import check, choices_from_constraints
 
         golden, original = subject.golden, self.original(subject.path, subject.model)
@@ -92,7 +94,7 @@ class OnnxFormat(Format):
                                  expected=golden.expected, reference=golden.reference, dims=subject.dims)
         return check(original, written, subject.settings, dims=subject.dims, inputs=subject.given,
                      choices=choices_from_constraints(subject.constraints),
-                     hints=self.hints(subject.model), profile=subject.profile)
+                     hints=self.hints(subject.model), profile=subject.profile, session=session)
 
     def hints(self, model: Model) -> Dict[str, list]:
         """Sizes worth trying per dim (a PyTorch program's ranges); none for ONNX."""
@@ -162,14 +164,16 @@ class Pt2Format(OnnxFormat):
 
     def check(self, subject: Subject, written: Path):
         from ..numeric.ort import choices_from_constraints
+        from ..numeric.plan import Session
         from ..numeric.torch_ref import check_torch
 
-        result = super().check(subject, written)
-        found = result.search is not None and result.search.found is not None
-        choices = result.search.choices if found else choices_from_constraints(subject.constraints)
-        result.torch = check_torch(subject.model.torch, written, replace(subject.settings, record=False),
-                                   dims=subject.dims, inputs=subject.given, choices=choices, searched=found,
-                                   path=subject.model.source, trust=subject.trust_pt2)
+        with Session() as shared:  # the legalized model loaded once for both checks
+            result = super().check(subject, written, shared)
+            found = result.search is not None and result.search.found is not None
+            choices = result.search.choices if found else choices_from_constraints(subject.constraints)
+            result.torch = check_torch(subject.model.torch, written, replace(subject.settings, record=False),
+                                       dims=subject.dims, inputs=subject.given, choices=choices, searched=found,
+                                       path=subject.model.source, trust=subject.trust_pt2, session=shared)
         return result
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,

@@ -9,16 +9,16 @@ the module compiled with its arguments bound to each.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
 from ..errors import CheckUnavailable, first_line
 from ..importers.reader import sniff
-from .child import RunFault
-from .compare import Comparator, Pairing, unless_compared
+from .compare import Pairing, unless_compared
 from .user_inputs import check_dim_names, dynamic_keys
 from .inputs import make_feeds, small_then_one
+from .plan import Artifact, Comparison, Feed, Plan, run_plan
 from .results import CheckResult, OutputResult
 from .runner import Runner
 from .runtimes import MODULE, Runtime, reference_for, reference_formats, runner_for
@@ -72,52 +72,56 @@ def check_against(module: Path, reference: Path, settings: Optional[CheckSetting
     (``iree_run.IreeRunner``). Both run in the child process; one that crashes or runs
     out of its memory or time is ``RunFault``, a run that did not happen (exit 2).
     ``settings``: as ``ort.check``'s."""
-    given = dict(given or {})
-    runners = []
-    try:
-        return _check_against(module, reference, runners, settings_of(settings, **changes), given=given, dims=dims)
-    finally:
-        for r in runners:
-            r.deactivate()
+    return run_plan(_against_plan(module, reference, settings_of(settings, **changes), given=dict(given or {}),
+                                  dims=dims))
 
 
-def _check_against(module: Path, reference: Path, runners, settings: CheckSettings, *, given, dims) -> CheckResult:
+def _against_plan(module: Path, reference: Path, settings: CheckSettings, *, given, dims) -> Plan:
     from .iree_run import TosaError
 
     provider = settings.provider
-    try:
-        runtime = reference_runtime(reference, provider)
-        ref = runtime.runner(reference, provider)
-        runners.append(ref)
-        ref.activate()
-        specs = ref.input_specs()
-    except RunFault:
-        raise
-    except CheckUnavailable as e:
-        return CheckResult(False, "IREE", error=str(e))
-    except Exception as e:  # noqa: BLE001 - the runtime's own words
+    runtime: List[Runtime] = []  # the reference's, once found
+    specs: List = []  # the reference's inputs, once it loads
+    names: List[str] = []  # what runs it
+
+    def made() -> Runner:
+        runtime.append(reference_runtime(reference, provider))
+        return runtime[0].runner(reference, provider)
+
+    def loaded(r: Runner) -> None:
+        specs.extend(r.input_specs())
+        names.append(r.name)
+
+    def refused(e: BaseException) -> CheckResult:
+        if isinstance(e, CheckUnavailable):
+            return CheckResult(False, "IREE", error=str(e))
         return CheckResult(False, "IREE", error=f"{reference}: does not load: {first_line(e)}")
-    modules = runner_for(MODULE, provider)
-    label = f"{modules.name} vs {ref.name}"
-    result = CheckResult(True, label)
+
+    ref = Artifact(str(reference), made, loaded=loaded, refused=refused)
+    modules: List[Runtime] = []
+
+    def iree() -> Runner:
+        modules.append(runner_for(MODULE, provider))
+        return modules[0].runner(module_text(module), provider, what=str(module))
+
+    new = Artifact(str(module), iree)
     pairing = Pairing(by_position=True, label=lambda i, n: f"result #{i}",
                       # an integer result of a TFLite model is taken as quantized: one step of slack
-                      quantized=lambda n: runtime.quantized,
+                      quantized=lambda n: runtime[0].quantized,
                       count_mismatch=lambda want, have: [OutputResult(
                           f"result #{i}", False, detail=f"the module has {have} results, the model {want} outputs")
                           for i in range(want)])
-    iree = modules.runner(module_text(module), provider, what=str(module)).activate()
-    runners.append(iree)
-    comparator = Comparator(ref, iree, result, settings.rtol, settings.atol, pairing=pairing, candidate_errors=(),
-                            refused=lambda e: f"{reference} fails on {ref.name}: {first_line(e)}")
-    # a --dim binds a dynamic dim of the reference, as the runtime declares it (input[axis])
-    check_dim_names(dims, dynamic_keys([(s.name, s.shape) for s in specs]), whose=str(reference))
-    keys = [d for s in specs if s.name not in given for d in s.shape if isinstance(d, str)]
-    try:
-        comparator.bindings(small_then_one(keys, dims or {}), lambda binding: make_feeds(specs, binding, given,
-                                                                                          settings.seed))
-    except RunFault:
-        raise
-    except (TosaError, CheckUnavailable) as e:  # IREE refuses the module: nothing to compare
-        return CheckResult(False, label, error=str(e))
-    return unless_compared(result, "")
+
+    def feeds(ref: Runner, new: Runner) -> List[Feed]:
+        # a --dim binds a dynamic dim of the reference, as the runtime declares it (input[axis])
+        check_dim_names(dims, dynamic_keys([(s.name, s.shape) for s in specs]), whose=str(reference))
+        keys = [d for s in specs if s.name not in given for d in s.shape if isinstance(d, str)]
+        return [Feed(binding, lambda binding=binding: make_feeds(specs, binding, given, settings.seed))
+                for binding in small_then_one(keys, dims or {})]
+
+    # IREE refusing the module leaves nothing to compare
+    compared = Comparison(ref, new, feeds, pairing, provider=lambda ref, new: f"{modules[0].name} vs {ref.name}",
+                          refused=lambda e: f"{reference} fails on {names[0]}: {first_line(e)}", candidate_errors=(),
+                          unavailable=(TosaError, CheckUnavailable))
+    return Plan([compared], settings.rtol, settings.atol, "IREE", lambda result: unless_compared(result, ""),
+                raise_faults=True, reads=(module, reference))

@@ -398,6 +398,11 @@ class LiteRTRunner(Runner):
     def output_names(self) -> List[str]:
         return self.model.output_names(self.subgraph)
 
+    def select(self, subgraph: Union[int, str]) -> None:
+        """Run ``subgraph`` from now on: one loaded interpreter serves every subgraph of
+        its model (the check compares each without loading the model again)."""
+        self.subgraph = subgraph
+
     def infer_impl(self, feed):
         return self.model.run(feed, self.subgraph)
 

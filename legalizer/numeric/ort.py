@@ -9,22 +9,23 @@ several dynamic dims, every combination up to ``max_bindings``, then a seeded sa
 from __future__ import annotations
 
 import itertools
+import os
 import random
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
 
-from ..errors import CheckUnavailable, first_line
+from ..errors import CheckUnavailable, UsageError, first_line
 from ..ir.types import names_a_dim
 # (compare, BindingResult, OutputResult: the check's public names, kept importable from here)
-from .compare import ATOL, RTOL, Comparator, Pairing, compare, unless_compared  # noqa: F401
+from .compare import ATOL, RTOL, Pairing, compare, unless_compared  # noqa: F401
 from .settings import CheckSettings, settings_of
 from .user_inputs import Declared, as_arrays, user_dims
 from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
-from .child import RunFault
+from .plan import Artifact, Comparison, Feed, Plan, Session, run_plan
 from .runner import Runner
 from .runtimes import ONNX, runner_for
 from .runtime_shapes import verify_run_time
@@ -138,7 +139,8 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
           inputs=None, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
           declared: Optional[onnx.ModelProto] = None, choices: Optional[Mapping[str, List[int]]] = None,
           hints: Optional[Mapping[str, Sequence[int]]] = None, max_search_tries: Optional[int] = None,
-          profile: Optional[str] = None, raise_faults: bool = False, **changes) -> CheckResult:
+          profile: Optional[str] = None, raise_faults: bool = False, session: Optional[Session] = None,
+          **changes) -> CheckResult:
     """Run both models (ModelProtos or paths) for each dim binding and compare their
     outputs. ``declared`` is the original's proto, for its input declarations, when
     ``original`` is a path (its weights are not needed for that). ``inputs`` (arrays by
@@ -151,7 +153,9 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
     runs and what agrees; with its ``record`` the result keeps what each compared binding
     fed and got (``CheckResult.runs``, for --save-inputs / --save-outputs). A model whose
     child process faults (``child.RunFault``) leaves the check not run
-    (``raise_faults``: raised, for ``--against``)."""
+    (``raise_faults``: raised, for ``--against``). The check is a ``plan.Plan`` run by
+    ``plan.run_plan``, in ``session`` when given (the legalized model loaded once for it and
+    the checks that follow it there: ``torch_ref.check_torch``)."""
     settings = settings_of(settings, **changes)
     runtime = runner_for(ONNX, settings.provider)
     used = runtime.names(settings.provider)  # (UsageError for a provider onnxruntime does not have)
@@ -160,17 +164,9 @@ def check(original, legalized, settings: Optional[CheckSettings] = None, *, dims
     declared = declarations(original, declared)
     given = as_arrays(inputs)
     fixed = user_dims(declared_shapes(declared), dims, input_shapes, given)
-    opened: List[Runner] = []
-    try:
-        return _check(original, legalized, declared, given, fixed, runtime, opened, settings, choices=choices,
-                      hints=hints, max_search_tries=max_search_tries, profile=profile)
-    except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
-        if raise_faults:
-            raise
-        return CheckResult(False, used, error=str(e))
-    finally:
-        for r in opened:  # (the child stays, warm, for the next check of the run)
-            r.deactivate()
+    return run_plan(_plan(original, legalized, declared, given, fixed, runtime, used, settings, choices=choices,
+                          hints=hints, max_search_tries=max_search_tries, profile=profile, raise_faults=raise_faults),
+                    session)
 
 
 def runner(model, provider: str, what: str, basic: bool = False) -> Runner:
@@ -189,91 +185,97 @@ def declarations(original, declared: Optional[onnx.ModelProto] = None) -> onnx.M
         onnx.load_model(str(original), load_external_data=False)
 
 
-def loaded(runtime, model, provider: str, what: str, opened: list, ran: bool,
-           label: str) -> Union[Runner, CheckResult]:
-    """``model`` loaded on ``runtime`` (added to ``opened``), or the CheckResult
-    (``ran``, ``label``) that says ``what`` does not load there, in its words."""
-    r = runtime.runner(model, provider, what=what)
-    opened.append(r)
-    try:
-        r.activate()
-    except RunFault:
-        raise
-    except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
-        return CheckResult(ran, label, error=f"{what} does not load on {runtime.name}: {first_line(e)}")
-    return r
+def artifact(runtime, model, provider: str, what: str, ran: bool, label: Callable[[], str],
+             loaded: Optional[Callable[[Runner], None]] = None, make: Optional[Callable[[], Runner]] = None) -> Artifact:
+    """``model`` on ``runtime`` as a plan's artifact: when it does not load, the
+    CheckResult (``ran``, ``label()``) that says ``what`` does not load there, in its
+    words (a UsageError of ``loaded``, the provider's confirmation, propagates)."""
+    def refused(e: BaseException) -> Optional[CheckResult]:
+        if isinstance(e, UsageError):
+            return None
+        return CheckResult(ran, label(), error=f"{what} does not load on {runtime.name}: {first_line(e)}")
+
+    return Artifact(what, make or (lambda: runtime.runner(model, provider, what=what)), loaded=loaded,
+                    refused=refused)
 
 
-def _load_both(original, legalized, provider, runtime, opened) -> Union[CheckResult, Tuple[Runner, Runner]]:
-    """The original and the legalized model loaded on ``runtime`` (added to ``opened``),
-    or the CheckResult of the one that does not load."""
+def model_key(model, provider: str) -> tuple:
+    """What an ONNX model loaded on ``provider`` is shared under in a ``plan.Session``:
+    its file, or the proto itself."""
+    return ("onnx", provider, os.path.abspath(model) if isinstance(model, (str, os.PathLike)) else id(model))
+
+
+def pair(original, legalized, provider: str, runtime) -> Tuple[Artifact, Artifact]:
+    """The original and the legalized model on ``runtime`` (the original on its own
+    runtime where ``runtime`` names one), each confirmed to run where asked."""
     on = runtime.original or provider  # the original's provider: the reference's
     home = runner_for(ONNX, on) if runtime.original else runtime
-    ref = loaded(home, original, on, "the original", opened, False, runtime.names(provider))
-    if isinstance(ref, CheckResult):
-        return ref
-    home.started(on, ref)
-    new = loaded(runtime, legalized, provider, "the legalized model", opened, True,
-                 runtime.names(provider) if runtime.original else ref.provider)
-    if isinstance(new, CheckResult):
-        return new
-    if runtime.original:
-        runtime.started(provider, new)
+    loaded_ref: List[Runner] = []
+    ref = artifact(home, original, on, "the original", False, lambda: runtime.names(provider),
+                   loaded=lambda r: (loaded_ref.append(r), home.started(on, r)))
+    new = artifact(runtime, legalized, provider, "the legalized model", True,
+                   lambda: runtime.names(provider) if runtime.original else loaded_ref[0].provider,
+                   loaded=(lambda r: runtime.started(provider, r)) if runtime.original else None)
+    new.key = model_key(legalized, provider)
     return ref, new
 
 
-def _check(original, legalized, declared, given, fixed, runtime, opened, settings: CheckSettings, *, choices, hints,
-           max_search_tries, profile) -> CheckResult:
-    loaded = _load_both(original, legalized, settings.provider, runtime, opened)
-    if isinstance(loaded, CheckResult):
-        return loaded
-    ref, new = loaded
-    used = new.provider
-    result = CheckResult(True, used)
+def _plan(original, legalized, declared, given, fixed, runtime, used: str, settings: CheckSettings, *, choices, hints,
+          max_search_tries, profile, raise_faults) -> Plan:
     specs = input_specs(declared)
-
     seed, not_one, max_bindings = settings.seed, settings.not_one, settings.max_bindings
 
     def feeds_of(binding: Dict[str, int]) -> Dict[str, np.ndarray]:
         return make_feeds(specs, binding, given, seed)
 
-    def run_original(binding: Dict[str, int]):
-        try:
-            feeds = feeds_of(binding)
-        except CheckUnavailable:
-            raise TooBig from None
-        # (its outputs stay in the child; the search's ceiling bounds the child's memory)
-        return ref.attempt(feeds, memory=PROBE_MEMORY)
+    def feed(binding: Dict[str, int], source: str) -> Feed:
+        return Feed(binding, lambda: feeds_of(binding), source)
 
-    # outputs by position: the legalized model keeps the original's order
-    comparator = Comparator(ref, new, result, settings.rtol, settings.atol, pairing=Pairing(by_position=True))
-    if settings.record:
-        comparator.runs = result.runs = []
     free = _free_keys(declared, fixed)
     plan = bindings_for(declared, fixed, max_bindings, seed, not_one, choices)
-    try:
-        errors = comparator.bindings(plan, feeds_of, source_of(declared, fixed))
-        if free and len(errors) == len(plan):
-            all_hints = {k: [*(hints or {}).get(k, ()), *sizes_in_name(k)] for k in free}
-            found = result.search = search(free, plan[0], run_original, errors=errors, hints=all_hints,
-                                           constants=graph_sizes(declared), tried=plan, max_tries=max_search_tries)
-            if found.found is not None:
-                found.choices = {k: _with_found(_options(k, not_one, choices), found.found[k], plan[0][k])
-                                 for k in free}
-                again = bindings_for(declared, fixed, max_bindings, seed, not_one, found.choices)
-                # no binding the original rejected again
-                comparator.bindings([b for b in again if not found.knows_rejected(b)], feeds_of, "search")
-    except RunFault:
-        raise
-    except CheckUnavailable as e:
-        return CheckResult(False, used, error=str(e))
-    first = next((b for b in result.bindings if not b.skipped), None)
-    if profile is not None and first is not None:
-        result.runtime = verify_run_time(legalized, feeds_of(first.dims), first.dims, profile,
-                                         providers(settings.provider))
-    searched = f"; a search of {result.search.tried} more found none it accepts" if result.search else ""
-    return unless_compared(result, f"the original model fails on onnxruntime for every input binding tried"
-                                   f" ({len(plan)} synthesized{searched}): ")
+    searched: List = []
+
+    def more(ref: Runner, errors: List[str]) -> List[Feed]:
+        """When the original rejects every synthesized binding: bindings it accepts, searched for."""
+        if not free:
+            return []
+
+        def run_original(binding: Dict[str, int]):
+            try:
+                feeds = feeds_of(binding)
+            except CheckUnavailable:
+                raise TooBig from None
+            # (its outputs stay in the child; the search's ceiling bounds the child's memory)
+            return ref.attempt(feeds, memory=PROBE_MEMORY)
+
+        all_hints = {k: [*(hints or {}).get(k, ()), *sizes_in_name(k)] for k in free}
+        found = search(free, plan[0], run_original, errors=errors, hints=all_hints, constants=graph_sizes(declared),
+                       tried=plan, max_tries=max_search_tries)
+        searched.append(found)
+        if found.found is None:
+            return []
+        found.choices = {k: _with_found(_options(k, not_one, choices), found.found[k], plan[0][k]) for k in free}
+        again = bindings_for(declared, fixed, max_bindings, seed, not_one, found.choices)
+        # no binding the original rejected again
+        return [feed(b, "search") for b in again if not found.knows_rejected(b)]
+
+    def conclude(result: CheckResult) -> CheckResult:
+        result.search = searched[0] if searched else None
+        first = next((b for b in result.bindings if not b.skipped), None)
+        if profile is not None and first is not None:
+            result.runtime = verify_run_time(legalized, feeds_of(first.dims), first.dims, profile,
+                                             providers(settings.provider))
+        tried = f"; a search of {result.search.tried} more found none it accepts" if result.search else ""
+        return unless_compared(result, f"the original model fails on onnxruntime for every input binding tried"
+                                       f" ({len(plan)} synthesized{tried}): ")
+
+    ref, new = pair(original, legalized, settings.provider, runtime)
+    source = source_of(declared, fixed)
+    # outputs by position: the legalized model keeps the original's order
+    compared = Comparison(ref, new, [feed(b, source) for b in plan], Pairing(by_position=True),
+                          provider=lambda ref, new: new.provider, more=more, record=settings.record)
+    return Plan([compared], settings.rtol, settings.atol, used, conclude, raise_faults=raise_faults,
+                reads=(original, legalized))
 
 
 def source_of(declared: onnx.ModelProto, fixed: Mapping[str, int], searched: bool = False) -> str:

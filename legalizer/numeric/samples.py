@@ -16,30 +16,16 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import onnx
 
-from ..errors import CheckUnavailable, UsageError
-from .compare import HISTOGRAM_EDGES, Comparator, unless_compared
+from ..errors import UsageError
+from .compare import HISTOGRAM_EDGES, unless_compared
 from .user_inputs import user_dims
 from .inputs import make_feeds
-from .child import RunFault
-from .ort import declarations, declared_shapes, input_specs, loaded
+from .ort import artifact, declarations, declared_shapes, input_specs
+from .plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan  # noqa: F401 - StoredRunner: importable here
 from .results import CheckResult
 from .runner import Runner
 from .runtimes import ONNX, runner_for
 from .settings import CheckSettings, settings_of
-
-Feed = Dict[str, np.ndarray]
-
-
-class StoredRunner(Runner):
-    """Reference outputs read from a file: sample ``index``'s, the outputs ``names``."""
-
-    def __init__(self, outputs: Sequence[Feed], names: Sequence[str], name: str = "stored outputs"):
-        super().__init__()
-        self.outputs, self.names, self.name = list(outputs), list(names), name
-        self.index = 0
-
-    def infer_impl(self, feed):
-        return {n: self.outputs[self.index][n] for n in self.names}
 
 
 class Renamed(Runner):
@@ -52,11 +38,20 @@ class Renamed(Runner):
         self.keep = set(keep) if keep is not None else None
         self.name = inner.name
 
+    @property
+    def provider(self) -> str:
+        return self.inner.provider
+
+    def begin(self) -> "Renamed":
+        self.inner.begin()
+        return self
+
     def activate_impl(self):
         self.inner.activate()
 
-    def deactivate_impl(self):
-        self.inner.deactivate()
+    def deactivate(self) -> None:
+        self.inner.deactivate()  # (begun and never loaded, too)
+        self.is_active = False
 
     def infer_impl(self, feed):
         return self._named(self.inner.infer(feed))
@@ -89,55 +84,37 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
     decl = declared_shapes(declared)
     names = [o.name for o in declared.graph.output]
     specs = input_specs(declared)
-    plan = []
+    bound = []
     for k, sample in enumerate(samples):
         try:
-            plan.append(user_dims(decl, dims, None, sample))
+            bound.append(user_dims(decl, dims, None, sample))
         except UsageError as e:
             raise UsageError(f"sample {k}: {e}") from None
-    opened: List[Runner] = []
-    try:
-        return _check_samples(original, legalized, samples, plan, specs, names, opened, runtime, settings, label,
-                              expected=expected, reference=reference)
-    except RunFault as e:  # a model's child crashed, ran out of memory or time: not run
-        return CheckResult(False, label, error=str(e))
-    finally:
-        for r in opened:
-            r.deactivate()
-
-
-def _check_samples(original, legalized, samples, plan, specs, names, opened, runtime, settings, label, *, expected,
-                   reference) -> CheckResult:
-    provider = settings.provider
-    notes: List[str] = []
-    keep = None
+    provider, notes, keep = settings.provider, [], None
     if expected is not None:
         keep, notes = _stored_names(expected, samples, names, [s.name for s in specs])
-        ref: Runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
-        used = ""
+        ref = Artifact(reference or "stored outputs", lambda: StoredRunner(expected, keep, reference or "stored outputs"))
     else:
-        ref = loaded(runtime, original, provider, "the original", opened, False, label)
-        if isinstance(ref, CheckResult):
-            return ref
-        used = ref.provider
-    new = loaded(runtime, legalized, provider, "the legalized model", opened, expected is None, used or label)
-    if isinstance(new, CheckResult):
-        return new
-    result = CheckResult(True, used or new.provider, reference=reference, notes=notes)
-    comparator = Comparator(ref, Renamed(new, names, keep).activate(), result, settings.rtol, settings.atol)
-    if settings.record:
-        comparator.runs = result.runs = []
-    for k, (binding, sample) in enumerate(zip(plan, samples)):
-        try:
-            feeds = make_feeds(specs, binding, sample, settings.seed)
-        except CheckUnavailable as e:
-            return CheckResult(False, result.provider, error=f"sample {k}: {e}")
-        if isinstance(ref, StoredRunner):
-            ref.index = k
-        comparator.binding(binding, feeds, "user", sample=k)
-    if len(samples) > 1:
-        result.samples = across(result)
-    return unless_compared(result, "the original model fails on onnxruntime for every sample: ")
+        ref = artifact(runtime, original, provider, "the original", False, lambda: label)
+    refs: List[Runner] = []  # the original's runner, once loaded: its provider names the legalized model's refusal
+    if expected is None:
+        ref.loaded = refs.append
+    # outputs paired by the original's names: the legalized model's, named by position
+    new = artifact(runtime, legalized, provider, "the legalized model", expected is None,
+                   lambda: refs[0].provider if refs else label,
+                   make=lambda: Renamed(runtime.runner(legalized, provider, what="the legalized model"), names, keep))
+    feeds = [Feed(binding, lambda binding=binding, sample=sample: make_feeds(specs, binding, sample, settings.seed),
+                  "user", sample=k, prefix=f"sample {k}: ") for k, (binding, sample) in enumerate(zip(bound, samples))]
+
+    def conclude(result: CheckResult) -> CheckResult:
+        if len(samples) > 1:
+            result.samples = across(result)
+        return unless_compared(result, "the original model fails on onnxruntime for every sample: ")
+
+    compared = Comparison(ref, new, feeds, record=settings.record,
+                          provider=lambda ref, new: new.provider if expected is not None else ref.provider)
+    return run_plan(Plan([compared], settings.rtol, settings.atol, label, conclude,
+                         result=lambda: CheckResult(True, label, reference=reference, notes=notes), reads=(original, legalized)))
 
 
 def _stored_names(expected, samples, names: List[str], inputs: List[str]):

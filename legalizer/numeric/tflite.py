@@ -30,17 +30,18 @@ from typing import Dict, List, Mapping, Optional
 import numpy as np
 import onnx
 
-from ..errors import CheckUnavailable, first_line
+from ..errors import first_line
 from ..extras import install_hint
 from ..tflite_records import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
-from .compare import STEP_DETAIL, Comparator, Pairing, across_kernels, compare, tol_of, unless_compared
+from .compare import STEP_DETAIL, Pairing, across_kernels, compare, tol_of, unless_compared
 from .user_inputs import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
 from .child import Remote, RunFault
 from .ort import runner as onnx_runner
+from .plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan
 from .results import CheckResult, OutputResult
 from .runner import Runner
 from .runtimes import ONNX, TFLITE, runner_for
@@ -230,79 +231,73 @@ def check_tflite(original: Path, legalized: Path, model: Model, settings: Option
     if not litert_available():
         return CheckResult(False, LITERT, error="ai-edge-litert is not installed: install the litert extra:"
                                                  f" {install_hint('litert')}")
-    opened: list = []
     try:
-        return _check_tflite(original, legalized, model, opened, settings_of(settings, **changes), dims=dims,
-                             inputs=inputs, litert_only=litert_only, samples=samples, expected=expected,
-                             reference=reference, form=form)
+        return run_plan(_check_plan(original, legalized, model, settings_of(settings, **changes), dims=dims,
+                                    inputs=inputs, litert_only=litert_only, samples=samples, expected=expected,
+                                    reference=reference, form=form))
     except LiteRTError as e:
         return CheckResult(False, LITERT, error=str(e))
-    except RunFault as e:
-        if litert_only:
-            raise
-        return CheckResult(False, LITERT, error=str(e))
-    finally:
-        for r in opened:
-            r.deactivate() if isinstance(r, Runner) else r.close()
 
 
-def _check_tflite(original: Path, legalized: Path, model: Model, opened: list, settings: CheckSettings, *, dims,
-                  inputs, litert_only, samples, expected, reference, form=None) -> CheckResult:
+def _check_plan(original: Path, legalized: Path, model: Model, settings: CheckSettings, *, dims, inputs, litert_only,
+                samples, expected, reference, form=None) -> Plan:
+    """The check as a plan: per subgraph that has outputs, the legalized model against
+    the original on LiteRT, each loaded once (one interpreter runs every subgraph of its
+    model: ``LiteRTRunner.select``), and the subgraph's ONNX form on onnxruntime as a
+    second candidate."""
     from .litert import LiteRTError
+    from .samples import _stored_names
 
     kernels, litert = _litert_kernels(original, model)
     provider = settings.provider
     runtime = runner_for(TFLITE, provider)
     onnx_label = runner_for(ONNX, provider).names(provider)  # (UsageError for a provider it does not have)
-    result = CheckResult(True, litert if litert_only else f"{litert} + {ORT} {onnx_label}")
     notes: List[str] = []
+    sides: List[_OnnxSide] = []
+    comparisons: List[Comparison] = []
+
+    def side(k: int, quantized, prefix: str) -> _OnnxSide:
+        made = _OnnxSide(model, k, settings, quantized, prefix, (legalized, kernels) if k == 0 else None,
+                         given=form if k == 0 else None)
+        sides.append(made)
+        return made
+
     for k, graph in enumerate(model.graphs):
         if not graph.outputs:
             continue  # computes nothing to compare (an init subgraph of CALL_ONCE)
         quantized = {n.inputs[0].name: n.inputs[0].quant is not None for n in graph.outputs}
         prefix = f"{graph.name}/" if len(model.graphs) > 1 else ""
-        # the child loads both while this process makes the ONNX form, and that while it
-        # is sent and loaded: the check waits only for what it runs next
-        ref = runtime.runner(original, provider, subgraph=k, kernels=kernels)
-        opened.append(ref.begin())
-        new = runtime.runner(legalized, provider, subgraph=k, kernels=kernels)
-        opened.append(new.begin())
-        onnx_side = None if litert_only else _OnnxSide(model, k, settings, quantized, prefix,
-                                                        (legalized, kernels) if k == 0 else None,
-                                                        given=form if k == 0 else None)
-        if onnx_side is not None:
-            opened.append(onnx_side)
-        ref.activate()
-        new.activate()
-        if onnx_side is not None:
-            onnx_side.ready()
-        pairing = Pairing(label=lambda i, n, prefix=prefix: f"{prefix}{n} ({LITERT})",
-                          quantized=lambda n, quantized=quantized: quantized.get(n, False))
-        ref_runner = ref
-        if expected is not None and k == 0:
-            from .samples import StoredRunner, _stored_names
-
+        ref = Artifact("the original", lambda: runtime.runner(original, provider, kernels=kernels),
+                       key=("original", str(original)), part=k)
+        if expected is not None and k == 0:  # the stored outputs stand for the original's run
             keep, more = _stored_names(expected, samples, [n.inputs[0].name for n in graph.outputs],
                                        [n.output.name for n in graph.inputs])
-            ref_runner = StoredRunner(expected, keep, reference or "stored outputs").activate()
-            result.reference, result.notes = reference, result.notes + more
-        comparator = Comparator(ref_runner, new, result, settings.rtol,
-                                settings.atol, pairing=pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
-                                also=onnx_side.compare if onnx_side is not None else None)
+            notes += more
+            ref = Artifact(reference or "stored outputs",
+                           lambda keep=keep: StoredRunner(expected, keep, reference or "stored outputs"))
+        new = Artifact("the legalized model", lambda: runtime.runner(legalized, provider, kernels=kernels),
+                       key=("legalized", str(legalized)), part=k)
         specs = graph_input_specs(graph)
-        if settings.record and k == 0:
-            comparator.runs = result.runs = []
-        for binding, given, j in _plan(graph, k, samples, dims, inputs):
-            if j is not None and hasattr(ref_runner, "index"):
-                ref_runner.index = j
-            try:
-                feeds = make_feeds(specs, binding, given, settings.seed)
-            except CheckUnavailable as e:
-                return CheckResult(False, result.provider, error=str(e))
-            comparator.binding(binding, feeds, label={f"{prefix}{key}": v for key, v in binding.items()}, sample=j,
-                               source="user" if j is not None else "synthesized")
-        notes += onnx_side.notes if onnx_side is not None else []
-    return _concluded(result, samples, notes, litert)
+        feeds = [Feed(binding, lambda binding=binding, given=given, specs=specs: make_feeds(specs, binding, given,
+                                                                                         settings.seed),
+                      "user" if j is not None else "synthesized", {f"{prefix}{key}": v for key, v in binding.items()},
+                      sample=j) for binding, given, j in _plan(graph, k, samples, dims, inputs)]
+        pairing = Pairing(label=lambda i, n, prefix=prefix: f"{prefix}{n} ({LITERT})",
+                          quantized=lambda n, quantized=quantized: quantized.get(n, False))
+        comparisons.append(Comparison(
+            ref, new, feeds, pairing, reference_errors=LiteRTError, candidate_errors=LiteRTError,
+            also=None if litert_only else (lambda k=k, quantized=quantized, prefix=prefix: side(k, quantized, prefix)),
+            record=settings.record and k == 0))
+
+    def made() -> CheckResult:
+        return CheckResult(True, litert if litert_only else f"{litert} + {ORT} {onnx_label}",
+                           reference=reference if expected is not None else "", notes=list(notes))
+
+    def conclude(result: CheckResult) -> CheckResult:
+        return _concluded(result, samples, [n for s in sides for n in s.notes], litert)
+
+    return Plan(comparisons, settings.rtol, settings.atol, LITERT, conclude, result=made, raise_faults=litert_only,
+                reads=(original, legalized))
 
 
 def _plan(graph: Graph, k: int, samples, dims, inputs) -> list:

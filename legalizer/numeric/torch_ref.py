@@ -10,11 +10,12 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import CheckUnavailable, first_line
+from ..errors import first_line
 from .compare import Comparator, Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
-from .child import ChildRunner, RunFault
-from .ort import bindings_for, input_specs, runner, source_of
+from .child import ChildRunner
+from .ort import bindings_for, input_specs, model_key, runner, source_of
+from .plan import Artifact, Comparison, Feed, Plan, Session, run_plan
 from .results import CheckResult, OutputResult
 from .runner import Runner, positional
 from .settings import CheckSettings, settings_of
@@ -96,7 +97,7 @@ def preload(path, trust: bool) -> None:
 def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
                 dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
                 choices: Optional[Mapping[str, List[int]]] = None, searched: bool = False, path=None,
-                trust: bool = False, **changes) -> CheckResult:
+                trust: bool = False, session: Optional[Session] = None, **changes) -> CheckResult:
     """Compare PyTorch running ``source.program`` (a ``TorchSource``) with
     ``legalized`` (a ModelProto or a path) on onnxruntime. The result's ``provider``
     is ``"torch"``; a binding the program rejects (a guard on a dim's range) is
@@ -104,65 +105,59 @@ def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
     ``choices`` are what the onnxruntime check's search found. ``path``: the ``.pt2``
     the program was read from (``trust``: as it was read), so that the child reads it
     again and runs it there; without it (a program this process was handed, through the
-    API) PyTorch runs it here, where its caller already ran it. ``settings``: as
+    API) PyTorch runs it here, where its caller already ran it. ``settings`` and
+    ``session`` (the legalized model loaded once for the ONNX check and this one): as
     ``ort.check``'s."""
-    opened: List[Runner] = []
-    try:
-        return _check_torch(source, legalized, opened, settings_of(settings, **changes), dims=dims, inputs=inputs,
-                            choices=choices, searched=searched, path=path, trust=trust)
-    except RunFault as e:
-        return CheckResult(False, "torch", error=str(e))
-    finally:
-        for r in opened:
-            r.deactivate()
+    return run_plan(_torch_plan(source, legalized, settings_of(settings, **changes), dims=dims, inputs=inputs,
+                                choices=choices, searched=searched, path=path, trust=trust), session)
 
 
-def _check_torch(source, legalized, opened, settings: CheckSettings, *, dims, inputs, choices, searched, path,
-                 trust) -> CheckResult:
-    declared = source.onnx
-    new = runner(legalized, settings.provider, "the legalized model")
-    opened.append(new)
-    try:
-        new.activate()
-    except RunFault:
-        raise
-    except Exception as e:  # noqa: BLE001 - onnxruntime's own words are the reason
-        return CheckResult(True, "torch", error=f"the legalized model does not load on onnxruntime: {first_line(e)}")
-    result = CheckResult(True, "torch")
-    preloaded = None
-    if path is not None:
+def _feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: bool) -> List[Feed]:
+    """The bindings every PyTorch check feeds: the onnxruntime check's, and its inputs."""
+    specs = input_specs(declared)
+    source = source_of(declared, dims or {}, searched)
+    return [Feed(binding, lambda binding=binding: make_feeds(specs, binding, inputs or {}, settings.seed), source)
+            for binding in bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
+                                        choices)]
+
+
+def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, choices, searched, path, trust) -> Plan:
+    preloaded: List = []
+
+    def torch() -> Runner:
+        if path is None:
+            return TorchRunner(source)
         from . import child
 
-        preloaded = child.take(preload_key(path, trust))
-        torch = ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
-                            preloaded=preloaded)
-    else:
-        torch = TorchRunner(source)
-    opened.append(torch)
-    try:
-        torch.activate()
-        if preloaded is not None:  # loaded before the export named its inputs
-            torch.call("use_inputs", list(source.input_names))
-    except RunFault:
-        raise
-    except Exception as e:  # noqa: BLE001 - torch's own words
-        return CheckResult(False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}")
+        preloaded.append(child.take(preload_key(path, trust)))
+        return ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
+                           preloaded=preloaded[0])
+
+    def named(runner: Runner) -> None:
+        if preloaded and preloaded[0] is not None:  # loaded before the export named its inputs
+            runner.call("use_inputs", list(source.input_names))
+
+    ref = Artifact("the program", torch, loaded=named, refused=lambda e: CheckResult(
+        False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}"))
+    new = Artifact("the legalized model", lambda: runner(legalized, settings.provider, "the legalized model"),
+                   key=model_key(legalized, settings.provider),
+                   refused=lambda e: CheckResult(True, "torch", error="the legalized model does not load on"
+                                                                      f" onnxruntime: {first_line(e)}"))
     # PyTorch's outputs have no names: by position, named as the legalized model names them
-    pairing = Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [OutputResult(
-        "*", False, detail=f"torch returns {want} outputs, the model {have}")])
-    comparator = Comparator(torch, new, result, settings.rtol, settings.atol, pairing=pairing,
-                            refused=lambda e: f"torch fails: {first_line(e)}")
-    specs = input_specs(declared)
-    try:
-        comparator.bindings(bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
-                                         choices),
-                            lambda binding: make_feeds(specs, binding, inputs or {}, settings.seed),
-                            source_of(declared, dims or {}, searched))
-    except RunFault:
-        raise
-    except CheckUnavailable as e:
-        return CheckResult(False, "torch", error=str(e))
-    return unless_compared(result, "PyTorch fails on every input binding tried: ")
+    pairing = lambda ref, new: Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [  # noqa: E731
+        OutputResult("*", False, detail=f"torch returns {want} outputs, the model {have}")])
+    compared = Comparison(ref, new, _feeds(source.onnx, settings, dims, inputs, choices, searched), pairing,
+                          refused=lambda e: f"torch fails: {first_line(e)}", candidate_first=True)
+    return Plan([compared], settings.rtol, settings.atol, "torch",
+                lambda result: unless_compared(result, "PyTorch fails on every input binding tried: "),
+                reads=(legalized, path) if path is not None else (legalized,))
+
+
+def _original_pairing(declared, what: str) -> Pairing:
+    """PyTorch's outputs against ``what``'s, by position, named as the ONNX export names them."""
+    outputs = [o.name for o in declared.graph.output]
+    return Pairing(by_position=True, names=outputs, count_mismatch=lambda want, have: [OutputResult(
+        "*", False, detail=f"the original returns {want} outputs, {what} {have}")])
 
 
 def against_original(original, declared, input_names: Sequence[str], new: Runner, result: CheckResult,
@@ -173,10 +168,7 @@ def against_original(original, declared, input_names: Sequence[str], new: Runner
     from ..importers import pytorch
 
     ref = TorchRunner(pytorch.TorchSource(original, declared, list(input_names)))
-    outputs = [o.name for o in declared.graph.output]
-    pairing = Pairing(by_position=True, names=outputs, count_mismatch=lambda want, have: [OutputResult(
-        "*", False, detail=f"the original returns {want} outputs, {what} {have}")])
-    return ref, Comparator(ref, new, result, settings.rtol, settings.atol, pairing=pairing,
+    return ref, Comparator(ref, new, result, settings.rtol, settings.atol, pairing=_original_pairing(declared, what),
                            refused=lambda e: f"the original program fails: {first_line(e)}")
 
 
@@ -195,24 +187,13 @@ def check_programs(original, declared, input_names: Sequence[str], legalized_pat
     from ..importers.pt2_safety import load_untrusted
 
     settings = settings_of(settings, **changes)
-    result = CheckResult(True, "torch")
-    try:
-        legal = load_untrusted(Path(legalized_path))
-    except Exception as e:  # noqa: BLE001 - the loader's words are the reason
-        return CheckResult(True, "torch", error=f"the legal program does not load: {first_line(e)}")
-    new = TorchRunner(pytorch.TorchSource(legal, declared, list(input_names)))
-    ref, comparator = against_original(original, declared, input_names, new, result, settings, "the legal program")
-    specs = input_specs(declared)
-    try:
-        ref.activate()
-        new.activate()
-        comparator.bindings(bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
-                                         choices),
-                            lambda binding: make_feeds(specs, binding, inputs or {}, settings.seed),
-                            source_of(declared, dims or {}, False))
-    except CheckUnavailable as e:
-        return CheckResult(False, "torch", error=str(e))
-    finally:
-        ref.deactivate()
-        new.deactivate()
-    return unless_compared(result, "PyTorch fails on every input binding tried: ")
+    ref = Artifact("the original program",
+                   lambda: TorchRunner(pytorch.TorchSource(original, declared, list(input_names))))
+    new = Artifact("the legal program", lambda: TorchRunner(pytorch.TorchSource(
+        load_untrusted(Path(legalized_path)), declared, list(input_names))), refused=lambda e: CheckResult(
+        True, "torch", error=f"the legal program does not load: {first_line(e)}"))
+    compared = Comparison(ref, new, _feeds(declared, settings, dims, inputs, choices, False),
+                          _original_pairing(declared, "the legal program"),
+                          refused=lambda e: f"the original program fails: {first_line(e)}", candidate_first=True)
+    return run_plan(Plan([compared], settings.rtol, settings.atol, "torch",
+                         lambda result: unless_compared(result, "PyTorch fails on every input binding tried: ")))
