@@ -92,7 +92,10 @@ def main() -> int:
     now = manifest(ROOT, a.jobs)
     if a.baseline is None:
         text = json.dumps(now, indent=1, sort_keys=True)
-        a.json.write_text(text) if a.json else print(text)
+        if a.json:
+            a.json.write_text(text)
+        else:
+            print(text)
         return 0
     before = manifest(a.baseline.resolve(), a.jobs)
     if a.json:

@@ -107,8 +107,9 @@ def test_a_refusal_that_gives_no_result_propagates():
     def broken():
         raise KeyError("k")
 
-    plan = Plan([Comparison(Artifact("the original", broken, refused=lambda e: None), Artifact("x", broken),
-                            _feeds([3]))], 1e-5, 1e-6, "toy")
+    # (the candidate loads: only the reference's refusal, which gives no result, can raise)
+    plan = Plan([Comparison(Artifact("the original", broken, refused=lambda e: None),
+                            Artifact("x", lambda: Scaled(1.0, [])), _feeds([3]))], 1e-5, 1e-6, "toy")
     with pytest.raises(KeyError):
         run_plan(plan)
 

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import legalizer
 from legalizer.importers.onnx import import_model
 from legalizer.importers.reader import read_model
-from legalizer.passes import PASSES, ContractError, PassContext, PassManager, register_pass
+from legalizer.passes import ContractError, PassContext, PassManager, register_pass
 from legalizer.target_passes import ALWAYS, _contracts
 from legalizer.targets import TARGETS
 from legalizer.errors import UsageError

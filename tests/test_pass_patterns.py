@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import legalizer
 from legalizer.importers.onnx import import_model
 from legalizer.passes import PASSES, PassContext, PassManager, dead_code_elimination
-from legalizer.passes.patterns import Const, Op, Rule, Var, match, register_rules
+from legalizer.passes.patterns import Op, Rule, Var, match, register_rules
 
 F = TensorProto.FLOAT
 
@@ -82,4 +82,3 @@ def test_the_deployment_patterns_are_rules():
         assert all(isinstance(r, Rule) for r in PASSES[name].run.rules), name
     assert PASSES["reshape_constants_before_dequantize"].frontends == ("tflite",)
     assert PASSES["gather_bool_as_int32"].run.rules[0].pattern == Op("GatherND", (Var("data"),))
-    assert Const("c", sparse=True) != Const("c")

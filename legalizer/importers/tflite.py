@@ -214,7 +214,7 @@ class _Importer:
             if ins and (min(ins) < -1 or max(ins) >= count):  # (the message names the first)
                 for i in ins:
                     _tensor_at(index, values, i, f"operator {k} ({node.op})")
-            node.inputs = inputs = [None if i == -1 else values[i] for i in ins]
+            node.inputs = [None if i == -1 else values[i] for i in ins]
             for i in ins:
                 # TFLite runs operators in the order listed (LiteRT aborts on this).
                 if i != -1 and i not in produced and later.get(i, -1) >= k:

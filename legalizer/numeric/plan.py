@@ -137,7 +137,7 @@ class Plan:
 
 
 def _made(value, ref: Runner, new: Runner):
-    return value(ref, new) if callable(value) and not isinstance(value, (Pairing, str)) else value
+    return value(ref, new) if callable(value) else value
 
 
 class Session:

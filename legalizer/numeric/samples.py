@@ -21,7 +21,7 @@ from .compare import HISTOGRAM_EDGES, unless_compared
 from .user_inputs import user_dims
 from .inputs import make_feeds
 from .ort import artifact, declarations, declared_shapes, input_specs
-from .plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan  # noqa: F401 - StoredRunner: importable here
+from .plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan
 from .results import CheckResult
 from .runner import Runner
 from .runtimes import ONNX, runner_for
