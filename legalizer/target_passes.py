@@ -113,9 +113,14 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
     # never one of these (as for shape inference: importers.onnx._INFER_DATA_LIMIT).
     stub = weightless(proto)
     try:
-        converted = onnx.version_converter.convert_version(stub, version)
-        if stub is not proto and not _weights_back(converted, proto, stub):  # an adapter changed one
-            converted = onnx.version_converter.convert_version(proto, version)
+        try:
+            converted = onnx.version_converter.convert_version(stub, version)
+        except Exception:  # noqa: BLE001 - an adapter that needed a weight: the whole model, below
+            if stub is proto:
+                raise
+            converted = None
+        if converted is None or (stub is not proto and not _weights_back(converted, proto, stub)):
+            converted = onnx.version_converter.convert_version(proto, version)  # (an adapter read or changed one)
     except Exception as e:  # noqa: BLE001 - the converter's own words are the reason
         from .version_steps import why_not_raised
 

@@ -313,6 +313,10 @@ def _read_at(buf, pos: int, table: str, plans: Dict) -> FbTable:
         # equal layouts (in this file or another) share one compiled reader
         key = (table, st.format if st is not None else None,
                *[(k, w, o, a.format if isinstance(a, struct.Struct) else a) for k, w, o, a in steps])
+        layouts = plans.setdefault(None, set())  # (this file's distinct layouts)
+        layouts.add(key)
+        if len(layouts) > MAX_LAYOUTS:  # a writer shares its vtables: a file of thousands is crafted
+            raise ValueError(f"more than {MAX_LAYOUTS} distinct table layouts")
         reader = _READERS.get(key)
         if reader is None:
             if len(_READERS) >= _MAX_READERS:  # (a long-lived process fed crafted files: bounded)
@@ -326,6 +330,9 @@ def _read_at(buf, pos: int, table: str, plans: Dict) -> FbTable:
 # names and the vtable's integer offsets: nothing a file says becomes code.
 _READERS: Dict[Tuple, Any] = {}
 _MAX_READERS = 4096
+# The distinct layouts one file may have: each costs a compile (~0.15 ms, ~2 KB), and a
+# crafted file can make one every ~16 bytes; the samples and the corpus have under 100.
+MAX_LAYOUTS = 2048
 
 
 def read(obj: Any, table: Optional[str] = None) -> FbTable:

@@ -143,6 +143,38 @@ def test_the_version_converter_is_given_the_model_without_its_large_weights(tmp_
     assert json.loads(rep.read_text())["check"]["ok"]
 
 
+def test_a_converter_that_fails_without_the_weights_is_given_the_whole_model(tmp_path, monkeypatch):
+    """Where an adapter needs a weight left out (and fails without it), the whole model
+    is converted: the raise succeeds, and its output is the model's."""
+    given = []
+    convert = onnx.version_converter.convert_version
+
+    def needs_weights(m, v):
+        given.append(m.ByteSize())
+        if m.ByteSize() < 4096:
+            raise RuntimeError("an adapter read a weight that is not there")
+        return convert(m, v)
+
+    monkeypatch.setattr(onnx.version_converter, "convert_version", needs_weights)
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                           helper.make_node("Squeeze", ["m"], ["s"], name="sq"),
+                           helper.make_node("Add", ["s", "b"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", F, [1, "N", 256])],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [w, numpy_helper.from_array(np.arange(256, dtype=np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    src, out = tmp_path / "w13.onnx", tmp_path / "o.onnx"
+    onnx.save(m, str(src))
+    code, text, err = cli_in_process(src, "-o", out, "--no-check", "-q")
+    assert code == 0, text + err
+    assert len(given) == 2 and given[0] < 4096 < given[1]
+    legal = onnx.load(str(out))
+    assert [o.version for o in legal.opset_import if o.domain == ""] == [14]
+    assert [t for t in legal.graph.initializer if t.name == "w"] == [w]
+
+
 def test_a_weight_the_converter_changed_or_dropped_has_the_whole_model_converted():
     """The weights go back only into initializers left as the converter was given them."""
     from legalizer.importers.onnx import weightless

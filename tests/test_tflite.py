@@ -625,3 +625,19 @@ def test_one_write_tables_are_the_builders_bytes(source):
     ours = serialize(table, 1024)
     assert ours == serialize(table, 1024, by_builder=True)
     assert serialize(table, len(data) + 7) == ours  # another start: the buffer grows less often
+
+
+def test_a_file_of_more_table_layouts_than_a_writer_makes_is_refused_in_one_line(monkeypatch):
+    """Each distinct layout costs the reader a compiled function: a crafted file of
+    thousands (one every ~16 bytes) is bad input, not minutes and gigabytes."""
+    from legalizer import tflite_schema
+    from legalizer.errors import BadInput
+    from legalizer.importers.reader import read_model
+
+    src = ROOT / "models/tflite/broadcast_add.tflite"
+    assert read_model(src).format == "tflite"  # (its layouts: within the limit)
+    monkeypatch.setattr(tflite_schema, "MAX_LAYOUTS", 3)
+    with pytest.raises(BadInput) as e:
+        read_model(src)
+    assert str(e.value) == (f"{src}: not a valid TFLite flatbuffer (truncated or corrupt: ValueError:"
+                            " more than 3 distinct table layouts)")

@@ -578,7 +578,7 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
     # The model without its weights: operand counts and UTF-8 checked, and shape-inferred,
     # from one serialization.
     try:
-        stub = _without_weights(model) if _has_large_initializers(model) else model
+        stub = weightless(model)
         serialized = stub.SerializeToString()
     except UnicodeDecodeError:  # a string field holds bytes that are not UTF-8
         stub = serialized = None
@@ -615,7 +615,7 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         g.nodes()  # a cycle is bad input: fail now, not in a pass
     infer_ranks(graph)  # where ONNX's inference gave up
     if infer and contrib_shapes.wanted(model, graph):  # contrib ops: onnxruntime's inference knows some
-        stub = _without_weights(model) if _has_large_initializers(model) else model
+        stub = weightless(model)
         if contrib_shapes.contrib_ranks(graph, stub.SerializeToString(), tensor_type):
             infer_ranks(graph)
     return Model(graph, SourceFormat.ONNX, model, base_dir, warnings=imp.warnings)
