@@ -645,8 +645,15 @@ def _is_batch(paths: List[Path], out_opt: Optional[Path], jobs: Optional[int], e
     """Several models: three or more paths, a folder first, or two paths with -j or -o
     (two paths alone keep meaning MODEL OUTPUT); with --executor ray, any paths (a
     batch of one model is still run on Ray)."""
-    return (executor != "local" or len(paths) > 2 or paths[0].is_dir()
+    return (executor != "local" or len(paths) > 2 or _is_dir(paths[0])
             or (len(paths) == 2 and (jobs is not None or out_opt is not None)))
+
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:  # (a name too long: no folder; reading it says so in one line)
+        return False
 
 
 def _batch(paths, out_opt, jobs, executor, report, json_out, quiet, verbose, html,
@@ -761,7 +768,10 @@ def _infers_onnx_shapes(model: Path, emit: List[str]) -> bool:
 def _names_place(word: str) -> bool:
     """Whether a word of the command line is a file, or a file to be made in a folder."""
     p = Path(word)
-    return p.exists() or bool(p.suffix) and p.parent.is_dir()
+    try:
+        return p.exists() or bool(p.suffix) and p.parent.is_dir()
+    except OSError:  # (a name too long: not a place; the run says so in one line)
+        return False
 
 
 def main(argv: Optional[List[str]] = None) -> None:

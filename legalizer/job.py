@@ -120,6 +120,8 @@ class RunOptions:
         if self.profile is not None and self.profile not in PROFILES:
             raise UsageError(f"--profile must be one of {', '.join(PROFILES)}, not '{self.profile}'")
         try:
+            if not isinstance(self.target, str):  # (a name: the report's ``target`` is the name)
+                raise UsageError(self.target)
             spec = targets.target(self.target)
         except UsageError:
             raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not '{self.target}'") from None
@@ -196,7 +198,7 @@ class Plan:
     def planned(self) -> List[Tuple[str, Path]]:
         """What the run writes, as (what it is, path) pairs, known before the work: empty
         with --verify-only or for a file that will not load (its run says why)."""
-        return self.output_plan().planned() if not self.options.verify_only else []
+        return self.output_plan().planned() if not self.options.verify_only and self.refused is None else []
 
 
 R = TypeVar("R")

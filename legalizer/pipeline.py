@@ -59,7 +59,7 @@ def prepare(path: Path, options: Union[RunOptions, Valid], sniffed: Union[str, B
             sniffed = e
     kind, refused = (None, sniffed) if isinstance(sniffed, BadInput) else (sniffed, None)
     outputs, unplanned = None, None
-    if not options.verify_only:
+    if not options.verify_only and refused is None:  # (a file that will not load: its read says why)
         try:
             outputs = _outputs(path, options, kind)
         except LegalizeError as e:

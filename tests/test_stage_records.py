@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from legalizer import emit_formats, job, pipeline, targets
+from legalizer.job import RunOptions
 from legalizer.formats import FORMATS, Subject
 from legalizer.importers import sniff as sniff_module
 
@@ -137,3 +138,19 @@ def test_a_format_check_takes_typed_values(tmp_path):
     assert result.ran and result.ok
     sides = FORMATS["onnx"].sides(subject, tmp_path / "written.onnx")
     assert (sides.candidate, sides.reference) == (tmp_path / "written.onnx", src)
+
+
+@pytest.mark.parametrize("name", [".", "x" * 300 + ".onnx"])
+def test_a_path_that_names_no_model_is_one_error_from_the_library_and_the_command(tmp_path, name):
+    """A folder, or a name too long for the file system: the library raises BadInput
+    (the output plan is not made for a file that will not load), the command says one
+    line and exits 2."""
+    from legalizer.errors import BadInput
+    from helpers import cli_in_process
+
+    path = tmp_path if name == "." else tmp_path / name
+    with pytest.raises(BadInput, match="is a directory, not a model file|cannot be read: File name too long"):
+        pipeline.run(path, RunOptions())
+    if name != ".":  # (a folder on the command line is a batch of its models)
+        code, out, err = cli_in_process(path, "-q")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "cannot be read: File name too long" in err, err

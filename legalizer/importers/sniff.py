@@ -47,9 +47,13 @@ def _meant_as_tflite(path: Path, head: bytes) -> bool:
 
 def sniff(path: Path) -> str:
     """The model format of ``path``, from its content; BadInput if it is none."""
-    if not path.exists():
+    try:
+        there, folder = path.exists(), path.is_dir()
+    except OSError as e:  # (a name too long for the file system)
+        raise BadInput(f"{path}: cannot be read: {e.strerror or e}") from None
+    if not there:
         raise BadInput(f"{path}: no such file")
-    if path.is_dir():
+    if folder:
         if (path / "saved_model.pb").exists():
             raise BadInput(f"{path}: is a TensorFlow SavedModel, which legalize does not read;"
                            " convert it to TFLite or ONNX first")
