@@ -115,14 +115,8 @@ def test_paddleocr_v4_recognizer_at_opset_12_is_raised_and_matches(tmp_path):
     assert [o.version for o in onnx.load(str(out)).opset_import if o.domain == ""] == [14]
 
 
-def test_the_version_converter_is_given_the_model_without_its_large_weights(tmp_path, monkeypatch):
-    """onnx's converter reads the model's bytes: a 256 KiB weight is left out of what it
-    is given and put back into its result as it was, so the weights are not serialized
-    and parsed back; the output holds the weight byte for byte, and its check passes."""
-    given = []
-    convert = onnx.version_converter.convert_version
-    monkeypatch.setattr(onnx.version_converter, "convert_version",
-                        lambda m, v: given.append(m.ByteSize()) or convert(m, v))
+def _weighted_opset13():
+    """An opset-13 MatMul by a 256 KiB weight, then Squeeze and Add: (model, weight)."""
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32), "w")
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
                            helper.make_node("Squeeze", ["m"], ["s"], name="sq"),
@@ -132,6 +126,18 @@ def test_the_version_converter_is_given_the_model_without_its_large_weights(tmp_
                           [w, numpy_helper.from_array(np.arange(256, dtype=np.float32), "b")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
+    return m, w
+
+
+def test_the_version_converter_is_given_the_model_without_its_large_weights(tmp_path, monkeypatch):
+    """onnx's converter reads the model's bytes: a 256 KiB weight is left out of what it
+    is given and put back into its result as it was, so the weights are not serialized
+    and parsed back; the output holds the weight byte for byte, and its check passes."""
+    given = []
+    convert = onnx.version_converter.convert_version
+    monkeypatch.setattr(onnx.version_converter, "convert_version",
+                        lambda m, v: given.append(m.ByteSize()) or convert(m, v))
+    m, w = _weighted_opset13()
     src, out, rep = tmp_path / "w13.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
     onnx.save(m, str(src))
     code, text, err = cli_in_process(src, "-o", out, "--report", rep, "-q")
@@ -156,15 +162,7 @@ def test_a_converter_that_fails_without_the_weights_is_given_the_whole_model(tmp
         return convert(m, v)
 
     monkeypatch.setattr(onnx.version_converter, "convert_version", needs_weights)
-    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32), "w")
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
-                           helper.make_node("Squeeze", ["m"], ["s"], name="sq"),
-                           helper.make_node("Add", ["s", "b"], ["y"], name="add")], "g",
-                          [helper.make_tensor_value_info("x", F, [1, "N", 256])],
-                          [helper.make_tensor_value_info("y", F, None)],
-                          [w, numpy_helper.from_array(np.arange(256, dtype=np.float32), "b")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
+    m, w = _weighted_opset13()
     src, out = tmp_path / "w13.onnx", tmp_path / "o.onnx"
     onnx.save(m, str(src))
     code, text, err = cli_in_process(src, "-o", out, "--no-check", "-q")
