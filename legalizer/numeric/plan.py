@@ -1,7 +1,7 @@
 """One check loop over a typed plan, in the manner of Polygraphy's
 ``Comparator.run(runners, data_loader)`` and ``compare_accuracy``: every check (the ONNX
-check, the stored samples, the TFLite check, the PyTorch checks, ``--against``) builds a
-``Plan`` and ``run_plan`` runs it.
+check, the stored samples, the TFLite check, the PyTorch checks, ExecuTorch's,
+``--against``) builds a ``Plan`` and ``run_plan`` runs it.
 
     Artifact      a model to run: how its runner is made, what its refusal to load means,
                   and a ``key``: artifacts of one key share one loaded runner (the

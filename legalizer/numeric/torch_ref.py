@@ -11,7 +11,7 @@ from typing import List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import first_line
-from .compare import Comparator, Pairing, unless_compared
+from .compare import Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
 from .child import ChildRunner
 from .ort import bindings_for, input_specs, model_key, runner, source_of
@@ -112,8 +112,9 @@ def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
                                 choices=choices, searched=searched, path=path, trust=trust), session)
 
 
-def _feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: bool) -> List[Feed]:
-    """The bindings every PyTorch check feeds: the onnxruntime check's, and its inputs."""
+def program_feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: bool = False) -> List[Feed]:
+    """The bindings every PyTorch check feeds (and ExecuTorch's): the onnxruntime
+    check's, and its inputs."""
     specs = input_specs(declared)
     source = source_of(declared, dims or {}, searched)
     return [Feed(binding, lambda binding=binding: make_feeds(specs, binding, inputs or {}, settings.seed), source)
@@ -146,7 +147,7 @@ def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, cho
     # PyTorch's outputs have no names: by position, named as the legalized model names them
     pairing = lambda ref, new: Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [  # noqa: E731
         OutputResult("*", False, detail=f"torch returns {want} outputs, the model {have}")])
-    compared = Comparison(ref, new, _feeds(source.onnx, settings, dims, inputs, choices, searched), pairing,
+    compared = Comparison(ref, new, program_feeds(source.onnx, settings, dims, inputs, choices, searched), pairing,
                           refused=lambda e: f"torch fails: {first_line(e)}", candidate_first=True)
     return Plan([compared], settings.rtol, settings.atol, "torch",
                 lambda result: unless_compared(result, "PyTorch fails on every input binding tried: "),
@@ -160,16 +161,18 @@ def _original_pairing(declared, what: str) -> Pairing:
         "*", False, detail=f"the original returns {want} outputs, {what} {have}")])
 
 
-def against_original(original, declared, input_names: Sequence[str], new: Runner, result: CheckResult,
-                     settings: CheckSettings, what: str):
-    """PyTorch running ``original`` (the reference runner) and the comparator of ``new``
-    (``what`` runs there: "the legal program", "the .pte") against it, outputs paired by
-    position; a binding the original's guards reject is skipped."""
+def against_original(original, declared, input_names: Sequence[str], new: Artifact, feeds: List[Feed],
+                     what: str) -> Comparison:
+    """``new`` (``what`` runs there: "the legal program", "the .pte") against PyTorch
+    running ``original`` (an ``ExportedProgram``) on ``feeds``, outputs paired by
+    position; a binding the original's guards reject is skipped. ``new`` loads first:
+    its refusal is the one reported."""
     from ..importers import pytorch
 
-    ref = TorchRunner(pytorch.TorchSource(original, declared, list(input_names)))
-    return ref, Comparator(ref, new, result, settings.rtol, settings.atol, pairing=_original_pairing(declared, what),
-                           refused=lambda e: f"the original program fails: {first_line(e)}")
+    ref = Artifact("the original program",
+                   lambda: TorchRunner(pytorch.TorchSource(original, declared, list(input_names))))
+    return Comparison(ref, new, feeds, _original_pairing(declared, what),
+                      refused=lambda e: f"the original program fails: {first_line(e)}", candidate_first=True)
 
 
 def check_programs(original, declared, input_names: Sequence[str], legalized_path, settings: Optional[CheckSettings] = None,
@@ -187,13 +190,10 @@ def check_programs(original, declared, input_names: Sequence[str], legalized_pat
     from ..importers.pt2_safety import load_untrusted
 
     settings = settings_of(settings, **changes)
-    ref = Artifact("the original program",
-                   lambda: TorchRunner(pytorch.TorchSource(original, declared, list(input_names))))
     new = Artifact("the legal program", lambda: TorchRunner(pytorch.TorchSource(
         load_untrusted(Path(legalized_path)), declared, list(input_names))), refused=lambda e: CheckResult(
         True, "torch", error=f"the legal program does not load: {first_line(e)}"))
-    compared = Comparison(ref, new, _feeds(declared, settings, dims, inputs, choices, False),
-                          _original_pairing(declared, "the legal program"),
-                          refused=lambda e: f"the original program fails: {first_line(e)}", candidate_first=True)
+    compared = against_original(original, declared, input_names, new,
+                                program_feeds(declared, settings, dims, inputs, choices), "the legal program")
     return run_plan(Plan([compared], settings.rtol, settings.atol, "torch",
                          lambda result: unless_compared(result, "PyTorch fails on every input binding tried: ")))
