@@ -94,12 +94,23 @@ def test_a_refusal_to_load_is_the_result_and_what_loaded_is_let_go():
     def broken():
         raise RuntimeError("not a model\nsecond line")
 
-    new = Artifact("the legalized model", broken, refused=lambda e: None if isinstance(e, KeyError) else
-                   CheckResult(True, "toy", error=f"the legalized model does not load: {e}"))
-    plan = Plan([Comparison(Artifact("the original", lambda: Scaled(1.0, log)), new, _feeds([3]))], 1e-5, 1e-6, "toy")
+    made, given = [], []
+
+    def original():
+        made.append(Scaled(1.0, log))
+        return made[-1]
+
+    def refused(e, reference):  # (given the original's runner, loaded first: what ran it names the result)
+        given.append(reference)
+        return CheckResult(True, f"{reference.name} {reference.factor}", error=f"the legalized model does not load: {e}")
+
+    plan = Plan([Comparison(Artifact("the original", original), Artifact("the legalized model", broken,
+                                                                           refused=refused), _feeds([3]))],
+                1e-5, 1e-6, "plan")
     result = run_plan(plan)
-    assert (result.ran, result.error, result.bindings) == (True, "the legalized model does not load: not a model\n"
-                                                                 "second line", [])
+    assert (result.ran, result.provider, result.error, result.bindings) == (
+        True, "toy 1.0", "the legalized model does not load: not a model\nsecond line", [])
+    assert given == made and len(made) == 1
     assert log == ["load", "close"]
 
 
@@ -107,11 +118,13 @@ def test_a_refusal_that_gives_no_result_propagates():
     def broken():
         raise KeyError("k")
 
+    given = []
     # (the candidate loads: only the reference's refusal, which gives no result, can raise)
-    plan = Plan([Comparison(Artifact("the original", broken, refused=lambda e: None),
+    plan = Plan([Comparison(Artifact("the original", broken, refused=lambda e, reference: given.append(reference)),
                             Artifact("x", lambda: Scaled(1.0, [])), _feeds([3]))], 1e-5, 1e-6, "toy")
     with pytest.raises(KeyError):
         run_plan(plan)
+    assert given == [None]  # (no reference loaded before it: it is the reference)
 
 
 def test_a_rejected_binding_is_skipped_and_more_feeds_follow_when_all_are():

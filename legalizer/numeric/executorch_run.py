@@ -171,7 +171,7 @@ def _executorch_plan(original, declared, input_names: Sequence[str], legalized_p
         for feed in feeds:
             runner.prepare(feed.inputs())
 
-    def refused(e: BaseException) -> CheckResult:
+    def refused(e: BaseException, _) -> CheckResult:
         if isinstance(e, CheckUnavailable):  # (the inputs cannot be made)
             return CheckResult(False, PROVIDER, error=str(e))
         return CheckResult(False, PROVIDER,

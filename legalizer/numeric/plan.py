@@ -37,7 +37,8 @@ from .compare import Comparator, Pairing
 from .results import CheckResult
 from .runner import Runner
 
-Refusal = Callable[[BaseException], Optional[CheckResult]]
+# (error, the comparison's reference runner when it loaded first, else None) -> the check's result
+Refusal = Callable[[BaseException, Optional[Runner]], Optional[CheckResult]]
 
 
 class StoredRunner(Runner):
@@ -57,9 +58,10 @@ class StoredRunner(Runner):
 @dataclass
 class Artifact:
     """A model to run. ``make()`` gives its runner, unactivated; ``loaded(runner)`` ends
-    its loading (what it raises is a refusal too). ``refused(error)`` is the check's
-    result when it does not load (None: the error propagates, as it does without
-    ``refused``). Artifacts with one ``key`` (not an int) are loaded once and share the
+    its loading (what it raises is a refusal too). ``refused(error, reference)`` is the
+    check's result when it does not load (None: the error propagates, as it does without
+    ``refused``); ``reference`` is its comparison's reference runner, when that loaded
+    first (what ran the original names the candidate's refusal), else None. Artifacts with one ``key`` (not an int) are loaded once and share the
     runner, which is asked to ``select(part)`` before it runs for each (LiteRT: one
     interpreter runs every subgraph of its model); in a ``Session`` a keyed artifact stays
     loaded for the session's later plans, the others go when their plan ends."""
@@ -175,9 +177,9 @@ class Session:
         self.opened.append(runner)
         runner.begin()
 
-    def load(self, artifact: Artifact) -> Union[Runner, CheckResult]:
+    def load(self, artifact: Artifact, reference: Optional[Runner] = None) -> Union[Runner, CheckResult]:
         """The artifact's runner, activated (once) and given its part; or the result
-        its refusal gives."""
+        its refusal gives (``reference``: the comparison's runner loaded before it)."""
         key = self.key(artifact)
         try:
             runner = self.runners.get(key)
@@ -192,7 +194,7 @@ class Session:
         except RunFault:
             raise
         except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
-            result = artifact.refused(e) if artifact.refused is not None else None
+            result = artifact.refused(e, reference) if artifact.refused is not None else None
             if result is None:
                 raise
             return result
@@ -240,7 +242,7 @@ def _run(plan: Plan, loads: Session) -> CheckResult:
             loads.opened.append(also)
         got = {}
         for artifact in (first, second):
-            runner = loads.load(artifact)
+            runner = loads.load(artifact, got.get(id(comp.reference)))
             if isinstance(runner, CheckResult):
                 return runner
             got[id(artifact)] = runner

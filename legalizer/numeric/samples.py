@@ -95,13 +95,11 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
         keep, notes = _stored_names(expected, samples, names, [s.name for s in specs])
         ref = Artifact(reference or "stored outputs", lambda: StoredRunner(expected, keep, reference or "stored outputs"))
     else:
-        ref = artifact(runtime, original, provider, "the original", False, lambda: label)
-    refs: List[Runner] = []  # the original's runner, once loaded: its provider names the legalized model's refusal
-    if expected is None:
-        ref.loaded = refs.append
-    # outputs paired by the original's names: the legalized model's, named by position
+        ref = artifact(runtime, original, provider, "the original", False, lambda reference: label)
+    # outputs paired by the original's names: the legalized model's, named by position; the
+    # original's runner (loaded first) names the legalized model's refusal
     new = artifact(runtime, legalized, provider, "the legalized model", expected is None,
-                   lambda: refs[0].provider if refs else label,
+                   lambda reference: reference.provider if expected is None and reference is not None else label,
                    make=lambda: Renamed(runtime.runner(legalized, provider, what="the legalized model"), names, keep))
     feeds = [Feed(binding, lambda binding=binding, sample=sample: make_feeds(specs, binding, sample, settings.seed),
                   "user", sample=k, prefix=f"sample {k}: ") for k, (binding, sample) in enumerate(zip(bound, samples))]

@@ -123,26 +123,23 @@ def program_feeds(declared, settings: CheckSettings, dims, inputs, choices, sear
 
 
 def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, choices, searched, path, trust) -> Plan:
-    preloaded: List = []
-
     def torch() -> Runner:
         if path is None:
             return TorchRunner(source)
         from . import child
 
-        preloaded.append(child.take(preload_key(path, trust)))
         return ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
-                           preloaded=preloaded[0])
+                           preloaded=child.take(preload_key(path, trust)))
 
     def named(runner: Runner) -> None:
-        if preloaded and preloaded[0] is not None:  # loaded before the export named its inputs
+        if isinstance(runner, ChildRunner) and runner.preloaded:  # loaded before the export named its inputs
             runner.call("use_inputs", list(source.input_names))
 
-    ref = Artifact("the program", torch, loaded=named, refused=lambda e: CheckResult(
+    ref = Artifact("the program", torch, loaded=named, refused=lambda e, _: CheckResult(
         False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}"))
     new = Artifact("the legalized model", lambda: runner(legalized, settings.provider, "the legalized model"),
                    key=model_key(legalized, settings.provider),
-                   refused=lambda e: CheckResult(True, "torch", error="the legalized model does not load on"
+                   refused=lambda e, _: CheckResult(True, "torch", error="the legalized model does not load on"
                                                                       f" onnxruntime: {first_line(e)}"))
     # PyTorch's outputs have no names: by position, named as the legalized model names them
     pairing = lambda ref, new: Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [  # noqa: E731
@@ -191,7 +188,7 @@ def check_programs(original, declared, input_names: Sequence[str], legalized_pat
 
     settings = settings_of(settings, **changes)
     new = Artifact("the legal program", lambda: TorchRunner(pytorch.TorchSource(
-        load_untrusted(Path(legalized_path)), declared, list(input_names))), refused=lambda e: CheckResult(
+        load_untrusted(Path(legalized_path)), declared, list(input_names))), refused=lambda e, _: CheckResult(
         True, "torch", error=f"the legal program does not load: {first_line(e)}"))
     compared = against_original(original, declared, input_names, new,
                                 program_feeds(declared, settings, dims, inputs, choices), "the legal program")
