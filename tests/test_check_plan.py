@@ -15,7 +15,7 @@ import pytest
 import legalizer
 from legalizer.errors import CheckUnavailable
 from legalizer.numeric.compare import Pairing
-from legalizer.numeric.plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan
+from legalizer.numeric.plan import Artifact, Comparison, Feed, Plan, run_plan, stored
 from legalizer.numeric.results import CheckResult
 from legalizer.numeric.runner import Runner
 
@@ -155,10 +155,11 @@ def test_a_feed_the_check_cannot_make_names_its_sample():
 
 
 def test_stored_outputs_are_indexed_by_the_sample_fed():
-    stored = [{"y": np.full((3, 2), 1.0, np.float32)}, {"y": np.full((3, 2), 5.0, np.float32)}]
+    outputs = [{"y": np.full((3, 2), 1.0, np.float32)}, {"y": np.full((3, 2), 5.0, np.float32)}]
     feeds = [Feed({}, lambda: {"x": np.ones((3, 2), np.float32)}, "user", sample=k) for k in range(2)]
-    plan = Plan([Comparison(Artifact("stored", lambda: StoredRunner(stored, ["y"])),
-                            Artifact("b", lambda: Scaled(1.0, [])), feeds)], 1e-5, 1e-6, "toy")
+    # (the candidate's ``select`` picks a part: it is not told the sample, or sample 1 would be 3 off, not 4)
+    plan = Plan([Comparison(stored(outputs, ["y"]), Artifact("b", lambda: Scaled(1.0, [])), feeds)],
+                1e-5, 1e-6, "toy")
     result = run_plan(plan)
     assert [(b.sample, b.ok) for b in result.bindings] == [(0, True), (1, False)]
     assert result.bindings[1].outputs[0].max_abs_err == 4.0
