@@ -271,7 +271,7 @@ def _subject(rec: Verified, **made) -> Subject:
     """What the format's check or comparison reads of the run."""
     return Subject(rec.path, rec.model, rec.options.check_settings, dims=rec.dims, given=rec.given, golden=rec.golden,
                    constraints=rec.verification.constraints, profile=rec.target.profile.name,
-                   reference=rec.reference, trust_pt2=rec.options.trust_pt2, **made)
+                   reference=rec.reference, **made)
 
 
 def _compare(verified: Verified) -> "Compared":
