@@ -242,14 +242,18 @@ class Read:
 
 @dataclass(frozen=True, kw_only=True)
 class Verified(Read):
-    verification: VerifyResult  # the input's
+    """The model verified under its profile (the verdict: ``res.input_verification``)."""
+
+    @property
+    def verification(self) -> VerifyResult:
+        return self.res.input_verification
 
 
 @dataclass(frozen=True, kw_only=True)
 class Compared(Verified):
-    """``--verify-only --against``: the model compared with its reference."""
+    """``--verify-only --against``: the model compared with its reference (the result:
+    ``res.check``)."""
 
-    check: "CheckResult"
     failed: bool  # the comparison ran and found different outputs
     sides: "Sides"
 
@@ -277,7 +281,9 @@ class Staged(Rendered):
 
 @dataclass(frozen=True, kw_only=True)
 class Checked(Staged):
-    check: Optional["CheckResult"]  # None with --no-check
+    """The legalized model as written, checked (the result: ``res.check``, None with
+    --no-check)."""
+
     failed: bool  # the check ran and found different outputs
     sides: Optional["Sides"]  # what it compared (for localization and reduction)
 

@@ -141,7 +141,7 @@ def _job(plan: Plan, step: "_Timer", stack: ExitStack) -> RunResult:
         if _reduces(checked):
             step("reduce", _reduce, checked)
     else:
-        checked = advance(staged, Checked, check=None, failed=False, sides=None)
+        checked = advance(staged, Checked, failed=False, sides=None)
     _commit(checked)
     return res
 
@@ -248,7 +248,7 @@ def _verify_input(read: Read) -> Verified:
     read.res.input_verification = result
     if result.violations:
         read.res.exit_code = EXIT_VIOLATIONS
-    return advance(read, Verified, verification=result)
+    return advance(read, Verified)
 
 
 def _reduce_violation(verified: Verified) -> None:
@@ -290,7 +290,7 @@ def _compare(verified: Verified) -> "Compared":
         raise e
     verified.report.check = res.check.to_json()
     # the model against its reference
-    return advance(verified, Compared, check=res.check, failed=not res.check.ok,
+    return advance(verified, Compared, failed=not res.check.ok,
                    sides=Sides(verified.fmt, verified.path, against, verified.model.graph))
 
 
@@ -456,7 +456,7 @@ def _check(staged: Staged) -> Checked:
     report.check = res.check.to_json()
     report.warnings.extend(res.check.notes + golden.notes)
     _save_golden(staged)
-    return advance(staged, Checked, check=res.check, failed=res.check.ran and not res.check.ok,
+    return advance(staged, Checked, failed=res.check.ran and not res.check.ok,
                    sides=staged.fmt.sides(subject, staged.written),
                    given=golden.failing_feeds(res.check) or staged.given)  # what localization feeds
 
