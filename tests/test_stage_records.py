@@ -1,6 +1,6 @@
 """A run's set-up made once, and its stages as typed records: the options are validated,
 the target resolved, the input sniffed and the output plan made once per command (the
-CLI's checks before the work and the run share the ``pipeline.Plan``), and a format's
+CLI's checks before the work and the run share the ``pipeline.Prepared`` run), and a format's
 check takes typed values (``formats.Subject``), not the run's state."""
 
 import dataclasses
