@@ -31,7 +31,7 @@ from .job import (Checked, Compared, Legalized, Outputs, Prepared, Read, Rendere
                   Staged, Valid, Verified, advance)
 from .model import Model
 from .report import STAT_KEYS, Report, worse_for_target
-from .target_passes import legalize
+from .target_passes import legalize_for
 from .verifier import VerifyResult, verify
 
 if TYPE_CHECKING:
@@ -340,8 +340,8 @@ def _rewrite(verified: Verified, outputs: Optional[Outputs]) -> Optional[Legaliz
         from .region_pictures import snapshot
 
         before = snapshot(model)
-    done = model.legalized = legalize(model, spec, debug=options.debug,
-                                      assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
+    done = model.legalized = legalize_for(model, spec, debug=options.debug,
+                                          assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
     report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
                            "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
     lowered = {k: int(v) for k, v in done.stats.items() if k.startswith("aten_") and v}
