@@ -295,7 +295,7 @@ def run(path, options, on_stage=None) -> RunResult:
     """The main job on the model at ``path``, as the ``legalize`` command runs it (the
     command calls this): read, verify, legalize, verify, emit, check and write, as
     ``options`` (a ``legalizer.job.RunOptions``: every option of the command; or the
-    ``job.Plan`` that ``pipeline.prepare`` made of them, as the command hands it) say; a
+    ``job.Prepared`` that ``pipeline.prepare`` made of them, as the command hands it) say; a
     ``RunResult`` with the report (``.report.to_json()``) and ``.exit_code``, nothing
     raised for violations or mismatches (exit code 1). Raises ``LegalizeError`` for bad
     input or usage. ``on_stage(name, size)`` is called as each stage starts. Most callers

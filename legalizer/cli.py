@@ -576,7 +576,7 @@ def _check_writes(plan, report: Optional[Path], html: Optional[Path], overlay: O
 
 def _run_one(plan, report: Optional[Path], html: Optional[Path], overlay: Optional[Path],
              json_out: bool, quiet: bool, verbose: bool) -> int:
-    """Run the job on one model (its ``pipeline.Plan``), print what it found and write
+    """Run the job on one model (its ``pipeline.Prepared``), print what it found and write
     the report, page and overlays; the exit code."""
     from .api import run
     from .console import Printer, Progress

@@ -24,7 +24,7 @@ from .model import Model
 from .ir.graph import INPUT, OP
 from .ir.types import TensorType
 from .exporters.as_onnx import TRANSLATIONS
-from .targets import TARGET_OF_DIALECT
+from .targets import TARGET_OF_DIALECT, Target, target as target_named
 
 FORMATS = ("onnx", "tflite", "pt2", "stablehlo", "stablehlo-bytecode", "tosa")
 SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "pt2": ".pt2", "stablehlo": ".stablehlo.mlir",
@@ -101,7 +101,7 @@ class OnnxForm:
     results: Dict[str, Any] = field(default_factory=dict)
 
 
-def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None, purpose: str = "",
+def _as_onnx_ir(model: Model, spec: Target, level: Optional[str] = None, purpose: str = "",
                 results: Optional[dict] = None) -> Model:
     """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form
     (translated in memory, read into the IR with one shape inference), legalized (the
@@ -111,34 +111,32 @@ def _as_onnx_ir(model: Model, target: str, level: Optional[str] = None, purpose:
     from .errors import CheckUnavailable
     from .exporters.as_onnx import to_onnx
     from .importers.onnx import import_model
-    from .targets import target as target_named
-    from .target_passes import legalize
+    from .target_passes import legalize_for
 
-    purpose = purpose or f"emit {target_named(target).dialect} (made from its ONNX form)"
+    purpose = purpose or f"emit {spec.dialect} (made from its ONNX form)"
     try:
         proto = to_onnx(model, results)
     except CheckUnavailable as e:
         where = f"{model.source}: " if model.source else ""
         raise BadInput(f"{where}cannot {purpose}: {e}") from None
     onnx_ir = import_model(proto, model.base_dir)
-    legalize(onnx_ir, target, level=level)
+    legalize_for(onnx_ir, spec, level=level)
     return onnx_ir
 
 
-def onnx_op_form(model: Model, formats: List[str], target: str, level: Optional[str] = None) -> Optional[OnnxForm]:
+def onnx_op_form(model: Model, formats: List[str], spec: Target, level: Optional[str] = None) -> Optional[OnnxForm]:
     """The one ONNX-op form of a model of another format (TFLite) that ``formats`` write
-    from (``--emit onnx``, the MLIR formats), legalized for ``target``; None where none
-    of them is asked for, or the model is of ONNX ops already. BadInput naming every op
-    without an ONNX form."""
+    from (``--emit onnx``, the MLIR formats), legalized for the target ``spec``; None
+    where none of them is asked for, or the model is of ONNX ops already. BadInput
+    naming every op without an ONNX form."""
     if model.format not in TRANSLATIONS or not any(f in MLIR_FORMATS or f in ONNX_FORMS for f in formats):
         return None
     from .exporters.as_onnx import to_onnx
-    from .targets import target as target_named
 
     mlir = [f for f in formats if f in MLIR_FORMATS]
-    purpose = f"emit {target_named(target).dialect} (made from its ONNX form)" if mlir else "write it as ONNX"
+    purpose = f"emit {spec.dialect} (made from its ONNX form)" if mlir else "write it as ONNX"
     results: dict = {}
-    ir = _as_onnx_ir(model, target, level, purpose, results)
+    ir = _as_onnx_ir(model, spec, level, purpose, results)
     proto = to_onnx(ir)
     made = {name for node in proto.graph.node for name in node.output}
     return OnnxForm(ir, proto, {name: v for name, v in results.items() if name in made})
@@ -149,7 +147,9 @@ def mlir_sources(model: Model, formats: List[str], level: Optional[str] = None) 
     made once (``_as_onnx_ir``; a TFLite model's ONNX form legalized for that target,
     within ``level``) and shared by them: the emitters themselves legalize nothing."""
     targets = dict.fromkeys(TARGET_OF_DIALECT[f] for f in formats if f in MLIR_FORMATS)
-    return {t: _as_onnx_ir(model, t, level) for t in targets}
+    if model.format not in TRANSLATIONS:  # its IR is of ONNX ops already (no target looked up for it)
+        return {t: model for t in targets}
+    return {t: _as_onnx_ir(model, target_named(t), level) for t in targets}
 
 
 @contextmanager
@@ -281,17 +281,15 @@ def render(model: Model, formats: List[str], native: str, dims: Optional[Dict[st
 ONNX_FORMS = ("onnx",)  # the --emit formats that are a model's ONNX form
 
 
-def level_diagnostics(model: Model, made: Dict[str, object], target: str, level: Optional[str] = None):
+def level_diagnostics(model: Model, made: Dict[str, object], spec: Target, level: Optional[str] = None):
     """The ``VerifyResult`` of the level check: each tensor of an MLIR text of ``made``
-    over the limits of ``target``'s level (TOSA's ``8k`` by default) - a graph input or
-    output by its name, another by its op and SSA name - worded as tosa-opt's
+    over the limits of the target ``spec``'s level (TOSA's ``8k`` by default) - a graph
+    input or output by its name, another by its op and SSA name - worded as tosa-opt's
     ``failed level check``. Empty when the target has no levels or no text was made."""
     from .exporters.tosa_level import level_violations
-    from .targets import target as target_named
     from .verifier import Diagnostic, VerifyResult
 
     out = VerifyResult()
-    spec = target_named(target)
     lv = spec.level(level)
     if lv is None:
         return out

@@ -1,5 +1,5 @@
 """One run of the main job: its options (``RunOptions``, validated once, where they are
-built: ``Valid``), what is known before the model is read (``Plan``: the target, the
+built: ``Valid``), what is known before the model is read (``Prepared``: the target, the
 input's kind, the output plan), the records its stages hand on (``Read`` -> ``Verified``
 -> ``Legalized`` -> ``Rendered`` -> ``Staged`` -> ``Checked``), and what it gives back
 (``RunResult``)."""
@@ -176,7 +176,7 @@ class Outputs:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Prepared:
     """A run before its model is read (``pipeline.prepare``): the options validated, the
     target resolved, the input's kind sniffed and the output plan made, each once; the
     command line's checks before the work read them here, and the run reuses them."""
@@ -216,7 +216,7 @@ def advance(record: Any, to: Type[R], **new: Any) -> R:
 class Read:
     """The model read, with what the options name for it, checked against it."""
 
-    plan: Plan
+    prepared: Prepared
     options: RunOptions  # the plan's, less a batch's bindings this model has no use for
     model: Model
     fmt: "Format"  # the input's record (``formats.Format``)
@@ -229,11 +229,11 @@ class Read:
 
     @property
     def path(self) -> Path:
-        return self.plan.path
+        return self.prepared.path
 
     @property
     def target(self) -> Target:
-        return self.plan.target
+        return self.prepared.target
 
     @property
     def report(self) -> Report:
@@ -242,14 +242,18 @@ class Read:
 
 @dataclass(frozen=True, kw_only=True)
 class Verified(Read):
-    verification: VerifyResult  # the input's
+    """The model verified under its profile (the verdict: ``res.input_verification``)."""
+
+    @property
+    def verification(self) -> VerifyResult:
+        return self.res.input_verification
 
 
 @dataclass(frozen=True, kw_only=True)
 class Compared(Verified):
-    """``--verify-only --against``: the model compared with its reference."""
+    """``--verify-only --against``: the model compared with its reference (the result:
+    ``res.check``)."""
 
-    check: "CheckResult"
     failed: bool  # the comparison ran and found different outputs
     sides: "Sides"
 
@@ -277,7 +281,9 @@ class Staged(Rendered):
 
 @dataclass(frozen=True, kw_only=True)
 class Checked(Staged):
-    check: Optional["CheckResult"]  # None with --no-check
+    """The legalized model as written, checked (the result: ``res.check``, None with
+    --no-check)."""
+
     failed: bool  # the check ran and found different outputs
     sides: Optional["Sides"]  # what it compared (for localization and reduction)
 

@@ -1,9 +1,9 @@
 """The main job as a driver over typed records: each stage takes the record the one
-before it made and returns its own (``job``: ``Plan`` -> ``Read`` -> ``Verified`` ->
+before it made and returns its own (``job``: ``Prepared`` -> ``Read`` -> ``Verified`` ->
 ``Legalized`` -> ``Rendered`` -> ``Staged`` -> ``Checked``), each timed by the driver.
 What a run knows before it reads the model (the options validated, the target, the
 input's kind, the output plan) is made once, by ``prepare``: the CLI's checks before the
-work read that ``Plan`` and hand it to ``run``. What differs by input kind is asked of
+work read that ``Prepared`` and hand it to ``run``. What differs by input kind is asked of
 the model's ``formats.Format``. The CLI only parses and prints; the library API calls
 the same stages."""
 
@@ -27,11 +27,11 @@ from .formats import FORMATS, Sides, Subject, default_output, format_of, is_outp
 from .importers.reader import read_model, sniff
 from .ir.gc import paused_gc
 from .ir.graph import OP
-from .job import (Checked, Compared, Legalized, Outputs, Plan, Read, Rendered, RunOptions, RunResult, StageCallback,  # noqa: F401 - re-exported
+from .job import (Checked, Compared, Legalized, Outputs, Prepared, Read, Rendered, RunOptions, RunResult, StageCallback,  # noqa: F401 - re-exported
                   Staged, Valid, Verified, advance)
 from .model import Model
 from .report import STAT_KEYS, Report, worse_for_target
-from .target_passes import legalize
+from .target_passes import legalize_for
 from .verifier import VerifyResult, verify
 
 if TYPE_CHECKING:
@@ -42,13 +42,13 @@ R = TypeVar("R")
 
 # -- the driver -------------------------------------------------------------------------
 
-def prepare(path: Path, options: Union[RunOptions, Valid], sniffed: Union[str, BadInput, None] = None) -> Plan:
+def prepare(path: Path, options: Union[RunOptions, Valid], sniffed: Union[str, BadInput, None] = None) -> Prepared:
     """What a run of ``path`` knows before it reads the model, each made once: the
     options validated (unless ``options`` is ``Valid`` already), the target they name,
     the input's kind (``sniffed``: what ``sniff`` found, or the BadInput it raised, where
     the caller asked it already) and where each format is written. A plan that fails
     (an --emit the target does not write, an output suffix of another format) keeps its
-    error: the CLI raises it before the work (``Plan.output_plan``), the run where it
+    error: the CLI raises it before the work (``Prepared.output_plan``), the run where it
     would write."""
     valid = options if isinstance(options, Valid) else options.validate()
     options = valid.options
@@ -64,7 +64,7 @@ def prepare(path: Path, options: Union[RunOptions, Valid], sniffed: Union[str, B
             outputs = _outputs(path, options, kind)
         except LegalizeError as e:
             unplanned = e
-    return Plan(path, options, valid.target, kind, refused, outputs, unplanned)
+    return Prepared(path, options, valid.target, kind, refused, outputs, unplanned)
 
 
 def _outputs(path: Path, options: RunOptions, kind: Optional[str]) -> Outputs:
@@ -81,15 +81,15 @@ def _outputs(path: Path, options: RunOptions, kind: Optional[str]) -> Outputs:
     return Outputs(output, native, tuple(formats), emit_formats.emit_paths(output, formats, native))
 
 
-def run(path: Path, options: Union[RunOptions, Plan], on_stage: Optional[StageCallback] = None) -> RunResult:
+def run(path: Path, options: Union[RunOptions, Prepared], on_stage: Optional[StageCallback] = None) -> RunResult:
     """Load, verify, and (unless ``verify_only``) legalize, verify the output, check it
     and write it. Raises LegalizeError for bad input; violations and mismatches are in
     the result, with exit code 1, and then nothing is written. Every model runs in a
     child process under ``options.run_timeout`` and ``run_memory``. ``options`` may be
-    the ``Plan`` ``prepare`` made of ``path`` (the CLI's, after its checks)."""
+    the ``Prepared`` run ``prepare`` made of ``path`` (the CLI's, after its checks)."""
     from .numeric import child
 
-    plan = options if isinstance(options, Plan) else prepare(Path(path), options)
+    plan = options if isinstance(options, Prepared) else prepare(Path(path), options)
     options = plan.options
     with child.limited(options.run_timeout, options.run_memory), ExitStack() as stack:
         if options.checks and child.available():
@@ -104,7 +104,7 @@ def run(path: Path, options: Union[RunOptions, Plan], on_stage: Optional[StageCa
     return res
 
 
-def _job(plan: Plan, step: "_Timer", stack: ExitStack) -> RunResult:
+def _job(plan: Prepared, step: "_Timer", stack: ExitStack) -> RunResult:
     """The stages, in order; each returns the next record, or None where the job ends
     (a violation, a module over its level)."""
     options = plan.options
@@ -141,7 +141,7 @@ def _job(plan: Plan, step: "_Timer", stack: ExitStack) -> RunResult:
         if _reduces(checked):
             step("reduce", _reduce, checked)
     else:
-        checked = advance(staged, Checked, check=None, failed=False, sides=None)
+        checked = advance(staged, Checked, failed=False, sides=None)
     _commit(checked)
     return res
 
@@ -150,14 +150,14 @@ def run_model(model: Model, options: RunOptions) -> RunResult:
     """The stages of ``run`` that need no file, on a model in memory (the library API's
     ``legalize``): verify, legalize in place, verify the output."""
     valid = options.validate()
-    plan = Plan(Path(model.source or "<memory>"), options, valid.target, None)
+    plan = Prepared(Path(model.source or "<memory>"), options, valid.target, None)
     fmt = format_of(model)
     profile = options.profile or fmt.input_profile
     report = Report(input=str(plan.path), format=fmt.name, target=options.target, profile=profile)
     step = _Timer(None)
     report.timings_s = step.timings
     res = RunResult(report, model, timings=step.timings)
-    read = Read(plan=plan, options=options, model=model, fmt=fmt, profile=profile, golden=None,
+    read = Read(prepared=plan, options=options, model=model, fmt=fmt, profile=profile, golden=None,
                 given={}, dims={}, res=res)
     verified = step("verify", _verify_input, read, _nodes_size(read))
     if verified.verification.violations:
@@ -199,7 +199,7 @@ def stages(options: RunOptions) -> List[str]:
 
 # -- read and verify ---------------------------------------------------------------------
 
-def _read(plan: Plan, step: _Timer) -> Read:
+def _read(plan: Prepared, step: _Timer) -> Read:
     """Read the model and what the options name for it, each checked against the model
     before any work: its format's abilities, the bindings, the tolerances."""
     options, path = plan.options, plan.path
@@ -238,7 +238,7 @@ def _read(plan: Plan, step: _Timer) -> Read:
     if options.dims_where_present:
         options = _where_present(model, options, report)
         given = as_arrays(options.inputs)
-    return Read(plan=plan, options=options, model=model, fmt=fmt, profile=profile,
+    return Read(prepared=plan, options=options, model=model, fmt=fmt, profile=profile,
                 golden=golden, given=given, dims=_user_dims(fmt, model, options, given), reference=reference, res=res)
 
 
@@ -248,7 +248,7 @@ def _verify_input(read: Read) -> Verified:
     read.res.input_verification = result
     if result.violations:
         read.res.exit_code = EXIT_VIOLATIONS
-    return advance(read, Verified, verification=result)
+    return advance(read, Verified)
 
 
 def _reduce_violation(verified: Verified) -> None:
@@ -271,7 +271,7 @@ def _subject(rec: Verified, **made) -> Subject:
     """What the format's check or comparison reads of the run."""
     return Subject(rec.path, rec.model, rec.options.check_settings, dims=rec.dims, given=rec.given, golden=rec.golden,
                    constraints=rec.verification.constraints, profile=rec.target.profile.name,
-                   reference=rec.reference, trust_pt2=rec.options.trust_pt2, **made)
+                   reference=rec.reference, **made)
 
 
 def _compare(verified: Verified) -> "Compared":
@@ -290,7 +290,7 @@ def _compare(verified: Verified) -> "Compared":
         raise e
     verified.report.check = res.check.to_json()
     # the model against its reference
-    return advance(verified, Compared, check=res.check, failed=not res.check.ok,
+    return advance(verified, Compared, failed=not res.check.ok,
                    sides=Sides(verified.fmt, verified.path, against, verified.model.graph))
 
 
@@ -340,8 +340,8 @@ def _rewrite(verified: Verified, outputs: Optional[Outputs]) -> Optional[Legaliz
         from .region_pictures import snapshot
 
         before = snapshot(model)
-    done = model.legalized = legalize(model, spec, debug=options.debug,
-                                      assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
+    done = model.legalized = legalize_for(model, spec, debug=options.debug,
+                                          assume_dynamic_not_one=options.assume_dynamic_not_one, level=options.level)
     report.target_rules = {"target": spec.name, "profile": spec.to_json(options.level),
                            "refused_before": refused_before, "refused_after": spec.refused(model.graphs, options.level)}
     lowered = {k: int(v) for k, v in done.stats.items() if k.startswith("aten_") and v}
@@ -456,7 +456,7 @@ def _check(staged: Staged) -> Checked:
     report.check = res.check.to_json()
     report.warnings.extend(res.check.notes + golden.notes)
     _save_golden(staged)
-    return advance(staged, Checked, check=res.check, failed=res.check.ran and not res.check.ok,
+    return advance(staged, Checked, failed=res.check.ran and not res.check.ok,
                    sides=staged.fmt.sides(subject, staged.written),
                    given=golden.failing_feeds(res.check) or staged.given)  # what localization feeds
 

@@ -12,7 +12,7 @@ from .errors import BadInput
 from .model import Model, SourceFormat
 from .passes import (RANK_AGNOSTIC_OPSET, Contract, PassContext, PassManager, legacy_broadcast,
                      needs_explicit_broadcast, needs_rank_agnostic)
-from .targets import NUMPY_OPSET, target as target_named
+from .targets import NUMPY_OPSET, Target, target as target_named
 
 
 @dataclass
@@ -24,12 +24,18 @@ class LegalizeResult:
 
 def legalize(model: Model, target: str = "tosa", *, debug: bool = False,
              assume_dynamic_not_one: bool = False, level: Optional[str] = None) -> LegalizeResult:
-    """Rewrite ``model`` in place into ``target``'s legal form; return what changed.
-    ``assume_dynamic_not_one`` is the strict symbolic mode: no dynamic dim is 1 at run
-    time, so no runtime broadcast computation is emitted for one. ``level`` names the
-    target's level (TOSA's ``8k``, its default, or ``none``), whose rank limit rank
-    folding keeps elementwise regions within."""
-    spec = target_named(target)
+    """``legalize_for`` the target named ``target``."""
+    return legalize_for(model, target_named(target), debug=debug, assume_dynamic_not_one=assume_dynamic_not_one,
+                        level=level)
+
+
+def legalize_for(model: Model, spec: Target, *, debug: bool = False, assume_dynamic_not_one: bool = False,
+                 level: Optional[str] = None) -> LegalizeResult:
+    """Rewrite ``model`` in place into the legal form of ``spec`` (a target's record);
+    return what changed. ``assume_dynamic_not_one`` is the strict symbolic mode: no
+    dynamic dim is 1 at run time, so no runtime broadcast computation is emitted for one.
+    ``level`` names the target's level (TOSA's ``8k``, its default, or ``none``), whose
+    rank limit rank folding keeps elementwise regions within."""
     ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level),
                       rank_refused=spec.refused_for_rank if spec.backend else None)
     contracts = _contracts() if debug else None

@@ -301,11 +301,11 @@ for _t in (
 DEFAULT_TARGET = "tosa"
 
 
-def target(name: Union[str, Target]) -> Target:
-    """The target called ``name``, or UsageError naming the ones there are; a record
-    given (a run's, resolved once) is its own answer."""
-    if isinstance(name, Target):
-        return name
+def target(name: str) -> Target:
+    """The target called ``name``, or UsageError naming the ones there are (a caller
+    that holds a ``Target`` uses it: it is not looked up again)."""
+    if not isinstance(name, str):
+        raise UsageError(f"a target is given by its name, one of {', '.join(TARGETS)}, not a {type(name).__name__}")
     try:
         return TARGETS[name]
     except KeyError:

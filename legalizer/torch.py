@@ -80,7 +80,7 @@ def run(program, target: str = "coreml", *, level: Optional[str] = None) -> Torc
 
     from .exporters.aten import export_program
     from .importers.aten import import_program
-    from .target_passes import legalize as run_passes
+    from .target_passes import legalize_for as run_passes
     from .targets import target as target_named
 
     if not isinstance(program, torch.export.ExportedProgram):
@@ -88,7 +88,7 @@ def run(program, target: str = "coreml", *, level: Optional[str] = None) -> Torc
     spec = target_named(target)
     model = import_program(program)
     before = spec.refused(model.graphs, level)
-    done = run_passes(model, target, level=level)
+    done = run_passes(model, spec, level=level)
     after = spec.refused(model.graphs, level)
     legal = export_program(model)
     from .importers.aten_fixes import for_model

@@ -15,7 +15,7 @@ import pytest
 import legalizer
 from legalizer.errors import CheckUnavailable
 from legalizer.numeric.compare import Pairing
-from legalizer.numeric.plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan
+from legalizer.numeric.plan import Artifact, Comparison, Feed, Plan, run_plan, stored
 from legalizer.numeric.results import CheckResult
 from legalizer.numeric.runner import Runner
 
@@ -94,12 +94,23 @@ def test_a_refusal_to_load_is_the_result_and_what_loaded_is_let_go():
     def broken():
         raise RuntimeError("not a model\nsecond line")
 
-    new = Artifact("the legalized model", broken, refused=lambda e: None if isinstance(e, KeyError) else
-                   CheckResult(True, "toy", error=f"the legalized model does not load: {e}"))
-    plan = Plan([Comparison(Artifact("the original", lambda: Scaled(1.0, log)), new, _feeds([3]))], 1e-5, 1e-6, "toy")
+    made, given = [], []
+
+    def original():
+        made.append(Scaled(1.0, log))
+        return made[-1]
+
+    def refused(e, reference):  # (given the original's runner, loaded first: what ran it names the result)
+        given.append(reference)
+        return CheckResult(True, f"{reference.name} {reference.factor}", error=f"the legalized model does not load: {e}")
+
+    plan = Plan([Comparison(Artifact("the original", original), Artifact("the legalized model", broken,
+                                                                           refused=refused), _feeds([3]))],
+                1e-5, 1e-6, "plan")
     result = run_plan(plan)
-    assert (result.ran, result.error, result.bindings) == (True, "the legalized model does not load: not a model\n"
-                                                                 "second line", [])
+    assert (result.ran, result.provider, result.error, result.bindings) == (
+        True, "toy 1.0", "the legalized model does not load: not a model\nsecond line", [])
+    assert given == made and len(made) == 1
     assert log == ["load", "close"]
 
 
@@ -107,11 +118,13 @@ def test_a_refusal_that_gives_no_result_propagates():
     def broken():
         raise KeyError("k")
 
+    given = []
     # (the candidate loads: only the reference's refusal, which gives no result, can raise)
-    plan = Plan([Comparison(Artifact("the original", broken, refused=lambda e: None),
+    plan = Plan([Comparison(Artifact("the original", broken, refused=lambda e, reference: given.append(reference)),
                             Artifact("x", lambda: Scaled(1.0, [])), _feeds([3]))], 1e-5, 1e-6, "toy")
     with pytest.raises(KeyError):
         run_plan(plan)
+    assert given == [None]  # (no reference loaded before it: it is the reference)
 
 
 def test_a_rejected_binding_is_skipped_and_more_feeds_follow_when_all_are():
@@ -142,10 +155,11 @@ def test_a_feed_the_check_cannot_make_names_its_sample():
 
 
 def test_stored_outputs_are_indexed_by_the_sample_fed():
-    stored = [{"y": np.full((3, 2), 1.0, np.float32)}, {"y": np.full((3, 2), 5.0, np.float32)}]
+    outputs = [{"y": np.full((3, 2), 1.0, np.float32)}, {"y": np.full((3, 2), 5.0, np.float32)}]
     feeds = [Feed({}, lambda: {"x": np.ones((3, 2), np.float32)}, "user", sample=k) for k in range(2)]
-    plan = Plan([Comparison(Artifact("stored", lambda: StoredRunner(stored, ["y"])),
-                            Artifact("b", lambda: Scaled(1.0, [])), feeds)], 1e-5, 1e-6, "toy")
+    # (the candidate's ``select`` picks a part: it is not told the sample, or sample 1 would be 3 off, not 4)
+    plan = Plan([Comparison(stored(outputs, ["y"]), Artifact("b", lambda: Scaled(1.0, [])), feeds)],
+                1e-5, 1e-6, "toy")
     result = run_plan(plan)
     assert [(b.sample, b.ok) for b in result.bindings] == [(0, True), (1, False)]
     assert result.bindings[1].outputs[0].max_abs_err == 4.0

@@ -134,7 +134,7 @@ def _break_a_rewrite(monkeypatch, const_name: str):
     from legalizer.ir.constdata import ConstData
     from legalizer.ir.graph import CONST
 
-    real, readers = pipeline.legalize, set()
+    real, readers = pipeline.legalize_for, set()
 
     def broken(model, *args, **kwargs):
         done = real(model, *args, **kwargs)
@@ -145,7 +145,7 @@ def _break_a_rewrite(monkeypatch, const_name: str):
         readers.update(u.label for u, _ in model.graph.users(node.output))
         return done
 
-    monkeypatch.setattr(pipeline, "legalize", broken)
+    monkeypatch.setattr(pipeline, "legalize_for", broken)
     return readers
 
 

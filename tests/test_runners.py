@@ -45,8 +45,9 @@ def _compare_with_onnxruntime(candidate: Runner) -> CheckResult:
     assert specs == [InputSpec("x", TensorProto.FLOAT, ("x[0]", 3)), InputSpec("y", TensorProto.FLOAT, (1, 3))]
     result = CheckResult(True, f"{candidate.name} vs onnxruntime")
     with candidate:
-        Comparator(reference, candidate, result, 1e-5, 1e-6, pairing=Pairing(by_position=True)).bindings(
-            small_then_one(["x[0]"], {}), lambda b: make_feeds(specs, b, {}))
+        comparator = Comparator(reference, candidate, result, 1e-5, 1e-6, pairing=Pairing(by_position=True))
+        for b in small_then_one(["x[0]"], {}):
+            comparator.binding(b, make_feeds(specs, b, {}))
     return result
 
 

@@ -1,6 +1,6 @@
 """A run's set-up made once, and its stages as typed records: the options are validated,
 the target resolved, the input sniffed and the output plan made once per command (the
-CLI's checks before the work and the run share the ``pipeline.Plan``), and a format's
+CLI's checks before the work and the run share the ``pipeline.Prepared`` run), and a format's
 check takes typed values (``formats.Subject``), not the run's state."""
 
 import dataclasses
@@ -46,7 +46,7 @@ def _count_set_up(monkeypatch, model: Path) -> Counter:
     same = model.resolve()
     _count_everywhere(monkeypatch, sniff_module.sniff, "sniff", calls,
                       key=lambda path, *a, **k: Path(path).resolve() == same)
-    _count_everywhere(monkeypatch, targets.target, "target", calls, key=lambda name, *a, **k: isinstance(name, str))
+    _count_everywhere(monkeypatch, targets.target, "target", calls)
     validate = job.RunOptions.validate
 
     def counted_validate(self):
@@ -124,6 +124,16 @@ def test_a_file_that_is_no_model_is_said_once_where_it_is_read(tmp_path, legaliz
     code, _, stderr = legalize_in_process(bad)
     assert code == 2 and stderr.strip() == f"legalize: error: {bad}: is empty"
 
+
+
+def test_a_target_is_looked_up_by_its_name_only():
+    """A run resolves its target once (``Valid.target``) and hands the record on: the
+    lookup takes a name, and a record given to it is one clear error, not an answer."""
+    from legalizer.errors import UsageError
+
+    assert targets.target("tosa") is targets.TARGETS["tosa"]
+    with pytest.raises(UsageError, match="^a target is given by its name, one of tosa, .*, not a Target$"):
+        targets.target(targets.TARGETS["tosa"])
 
 def test_a_format_check_takes_typed_values(tmp_path):
     """``Format.check`` of the ONNX record, given a ``Subject``: the model against

@@ -489,7 +489,8 @@ def test_cli_check_runs_the_legal_program_on_executorch(tmp_path, legalize):
 @pytest.mark.needs("executorch")
 def test_executorch_check_tells_a_pte_that_differs(tmp_path):
     """The comparison itself: a .pte that computes otherwise than the original fails
-    its outputs (the check's exit 1), one that computes the same passes."""
+    its outputs (the check's exit 1), one that computes the same passes, and a legal
+    file that ExecuTorch cannot read leaves the check not run."""
     import torch
 
     from legalizer.importers.aten import declaration, import_program, user_inputs
@@ -513,6 +514,11 @@ def test_executorch_check_tells_a_pte_that_differs(tmp_path):
     assert other.ran and not other.ok
     (out,) = other.bindings[0].outputs
     assert not out.ok and out.max_abs_err > 0
+    junk = tmp_path / "junk.pt2"
+    junk.write_bytes(b"not a pt2")
+    refused = check_executorch(original, declared, names, junk)  # (a program it does not load: not run)
+    assert (refused.ran, refused.bindings) == (False, [])
+    assert refused.error.startswith("ExecuTorch does not lower or load the legal program: ")
 
 
 def test_constraints_of_a_torch_exported_onnx_name_the_input_dims(tmp_path):

@@ -32,7 +32,6 @@ class Subject:
     profile: str = "mlir"  # the target's verifier profile: the runtime shapes are verified under it
     onnx_form: Any = None  # a TFLite model's legalized ONNX-op form (``emit_formats.OnnxForm``), where made
     reference: Optional[Model] = None  # --against's model, as read for its output names
-    trust_pt2: bool = False  # a .pt2 may be loaded with torch's unsafe unpickling
 
 
 @dataclass

@@ -81,9 +81,8 @@ class OnnxFormat(Format):
         return {vi.name: vi.type.tensor_type.elem_type for vi in self.proto(model).graph.input
                 if vi.type.HasField("tensor_type")}
 
-    def check(self, subject: Subject, written: Path, session=None):
-        """The legalized model checked against the original (``session``: a
-        ``plan.Session`` that later checks of the run share)."""
+    def check(self, subject: Subject, written: Path):
+        """The legalized model checked against the original."""
         from ..numeric.ort import check, choices_from_constraints
 
         golden, original = subject.golden, self.original(subject.path, subject.model)
@@ -94,7 +93,7 @@ class OnnxFormat(Format):
                                  expected=golden.expected, reference=golden.reference, dims=subject.dims)
         return check(original, written, subject.settings, dims=subject.dims, inputs=subject.given,
                      choices=choices_from_constraints(subject.constraints),
-                     hints=self.hints(subject.model), profile=subject.profile, session=session)
+                     hints=self.hints(subject.model), profile=subject.profile)
 
     def hints(self, model: Model) -> Dict[str, list]:
         """Sizes worth trying per dim (a PyTorch program's ranges); none for ONNX."""
@@ -140,8 +139,10 @@ class OnnxFormat(Format):
 
 
 class Pt2Format(OnnxFormat):
-    """A ``torch.export`` program: legalized as its ONNX export, checked against that
-    export on onnxruntime and against PyTorch running the program."""
+    """A ``torch.export`` program handed to ``load`` (a module, a program): legalized as
+    its ONNX export. A run reads no such model (a ``.pt2`` file is ``AtenFormat``'s), so
+    it has no check of its own: ``legalizer.check`` compares it with that export on
+    onnxruntime and with PyTorch running the program, in one ``plan.Session``."""
 
     name = "pt2-onnx"
     title = ".pt2"
@@ -161,20 +162,6 @@ class Pt2Format(OnnxFormat):
 
     def hints(self, model: Model) -> Dict[str, list]:
         return range_hints(model.torch)
-
-    def check(self, subject: Subject, written: Path):
-        from ..numeric.ort import choices_from_constraints
-        from ..numeric.plan import Session
-        from ..numeric.torch_ref import check_torch
-
-        with Session() as shared:  # the legalized model loaded once for both checks
-            result = super().check(subject, written, shared)
-            found = result.search is not None and result.search.found is not None
-            choices = result.search.choices if found else choices_from_constraints(subject.constraints)
-            result.torch = check_torch(subject.model.torch, written, replace(subject.settings, record=False),
-                                       dims=subject.dims, inputs=subject.given, choices=choices, searched=found,
-                                       path=subject.model.source, trust=subject.trust_pt2, session=shared)
-        return result
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):

@@ -72,56 +72,48 @@ def check_against(module: Path, reference: Path, settings: Optional[CheckSetting
     (``iree_run.IreeRunner``). Both run in the child process; one that crashes or runs
     out of its memory or time is ``RunFault``, a run that did not happen (exit 2).
     ``settings``: as ``ort.check``'s."""
-    return run_plan(_against_plan(module, reference, settings_of(settings, **changes), given=dict(given or {}),
-                                  dims=dims))
+    settings = settings_of(settings, **changes)
+    try:  # (a reference of a format no runtime runs, or no file, does not load: nothing to compare)
+        runtime = reference_runtime(reference, settings.provider)
+    except Exception as e:  # noqa: BLE001 - its own words are the reason
+        return _not_loaded(reference, e)
+    return run_plan(_against_plan(module, reference, runtime, settings, given=dict(given or {}), dims=dims))
 
 
-def _against_plan(module: Path, reference: Path, settings: CheckSettings, *, given, dims) -> Plan:
+def _not_loaded(reference: Path, e: BaseException) -> CheckResult:
+    """The result when ``reference`` does not load: ``e``'s words."""
+    if isinstance(e, CheckUnavailable):
+        return CheckResult(False, "IREE", error=str(e))
+    return CheckResult(False, "IREE", error=f"{reference}: does not load: {first_line(e)}")
+
+
+def _against_plan(module: Path, reference: Path, runtime: Runtime, settings: CheckSettings, *, given, dims) -> Plan:
     from .iree_run import TosaError
 
     provider = settings.provider
-    runtime: List[Runtime] = []  # the reference's, once found
-    specs: List = []  # the reference's inputs, once it loads
-    names: List[str] = []  # what runs it
-
-    def made() -> Runner:
-        runtime.append(reference_runtime(reference, provider))
-        return runtime[0].runner(reference, provider)
-
-    def loaded(r: Runner) -> None:
-        specs.extend(r.input_specs())
-        names.append(r.name)
-
-    def refused(e: BaseException) -> CheckResult:
-        if isinstance(e, CheckUnavailable):
-            return CheckResult(False, "IREE", error=str(e))
-        return CheckResult(False, "IREE", error=f"{reference}: does not load: {first_line(e)}")
-
-    ref = Artifact(str(reference), made, loaded=loaded, refused=refused)
-    modules: List[Runtime] = []
-
-    def iree() -> Runner:
-        modules.append(runner_for(MODULE, provider))
-        return modules[0].runner(module_text(module), provider, what=str(module))
-
-    new = Artifact(str(module), iree)
+    ref = Artifact(str(reference), lambda: runtime.runner(reference, provider),
+                   refused=lambda e, _: _not_loaded(reference, e))
+    new = Artifact(str(module), lambda: runner_for(MODULE, provider).runner(module_text(module), provider,
+                                                                            what=str(module)))
     pairing = Pairing(by_position=True, label=lambda i, n: f"result #{i}",
                       # an integer result of a TFLite model is taken as quantized: one step of slack
-                      quantized=lambda n: runtime[0].quantized,
+                      quantized=lambda n: runtime.quantized,
                       count_mismatch=lambda want, have: [OutputResult(
                           f"result #{i}", False, detail=f"the module has {have} results, the model {want} outputs")
                           for i in range(want)])
 
     def feeds(ref: Runner, new: Runner) -> List[Feed]:
+        specs = ref.input_specs()
         # a --dim binds a dynamic dim of the reference, as the runtime declares it (input[axis])
         check_dim_names(dims, dynamic_keys([(s.name, s.shape) for s in specs]), whose=str(reference))
         keys = [d for s in specs if s.name not in given for d in s.shape if isinstance(d, str)]
         return [Feed(binding, lambda binding=binding: make_feeds(specs, binding, given, settings.seed))
                 for binding in small_then_one(keys, dims or {})]
 
-    # IREE refusing the module leaves nothing to compare
-    compared = Comparison(ref, new, feeds, pairing, provider=lambda ref, new: f"{modules[0].name} vs {ref.name}",
-                          refused=lambda e: f"{reference} fails on {names[0]}: {first_line(e)}", candidate_errors=(),
-                          unavailable=(TosaError, CheckUnavailable))
+    # IREE refusing the module leaves nothing to compare; the runners name what ran (a
+    # runtime's runner is named as the runtime)
+    compared = Comparison(ref, new, feeds, pairing, provider=lambda ref, new: f"{new.name} vs {ref.name}",
+                          refused=lambda e: f"{reference} fails on {runtime.name}: {first_line(e)}",
+                          candidate_errors=(), unavailable=(TosaError, CheckUnavailable))
     return Plan([compared], settings.rtol, settings.atol, "IREE", lambda result: unless_compared(result, ""),
                 raise_faults=True, reads=(module, reference))

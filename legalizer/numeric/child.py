@@ -525,6 +525,7 @@ class ChildRunner(Runner):
         self.model_label = model
         self.fetch = tuple(fetch)
         self.remote: Optional[Remote] = preloaded  # built ahead (``preload``): activated once it is ready
+        self.preloaded = preloaded is not None  # (built from the arguments ``preload`` had, not these)
         self._built_unloaded = False  # the remote was built for values alone, its runner not activated
         self._begun = False  # its loading was begun without waiting (``begin``)
         self._provider = ""

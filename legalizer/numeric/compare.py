@@ -1,8 +1,8 @@
 """Comparison, once for every check: one output against its reference (``compare``:
 float tolerances, exact integers, one step of slack for a quantized output), the
 outputs of one run against the reference's (``Pairing``: by name or by position), and
-the loop over dim bindings (``Comparator``: the reference runner, then the candidate,
-on the same inputs, into one ``CheckResult``).
+one dim binding (``Comparator``: the reference runner, then the candidate, on the same
+inputs, into one ``CheckResult``; ``plan.run_plan`` feeds it every binding).
 
 A binding the reference rejects is skipped (and its error kept, for the search of
 bindings); one the candidate fails on fails each output with the runtime's words; one
@@ -12,7 +12,7 @@ whose outputs are all empty is skipped too: it compared no element.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -353,17 +353,6 @@ class Comparator:
             return None
         self.result.bindings.append(BindingResult(label, ok, outs, source=source, sample=sample))
         return None
-
-    def bindings(self, plan: Iterable[Dict[str, int]], feeds_of: Callable[[Dict[str, int]], Mapping[str, np.ndarray]],
-                 source: str = "synthesized") -> List[str]:
-        """Compare each binding of ``plan`` on ``feeds_of(binding)``; the reference's
-        errors on those it rejects (``CheckUnavailable`` from ``feeds_of`` propagates)."""
-        errors = []
-        for dims in plan:
-            error = self.binding(dims, feeds_of(dims), source)
-            if error is not None:
-                errors.append(error)
-        return errors
 
 
 def unless_compared(result: CheckResult, why: str) -> CheckResult:

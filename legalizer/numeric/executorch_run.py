@@ -18,10 +18,8 @@ import numpy as np
 
 from ..errors import CheckUnavailable, first_line
 from ..extras import importable, install_hint
-from .child import RunFault
 from .compare import unless_compared
-from .inputs import make_feeds
-from .ort import bindings_for, input_specs, source_of
+from .plan import Artifact, Plan, run_plan
 from .results import CheckResult
 from .runner import Runner, positional
 from .settings import CheckSettings, settings_of
@@ -151,42 +149,36 @@ def check_executorch(original, declared, input_names: Sequence[str], legalized_p
                      inputs: Optional[Mapping[str, np.ndarray]] = None,
                      choices: Optional[Mapping[str, List[int]]] = None, **changes) -> CheckResult:
     """ExecuTorch running the legal ``.pt2`` at ``legalized_path`` as a ``.pte`` (XNNPACK)
-    against PyTorch running ``original`` (an ``ExportedProgram``), at the bindings and
-    inputs ``torch_ref.check_programs`` makes (``declared``, ``input_names``: as there).
-    Not run (``ran`` false, the reason naming the extra) without ExecuTorch; a program
-    ExecuTorch does not lower or load, or a run that faults, did not run either."""
-    from .torch_ref import against_original
-
+    against PyTorch running ``original`` (an ``ExportedProgram``), at the first of the
+    bindings and inputs ``torch_ref.check_programs`` makes (``declared``, ``input_names``:
+    as there). Not run (``ran`` false, the reason naming the extra) without ExecuTorch; a
+    program ExecuTorch does not lower or load, or a run that faults, did not run either."""
     settings = settings_of(settings, **changes)
     if not installed():
         return CheckResult(False, PROVIDER, error=f"ExecuTorch is not installed: {install_hint('executorch')}")
-    result = CheckResult(True, PROVIDER)
-    new = ExecutorchRunner(str(legalized_path), list(input_names))
-    ref, comparator = against_original(original, declared, input_names, new, result, settings, "the .pte")
-    specs = input_specs(declared)
+    return run_plan(_executorch_plan(original, declared, input_names, legalized_path, settings, dims=dims,
+                                     inputs=inputs, choices=choices))
 
-    def feeds(binding):
-        return make_feeds(specs, binding, inputs or {}, settings.seed)
 
-    try:
-        ref.activate()
-        plan = list(bindings_for(declared, dims or {}, settings.max_bindings, settings.seed, settings.not_one,
-                                 choices))[:1]  # (one lowering: the module docstring)
-        try:  # lowered for each binding before any run: a program it does not take did not run, differs in nothing
-            new.activate()
-            for binding in plan:
-                new.prepare(feeds(binding))
-        except (RunFault, CheckUnavailable):
-            raise
-        except Exception as e:  # noqa: BLE001 - ExecuTorch's own words are the reason
-            return CheckResult(False, PROVIDER, error=f"ExecuTorch does not lower or load the legal program:"
-                                                      f" {first_line(e)}")
-        comparator.bindings(plan, feeds, source_of(declared, dims or {}, False))
-    except RunFault as e:  # a crash, or a run past its memory or time
-        return CheckResult(False, PROVIDER, error=str(e))
-    except CheckUnavailable as e:
-        return CheckResult(False, PROVIDER, error=str(e))
-    finally:
-        ref.deactivate()
-        new.deactivate()
-    return unless_compared(result, "ExecuTorch fails on every input binding tried: ")
+def _executorch_plan(original, declared, input_names: Sequence[str], legalized_path, settings: CheckSettings, *,
+                     dims, inputs, choices) -> Plan:
+    from .torch_ref import against_original, program_feeds
+
+    feeds = program_feeds(declared, settings, dims, inputs, choices)[:1]  # (one lowering: the module docstring)
+
+    def lowered(runner: ExecutorchRunner) -> None:
+        # lowered for each binding before any run: a program it does not take did not run, differs in nothing
+        for feed in feeds:
+            runner.prepare(feed.inputs())
+
+    def refused(e: BaseException, _) -> CheckResult:
+        if isinstance(e, CheckUnavailable):  # (the inputs cannot be made)
+            return CheckResult(False, PROVIDER, error=str(e))
+        return CheckResult(False, PROVIDER,
+                           error=f"ExecuTorch does not lower or load the legal program: {first_line(e)}")
+
+    new = Artifact("the .pte", lambda: ExecutorchRunner(str(legalized_path), list(input_names)), loaded=lowered,
+                   refused=refused)
+    return Plan([against_original(original, declared, input_names, new, feeds, "the .pte")], settings.rtol,
+                settings.atol, PROVIDER,
+                lambda result: unless_compared(result, "ExecuTorch fails on every input binding tried: "))

@@ -185,15 +185,16 @@ def declarations(original, declared: Optional[onnx.ModelProto] = None) -> onnx.M
         onnx.load_model(str(original), load_external_data=False)
 
 
-def artifact(runtime, model, provider: str, what: str, ran: bool, label: Callable[[], str],
+def artifact(runtime, model, provider: str, what: str, ran: bool, label: Callable[[Optional[Runner]], str],
              loaded: Optional[Callable[[Runner], None]] = None, make: Optional[Callable[[], Runner]] = None) -> Artifact:
     """``model`` on ``runtime`` as a plan's artifact: when it does not load, the
-    CheckResult (``ran``, ``label()``) that says ``what`` does not load there, in its
-    words (a UsageError of ``loaded``, the provider's confirmation, propagates)."""
-    def refused(e: BaseException) -> Optional[CheckResult]:
+    CheckResult (``ran``, ``label(reference)``: the reference's runner when it loaded
+    first) that says ``what`` does not load there, in its words (a UsageError of
+    ``loaded``, the provider's confirmation, propagates)."""
+    def refused(e: BaseException, reference: Optional[Runner]) -> Optional[CheckResult]:
         if isinstance(e, UsageError):
             return None
-        return CheckResult(ran, label(), error=f"{what} does not load on {runtime.name}: {first_line(e)}")
+        return CheckResult(ran, label(reference), error=f"{what} does not load on {runtime.name}: {first_line(e)}")
 
     return Artifact(what, make or (lambda: runtime.runner(model, provider, what=what)), loaded=loaded,
                     refused=refused)
@@ -210,11 +211,11 @@ def pair(original, legalized, provider: str, runtime) -> Tuple[Artifact, Artifac
     runtime where ``runtime`` names one), each confirmed to run where asked."""
     on = runtime.original or provider  # the original's provider: the reference's
     home = runner_for(ONNX, on) if runtime.original else runtime
-    loaded_ref: List[Runner] = []
-    ref = artifact(home, original, on, "the original", False, lambda: runtime.names(provider),
-                   loaded=lambda r: (loaded_ref.append(r), home.started(on, r)))
+    ref = artifact(home, original, on, "the original", False, lambda reference: runtime.names(provider),
+                   loaded=lambda r: home.started(on, r))
+    # (the original loads first: what ran it names the legalized model's refusal)
     new = artifact(runtime, legalized, provider, "the legalized model", True,
-                   lambda: runtime.names(provider) if runtime.original else loaded_ref[0].provider,
+                   lambda reference: runtime.names(provider) if runtime.original else reference.provider,
                    loaded=(lambda r: runtime.started(provider, r)) if runtime.original else None)
     new.key = model_key(legalized, provider)
     return ref, new

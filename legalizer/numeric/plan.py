@@ -1,7 +1,7 @@
 """One check loop over a typed plan, in the manner of Polygraphy's
 ``Comparator.run(runners, data_loader)`` and ``compare_accuracy``: every check (the ONNX
-check, the stored samples, the TFLite check, the PyTorch checks, ``--against``) builds a
-``Plan`` and ``run_plan`` runs it.
+check, the stored samples, the TFLite check, the PyTorch checks, ExecuTorch's,
+``--against``) builds a ``Plan`` and ``run_plan`` runs it.
 
     Artifact      a model to run: how its runner is made, what its refusal to load means,
                   and a ``key``: artifacts of one key share one loaded runner (the
@@ -37,18 +37,22 @@ from .compare import Comparator, Pairing
 from .results import CheckResult
 from .runner import Runner
 
-Refusal = Callable[[BaseException], Optional[CheckResult]]
+# (error, the comparison's reference runner when it loaded first, else None) -> the check's result
+Refusal = Callable[[BaseException, Optional[Runner]], Optional[CheckResult]]
 
 
 class StoredRunner(Runner):
-    """Reference outputs read from a file: sample ``index``'s, the outputs ``names``
-    (``run_plan`` sets ``index`` to the sample each feed is)."""
+    """Reference outputs read from a file: the outputs ``names`` of the sample last
+    ``select``ed (each feed's: ``stored``)."""
 
     def __init__(self, outputs: Sequence[Mapping[str, np.ndarray]], names: Sequence[str],
                  name: str = "stored outputs"):
         super().__init__()
         self.outputs, self.names, self.name = list(outputs), list(names), name
         self.index = 0
+
+    def select(self, sample: int) -> None:
+        self.index = sample
 
     def infer_impl(self, feed):
         return {n: self.outputs[self.index][n] for n in self.names}
@@ -57,12 +61,15 @@ class StoredRunner(Runner):
 @dataclass
 class Artifact:
     """A model to run. ``make()`` gives its runner, unactivated; ``loaded(runner)`` ends
-    its loading (what it raises is a refusal too). ``refused(error)`` is the check's
-    result when it does not load (None: the error propagates, as it does without
-    ``refused``). Artifacts with one ``key`` (not an int) are loaded once and share the
-    runner, which is asked to ``select(part)`` before it runs for each (LiteRT: one
-    interpreter runs every subgraph of its model); in a ``Session`` a keyed artifact stays
-    loaded for the session's later plans, the others go when their plan ends."""
+    its loading (what it raises is a refusal too). ``refused(error, reference)`` is the
+    check's result when it does not load (None: the error propagates, as it does without
+    ``refused``); ``reference`` is its comparison's reference runner when that loaded
+    first (what ran the original names the candidate's refusal), else None. Artifacts
+    with one ``key`` (not an int) are loaded once and share the runner, which is asked to
+    ``select(part)`` before it runs for each (LiteRT: one interpreter runs every subgraph
+    of its model); in a ``Session`` a keyed artifact stays loaded for the session's later
+    plans, the others go when their plan ends. ``fed(runner, feed)`` is told each feed
+    before its runner runs it (``stored``: the feed's sample)."""
 
     what: str  # names it ("the original", "the legalized model")
     make: Callable[[], Runner]
@@ -70,6 +77,15 @@ class Artifact:
     part: Any = None
     loaded: Optional[Callable[[Runner], None]] = None
     refused: Optional[Refusal] = None
+    fed: Optional[Callable[[Runner, "Feed"], None]] = None  # (its runner, a feed) before it runs that feed
+
+
+def stored(outputs: Sequence[Mapping[str, np.ndarray]], names: Sequence[str], what: str = "") -> Artifact:
+    """Stored reference outputs (``StoredRunner``, named ``what``) as a plan's artifact:
+    each feed selects the outputs of the sample it is."""
+    what = what or "stored outputs"
+    return Artifact(what, lambda: StoredRunner(outputs, names, what),
+                    fed=lambda runner, feed: runner.select(feed.sample) if feed.sample is not None else None)
 
 
 @dataclass
@@ -175,9 +191,9 @@ class Session:
         self.opened.append(runner)
         runner.begin()
 
-    def load(self, artifact: Artifact) -> Union[Runner, CheckResult]:
+    def load(self, artifact: Artifact, reference: Optional[Runner] = None) -> Union[Runner, CheckResult]:
         """The artifact's runner, activated (once) and given its part; or the result
-        its refusal gives."""
+        its refusal gives (``reference``: the comparison's runner loaded before it)."""
         key = self.key(artifact)
         try:
             runner = self.runners.get(key)
@@ -192,7 +208,7 @@ class Session:
         except RunFault:
             raise
         except Exception as e:  # noqa: BLE001 - the runtime's own words are the reason
-            result = artifact.refused(e) if artifact.refused is not None else None
+            result = artifact.refused(e, reference) if artifact.refused is not None else None
             if result is None:
                 raise
             return result
@@ -240,7 +256,7 @@ def _run(plan: Plan, loads: Session) -> CheckResult:
             loads.opened.append(also)
         got = {}
         for artifact in (first, second):
-            runner = loads.load(artifact)
+            runner = loads.load(artifact, got.get(id(comp.reference)))
             if isinstance(runner, CheckResult):
                 return runner
             got[id(artifact)] = runner
@@ -266,11 +282,11 @@ def _compare(plan: Plan, comp: Comparison, ref: Runner, new: Runner, also, resul
         comparator.runs = result.runs = []
     try:
         feeds = list(_made(comp.feeds, ref, new))
-        errors = _feed(comparator, ref, feeds, result)
+        errors = _feed(comparator, comp, feeds, result)
         if isinstance(errors, CheckResult):
             return errors
         if comp.more is not None and feeds and len(errors) == len(feeds):
-            again = _feed(comparator, ref, list(comp.more(ref, errors)), result)
+            again = _feed(comparator, comp, list(comp.more(ref, errors)), result)
             if isinstance(again, CheckResult):
                 return again
     except RunFault:
@@ -280,7 +296,8 @@ def _compare(plan: Plan, comp: Comparison, ref: Runner, new: Runner, also, resul
     return None
 
 
-def _feed(comparator: Comparator, ref: Runner, feeds: Sequence[Feed], result: CheckResult) -> Union[List[str], CheckResult]:
+def _feed(comparator: Comparator, comp: Comparison, feeds: Sequence[Feed],
+          result: CheckResult) -> Union[List[str], CheckResult]:
     """Compare each feed; the reference's words on those it rejects."""
     errors = []
     for feed in feeds:
@@ -292,8 +309,9 @@ def _feed(comparator: Comparator, ref: Runner, feeds: Sequence[Feed], result: Ch
             if not feed.prefix:
                 raise
             return CheckResult(False, result.provider, error=f"{feed.prefix}{e}")
-        if feed.sample is not None and isinstance(ref, StoredRunner):
-            ref.index = feed.sample
+        for artifact, runner in ((comp.reference, comparator.reference), (comp.candidate, comparator.candidate)):
+            if artifact.fed is not None:
+                artifact.fed(runner, feed)
         error = comparator.binding(feed.dims, inputs, feed.source, label=feed.label, sample=feed.sample)
         if error is not None:
             errors.append(error)

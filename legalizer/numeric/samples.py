@@ -21,7 +21,7 @@ from .compare import HISTOGRAM_EDGES, unless_compared
 from .user_inputs import user_dims
 from .inputs import make_feeds
 from .ort import artifact, declarations, declared_shapes, input_specs
-from .plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan
+from .plan import Comparison, Feed, Plan, run_plan, stored
 from .results import CheckResult
 from .runner import Runner
 from .runtimes import ONNX, runner_for
@@ -93,15 +93,13 @@ def check_samples(original, legalized, samples: Sequence[Mapping[str, np.ndarray
     provider, notes, keep = settings.provider, [], None
     if expected is not None:
         keep, notes = _stored_names(expected, samples, names, [s.name for s in specs])
-        ref = Artifact(reference or "stored outputs", lambda: StoredRunner(expected, keep, reference or "stored outputs"))
+        ref = stored(expected, keep, reference)
     else:
-        ref = artifact(runtime, original, provider, "the original", False, lambda: label)
-    refs: List[Runner] = []  # the original's runner, once loaded: its provider names the legalized model's refusal
-    if expected is None:
-        ref.loaded = refs.append
-    # outputs paired by the original's names: the legalized model's, named by position
+        ref = artifact(runtime, original, provider, "the original", False, lambda reference: label)
+    # outputs paired by the original's names: the legalized model's, named by position; the
+    # original's runner (loaded first) names the legalized model's refusal
     new = artifact(runtime, legalized, provider, "the legalized model", expected is None,
-                   lambda: refs[0].provider if refs else label,
+                   lambda reference: reference.provider if expected is None and reference is not None else label,
                    make=lambda: Renamed(runtime.runner(legalized, provider, what="the legalized model"), names, keep))
     feeds = [Feed(binding, lambda binding=binding, sample=sample: make_feeds(specs, binding, sample, settings.seed),
                   "user", sample=k, prefix=f"sample {k}: ") for k, (binding, sample) in enumerate(zip(bound, samples))]

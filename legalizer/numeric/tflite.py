@@ -41,7 +41,7 @@ from .user_inputs import Declared
 from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
 from .child import Remote, RunFault
 from .ort import runner as onnx_runner
-from .plan import Artifact, Comparison, Feed, Plan, StoredRunner, run_plan
+from .plan import Artifact, Comparison, Feed, Plan, run_plan, stored
 from .results import CheckResult, OutputResult
 from .runner import Runner
 from .runtimes import ONNX, TFLITE, runner_for
@@ -273,8 +273,7 @@ def _check_plan(original: Path, legalized: Path, model: Model, settings: CheckSe
             keep, more = _stored_names(expected, samples, [n.inputs[0].name for n in graph.outputs],
                                        [n.output.name for n in graph.inputs])
             notes += more
-            ref = Artifact(reference or "stored outputs",
-                           lambda keep=keep: StoredRunner(expected, keep, reference or "stored outputs"))
+            ref = stored(expected, keep, reference)
         new = Artifact("the legalized model", lambda: runtime.runner(legalized, provider, kernels=kernels),
                        key=("legalized", str(legalized)), part=k)
         specs = graph_input_specs(graph)

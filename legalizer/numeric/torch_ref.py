@@ -11,7 +11,7 @@ from typing import List, Mapping, Optional, Sequence
 import numpy as np
 
 from ..errors import first_line
-from .compare import Comparator, Pairing, unless_compared
+from .compare import Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
 from .child import ChildRunner
 from .ort import bindings_for, input_specs, model_key, runner, source_of
@@ -112,8 +112,9 @@ def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
                                 choices=choices, searched=searched, path=path, trust=trust), session)
 
 
-def _feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: bool) -> List[Feed]:
-    """The bindings every PyTorch check feeds: the onnxruntime check's, and its inputs."""
+def program_feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: bool = False) -> List[Feed]:
+    """The bindings every PyTorch check feeds (and ExecuTorch's): the onnxruntime
+    check's, and its inputs."""
     specs = input_specs(declared)
     source = source_of(declared, dims or {}, searched)
     return [Feed(binding, lambda binding=binding: make_feeds(specs, binding, inputs or {}, settings.seed), source)
@@ -122,31 +123,28 @@ def _feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: b
 
 
 def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, choices, searched, path, trust) -> Plan:
-    preloaded: List = []
-
     def torch() -> Runner:
         if path is None:
             return TorchRunner(source)
         from . import child
 
-        preloaded.append(child.take(preload_key(path, trust)))
         return ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
-                           preloaded=preloaded[0])
+                           preloaded=child.take(preload_key(path, trust)))
 
     def named(runner: Runner) -> None:
-        if preloaded and preloaded[0] is not None:  # loaded before the export named its inputs
+        if isinstance(runner, ChildRunner) and runner.preloaded:  # loaded before the export named its inputs
             runner.call("use_inputs", list(source.input_names))
 
-    ref = Artifact("the program", torch, loaded=named, refused=lambda e: CheckResult(
+    ref = Artifact("the program", torch, loaded=named, refused=lambda e, _: CheckResult(
         False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}"))
     new = Artifact("the legalized model", lambda: runner(legalized, settings.provider, "the legalized model"),
                    key=model_key(legalized, settings.provider),
-                   refused=lambda e: CheckResult(True, "torch", error="the legalized model does not load on"
+                   refused=lambda e, _: CheckResult(True, "torch", error="the legalized model does not load on"
                                                                       f" onnxruntime: {first_line(e)}"))
     # PyTorch's outputs have no names: by position, named as the legalized model names them
     pairing = lambda ref, new: Pairing(by_position=True, names=new.outputs, count_mismatch=lambda want, have: [  # noqa: E731
         OutputResult("*", False, detail=f"torch returns {want} outputs, the model {have}")])
-    compared = Comparison(ref, new, _feeds(source.onnx, settings, dims, inputs, choices, searched), pairing,
+    compared = Comparison(ref, new, program_feeds(source.onnx, settings, dims, inputs, choices, searched), pairing,
                           refused=lambda e: f"torch fails: {first_line(e)}", candidate_first=True)
     return Plan([compared], settings.rtol, settings.atol, "torch",
                 lambda result: unless_compared(result, "PyTorch fails on every input binding tried: "),
@@ -160,16 +158,18 @@ def _original_pairing(declared, what: str) -> Pairing:
         "*", False, detail=f"the original returns {want} outputs, {what} {have}")])
 
 
-def against_original(original, declared, input_names: Sequence[str], new: Runner, result: CheckResult,
-                     settings: CheckSettings, what: str):
-    """PyTorch running ``original`` (the reference runner) and the comparator of ``new``
-    (``what`` runs there: "the legal program", "the .pte") against it, outputs paired by
-    position; a binding the original's guards reject is skipped."""
+def against_original(original, declared, input_names: Sequence[str], new: Artifact, feeds: List[Feed],
+                     what: str) -> Comparison:
+    """``new`` (``what`` runs there: "the legal program", "the .pte") against PyTorch
+    running ``original`` (an ``ExportedProgram``) on ``feeds``, outputs paired by
+    position; a binding the original's guards reject is skipped. ``new`` loads first:
+    its refusal is the one reported."""
     from ..importers import pytorch
 
-    ref = TorchRunner(pytorch.TorchSource(original, declared, list(input_names)))
-    return ref, Comparator(ref, new, result, settings.rtol, settings.atol, pairing=_original_pairing(declared, what),
-                           refused=lambda e: f"the original program fails: {first_line(e)}")
+    ref = Artifact("the original program",
+                   lambda: TorchRunner(pytorch.TorchSource(original, declared, list(input_names))))
+    return Comparison(ref, new, feeds, _original_pairing(declared, what),
+                      refused=lambda e: f"the original program fails: {first_line(e)}", candidate_first=True)
 
 
 def check_programs(original, declared, input_names: Sequence[str], legalized_path, settings: Optional[CheckSettings] = None,
@@ -187,13 +187,10 @@ def check_programs(original, declared, input_names: Sequence[str], legalized_pat
     from ..importers.pt2_safety import load_untrusted
 
     settings = settings_of(settings, **changes)
-    ref = Artifact("the original program",
-                   lambda: TorchRunner(pytorch.TorchSource(original, declared, list(input_names))))
     new = Artifact("the legal program", lambda: TorchRunner(pytorch.TorchSource(
-        load_untrusted(Path(legalized_path)), declared, list(input_names))), refused=lambda e: CheckResult(
+        load_untrusted(Path(legalized_path)), declared, list(input_names))), refused=lambda e, _: CheckResult(
         True, "torch", error=f"the legal program does not load: {first_line(e)}"))
-    compared = Comparison(ref, new, _feeds(declared, settings, dims, inputs, choices, False),
-                          _original_pairing(declared, "the legal program"),
-                          refused=lambda e: f"the original program fails: {first_line(e)}", candidate_first=True)
+    compared = against_original(original, declared, input_names, new,
+                                program_feeds(declared, settings, dims, inputs, choices), "the legal program")
     return run_plan(Plan([compared], settings.rtol, settings.atol, "torch",
                          lambda result: unless_compared(result, "PyTorch fails on every input binding tried: ")))
