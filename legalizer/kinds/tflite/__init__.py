@@ -1,0 +1,2 @@
+"""TFLite models: the record (``kind``), the flatbuffer schema (``schema``), what the IR
+keeps for the export (``records``) and the behaviour of the main job (``format``)."""
