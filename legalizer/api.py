@@ -389,7 +389,8 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
             raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
         return result
 
-    if _is_path(original) and not getattr(of_kind(sniff(Path(original))), "runs_as_file", True):
+    fmt = of_kind(sniff(Path(original))) if _is_path(original) else None
+    if fmt is not None and not fmt.runs_as_file:
         original = load(original, trust_pt2=trust_pt2)  # a .pt2: its ONNX export, and the program as PyTorch runs it
     for m in (original, legalized):  # onnxruntime reads a path's external data: checked first
         if _is_path(m):

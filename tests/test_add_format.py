@@ -53,9 +53,11 @@ def test_a_registered_kind_is_refused_in_its_records_words(toy, tmp_path):
                                       " model is a toy model: name it '*.toy' (--emit writes other formats beside it)")
 
 
-def test_the_report_schema_names_each_kinds_format(toy):
+def test_a_kind_is_registered_once_and_the_report_schema_names_its_format(toy):
     from legalizer.report import schema, schema_text
 
+    with pytest.raises(ValueError, match="a model kind named 'toy' is registered already"):
+        registry.register(toy)
     builtin = json.loads(schema_text())["$defs"]["run"]["properties"]["format"]["enum"]
     assert builtin == ["onnx", "tflite", "mlir", "pt2"]
     assert schema()["$defs"]["run"]["properties"]["format"]["enum"] == builtin + ["toy"]

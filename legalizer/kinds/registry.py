@@ -86,7 +86,7 @@ def sniff(path: Path) -> str:
         raise BadInput(f"{path}: cannot read: {e.strerror}") from None
     if not head:
         raise BadInput(f"{path}: is empty")
-    kind = next((k for k in KINDS if k.magic(path, head)), None)
+    kind = next((k for k in KINDS if k.magic is not None and k.magic(path, head)), None)
     if kind is None and (other := _not_a_model(path, head)) is not None:
         return other
     kind = kind or next((k for k in KINDS if k.guess is not None and k.guess(path, head)), DEFAULT)

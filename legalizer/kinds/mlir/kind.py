@@ -17,8 +17,8 @@ def mlir_text(path: Path, head: bytes) -> bool:
 
 
 KIND = Kind(
-    name="mlir", title="MLIR", suffixes=(".mlir",), magic=lambda path, head: False, guess=mlir_text,
-    read="legalizer.importers.reader:read_mlir",
+    name="mlir", title="MLIR", suffixes=(".mlir",), guess=mlir_text,
+    read="legalizer.kinds.mlir.read:read",
     formats=(("mlir", "legalizer.kinds.mlir.format:MlirFormat"),), in_folders=True, runtimes=("iree.runtime",))
 
 # Read and run as the text is; a kind of its own for its signature and its name in messages

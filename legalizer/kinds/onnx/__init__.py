@@ -1,2 +1,2 @@
-"""ONNX models: the record (``kind``), the protobuf helpers (``protoutil``) and the
-behaviour of the main job (``format``)."""
+"""ONNX models: the record (``kind``), the protobuf helpers (``protoutil``), the reader
+(``read``) and the behaviour of the main job (``format``)."""

@@ -6,12 +6,12 @@ from __future__ import annotations
 from ..base import Kind
 
 KIND = Kind(
-    name="onnx", title="ONNX", suffixes=(".onnx",), magic=lambda path, head: False,
-    read="legalizer.importers.reader:read_onnx",
+    name="onnx", title="ONNX", suffixes=(".onnx",),
+    read="legalizer.kinds.onnx.read:read",
     # a module or program handed to ``load`` is legalized as its ONNX export ("pt2-onnx")
     formats=(("onnx", "legalizer.kinds.onnx.format:OnnxFormat"),
              ("pt2-onnx", "legalizer.kinds.onnx.format:Pt2Format")),
     written=".onnx", in_folders=True, records_constraints=True, runtimes=("onnxruntime",),
     infers_onnx_shapes=True, explorer_ids="legalizer.explorer_ids:onnx_file_ids",
     explorer_adapter="model_explorer_onnx.main:ONNXAdapter",
-    external_data="legalizer.importers.reader:OnnxExternalData")
+    external_data="legalizer.kinds.onnx.read:OnnxExternalData")

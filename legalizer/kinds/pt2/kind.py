@@ -28,7 +28,7 @@ def zip_kind(path: Path) -> str:
 KIND = Kind(
     name="pt2", title="a torch.export program", suffixes=(".pt2",),
     magic=lambda path, head: head.startswith(b"PK\x03\x04") and zip_kind(path) == "pt2",
-    read="legalizer.importers.reader:read_pt2",
+    read="legalizer.kinds.pt2.read:read",
     formats=(("pt2", "legalizer.kinds.pt2.format:AtenFormat"),),
     written=".pt2", native_only="a torch.export program (.pt2)", every_subgraph=True, runtimes=("torch", "onnxruntime"), infers_onnx_shapes=True,
     preload="legalizer.numeric.torch_ref:preload",

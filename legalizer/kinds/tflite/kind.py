@@ -27,7 +27,7 @@ def meant_as_tflite(path: Path, head: bytes) -> bool:
 KIND = Kind(
     name="tflite", title="TFLite", suffixes=(".tflite",), magic=lambda path, head: head[4:8] == b"TFL3",
     guess=meant_as_tflite,  # after the signatures: a zip named .tflite is a zip
-    read="legalizer.importers.reader:read_tflite",
+    read="legalizer.kinds.tflite.read:read",
     formats=(("tflite", "legalizer.kinds.tflite.format:TfliteFormat"),),
     written=".tflite", native_only="a TFLite model", in_folders=True, every_subgraph=True,
     runtimes=("ai_edge_litert.interpreter", "onnxruntime"),
