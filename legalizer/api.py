@@ -367,7 +367,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     from .numeric.ort import check as check_ort
     from .numeric.settings import CheckSettings
     from .importers.reader import check_external_data, sniff
-    from .formats import FORMATS
+    from .formats import of_kind
     from .pipeline import range_hints, unchecked
 
     for name, size in (dims or {}).items():  # as the command line's --dim
@@ -389,7 +389,8 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
             raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
         return result
 
-    if _is_path(original) and not FORMATS.get(sniff(Path(original)), FORMATS["onnx"]).runs_as_file:
+    fmt = of_kind(sniff(Path(original))) if _is_path(original) else None
+    if fmt is not None and not fmt.runs_as_file:
         original = load(original, trust_pt2=trust_pt2)  # a .pt2: its ONNX export, and the program as PyTorch runs it
     for m in (original, legalized):  # onnxruntime reads a path's external data: checked first
         if _is_path(m):

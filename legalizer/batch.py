@@ -37,12 +37,17 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 
 from .errors import LegalizeError, UsageError
 from .importers.reader import files_read, sniff
+from .kinds.registry import DEFAULT, KINDS, named, of_suffix
 from .atomic_files import check_distinct, check_output_path
 from .pipeline import (EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, RunOptions, default_output, file_bindables,
                        is_output)
 
-MODEL_SUFFIXES = (".onnx", ".tflite")
-VERIFY_SUFFIXES = (".mlir", ".mlirbc")
+
+def folder_suffixes(verify_only: bool) -> tuple:
+    """The suffixes of a folder's models: of the kinds found in folders, those written,
+    and with --verify-only those verified only."""
+    return tuple(s for written in (True, False) if written or verify_only
+                 for k in KINDS if k.in_folders and bool(k.written) == written for s in k.suffixes)
 
 
 def find_models(folder: Path, verify_only: bool, skipped: Optional[List[Path]] = None) -> List[Path]:
@@ -50,7 +55,7 @@ def find_models(folder: Path, verify_only: bool, skipped: Optional[List[Path]] =
     link whose target lies outside ``folder`` is no model of it: it goes to ``skipped``
     (a model of the folder must not make legalize read, and copy into its outputs,
     another file of the machine; links to folders are never followed)."""
-    suffixes = MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ())
+    suffixes = folder_suffixes(verify_only)
     inside = os.path.realpath(folder)
     found = []
     for root, dirs, files in os.walk(folder):
@@ -83,7 +88,7 @@ def expand(paths: Sequence[Path], verify_only: bool, skipped: Optional[List[Path
         elif p.is_dir():
             found = find_models(p, verify_only, skipped)
             if not found:
-                kinds = ", ".join(f"*{s}" for s in MODEL_SUFFIXES + (VERIFY_SUFFIXES if verify_only else ()))
+                kinds = ", ".join(f"*{s}" for s in folder_suffixes(verify_only))
                 raise UsageError(f"{p}: is a directory with no model files in it ({kinds})")
         else:
             found = [p]
@@ -162,15 +167,13 @@ def planned_files(model: Path, output: Path, emit: List[str]) -> List[Path]:
     work: for the collision check, and the names a Ray task may return."""
     from . import emit_formats as emit_mod
 
-    from .formats import FORMATS
-
     try:
-        fmt = FORMATS.get(sniff(model))
+        kind = named(sniff(model))
     except LegalizeError:  # that model's own error, when it runs: named by its suffix
-        fmt = next((FORMATS[f] for f, suffix in emit_mod.SUFFIX.items() if suffix == model.suffix), None)
-    native = fmt.written if fmt is not None and fmt.written else FORMATS["onnx"].written
+        kind = of_suffix(model.suffix)
+    native = kind.name if kind is not None and kind.written else DEFAULT.name
     formats = list(dict.fromkeys(emit)) or [native]
-    formats = [f for f in formats if f in emit_mod.SUFFIX]
+    formats = [f for f in formats if f in emit_mod.suffixes()]
     return list(emit_mod.emit_paths(output, formats, native).values()) if formats else [output]
 
 
@@ -384,23 +387,22 @@ def _crashed(model: Path, exitcode: Optional[int], pid: Optional[int]) -> Outcom
                    worker=local_worker(pid))
 
 
-# What a run imports on first use, by the kind of model (the check's runtimes above all):
-# imported once by the fork server, each model's process starts warm rather than
-# importing them again.
+# What a run imports on first use (the check's runtimes above all): imported once by the
+# fork server, each model's process starts warm rather than importing them again. A
+# kind's own modules are its record's (``Kind.warm``).
 WARM = {"any": ["legalizer.console", "legalizer.importers.onnx", "numpy.random"],
         "check": ["onnxruntime"],
-        "tables": ["rich.console", "rich.table", "rich.text"],
-        "tflite": ["legalizer.importers.tflite", "legalizer.exporters.tflite", "legalizer.exporters.tflite_onnx",
-                   "legalizer.numeric.tflite", "legalizer.numeric.litert"]}
+        "tables": ["rich.console", "rich.table", "rich.text"]}
 
 
 def _warm(models: List[Path], settings: Settings) -> List[str]:
-    """The modules the workers of this batch start with (``WARM``)."""
+    """The modules the workers of this batch start with (``WARM``, and those of the
+    kinds its models' suffixes name)."""
     options = settings.options
     kinds = ["any"] + (["check"] if options.check and not options.verify_only else [])
     kinds += [] if settings.quiet else ["tables"]
-    kinds += ["tflite"] if any(m.suffix == ".tflite" for m in models) else []
-    return [n for k in kinds for n in WARM[k]]
+    named_kinds = [k for k in KINDS if any(m.suffix in k.suffixes for m in models)]
+    return [n for k in kinds for n in WARM[k]] + [n for k in named_kinds for n in k.warm]
 
 
 def run_all(models: List[Path], settings: Settings, jobs: int) -> List[Outcome]:

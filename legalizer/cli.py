@@ -25,6 +25,7 @@ from .targets import DEFAULT_TARGET, TARGETS
 from .verifier import PROFILE_RECORDS, PROFILES
 
 if TYPE_CHECKING:
+    from .kinds.base import Kind
     from .pipeline import RunOptions
 
 PROVIDERS = provider_choices()  # the runtimes' table's (numeric/runtimes.py)
@@ -712,14 +713,7 @@ def _will_check(argv: List[str]) -> bool:
     return "--verify-only" not in words or "--against" in words or any(w.startswith("--against=") for w in argv)
 
 
-# The runtimes' modules the child imports ahead, by the kind of model the command line
-# names (its content, as the run reads it: a TFLite file named .bin is run on LiteRT).
-# onnxruntime checks ONNX models, a TFLite model's ONNX form and a .pt2's export.
-_RUNTIME_MODULES = {"onnx": ("onnxruntime",), "tflite": ("ai_edge_litert.interpreter", "onnxruntime"),
-                    "pt2": ("torch", "onnxruntime"), "mlir": ("iree.runtime",), "mlirbc": ("iree.runtime",)}
-
-
-# What ``importers.sniff`` found of each file of the command line (or the BadInput it
+# What ``kinds.registry.sniff`` found of each file of the command line (or the BadInput it
 # raised), by absolute path: each file is sniffed once, by the first that asks (the
 # warm-up, then the run's plan).
 _SNIFFED: Dict[str, object] = {}
@@ -729,7 +723,7 @@ def _sniffed(path) -> object:
     """``sniff`` of ``path``'s file: its kind, or the BadInput it raised; asked once."""
     key = os.path.abspath(path)
     if key not in _SNIFFED:
-        from .importers.sniff import sniff
+        from .kinds.registry import sniff
 
         try:
             _SNIFFED[key] = sniff(Path(path))
@@ -738,20 +732,24 @@ def _sniffed(path) -> object:
     return _SNIFFED[key]
 
 
-def _kind(word: str) -> Optional[str]:
-    """The model kind of the file ``word`` names (``importers.sniff``), or None."""
+def _kind(word: str) -> Optional[Kind]:
+    """The model kind (``kinds.base.Kind``) of the file ``word`` names, or None."""
+    from .kinds.registry import named
+
     if not os.path.isfile(word):
         return None
     kind = _sniffed(word)
-    return kind if isinstance(kind, str) else None
+    return named(kind) if isinstance(kind, str) else None
 
 
 def _runtimes(argv: List[str]) -> tuple:
-    """The runtimes the check of the models ``argv`` names will run (onnxruntime where
-    it names none: a folder's models are several kinds)."""
+    """The runtimes the check of the models ``argv`` names will run (``Kind.runtimes``:
+    of its content, as the run reads it: a TFLite file named .bin is run on LiteRT;
+    onnxruntime where it names none: a folder's models are several kinds)."""
     mods: List[str] = []
     for w in argv:
-        for mod in _RUNTIME_MODULES.get(_kind(w), ()):
+        kind = _kind(w)
+        for mod in kind.runtimes if kind is not None else ():
             if mod not in mods:
                 mods.append(mod)
     return tuple(mods) or ("onnxruntime",)
@@ -762,7 +760,10 @@ def _infers_onnx_shapes(model: Path, emit: List[str]) -> bool:
     export), or the run will on its ONNX form (a TFLite model emitted as MLIR): the
     helper that does it is started ahead only then."""
     kind = _kind(str(model))
-    return kind in ("onnx", "pt2") or (kind == "tflite" and any(f not in ("onnx", "tflite") for f in emit))
+    if kind is None:
+        return False
+    # a translated kind's form is inferred when an MLIR format (not ONNX, not its own) is emitted
+    return kind.infers_onnx_shapes or (kind.translation is not None and any(f not in ("onnx", kind.name) for f in emit))
 
 
 def _names_place(word: str) -> bool:
@@ -789,11 +790,12 @@ def main(argv: Optional[List[str]] = None) -> None:
             # the folders of the files it names (models, --against, outputs): the child reads there
             child.readable(*(w for w in words if not w.startswith("-") and _names_place(w)))
             child.prewarm(_runtimes(words))
-            for w in words:  # a .pt2's program loads there while this process exports it
-                if _kind(w) == "pt2":
-                    from .numeric.torch_ref import preload
+            for w in words:  # (a .pt2's program loads there while this process exports it)
+                kind = _kind(w)
+                if kind is not None and kind.preload is not None:
+                    from .kinds.base import resolve
 
-                    preload(w, "--trust-pt2" in words)
+                    resolve(kind.preload)(w, "--trust-pt2" in words)
     signals = (signal.SIGINT, signal.SIGTERM)
     try:
         previous = {s: signal.signal(s, _interrupted) for s in signals}

@@ -23,48 +23,47 @@ from .atomic_files import atomic_output, check_output_path
 from .model import Model
 from .ir.graph import INPUT, OP
 from .ir.types import TensorType
-from .exporters.as_onnx import TRANSLATIONS
+from .exporters.as_onnx import translated
+from .kinds.registry import KINDS, named, of_suffix
 from .targets import TARGET_OF_DIALECT, Target, target as target_named
 
-FORMATS = ("onnx", "tflite", "pt2", "stablehlo", "stablehlo-bytecode", "tosa")
-SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "pt2": ".pt2", "stablehlo": ".stablehlo.mlir",
-          "stablehlo-bytecode": ".stablehlo.mlirbc", "tosa": ".tosa.mlir"}
+# The MLIR formats' suffixes; the others are the written kinds' own (``Kind.written``).
+MLIR_SUFFIX = {"stablehlo": ".stablehlo.mlir", "stablehlo-bytecode": ".stablehlo.mlirbc", "tosa": ".tosa.mlir"}
+
+
+def suffixes() -> Dict[str, str]:
+    """Each --emit format's suffix: each written kind's (``onnx``, ``tflite``, ``pt2``),
+    then the MLIR formats'."""
+    return {**{k.name: k.written for k in KINDS if k.written}, **MLIR_SUFFIX}
 
 
 def emit_paths(output: Path, formats: List[str], native: str) -> Dict[str, Path]:
     """Where each format goes: the native one at ``output``, the others beside its stem."""
-    stem = output.with_suffix("") if output.suffix == SUFFIX.get(native) else output
-    return {f: output if f == native else Path(f"{stem}{SUFFIX[f]}") for f in formats}
-
-
-# The suffixes of model files, and what each holds: an output model given one of these
-# for another format (``-o m.tflite`` for an ONNX model) would be a file that lies.
-MODEL_SUFFIXES = {".onnx": "ONNX", ".tflite": "TFLite", ".pt2": "a torch.export program", ".mlir": "MLIR",
-                  ".mlirbc": "MLIR bytecode"}
+    suffix = suffixes()
+    stem = output.with_suffix("") if output.suffix == suffix.get(native) else output
+    return {f: output if f == native else Path(f"{stem}{suffix[f]}") for f in formats}
 
 
 def check_output_suffix(output: Path, native: str) -> None:
     """UsageError when ``output`` (the model in its own format, ``native``) has the suffix
-    of another model format."""
-    suffix = Path(output).suffix.lower()
-    if suffix in MODEL_SUFFIXES and suffix != SUFFIX[native]:
-        raise UsageError(f"{output}: a '{suffix}' name, but the legalized model is {MODEL_SUFFIXES[SUFFIX[native]]}:"
-                         f" name it '*{SUFFIX[native]}' (--emit writes other formats beside it)")
-
-
-# Formats only a model of that same format is written in (no other format converts to them).
-NATIVE_ONLY = {"tflite": "--emit tflite: only a TFLite model can be written as .tflite",
-               "pt2": "--emit pt2: only a torch.export program (.pt2) can be written as .pt2"}
+    of another kind's files (``-o m.tflite`` for an ONNX model: a file that lies)."""
+    suffix, own = Path(output).suffix.lower(), named(native)
+    other = of_suffix(suffix)
+    if other is not None and suffix != own.written:
+        raise UsageError(f"{output}: a '{suffix}' name, but the legalized model is {own.title}:"
+                         f" name it '*{own.written}' (--emit writes other formats beside it)")
 
 
 def validate(formats: List[str], native: str, target: str) -> List[str]:
     """The formats to write (default: ``native``, the model's own), or UsageError."""
     formats = list(dict.fromkeys(formats)) or [native]
+    known = suffixes()
     for f in formats:
-        if f not in FORMATS:
-            raise UsageError(f"--emit must be one of {', '.join(FORMATS)}, not '{f}'")
-        if f in NATIVE_ONLY and f != native:
-            raise UsageError(NATIVE_ONLY[f])
+        if f not in known:
+            raise UsageError(f"--emit must be one of {', '.join(known)}, not '{f}'")
+        kind = named(f)
+        if kind is not None and kind.native_only is not None and f != native:
+            raise UsageError(f"--emit {f}: only {kind.native_only} can be written as {kind.written}")
         need = TARGET_OF_DIALECT.get(f)
         if need is not None and target != need:
             raise UsageError(f"--emit {f} writes the {need} form: add --target {need}")
@@ -106,7 +105,7 @@ def _as_onnx_ir(model: Model, spec: Target, level: Optional[str] = None, purpose
     """The ONNX-op IR the MLIR emitters read: a TFLite model goes through its ONNX form
     (translated in memory, read into the IR with one shape inference), legalized (the
     translation has broadcasts of its own: a fused bias, a mod's sign test)."""
-    if model.format not in TRANSLATIONS:  # its IR is of ONNX ops already
+    if not translated(model):  # its IR is of ONNX ops already
         return model
     from .errors import CheckUnavailable
     from .exporters.as_onnx import to_onnx
@@ -129,7 +128,7 @@ def onnx_op_form(model: Model, formats: List[str], spec: Target, level: Optional
     from (``--emit onnx``, the MLIR formats), legalized for the target ``spec``; None
     where none of them is asked for, or the model is of ONNX ops already. BadInput
     naming every op without an ONNX form."""
-    if model.format not in TRANSLATIONS or not any(f in MLIR_FORMATS or f in ONNX_FORMS for f in formats):
+    if not translated(model) or not any(f in MLIR_FORMATS or f in ONNX_FORMS for f in formats):
         return None
     from .exporters.as_onnx import to_onnx
 
@@ -168,7 +167,7 @@ def bound_dims(model: Model, dims: Optional[Dict[str, int]]) -> Iterator[Model]:
     from .shapes.ranks import infer_ranks
 
     graph = model.graph
-    found = _inferred_with(model, dims) if graph.frontend == "onnx" and model.format not in TRANSLATIONS else {}
+    found = _inferred_with(model, dims) if graph.frontend == "onnx" and not translated(model) else {}
     saved = [(v, v.type) for sub in graph.graphs() for n in sub.unordered_nodes() for v in n.outputs
              if v is not None]
     try:

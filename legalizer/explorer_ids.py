@@ -31,6 +31,9 @@ from typing import Dict, Iterator, List, Optional, Set
 
 import onnx
 
+from .kinds.base import Kind, resolve
+from .kinds.registry import DEFAULT
+
 
 @dataclass
 class NodeId:
@@ -141,7 +144,7 @@ def tflite_ids(path: Path) -> List[GraphIds]:
     index. (Read with the ``tflite`` package, as the importer reads the file.)"""
     import tflite
 
-    from .tflite_schema import builtin_name
+    from .kinds.tflite.schema import builtin_name
 
     buf = Path(path).read_bytes()
     model = tflite.Model.GetRootAs(buf, 0)
@@ -166,14 +169,12 @@ def tflite_ids(path: Path) -> List[GraphIds]:
     return graphs
 
 
-def _onnx_file_ids(path: Path) -> List[GraphIds]:
+def onnx_file_ids(path: Path) -> List[GraphIds]:
     return onnx_ids(onnx.load_model(str(path), load_external_data=False))
 
 
-# The viewer's id schemes, by the format of the file it draws.
-SCHEMES = {"onnx": _onnx_file_ids, "tflite": tflite_ids}
-
-
-def model_ids(path: Path, fmt: str) -> List[GraphIds]:
-    """The viewer's graphs of the model file ``path`` (format ``onnx`` or ``tflite``)."""
-    return SCHEMES[fmt](path)
+def model_ids(path: Path, kind: Optional[Kind]) -> List[GraphIds]:
+    """The viewer's graphs of the model file ``path``, in its kind's id scheme
+    (``Kind.explorer_ids``; ONNX's for a kind without one)."""
+    scheme = kind.explorer_ids if kind is not None and kind.explorer_ids else DEFAULT.explorer_ids
+    return resolve(scheme)(path)

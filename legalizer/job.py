@@ -184,7 +184,7 @@ class Prepared:
     path: Path
     options: RunOptions
     target: Target
-    kind: Optional[str]  # what ``importers.sniff`` found; None when it refused the file
+    kind: Optional[str]  # what ``kinds.registry.sniff`` found; None when it refused the file
     refused: Optional[BadInput] = None  # why it did: the run raises it where it reads the model
     outputs: Optional[Outputs] = None  # None with --verify-only, or where the plan failed
     unplanned: Optional[LegalizeError] = None  # why the plan failed (an --emit the target does not write)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -10,36 +9,10 @@ from typing import Any, Dict, List, Optional
 from .ir.graph import Graph
 
 
-class SourceFormat(str, enum.Enum):
-    """The format a model was read from (a ``.pt2`` is read as its ONNX export: ONNX).
-    Equal to its lower-case name as a string (``SourceFormat.ONNX == "onnx"``). What the
-    job does differently by input kind is in ``formats.FORMATS``."""
-
-    def __new__(cls, value: str, every_subgraph: bool = False, records_constraints: bool = False):
-        member = str.__new__(cls, value)
-        member._value_ = value
-        # ``legalize`` rewrites each top-level graph (TFLite's subgraphs: no opsets, no
-        # legacy forms), not the one graph at its opset.
-        member.every_subgraph = every_subgraph
-        # ``legalize`` records the runtime constraints of the graph it is given (what the
-        # xla form's StableHLO asserts), unless the pipeline has.
-        member.records_constraints = records_constraints
-        return member
-
-    ONNX = ("onnx", False, True)
-    TFLITE = ("tflite", True, False)
-    MLIR = ("mlir", False, False)  # text or bytecode: TOSA or StableHLO
-    PT2 = ("pt2", True, False)  # a torch.export program's Core ATen graph (importers.aten)
-
-    __str__ = str.__str__
-    __format__ = str.__format__
-    __hash__ = str.__hash__
-
-
 @dataclass
 class Model:
     graph: Graph
-    format: SourceFormat
+    format: str  # its kind's name (``kinds.registry``): what the report's ``format`` names
     proto: Any = None  # the imported ModelProto (header fields, functions, ...)
     base_dir: Optional[Path] = None  # where external data is resolved
     source: Optional[Path] = None

@@ -24,6 +24,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .explorer_ids import GraphIds, NodeId, model_ids
+from .kinds.base import Kind
+from .kinds.registry import named as kind_named
 from .oprules import builtin_rules
 from .atomic_files import atomic_output, check_output_path
 
@@ -111,14 +113,14 @@ def _describe(feeds: List[str]) -> str:
     return ", ".join(words.get(f, f"{f} inserted") for f in feeds)
 
 
-def build(report: Mapping, input_path: Path, fmt: str, output_path: Optional[Path] = None,
+def build(report: Mapping, input_path: Path, kind: Optional[Kind], output_path: Optional[Path] = None,
           value_errors: Optional[Mapping[str, Tuple[float, float, str]]] = None) -> Dict[str, List[Overlay]]:
     """The overlays of one run: {"input": [...], "output": [...]} (no output overlays
     when nothing was written). ``report`` is the run's JSON report; ``value_errors``
     (max abs, max rel) per value of the legalized model, from a localization, with
     its reference's value name as ``reference`` maps it (see ``localization_errors``)."""
-    before = model_ids(Path(input_path), fmt)
-    after = model_ids(Path(output_path), fmt) if output_path is not None else []
+    before = model_ids(Path(input_path), kind)
+    after = model_ids(Path(output_path), kind) if output_path is not None else []
     inserted, rewritten = _changes(before, after) if after else ({}, {})
     out: Dict[str, List[Overlay]] = {"input": [], "output": []}
     for side, graphs in (("input", before), ("output", after)):
@@ -272,20 +274,18 @@ def write(folder: Path, overlays: Dict[str, List[Overlay]], input_path: Path, ou
     return written
 
 
-# Per input format (the report's): the viewer's id scheme of its files (``explorer_ids``),
-# and whether the input file itself is drawn (a .pt2's graph is the PyTorch program: not).
-DRAWN = {"onnx": ("onnx", True), "tflite": ("tflite", True), "pt2": ("onnx", False)}
-
-
 def for_run(folder: Path, res, input_path: Path, *, force: bool) -> List[Tuple[Path, Path, str]]:
     """Write the overlays of a finished run (``pipeline.RunResult``) into ``folder``:
     the input model's (an ONNX or TFLite file; a .pt2's is the PyTorch program, which
     is not covered) and, when it was written, the legalized model's."""
     report = res.report.to_json()
     output = Path(report["output"]) if report.get("output") else None
-    if report.get("format") not in DRAWN:
+    # the input's kind (the report's format): its ids, and whether its input file is drawn
+    # (a .pt2's graph is the PyTorch program: not)
+    kind = kind_named(report.get("format"))
+    if kind is None or kind.explorer_ids is None:
         return []
-    kind, drawn = DRAWN[report["format"]]
+    drawn = kind.explorer_adapter is not None
     errors = localization_errors(getattr(res, "localization", None)) or report_errors(report)
     source = Path(input_path) if drawn else None
     if source is None and output is None:
@@ -310,7 +310,7 @@ def node_data(model, report, legalized=None, *, localization=None) -> Dict[str, 
         report = json.loads(Path(report).read_text(encoding="utf-8"))
     elif hasattr(report, "to_json"):
         report = report.to_json()
-    fmt = DRAWN.get(sniff(Path(model)), DRAWN["onnx"])[0]
+    kind = kind_named(sniff(Path(model)))
     errors = localization_errors(localization) or report_errors(report)
-    made = build(report, Path(model), fmt, Path(legalized) if legalized is not None else None, errors)
+    made = build(report, Path(model), kind, Path(legalized) if legalized is not None else None, errors)
     return {side: {o.kind: o.to_json() for o in layers} for side, layers in made.items()}

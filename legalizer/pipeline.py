@@ -23,9 +23,10 @@ from .numeric.user_inputs import as_arrays, dynamic_keys
 from .numeric.ort import declared_shapes
 from .numeric.results import CheckResult
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, LegalizeError, UsageError  # noqa: F401 - the exit statuses, re-exported
-from .formats import FORMATS, Sides, Subject, default_output, format_of, is_output  # noqa: F401 - re-exported
+from .formats import Sides, Subject, default_output, format_of, is_output, of_kind  # noqa: F401 - re-exported
 from .importers.reader import read_model, sniff
 from .ir.gc import paused_gc
+from .kinds.onnx.kind import KIND as ONNX
 from .ir.graph import OP
 from .job import (Checked, Compared, Legalized, Outputs, Prepared, Read, Rendered, RunOptions, RunResult, StageCallback,  # noqa: F401 - re-exported
                   Staged, Valid, Verified, advance)
@@ -71,7 +72,7 @@ def _outputs(path: Path, options: RunOptions, kind: Optional[str]) -> Outputs:
     """The output plan: the legalized model's path, and where each format is written
     (none for a file that will not load, or a kind that is verified only)."""
     output = Path(options.output) if options.output is not None else default_output(path, kind)
-    fmt = FORMATS.get(kind) if kind is not None else None
+    fmt = of_kind(kind)
     if fmt is None or fmt.written is None:
         return Outputs(output)
     native = fmt.written
@@ -637,7 +638,7 @@ def file_bindables(path: Path, trust_pt2: bool = False) -> Optional[Tuple[List[s
     alone, its weights left where they are), or None when it does not load (its run
     says why)."""
     try:
-        if FORMATS.get(sniff(path)) is FORMATS["onnx"]:
+        if sniff(path) == ONNX.name:  # (read from its graph inputs alone)
             import onnx
 
             declared = declared_shapes(onnx.load_model(str(path), load_external_data=False))
@@ -685,7 +686,7 @@ def _user_dims(fmt, model: Model, options: RunOptions, given) -> Dict[str, int]:
 def range_hints(source) -> Dict[str, List[int]]:
     """Per dim, the sizes at the bounds of its range (a PyTorch program's range
     constraints; ``source`` a ``TorchSource`` or None), for the check's search."""
-    from .formats.onnx import range_hints as hints
+    from .kinds.onnx.format import range_hints as hints
 
     return hints(source)
 

@@ -36,7 +36,13 @@ def schema_text() -> str:
 
 
 def schema() -> dict:
-    return json.loads(schema_text())
+    """The schema, with the ``format`` of each registered kind (``kinds.registry``; the
+    file lists the built-in ones)."""
+    from .kinds.registry import report_formats
+
+    full = json.loads(schema_text())
+    full["$defs"]["run"]["properties"]["format"]["enum"] = report_formats()
+    return full
 
 
 def validate(data) -> None:

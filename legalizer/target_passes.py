@@ -9,7 +9,8 @@ from typing import Dict, List, Optional
 import onnx
 
 from .errors import BadInput
-from .model import Model, SourceFormat
+from .kinds.registry import named as kind_named
+from .model import Model
 from .passes import (RANK_AGNOSTIC_OPSET, Contract, PassContext, PassManager, legacy_broadcast,
                      needs_explicit_broadcast, needs_rank_agnostic)
 from .targets import NUMPY_OPSET, Target, target as target_named
@@ -39,7 +40,7 @@ def legalize_for(model: Model, spec: Target, *, debug: bool = False, assume_dyna
     ctx = PassContext(assume_dynamic_not_one=assume_dynamic_not_one, max_rank=spec.rank_limit(level),
                       rank_refused=spec.refused_for_rank if spec.backend else None)
     contracts = _contracts() if debug else None
-    kind = SourceFormat(model.format)
+    kind = kind_named(model.format)
     if model.constraints is None and kind.records_constraints:  # the pipeline records its own
         from .verifier import verify
 

@@ -30,8 +30,6 @@ from .extras import importable, install_hint
 from .targets import DEFAULT_TARGET, TARGETS
 
 ONNX_EXTENSION = "model_explorer_onnx"  # the adapter Model Explorer loads for .onnx files
-# The formats the view draws (``reader.sniff``'s names).
-ADAPTERS = ("onnx", "tflite")
 
 HELP = """Open MODEL in Model Explorer beside its legalized form, with legalize's overlays
 (verdicts, rewrites, runtime constraints, and where a localization ran, each value's
@@ -79,11 +77,10 @@ def page_url(host: str, port: int, models: List[Path], overlays: List[Tuple[Path
 
 
 def _graph_ids(model: Path) -> List[str]:
-    from .explorer_ids import SCHEMES, model_ids
-    from .importers.reader import sniff
+    from .explorer_ids import model_ids
+    from .kinds.registry import named, sniff
 
-    fmt = sniff(model)
-    return [g.id for g in model_ids(model, fmt if fmt in SCHEMES else "onnx")]
+    return [g.id for g in model_ids(model, named(sniff(model)))]
 
 
 def page_ids(models: List[Path]) -> List[dict]:
@@ -108,16 +105,14 @@ def _rekey(path: Path, ids: dict) -> None:
     path.write_text(json.dumps({ids.get(g, g): v for g, v in data.items()}), encoding="utf-8")
 
 
-def _adapter(fmt: str):
-    """The Model Explorer adapter that draws ``fmt``, taken by its class (no extension
-    registry: the ``.pt2`` adapter, which unpickles, is not even imported)."""
-    if fmt == "onnx":
-        from model_explorer_onnx.main import ONNXAdapter
+def _adapter(path: Path):
+    """The Model Explorer adapter that draws the model at ``path``, taken by its class
+    (its kind's ``explorer_adapter``; no extension registry: the ``.pt2`` adapter, which
+    unpickles, is not even imported)."""
+    from .kinds.base import resolve
+    from .kinds.registry import named, sniff
 
-        return ONNXAdapter()
-    from model_explorer.builtin_tflite_flatbuffer_adapter import BuiltinTfliteFlatbufferAdapter
-
-    return BuiltinTfliteFlatbufferAdapter()
+    return resolve(named(sniff(path)).explorer_adapter)()
 
 
 def _convert(models: List[Path]) -> List[str]:
@@ -126,13 +121,11 @@ def _convert(models: List[Path]) -> List[str]:
     the page gets them by index."""
     from model_explorer.utils import convert_adapter_response
 
-    from .importers.reader import sniff
-
     out = []
     for m in models:
         _drawable(m)
         try:
-            graphs = _adapter(sniff(m)).convert(str(m), {})
+            graphs = _adapter(m).convert(str(m), {})
         except Exception as e:  # the adapters' own errors: one line, not their traceback
             raise UsageError(f"{m}: Model Explorer cannot draw it: {type(e).__name__}: {first_line(e)}") from None
         out.append(json.dumps(convert_adapter_response(graphs)))
@@ -225,10 +218,11 @@ def _from_report(model: Path, report: Path, folder: Path) -> Tuple[List[Path], L
 def _drawable(path: Path, what: str = "") -> None:
     """Refuse, before any work, a model the view cannot draw (a ``.pt2``: its adapter
     unpickles, and it is not served)."""
-    from .importers.reader import sniff
+    from .kinds.registry import named, sniff
 
     fmt = sniff(path)
-    if fmt not in ADAPTERS:
+    kind = named(fmt)
+    if kind is None or kind.explorer_adapter is None:
         raise UsageError(f"{what}{path}: legalize view shows ONNX and TFLite models, not {fmt}")
 
 

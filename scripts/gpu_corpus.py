@@ -101,7 +101,7 @@ def expose(original: Path, path: Path, out: Path) -> None:
     """``path`` with a few of ``original``'s inner tensors as extra outputs (by name)."""
     import tflite  # noqa: PLC0415 - the litert extra's flatbuffer reader
 
-    from legalizer.tflite_schema import builtin_name, read, serialize  # noqa: PLC0415
+    from legalizer.kinds.tflite.schema import builtin_name, read, serialize  # noqa: PLC0415
 
     def load(p: Path):
         return read(tflite.Model.GetRootAsModel(p.read_bytes(), 0))

@@ -6,7 +6,7 @@ each outcome to the CLI's contract (docs/cli.md). Used by tests/test_fuzz.py
 
 A mutation is ``(kind, source, seed)``: ``kind`` names what is done (byte-level:
 truncate, flip bytes, insert or delete bytes; structural, on the ONNX ModelProto or the
-TFLite flatbuffer through ``legalizer.tflite_schema``: huge dims, negative dims, rank-100
+TFLite flatbuffer through ``legalizer.kinds.tflite.schema``: huge dims, negative dims, rank-100
 shapes, cycles, dangling value names, duplicate outputs, wrong data lengths, bad
 indices, wild attributes), ``seed`` makes it reproducible.
 
@@ -462,7 +462,7 @@ def mutate(kind: str, source: str, seed: int) -> Optional[bytes]:
         return m.SerializeToString()
     import tflite
 
-    from legalizer.tflite_schema import read, serialize
+    from legalizer.kinds.tflite.schema import read, serialize
 
     t = read(tflite.Model.GetRootAs(data, 0), "Model")
     for _ in range(rng.choice([1, 1, 1, 2])):

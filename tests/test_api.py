@@ -274,7 +274,7 @@ def test_unknown_keyword_arguments_name_the_valid_ones(tmp_path):
 def test_a_check_that_could_not_run_is_said_not_only_recorded(tmp_path, monkeypatch):
     """A model the check cannot run (here: onnxruntime made to refuse every model) comes
     back written, with the check's state and why, and a RuntimeWarning that says so."""
-    from legalizer.formats import onnx as onnx_format
+    from legalizer.kinds.onnx import format as onnx_format
 
     src = tmp_path / "mlp_bias.onnx"
     shutil.copy(MODELS / "mlp_bias.onnx", src)

@@ -695,7 +695,7 @@ def test_litert_runner_values_run_a_chunk_up_to_its_last_value(tmp_path):
     import tflite
 
     from legalizer.numeric.litert import LiteRTRunner
-    from legalizer.tflite_schema import read
+    from legalizer.kinds.tflite.schema import read
 
     n, k = 1 << 10, 24
     (tmp_path / "chain.tflite").write_bytes(add_chain(k, n, wrong_at=11))

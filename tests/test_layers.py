@@ -4,6 +4,7 @@ cycle (imports inside functions count), and no module is over 1,000 lines."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -107,13 +108,43 @@ def _documented_layers() -> list:
     text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     section = text.split("# Architecture\n", 1)[1].split("\n## ", 1)[0]
     items = re.findall(r"^\d+\. (.*?)(?=^\d+\. |^\S|\Z)", section, re.M | re.S)
-    return [re.findall(r"`(\w+)`", item.split(":", 1)[0]) for item in items]
+    return [re.findall(r"`([\w.]+)`", item.split(":", 1)[0]) for item in items]
+
+
+def _unlayered_modules(listed: set) -> list:
+    """The modules of the package in no layer (neither they nor a package above them
+    listed), but for a package's ``__init__`` that holds a docstring alone: a package
+    whose modules sit in several layers (a model kind's, ``kinds/<kind>/``) imports
+    nothing itself."""
+    out = []
+    for p in sorted((ROOT / "legalizer").rglob("*.py")):
+        parts = p.relative_to(ROOT / "legalizer").with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if not name or any(".".join(name.split(".")[:i]) in listed for i in range(1, name.count(".") + 2)):
+            continue
+        body = ast.parse(p.read_text(encoding="utf-8")).body
+        if parts[-1] == "__init__" and len(body) == 1 and isinstance(body[0], ast.Expr):
+            continue
+        out.append(name)
+    return out
 
 
 def test_the_architecture_page_lists_the_contract_layers_and_every_module():
     contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
     layers = [[m.strip() for m in re.split(r"[:|]", layer)] for layer in contract["layers"]]
     assert _documented_layers() == layers
-    top = {p.stem for p in (ROOT / "legalizer").iterdir()
-           if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").exists())}
-    assert {m for layer in layers for m in layer} == top
+    listed = {m for layer in layers for m in layer}
+    assert _unlayered_modules(listed) == []
+    where = ROOT / "legalizer"
+    assert sorted(m for m in listed if not (where / m.replace(".", "/")).with_suffix(".py").exists()
+                  and not (where / m.replace(".", "/") / "__init__.py").exists()) == []
+
+
+def test_a_module_in_no_layer_is_found(tmp_path, monkeypatch):
+    """(The check above, on a module of a split package that no layer lists.)"""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    for name, text in {"__init__.py": "", "kinds/__init__.py": '"""doc"""\n', "kinds/a.py": "", "kinds/b.py": "",
+                       "low.py": ""}.items():
+        (tmp_path / "legalizer" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "legalizer" / name).write_text(text)
+    assert _unlayered_modules({"low", "kinds.a"}) == ["kinds.b"]

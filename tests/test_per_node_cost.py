@@ -24,7 +24,7 @@ from legalizer.importers.onnx import import_model
 from legalizer.ir import CONST, INPUT, OP, OUTPUT, Graph, Node, TensorType, Value
 from legalizer.ir.gc import paused_gc
 from legalizer.ir.graph import ONE_USE
-from legalizer.protoutil import parse_types
+from legalizer.kinds.onnx.protoutil import parse_types
 from legalizer.target_passes import legalize
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -538,7 +538,7 @@ def test_tflite_tables_kept_for_writing_back_leave_defaults_out(tmp_path):
     with every default put back (the writer leaves a default out)."""
     from legalizer.exporters.tflite import to_tflite
     from legalizer.importers.tflite import load_tflite
-    from legalizer.tflite_schema import FbTable, _defaults
+    from legalizer.kinds.tflite.schema import FbTable, _defaults
 
     model = load_tflite(_tflite_chain(tmp_path, 5))
     ops = list(model.graph.ops())

@@ -13,8 +13,8 @@ import pytest
 
 from legalizer import emit_formats, job, pipeline, targets
 from legalizer.job import RunOptions
-from legalizer.formats import FORMATS, Subject
-from legalizer.importers import sniff as sniff_module
+from legalizer.formats import Subject, of_kind
+from legalizer.kinds import registry as sniff_module
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -40,7 +40,7 @@ def _count_set_up(monkeypatch, model: Path) -> Counter:
     """Counts, from now on, of what a run sets up: ``sniff`` of ``model``,
     ``RunOptions.validate``, the target looked up by name, the output plan made."""
     import legalizer.cli  # noqa: F401 - its bindings are counted too
-    import legalizer.formats.paths  # noqa: F401
+    import legalizer.kinds.paths  # noqa: F401
 
     calls: Counter = Counter()
     same = model.resolve()
@@ -144,9 +144,9 @@ def test_a_format_check_takes_typed_values(tmp_path):
     src = MODELS / "dynamic_broadcast.onnx"
     model = read_model(src)
     subject = Subject(src, model, CheckSettings("cpu", 1e-5, 1e-6))
-    result = FORMATS["onnx"].check(subject, src)
+    result = of_kind("onnx").check(subject, src)
     assert result.ran and result.ok
-    sides = FORMATS["onnx"].sides(subject, tmp_path / "written.onnx")
+    sides = of_kind("onnx").sides(subject, tmp_path / "written.onnx")
     assert (sides.candidate, sides.reference) == (tmp_path / "written.onnx", src)
 
 

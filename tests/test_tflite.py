@@ -16,7 +16,7 @@ from legalizer.numeric.ort import ATOL
 from legalizer.exporters.tflite import to_tflite
 from legalizer.ir.graph import OP
 from legalizer.pipeline import RunOptions, is_output, run, verify_model
-from legalizer.tflite_schema import FbTable, read, serialize
+from legalizer.kinds.tflite.schema import FbTable, read, serialize
 
 import tflite_build
 import tflite_models
@@ -593,7 +593,7 @@ BUILT = {"stateful": tflite_build.stateful_model, "sparse": tflite_build.sparse_
 def test_vtable_reader_reads_what_the_accessors_read(source):
     import tflite
 
-    from legalizer.tflite_schema import read_by_accessors
+    from legalizer.kinds.tflite.schema import read_by_accessors
 
     data = BUILT[source]() if source in BUILT else (ROOT / "models" / "tflite" / source).read_bytes()
     _same_table(read_by_accessors(tflite.Model.GetRootAs(data, 0), "Model"), read(tflite.Model.GetRootAs(data, 0), "Model"))
@@ -630,7 +630,7 @@ def test_one_write_tables_are_the_builders_bytes(source):
 def test_a_file_of_more_table_layouts_than_a_writer_makes_is_refused_in_one_line(monkeypatch):
     """Each distinct layout costs the reader a compiled function: a crafted file of
     thousands (one every ~16 bytes) is bad input, not minutes and gigabytes."""
-    from legalizer import tflite_schema
+    from legalizer.kinds.tflite import schema as tflite_schema
     from legalizer.errors import BadInput
     from legalizer.importers.reader import read_model
 

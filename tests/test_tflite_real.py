@@ -20,7 +20,7 @@ from legalizer.numeric.ort_session import session
 from legalizer.exporters.tflite import to_tflite
 from legalizer.exporters.tflite_onnx import tflite_to_onnx
 from legalizer.pipeline import RunOptions, run
-from legalizer.tflite_schema import read, serialize
+from legalizer.kinds.tflite.schema import read, serialize
 from helpers import assert_clean
 
 needs_litert = pytest.mark.needs("litert")

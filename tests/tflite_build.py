@@ -24,7 +24,7 @@ looked up in BuiltinOptions, then BuiltinOptions2) and ``options`` (a dict with 
 floats, bools, strings, or lists for vector fields), ``version``.
 
 The descriptions become ``FbTable``s written by legalize's own flatbuffer writer
-(``legalizer.tflite_schema``), index for index as given: unlike the IR-level builder
+(``legalizer.kinds.tflite.schema``), index for index as given: unlike the IR-level builder
 of tests/tflite_models.py, this one can also write what the importer must reject.
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 
 from legalizer.importers.tflite import TFLITE_TYPES
 from legalizer.ir.dtypes import dtype_of_array
-from legalizer.tflite_schema import FbTable, builtin_code, enum_value, options_type, serialize
+from legalizer.kinds.tflite.schema import FbTable, builtin_code, enum_value, options_type, serialize
 
 _NAMES = {"float32": "float", "float64": "double", "str": "string"}
 
@@ -417,7 +417,7 @@ def with_dynamic_batch(data: bytes) -> bytes:
     exported with a dynamic batch."""
     import tflite
 
-    from legalizer.tflite_schema import read
+    from legalizer.kinds.tflite.schema import read
 
     model = read(tflite.Model.GetRootAs(data, 0), "Model")
     for sg in model.get("subgraphs"):
@@ -434,7 +434,7 @@ def assert_same_tables(got: bytes, want: bytes) -> None:
     lays fields out in its own order and writes what repeats once)."""
     import tflite
 
-    from legalizer.tflite_schema import read_by_accessors
+    from legalizer.kinds.tflite.schema import read_by_accessors
 
     same_table(read_by_accessors(tflite.Model.GetRootAs(got, 0)),
                read_by_accessors(tflite.Model.GetRootAs(want, 0)))

@@ -22,7 +22,7 @@ from legalizer.ir.constdata import ConstData
 from legalizer.ir.graph import CONST, INPUT, OUTPUT, Graph, Node, Value
 from legalizer.ir.types import Quantization, TensorType
 from legalizer.model import Model
-from legalizer.tflite_schema import FbTable
+from legalizer.kinds.tflite.schema import FbTable
 
 RELU6, NONE = 3, 0
 SAME, VALID = 0, 1

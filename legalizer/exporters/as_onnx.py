@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import onnx
 
+from ..kinds.base import resolve
+from ..kinds.registry import named
 from ..model import Model
 from .onnx import export_model
 
 
-def _tflite_to_onnx(model: Model, results=None) -> onnx.ModelProto:
-    from .tflite_onnx import tflite_to_onnx
-
-    return tflite_to_onnx(model, results=results)
-
-
-# How a model of each format that is not ONNX becomes ONNX ops.
-TRANSLATIONS = {"tflite": _tflite_to_onnx}
+def translated(model: Model) -> bool:
+    """Whether ``model``'s IR is of its own ops, which become ONNX ops through its kind's
+    ``translation`` (a TFLite model's); else it is of ONNX ops already."""
+    kind = named(model.format)
+    return kind is not None and kind.translation is not None
 
 
 def to_onnx(model: Model, results=None) -> onnx.ModelProto:
@@ -24,5 +23,6 @@ def to_onnx(model: Model, results=None) -> onnx.ModelProto:
     a TFLite model, its first subgraph translated to ONNX ops (``CheckUnavailable``
     naming every op that has none; ``results``, a dict, is given the form's tensors that
     hold an op's result, as ``tflite_onnx.onnx_form`` gives them)."""
-    translate = TRANSLATIONS.get(model.format)
-    return translate(model, results) if translate is not None else export_model(model.graph, model.proto)
+    if translated(model):
+        return resolve(named(model.format).translation)(model, results=results)
+    return export_model(model.graph, model.proto)

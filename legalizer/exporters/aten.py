@@ -17,7 +17,7 @@ import dataclasses
 import operator
 from typing import Any, Dict
 
-from ..aten_records import In, call_of
+from ..kinds.pt2.records import In, call_of
 from ..errors import BadInput, first_line
 from ..ir.graph import CONST, OP, Graph, Node
 

@@ -29,7 +29,7 @@ from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
 from ..ir.dtypes import elem_type
 from ..ir.types import TensorType
-from ..protoutil import copy_fields as _copy_fields, is_repeated, model_tensors
+from ..kinds.onnx.protoutil import copy_field, copy_fields as _copy_fields, model_tensors
 
 _NODE_REBUILT = {"input", "output", "attribute"}
 _GRAPH_REBUILT = {"node", "input", "output", "initializer", "sparse_initializer", "value_info"}
@@ -442,13 +442,7 @@ def _split(msg, number: int, cls, low: bool = True):
     for fd, val in msg.ListFields():
         if fd.number == number or (fd.number < number and not low):
             continue
-        dst = lo if fd.number < number else hi
-        if is_repeated(fd):
-            getattr(dst, fd.name).extend(val)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(dst, fd.name).CopyFrom(val)
-        else:
-            setattr(dst, fd.name, val)
+        copy_field(lo if fd.number < number else hi, fd, val)
     return lo, hi
 
 

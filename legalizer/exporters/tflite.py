@@ -25,8 +25,8 @@ from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import Quantization
 from ..model import Model
 from ..oprules import frontend_rules
-from ..tflite_schema import SCHEMA_VERSION, FbTable, builtin_code, enum_name, options_type, serialize
-from ..tflite_records import CUSTOM_DOMAIN, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource
+from ..kinds.tflite.schema import SCHEMA_VERSION, FbTable, builtin_code, enum_name, options_type, serialize
+from ..kinds.tflite.records import CUSTOM_DOMAIN, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource
 
 CUSTOM_CODE = 32
 # BuiltinOperator codes above 127 do not fit the int8 deprecated_builtin_code field,

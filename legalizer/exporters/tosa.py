@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import BadInput
 from ..ir.graph import Graph, Node, Value
 from ..model import Model
-from .as_onnx import TRANSLATIONS
+from .as_onnx import translated
 from .mlir.driver import Driver
 from .mlir.fold import TOSA_FOLDING
 from .mlir.registry import Unsupported
@@ -45,7 +45,7 @@ __all__ = ["emit_tosa", "LOWERINGS"]
 def emit_tosa(model: Model, *, func_name: str = "main") -> str:
     """TOSA MLIR text of ``model`` (ONNX frontend, legalized for ``tosa``; symbolic dims
     bound where the ops need them static). BadInput names every op that cannot be emitted."""
-    if model.format in TRANSLATIONS:  # not of ONNX ops
+    if translated(model):  # not of ONNX ops
         raise BadInput(f"TOSA export reads an ONNX model, not {model.format} (emit its ONNX form)")
     return _TosaDriver(model.graph, func_name).text()
 

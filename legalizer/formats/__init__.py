@@ -1,34 +1,32 @@
-"""The input kinds as one table of records (``Format``): what the main job reads,
-checks, compares, localizes and reduces is asked of the model's record."""
+"""What the main job reads, checks, compares, localizes and reduces is asked of the
+model's ``Format``: each kind's behaviour, in its package (``kinds/<kind>/format.py``),
+found through its record (``kinds.registry``)."""
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
-from ..errors import UsageError
+from ..kinds.base import behaviour
+from ..kinds.behaviour import Format, Sides, Subject
+from ..kinds.paths import default_output, is_output
+from ..kinds.registry import KINDS, named as kind_named
 from ..model import Model
-from .base import Format, Sides, Subject
-from .mlir import MlirFormat
-from .onnx import OnnxFormat, Pt2Format
-from .pt2 import AtenFormat
-from .paths import default_output, is_output
-from .tflite import TfliteFormat
 
-# A .pt2 is legalized as its Core ATen graph (AtenFormat) and written as a .pt2; a module
-# or program handed to ``load`` is legalized as its ONNX export (Pt2Format: "pt2-onnx").
-FORMATS: Dict[str, Format] = {f.name: f for f in (OnnxFormat(), Pt2Format(), AtenFormat(), TfliteFormat(),
-                                                   MlirFormat())}
+__all__ = ["Format", "Sides", "Subject", "default_output", "format_of", "formats", "is_output", "of_kind"]
 
-__all__ = ["FORMATS", "Format", "Sides", "Subject", "default_output", "format_of", "is_output", "named"]
+
+def formats() -> Dict[str, Format]:
+    """Every behaviour by its name (the report's ``format``), in the kinds' order."""
+    return {name: behaviour(ref) for kind in KINDS for name, ref in kind.formats}
+
+
+def of_kind(kind: Optional[str]) -> Optional[Format]:
+    """The behaviour of a file of the kind ``sniff`` named ``kind``; None for none."""
+    found = kind_named(kind)
+    return found.behaviour() if found is not None else None
 
 
 def format_of(model: Model) -> Format:
-    """The record of ``model``'s input kind (a model from PyTorch: ``pt2``)."""
-    return FORMATS["pt2-onnx" if model.torch is not None else model.format]
+    """The record of ``model``'s input kind (a model from PyTorch: ``pt2-onnx``)."""
+    return formats()["pt2-onnx" if model.torch is not None else model.format]
 
-
-def named(name: str) -> Format:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise UsageError(f"unknown model format '{name}'; expected one of {', '.join(FORMATS)}") from None

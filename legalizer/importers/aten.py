@@ -18,11 +18,12 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from ..aten_records import ATEN_CALL, DOMAIN, AtenCall, In
+from ..kinds.pt2.records import ATEN_CALL, DOMAIN, AtenCall, In
 from ..errors import BadInput, first_line
 from ..ir.graph import INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import TensorType
-from ..model import Model, SourceFormat
+from ..kinds.pt2.kind import KIND as PT2
+from ..model import Model
 
 @dataclass
 class AtenSource:
@@ -144,7 +145,7 @@ def import_program(program, what: str = "the program") -> Model:
                            " program in Core ATen does not")
     g.add_nodes(nodes)
     g.nodes()
-    model = Model(g, SourceFormat.PT2)
+    model = Model(g, PT2.name)
     model.aten = AtenSource(ep, program)
     return model
 

@@ -48,7 +48,8 @@ from ..errors import BadInput
 from ..ir.constdata import ConstData
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import TensorType
-from ..model import Model, SourceFormat
+from ..kinds.mlir.kind import KIND as MLIR
+from ..model import Model
 from .mlir_bounds import blank_locations, bytecode_to_text, check_names, check_nesting, check_text
 from .mlir_tool import bindings, to_bytecode
 from .mlir_types import MlirAttr, MType, attr_value, attributes, mtype, opaque_quant, text_of
@@ -341,7 +342,7 @@ def parse_mlir(text: str, source: str = "<string>", form: str = "text") -> Model
     builder = _Builder(src, explicit)
     graphs = [builder.function_graph(f) for f in bodies]
     proto = MlirSource(form, module_attrs, [sym_name(f) for f in bodies])
-    return Model(graphs[0], SourceFormat.MLIR, proto=proto, warnings=builder.warnings,
+    return Model(graphs[0], MLIR.name, proto=proto, warnings=builder.warnings,
                  subgraphs=graphs if len(graphs) > 1 else [])
 
 

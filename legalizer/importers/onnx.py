@@ -25,10 +25,11 @@ from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import UNKNOWN, TensorType, names_a_dim
 from ..ir.constdata import ConstData, check_external, check_tensor
 from ..ir.dtypes import dtype_name
-from ..model import Model, SourceFormat
+from ..kinds.onnx.kind import KIND as ONNX
+from ..model import Model
 from ..shapes.ranks import infer_ranks
 from . import contrib_shapes
-from ..protoutil import copy_fields, parse_types, strings_are_utf8
+from ..kinds.onnx.protoutil import copy_fields, parse_types, strings_are_utf8
 from .onnx_infer import infer_bytes as _infer_bytes, infer_here as _infer_here
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
@@ -525,7 +526,7 @@ def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
     parse of the model without its weights decides; only then is the field looked for."""
     if serialized is not None and strings_are_utf8(serialized):
         return
-    from ..protoutil import invalid_string_field
+    from ..kinds.onnx.protoutil import invalid_string_field
 
     bad = invalid_string_field(model)
     if bad is not None:
@@ -618,7 +619,7 @@ def import_model(model: ModelProto, base_dir: Optional[Path] = None, infer: bool
         stub = weightless(model)
         if contrib_shapes.contrib_ranks(graph, stub.SerializeToString(), tensor_type):
             infer_ranks(graph)
-    return Model(graph, SourceFormat.ONNX, model, base_dir, warnings=imp.warnings)
+    return Model(graph, ONNX.name, model, base_dir, warnings=imp.warnings)
 
 
 def inferred_types(model: ModelProto) -> Dict[str, TensorType]:

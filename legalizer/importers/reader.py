@@ -1,61 +1,26 @@
 """Reading a model file of any format: what it is, recognized by content (``sniff``, in
-``importers.sniff``: it imports no model library, so the command line asks it before
-it starts anything), and the importer that reads it (``read_model``)."""
+``kinds.registry``: it imports no model library, so the command line asks it before
+it starts anything), and the importer its kind's record names (``read_model``)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
-
-import onnx
-from google.protobuf.message import DecodeError
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import BadInput
 from ..model import Model
-from .sniff import _looks_like_text, sniff  # noqa: F401 - sniff re-exported: where callers ask it
-
-FORMATS = ("onnx", "tflite", "mlir", "mlirbc", "pt2")
-
-
-# Formats recognized by content that this version does not read: what to tell the user.
-NOT_SUPPORTED = {
-    "torch": "a PyTorch checkpoint (torch.save), which holds weights, not a graph;"
-             " export the model with torch.onnx.export and pass the .onnx file",
-    "zip": "a zip archive, not a model file",
-    "npy": "a NumPy array file, not a model file",
-    "hdf5": "an HDF5 file (a Keras .h5 model?), which legalize does not read;"
-            " convert the model to ONNX or TFLite first",
-}
-
-
-def load_onnx_proto(path: Path) -> onnx.ModelProto:
-    size = path.stat().st_size
-    try:
-        model = onnx.load_model(str(path), load_external_data=False)
-    except (DecodeError, RuntimeWarning, ValueError) as e:
-        with open(path, "rb") as f:
-            head = f.read(256)
-        if _looks_like_text(head[:200]):
-            raise BadInput(f"{path}: is a text file, not an ONNX model") from None
-        raise BadInput(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'protobuf decode failed'})") from None
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror}") from None
-    if not model.HasField("graph") or model.ir_version <= 0:
-        raise BadInput(f"{path}: not an ONNX model ({size} bytes that parse as no ModelProto"
-                       " with a graph and an IR version)")
-    # Its strings are checked for UTF-8 by the importer (importers.onnx._check_strings).
-    return model
+from ..kinds.base import resolve
+from ..kinds.registry import NOT_MODELS, named, sniff  # noqa: F401 - sniff re-exported: where callers ask it
 
 
 def check_external_data(path: Path) -> None:
     """For an ONNX file that is handed to onnxruntime as a path (which then reads its
     external data): BadInput, naming the file, for external data that
     ``ir.constdata.external_data`` refuses. Other formats are left alone."""
-    kind = KINDS.get(sniff(path))
+    kind = named(sniff(path))
     if kind is not None and kind.external_data is not None:
-        kind.external_data.check(path)
+        resolve(kind.external_data).check(path)
 
 
 def files_read(paths: Sequence[Path], outputs: Sequence[Path] = (),
@@ -71,82 +36,10 @@ def files_read(paths: Sequence[Path], outputs: Sequence[Path] = (),
         return found
     for _, path in list(found):
         known = (kinds or {}).get(path)
-        kind = KINDS.get(known if known is not None else sniff(path)) if path.is_file() else None
+        kind = named(known if known is not None else sniff(path)) if path.is_file() else None
         if kind is not None and kind.external_data is not None:
-            found += kind.external_data.files(path)
+            found += resolve(kind.external_data).files(path)
     return found
-
-
-class _OnnxExternalData:
-    """An ONNX model's tensors stored in files beside it (``ir.constdata`` resolves them)."""
-
-    @staticmethod
-    def check(path: Path) -> None:
-        from ..ir.constdata import check_external
-
-        proto = load_onnx_proto(path)
-        try:
-            check_external(proto, path.resolve().parent)
-        except BadInput as e:
-            raise BadInput(f"{path}: {e}") from None
-
-    @staticmethod
-    def files(path: Path) -> List[Tuple[str, Path]]:
-        from ..ir.constdata import external_location
-        from ..protoutil import model_tensors
-
-        proto = load_onnx_proto(path)
-        try:
-            return [(f"the external data of {path}", external_location(t, path.resolve().parent, what))
-                    for what, t in model_tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
-        except BadInput as e:
-            raise BadInput(f"{path}: {e}") from None
-
-
-def _read_onnx(path: Path, infer: bool, trust_pt2: bool) -> Model:
-    from .onnx import import_model
-
-    proto = load_onnx_proto(path)
-    try:
-        model = import_model(proto, path.resolve().parent, infer=infer)
-    except BadInput as e:  # the importer knows the graph, not the file: name it
-        raise BadInput(f"{path}: {e}") from None
-    model.source = path
-    return model
-
-
-def _read_tflite(path: Path, infer: bool, trust_pt2: bool) -> Model:
-    from .tflite import load_tflite
-
-    return load_tflite(path)
-
-
-def _read_mlir(path: Path, infer: bool, trust_pt2: bool) -> Model:
-    from .mlir import load_mlir
-
-    return load_mlir(path)
-
-
-def _read_pt2(path: Path, infer: bool, trust_pt2: bool) -> Model:
-    from .aten import load_pt2  # the optional torch extra: its Core ATen graph
-
-    return load_pt2(path, trust=trust_pt2)
-
-
-@dataclass(frozen=True)
-class FileKind:
-    """A model file format ``sniff`` finds, as one record: how it is read, and what
-    besides it is opened or runs it."""
-
-    read: Callable[[Path, bool, bool], Model]
-    external_data: Any = None  # its tensors in other files: check(path), files(path) (ONNX's)
-    litert: bool = False  # LiteRT runs it as it is (a TFLite flatbuffer); the others run as ONNX
-
-
-# What ``sniff`` finds -> its record.
-KINDS = {"onnx": FileKind(_read_onnx, external_data=_OnnxExternalData), "tflite": FileKind(_read_tflite, litert=True),
-         "mlir": FileKind(_read_mlir), "mlirbc": FileKind(_read_mlir), "pt2": FileKind(_read_pt2)}
-READERS = {name: kind.read for name, kind in KINDS.items()}
 
 
 def read_model(path, infer: bool = True, trust_pt2: bool = False, kind: Optional[str] = None) -> Model:
@@ -155,7 +48,8 @@ def read_model(path, infer: bool = True, trust_pt2: bool = False, kind: Optional
     in it runs unless ``trust_pt2``). ``kind``: what ``sniff`` found, where it was asked
     already (a run's plan); else it is asked here."""
     path = Path(path)
-    fmt = kind if kind is not None else sniff(path)
-    if fmt not in READERS:
-        raise BadInput(f"{path}: is {NOT_SUPPORTED[fmt]}")
-    return READERS[fmt](path, infer, trust_pt2)
+    name = kind if kind is not None else sniff(path)
+    found = named(name)
+    if found is None:
+        raise BadInput(f"{path}: is {NOT_MODELS[name]}")
+    return resolve(found.read)(path, infer, trust_pt2)

@@ -33,11 +33,12 @@ from ..ir.constdata import ConstData
 from ..ir.gc import paused_gc
 from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
 from ..ir.types import Quantization, TensorType
-from ..model import Model, SourceFormat
+from ..kinds.tflite.kind import KIND as TFLITE
+from ..model import Model
 from ..oprules import has_effects
-from ..tflite_schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read, without_defaults
+from ..kinds.tflite.schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read, without_defaults
 # (re-exported: the records are the importer's, kept below it so the exporters need not import it)
-from ..tflite_records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
+from ..kinds.tflite.records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
 
 # TFLite TensorType -> numpy dtype, by IR dtype name.
 NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8, "int64": np.int64,
@@ -523,6 +524,6 @@ def load_tflite(path: Path) -> Model:
         if custom:
             warnings.append(f"subgraph '{g.name}': custom ops kept opaque: {', '.join(custom)}")
     io = [([int(i) for i in sg.get("inputs", [])], [int(i) for i in sg.get("outputs", [])]) for sg in subgraphs]
-    model = Model(graphs[0], SourceFormat.TFLITE, TFLiteSource(table, len(buf), io, imp.external), path.resolve().parent, path,
+    model = Model(graphs[0], TFLITE.name, TFLiteSource(table, len(buf), io, imp.external), path.resolve().parent, path,
                   warnings, subgraphs=graphs)
     return model

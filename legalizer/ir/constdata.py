@@ -16,7 +16,7 @@ import onnx.numpy_helper
 from onnx import TensorProto, helper
 
 from ..errors import BadInput
-from ..protoutil import model_tensors
+from ..kinds.onnx.protoutil import model_tensors
 from .dtypes import dtype_name
 
 

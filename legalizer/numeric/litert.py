@@ -426,7 +426,7 @@ class LiteRTRunner(Runner):
     def _read(self):
         import tflite
 
-        from ..tflite_schema import read
+        from ..kinds.tflite.schema import read
 
         if self._table is None:
             with open(os.fspath(self.source), "rb") as f:
@@ -463,7 +463,7 @@ class LiteRTRunner(Runner):
     def _cut(self, names: Sequence[str]) -> Optional[bytes]:
         """The model with ``names`` as subgraph 0's outputs, or None where its weights lie
         outside the flatbuffer (a copy would lose them)."""
-        from ..tflite_schema import FbTable, serialize
+        from ..kinds.tflite.schema import FbTable, serialize
 
         table = self._read()
         if any(int(b.fields.get("offset", 0) or 0) > 1 for b in table.fields.get("buffers", [])):

@@ -106,7 +106,7 @@ def _probe() -> GpuResult:
     """Compile a one-ADD model once: whether the WebGPU stack works on this machine."""
     global _PROBE
     if _PROBE is None:
-        from ..tflite_schema import FbTable, builtin_code, options_type, serialize
+        from ..kinds.tflite.schema import FbTable, builtin_code, options_type, serialize
         tensors = [FbTable("Tensor", {"name": n, "type": 0, "shape": np.array([1, 2], np.int32), "buffer": 0})
                    for n in ("a", "b", "y")]
         union, code = options_type("AddOptions")

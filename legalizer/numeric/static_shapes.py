@@ -26,7 +26,7 @@ from ..errors import BadInput
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import all_static
 from ..model import Model
-from ..tflite_records import TFLITE_DOMAIN
+from ..kinds.tflite.records import TFLITE_DOMAIN
 from .inputs import dim_key
 from .litert import LiteRTError, LiteRTModel
 

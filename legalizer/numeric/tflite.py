@@ -32,7 +32,7 @@ import onnx
 
 from ..errors import first_line
 from ..extras import install_hint
-from ..tflite_records import CUSTOM_DOMAIN
+from ..kinds.tflite.records import CUSTOM_DOMAIN
 from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model

@@ -140,7 +140,7 @@ def _ops_by_output(path: str) -> Dict[str, str]:
     some refused ops ``None`` (BROADCAST_TO), the file says what they are."""
     import tflite  # the importer's dependency; Vela's file is the same flatbuffer
 
-    from ..tflite_schema import builtin_name
+    from ..kinds.tflite.schema import builtin_name
     with open(path, "rb") as f:
         buf = f.read()
     m = tflite.Model.GetRootAsModel(buf, 0)

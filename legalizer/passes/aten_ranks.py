@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import List, Sequence, Tuple
 
-from ..aten_records import In, call_of
+from ..kinds.pt2.records import In, call_of
 from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import TensorType
 from ..oprules import frontend_rules

@@ -34,7 +34,7 @@ import numpy as np
 from ..ir.graph import CONST, OP, Graph, Node, Value
 from ..ir.types import TensorType, all_static
 from ..oprules import RuleLookup
-from ..tflite_records import TFLITE_DOMAIN
+from ..kinds.tflite.records import TFLITE_DOMAIN
 from .base import PassContext, register_pass
 from .frontend_ops import ops_for
 from .patterns import Const, Match, Op, Rule, Var, apply_rules, register_rules
@@ -413,7 +413,7 @@ def densify_constants(graph: Graph, ctx: PassContext) -> bool:
     weight), and one an op reads itself is read dense (LiteRT 2.3.0's GPU accelerator takes
     a FULLY_CONNECTED's sparse weights as they are stored, and computes wrong results)."""
     changed = apply_rules(graph, ctx, (_DENSE,))
-    from ..tflite_schema import FbTable  # here: an ONNX run never imports the flatbuffer reader
+    from ..kinds.tflite.schema import FbTable  # here: an ONNX run never imports the flatbuffer reader
 
     for node in graph.constants():
         v = node.outputs[0]

@@ -13,7 +13,7 @@ import numpy as np
 import onnx.numpy_helper
 from onnx import helper
 
-from ..aten_records import ATEN_CALL, AtenCall, In
+from ..kinds.pt2.records import ATEN_CALL, AtenCall, In
 from ..ir.constdata import ConstData
 from ..ir.dtypes import dtype_of_array
 from ..ir.graph import CONST, Graph, Node, Value

@@ -27,7 +27,7 @@ from typing import Dict, Iterator, List, Mapping, Optional
 from ..ir.graph import CONST, OP, Node
 from ..ir.types import all_static
 from ..oprules import RuleLookup, builtin_rules, frontend_rules, table_text
-from ..tflite_records import TFLITE_DOMAIN
+from ..kinds.tflite.records import TFLITE_DOMAIN
 
 RESHAPE_LIKE = frozenset({"RESHAPE", "EXPAND_DIMS", "SQUEEZE"})
 

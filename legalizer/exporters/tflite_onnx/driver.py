@@ -10,7 +10,7 @@ import onnx
 from onnx import helper
 
 from ...errors import CheckUnavailable
-from ...tflite_records import CUSTOM_DOMAIN, TFLITE_DOMAIN
+from ...kinds.tflite.records import CUSTOM_DOMAIN, TFLITE_DOMAIN
 from ...ir.graph import Graph, Node, Value
 from ...ir.types import TensorType
 from ...model import Model

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, Dict, List, Optional
 
-from ...tflite_records import CUSTOM_DOMAIN, TFLITE_DOMAIN
+from ...kinds.tflite.records import CUSTOM_DOMAIN, TFLITE_DOMAIN
 from ...ir.graph import Node
 from ...oprules import frontend_rules
 from .emitter import Emitter, option

@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
-from ..model import Model
-from .base import Format, Sides, Subject
+from ...model import Model
+from ..behaviour import Format, Sides, Subject
 
 
 def as_proto(model):
@@ -15,7 +15,7 @@ def as_proto(model):
     external data locations)."""
     import onnx
 
-    from ..importers.reader import check_external_data
+    from ...importers.reader import check_external_data
 
     if isinstance(model, onnx.ModelProto):
         return model
@@ -28,8 +28,8 @@ def range_hints(source) -> Dict[str, list]:
     constraints; ``source`` a ``TorchSource`` or None), for the check's search."""
     if source is None:
         return {}
-    from ..numeric.search import sizes_in_range
-    from ..importers.pytorch import dim_ranges
+    from ...numeric.search import sizes_in_range
+    from ...importers.pytorch import dim_ranges
 
     return {key: sizes_in_range(lo, hi) for key, (lo, hi) in dim_ranges(source).items()}
 
@@ -51,7 +51,7 @@ class OnnxFormat(Format):
         return path
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
-        from ..exporters.onnx import export_model, staged_model
+        from ...exporters.onnx import export_model, staged_model
 
         # The initializers and nodes are streamed into the file, not copied into a new ModelProto.
         inits: list = []
@@ -64,7 +64,7 @@ class OnnxFormat(Format):
         """A static-shape target's: the dims bound (``--dim``/``--input-shape``), else 1,
         made static and the shape arithmetic folded (``numeric.static_onnx``); the check
         binds the same sizes."""
-        from ..numeric.static_onnx import specialize_onnx
+        from ...numeric.static_onnx import specialize_onnx
 
         done = specialize_onnx(model, dict(dims))
         if not done.bound:
@@ -73,7 +73,7 @@ class OnnxFormat(Format):
                                         + f": {done.shapes_set} input dims, {done.folded} shape values folded")
 
     def declared(self, model: Model):
-        from ..numeric.ort import declared_shapes
+        from ...numeric.ort import declared_shapes
 
         return declared_shapes(self.proto(model))
 
@@ -83,11 +83,11 @@ class OnnxFormat(Format):
 
     def check(self, subject: Subject, written: Path):
         """The legalized model checked against the original."""
-        from ..numeric.ort import check, choices_from_constraints
+        from ...numeric.ort import check, choices_from_constraints
 
         golden, original = subject.golden, self.original(subject.path, subject.model)
         if golden is not None and golden.samples is not None:
-            from ..numeric.samples import check_samples
+            from ...numeric.samples import check_samples
 
             return check_samples(original, written, golden.samples, subject.settings,
                                  expected=golden.expected, reference=golden.reference, dims=subject.dims)
@@ -103,7 +103,7 @@ class OnnxFormat(Format):
         return Sides(self, written, self.original(subject.path, subject.model))
 
     def compare(self, subject: Subject, reference: Path):
-        from ..numeric.ort import check
+        from ...numeric.ort import check
 
         settings = replace(subject.settings, record=False)
         # the reference's declarations as read for its output names, if it was (not parsed again)
@@ -112,19 +112,19 @@ class OnnxFormat(Format):
                      declared=declared)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
-        from ..numeric.ort import synthesize
+        from ...numeric.ort import synthesize
 
         return synthesize(sides.reference, dims, given)
 
     def localize(self, sides: Sides, binding, given, settings, *, budget: int):
-        from ..numeric.localize import localize_onnx
+        from ...numeric.localize import localize_onnx
 
         sides.candidate, sides.reference = as_proto(sides.candidate), as_proto(sides.reference)
         feeds = self.feeds(sides, binding.dims, given, settings.provider)
         return localize_onnx(sides.candidate, sides.reference, feeds, settings, binding=binding.dims)
 
     def reduce(self, sides: Sides, loc, path: Path, given, settings, *, force: bool, protect: Sequence[Path]):
-        from ..numeric.reduce import reduce_onnx
+        from ...numeric.reduce import reduce_onnx
 
         feeds = self.feeds(sides, loc.binding, given, settings.provider)
         return reduce_onnx(sides.candidate, sides.reference, loc, feeds, settings, path, force=force,
@@ -132,7 +132,7 @@ class OnnxFormat(Format):
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):
-        from ..numeric.reduce import reduce_onnx_violation
+        from ...numeric.reduce import reduce_onnx_violation
 
         return reduce_onnx_violation(as_proto(source), model.graph, code, node, profile, path, force=force,
                                      protect=protect)
@@ -156,7 +156,7 @@ class Pt2Format(OnnxFormat):
         return model.torch.onnx
 
     def default_output(self, path: Path, model: Model) -> Path:
-        from .paths import default_output
+        from ..paths import default_output
 
         return default_output(path.with_suffix(".onnx"))
 

@@ -12,9 +12,6 @@ def is_output(path) -> bool:
     return ".legal." in Path(path).name
 
 
-# The suffix of what a model of each kind (``importers.reader.sniff``) is written as.
-_WRITTEN_SUFFIX = {"onnx": ".onnx", "tflite": ".tflite", "pt2": ".pt2"}
-
 
 def default_output(path: Path, kind: Optional[str] = "") -> Path:
     """``model.onnx`` -> ``model.legal.onnx`` beside it (``model.pt2`` -> ``model.legal.pt2``;
@@ -22,7 +19,7 @@ def default_output(path: Path, kind: Optional[str] = "") -> Path:
     model named ``m.onnx`` gives ``m.legal.tflite``. ``kind``: what ``sniff`` found, where
     it was asked already (None: it found no model); by default it is asked here."""
     from ..errors import BadInput
-    from ..importers.reader import sniff
+    from .registry import named, sniff
 
     suffix = path.suffix if path.suffix else ".onnx"
     if kind == "":
@@ -30,5 +27,6 @@ def default_output(path: Path, kind: Optional[str] = "") -> Path:
             kind = sniff(path)
         except BadInput:  # no model there (yet): its run says so; the name alone decides
             kind = None
-    suffix = _WRITTEN_SUFFIX.get(kind, suffix) if kind is not None else suffix
+    found = named(kind)
+    suffix = found.written or suffix if found is not None else suffix
     return path.with_name(f"{path.stem if path.suffix else path.name}.legal{suffix}")

@@ -1,6 +1,7 @@
 """What the main job asks of a model of one input kind, as one object: ``Format``. Each
-kind (ONNX, TFLite, TOSA MLIR, ``.pt2``) is a subclass in a module of its own, registered
-in ``formats.FORMATS``; the driver asks the record and never compares format names."""
+kind (ONNX, TFLite, TOSA MLIR, ``.pt2``) has a subclass in its package
+(``kinds/<kind>/format.py``), named by its record (``Kind.formats``); the driver asks
+``formats.format_of`` and never compares format names."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 import numpy as np
 
 if TYPE_CHECKING:  # (an ONNX run, which imports the domains, never loads flatbuffers)
-    from .tflite_schema import FbTable
+    from .schema import FbTable
 
 TFLITE_DOMAIN, CUSTOM_DOMAIN = "tflite", "tflite.custom"
 

@@ -9,9 +9,9 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..errors import BadInput, UsageError
-from ..model import Model
-from .base import Format, Sides, Subject
+from ...errors import BadInput, UsageError
+from ...model import Model
+from ..behaviour import Format, Sides, Subject
 
 
 class MlirFormat(Format):
@@ -35,8 +35,8 @@ class MlirFormat(Format):
         return dict(dims)
 
     def compare(self, subject: Subject, reference: Path):
-        from ..numeric.against import check_against
-        from ..numeric.iree_run import Refused
+        from ...numeric.against import check_against
+        from ...numeric.iree_run import Refused
 
         try:
             return check_against(subject.path, reference, replace(subject.settings, record=False),
@@ -45,13 +45,13 @@ class MlirFormat(Format):
             raise BadInput(f"{subject.path}: {e}") from None
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
-        from ..numeric.against import feeds_for
+        from ...numeric.against import feeds_for
 
         return feeds_for(Path(sides.reference), dims, given, provider)
 
     def localize(self, sides: Sides, binding, given, settings, *, budget: int):
-        from ..numeric.against import module_text
-        from ..numeric.localize import localize_mlir
+        from ...numeric.against import module_text
+        from ...numeric.localize import localize_mlir
 
         feeds = self.feeds(sides, binding.dims, given, settings.provider)
         differing = [i for i, o in enumerate(binding.outputs) if not o.ok]
@@ -59,10 +59,10 @@ class MlirFormat(Format):
                              binding=binding.dims, differing=differing, budget=budget)
 
     def reduce(self, sides: Sides, loc, path: Path, given, settings, *, force: bool, protect: Sequence[Path]):
-        from ..numeric.against import module_text
-        from ..numeric.iree_run import bind_dims
-        from ..numeric.iree_run import printed
-        from ..numeric.reduce import reduce_mlir
+        from ...numeric.against import module_text
+        from ...numeric.iree_run import bind_dims
+        from ...numeric.iree_run import printed
+        from ...numeric.reduce import reduce_mlir
 
         feeds = self.feeds(sides, loc.binding, given, settings.provider)
         text = printed(bind_dims(module_text(Path(sides.candidate)), [np.shape(a) for a in feeds.values()]))
@@ -70,9 +70,9 @@ class MlirFormat(Format):
 
     def reduce_violation(self, model: Model, source: Path, code: str, node: str, profile: str, path: Path, *,
                          force: bool, protect: Sequence[Path]):
-        from ..numeric.against import module_text
-        from ..numeric.iree_run import printed
-        from ..numeric.reduce import reduce_mlir_violation
+        from ...numeric.against import module_text
+        from ...numeric.iree_run import printed
+        from ...numeric.reduce import reduce_mlir_violation
 
         text = printed(module_text(Path(source)))
         return reduce_mlir_violation(text, code, _printed_label(model, text, node), profile, path, force=force,
@@ -82,8 +82,8 @@ class MlirFormat(Format):
 def _printed_label(model: Model, text: str, node: str) -> str:
     """The label of op ``node`` (of the module as read) in ``text``, the module as MLIR
     prints it: the printer renumbers SSA names, the ops keep their order."""
-    from ..importers.mlir import parse_mlir
-    from ..ir.graph import CONST, OP
+    from ...importers.mlir import parse_mlir
+    from ...ir.graph import CONST, OP
 
     mine = [n.label for n in model.graph.nodes() if n.kind in (OP, CONST)]
     theirs = [n.label for n in parse_mlir(text).graph.nodes() if n.kind in (OP, CONST)]

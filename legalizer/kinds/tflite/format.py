@@ -7,8 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ..model import Model
-from .base import Format, Sides, Subject
+from ...model import Model
+from ..behaviour import Format, Sides, Subject
 
 
 class TfliteFormat(Format):
@@ -21,29 +21,29 @@ class TfliteFormat(Format):
     against = ("tflite",)
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
-        from ..exporters.tflite import staged_tflite
+        from ...exporters.tflite import staged_tflite
 
         return staged_tflite(model, path, force=force, protect=model.source)
 
     def declared(self, model: Model):
-        from ..numeric.tflite import declared_shapes
+        from ...numeric.tflite import declared_shapes
 
         return declared_shapes(model.graph)
 
     def input_types(self, model: Model) -> Dict[str, int]:
-        from ..ir.dtypes import elem_type
+        from ...ir.dtypes import elem_type
 
         return {n.output.name: elem_type(n.output.type.dtype) for n in model.graph.inputs}
 
     def dim_keys(self, model: Model) -> Optional[List[str]]:
         """Of every subgraph: a --dim binds a dynamic dim of any of them."""
-        from ..numeric.user_inputs import dynamic_keys
-        from ..numeric.tflite import declared_shapes
+        from ...numeric.user_inputs import dynamic_keys
+        from ...numeric.tflite import declared_shapes
 
         return dynamic_keys([d for g in model.graphs for d in declared_shapes(g)])
 
     def check(self, subject: Subject, written: Path):
-        from ..numeric.tflite import check_tflite
+        from ...numeric.tflite import check_tflite
 
         golden, model = subject.golden, subject.model
         # the ONNX form --emit writes (legalized), where one is written: what is run is that
@@ -60,21 +60,21 @@ class TfliteFormat(Format):
         return Sides(self, written, subject.path, subject.model.graph)
 
     def compare(self, subject: Subject, reference: Path):
-        from ..numeric.tflite import check_tflite
+        from ...numeric.tflite import check_tflite
 
         settings = replace(subject.settings, record=False)
         return check_tflite(reference, subject.path, subject.model, settings, dims=subject.dims,
                             inputs=subject.given, litert_only=True)
 
     def feeds(self, sides: Sides, dims: Mapping[str, int], given, provider: str):
-        from ..numeric.inputs import graph_input_specs, make_feeds
+        from ...numeric.inputs import graph_input_specs, make_feeds
 
         prefix = f"{sides.graph.name}/"
         return make_feeds(graph_input_specs(sides.graph),
                           {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in dims.items()}, given, 0)
 
     def localize(self, sides: Sides, binding, given, settings, *, budget: int):
-        from ..numeric.localize import localize_tflite
+        from ...numeric.localize import localize_tflite
 
         feeds = self.feeds(sides, binding.dims, given, settings.provider)
         loc = localize_tflite(sides.candidate, sides.reference, sides.graph, feeds, settings, binding=binding.dims)
@@ -86,7 +86,7 @@ class TfliteFormat(Format):
         """``--static``, or dims bound for a static-shape target: the shapes made static
         and the shape arithmetic that became constant folded (``numeric.static_shapes``);
         the check binds the dims as the user bound them."""
-        from ..numeric.static_shapes import specialize_tflite
+        from ...numeric.static_shapes import specialize_tflite
 
         done = specialize_tflite(model, path, dict(dims))
         if not done.bound:

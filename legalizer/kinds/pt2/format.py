@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict
 
-from ..model import Model
-from .base import Format, Sides, Subject
+from ...model import Model
+from ..behaviour import Format, Sides, Subject
 
 
 class AtenFormat(Format):
@@ -23,36 +23,36 @@ class AtenFormat(Format):
     runs_as_file = False
 
     def declared(self, model: Model):
-        from ..importers.aten import declaration
-        from ..numeric.ort import declared_shapes
+        from ...importers.aten import declaration
+        from ...numeric.ort import declared_shapes
 
         return declared_shapes(declaration(model))
 
     def input_types(self, model: Model) -> Dict[str, int]:
-        from ..importers.aten import declaration
+        from ...importers.aten import declaration
 
         return {vi.name: vi.type.tensor_type.elem_type for vi in declaration(model).graph.input}
 
     def hints(self, model: Model) -> Dict[str, list]:
         """Per symbol, the sizes at the bounds of its range (the range constraints)."""
-        from ..importers.pytorch import TorchSource, dim_ranges
-        from ..numeric.search import sizes_in_range
+        from ...importers.pytorch import TorchSource, dim_ranges
+        from ...numeric.search import sizes_in_range
 
         ranges = dim_ranges(TorchSource(model.aten.program, None))
         return {key: sizes_in_range(lo, hi) for key, (lo, hi) in ranges.items()}
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
-        from ..atomic_files import staged_output
-        from ..exporters.aten import legal_program, save_program
+        from ...atomic_files import staged_output
+        from ...exporters.aten import legal_program, save_program
 
         program = legal_program(model)
         return _written(staged_output(path, force=force, protect=model.source), program, save_program)
 
     def check(self, subject: Subject, written: Path):
-        from ..importers.aten import declaration, user_inputs
-        from ..numeric.torch_ref import check_programs
+        from ...importers.aten import declaration, user_inputs
+        from ...numeric.torch_ref import check_programs
 
-        from ..numeric.executorch_run import check_executorch, installed
+        from ...numeric.executorch_run import check_executorch, installed
 
         src = subject.model.aten
         settings = replace(subject.settings, record=False)
@@ -70,9 +70,9 @@ class AtenFormat(Format):
         """Per symbol, the sizes the check binds it to: the usual ones (a small size and
         1) that its range takes, else the bounds of its range (``Dim('time', min=37)``:
         37), so that every binding is one the program accepts."""
-        from ..importers.pytorch import TorchSource, dim_ranges
-        from ..numeric.inputs import SMALL
-        from ..numeric.search import sizes_in_range
+        from ...importers.pytorch import TorchSource, dim_ranges
+        from ...numeric.inputs import SMALL
+        from ...numeric.search import sizes_in_range
 
         usual = [SMALL] if not_one else [SMALL, 1]
         out = {}

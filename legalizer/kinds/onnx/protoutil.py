@@ -17,14 +17,18 @@ def is_repeated(f: FieldDescriptor) -> bool:
 def copy_fields(dst, src, skip=()) -> None:
     """Copy every set field of ``src`` but those named in ``skip`` into ``dst``."""
     for fd, val in src.ListFields():
-        if fd.name in skip:
-            continue
-        if is_repeated(fd):
-            getattr(dst, fd.name).extend(val)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(dst, fd.name).CopyFrom(val)
-        else:
-            setattr(dst, fd.name, val)
+        if fd.name not in skip:
+            copy_field(dst, fd, val)
+
+
+def copy_field(dst, fd, val) -> None:
+    """Set field ``fd`` of ``dst`` to ``val`` (a value ``ListFields`` gave)."""
+    if is_repeated(fd):
+        getattr(dst, fd.name).extend(val)
+    elif fd.type == fd.TYPE_MESSAGE:
+        getattr(dst, fd.name).CopyFrom(val)
+    else:
+        setattr(dst, fd.name, val)
 
 
 @lru_cache(maxsize=None)

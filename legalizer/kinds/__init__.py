@@ -1,0 +1,1 @@
+"""The model kinds, one package each (see ``base.Kind`` and ``registry``)."""

@@ -1,0 +1,12 @@
+"""A TFLite file read into the IR (``importers.tflite``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...importers.tflite import load_tflite
+from ...model import Model
+
+
+def read(path: Path, infer: bool, trust_pt2: bool) -> Model:
+    return load_tflite(path)
