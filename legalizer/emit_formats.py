@@ -146,7 +146,7 @@ def mlir_sources(model: Model, formats: List[str], level: Optional[str] = None) 
     made once (``_as_onnx_ir``; a TFLite model's ONNX form legalized for that target,
     within ``level``) and shared by them: the emitters themselves legalize nothing."""
     targets = dict.fromkeys(TARGET_OF_DIALECT[f] for f in formats if f in MLIR_FORMATS)
-    if model.format not in TRANSLATIONS:  # its IR is of ONNX ops already (no target looked up for it)
+    if not translated(model):  # its IR is of ONNX ops already (no target looked up for it)
         return {t: model for t in targets}
     return {t: _as_onnx_ir(model, target_named(t), level) for t in targets}
 
