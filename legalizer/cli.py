@@ -756,9 +756,9 @@ def _runtimes(argv: List[str]) -> tuple:
 
 
 def _infers_onnx_shapes(model: Path, emit: List[str]) -> bool:
-    """Whether reading ``model`` runs ONNX shape inference (an ONNX model, a .pt2's ONNX
-    export), or the run will on its ONNX form (a TFLite model emitted as MLIR): the
-    helper that does it is started ahead only then."""
+    """Whether reading ``model`` runs ONNX shape inference (an ONNX model), or the run will
+    on its ONNX form (a TFLite model emitted as MLIR): the helper that does it is started
+    ahead only then (a .pt2 is read, checked and written as its ATen graph: never)."""
     kind = _kind(str(model))
     if kind is None:
         return False

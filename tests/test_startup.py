@@ -170,11 +170,13 @@ main(sys.argv[1:])
 @pytest.mark.parametrize("model, args, started", [
     ("mlp_bias.onnx", ["--no-check"], True),
     ("tflite/broadcast_add.tflite", ["--no-check"], False),
-    ("tflite/broadcast_add.tflite", ["--no-check", "--emit", "tflite", "--emit", "tosa"], True)])
+    ("tflite/broadcast_add.tflite", ["--no-check", "--emit", "tflite", "--emit", "tosa"], True),
+    ("mlp.pt2", [], False)])
 def test_the_shape_inference_helper_starts_ahead_only_for_a_run_that_infers(tmp_path, model, args, started):
     """The helper that runs ONNX shape inference starts while the command loads only when
     the run will infer ONNX shapes: an ONNX model, or a TFLite model emitted as MLIR
-    (through its ONNX form); a TFLite run that emits TFLite starts nothing."""
+    (through its ONNX form); a TFLite run that emits TFLite starts nothing, nor does a
+    checked .pt2 run (its ATen graph is read, checked and written: no ONNX is inferred)."""
     src = tmp_path / Path(model).name
     shutil.copy(ROOT / "models" / model, src)
     out = tmp_path / "started.json"

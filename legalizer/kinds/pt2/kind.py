@@ -30,7 +30,7 @@ KIND = Kind(
     magic=lambda path, head: head.startswith(b"PK\x03\x04") and zip_kind(path) == "pt2",
     read="legalizer.kinds.pt2.read:read",
     formats=(("pt2", "legalizer.kinds.pt2.format:AtenFormat"),),
-    written=".pt2", native_only="a torch.export program (.pt2)", every_subgraph=True, runtimes=("torch", "onnxruntime"), infers_onnx_shapes=True,
+    written=".pt2", native_only="a torch.export program (.pt2)", every_subgraph=True, runtimes=("torch", "onnxruntime"),
     preload="legalizer.numeric.torch_ref:preload",
     # its run's overlays: the legalized model's alone, as ONNX's ids name them; the view does
     # not draw it (Model Explorer's .pt2 adapter unpickles)
