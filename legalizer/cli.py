@@ -367,6 +367,7 @@ def _print_and_exit(what: str):
 
 @app.command(help=HELP, no_args_is_help=True, cls=_Command)
 def legalize(
+    ctx: typer.Context,
     paths: List[Path] = typer.Argument(..., metavar="MODEL", show_default=False,
                                        help="Model file (ONNX, TFLite, TOSA MLIR, torch.export .pt2), recognized by content, and "
                                             "its output path (default <stem>.legal.<ext>); or several models "
@@ -471,7 +472,9 @@ def legalize(
                                  expose_value=False),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Also print the IR and the runtime constraints."),
 ) -> None:
-    if not _is_batch(paths, out_opt, jobs, executor) and _infers_onnx_shapes(paths[0], emit):
+    # what the warm-up sniffed of the command line's files (``main``), or none yet
+    sniffs = ctx.obj if isinstance(ctx.obj, Sniffs) else Sniffs()
+    if not _is_batch(paths, out_opt, jobs, executor) and _infers_onnx_shapes(paths[0], emit, sniffs):
         from . import bounded_helper
 
         # The helper (a fresh interpreter) imports what shape inference needs while
@@ -525,7 +528,7 @@ def legalize(
         options.output = output
     # the options validated, the target resolved, the file sniffed (by the warm-up, if it
     # ran) and the output plan made, once: the checks below and the run read them here
-    plan = prepare(model, valid, sniffed=_sniffed(model))
+    plan = prepare(model, valid, sniffed=sniffs(model))
     _check_writes(plan, report, html, overlay, _input_files(input_))
     raise typer.Exit(_run_one(plan, report, html, overlay, json_out, quiet, verbose))
 
@@ -713,53 +716,56 @@ def _will_check(argv: List[str]) -> bool:
     return "--verify-only" not in words or "--against" in words or any(w.startswith("--against=") for w in argv)
 
 
-# What ``kinds.registry.sniff`` found of each file of the command line (or the BadInput it
-# raised), by absolute path: each file is sniffed once, by the first that asks (the
-# warm-up, then the run's plan).
-_SNIFFED: Dict[str, object] = {}
+class Sniffs:
+    """What ``kinds.registry.sniff`` found of each file of one command line (or the
+    BadInput it raised), by absolute path: each file is sniffed once, by the first that
+    asks (the warm-up in ``main``, then the run's plan, which the command is handed it as
+    its context's object)."""
+
+    def __init__(self) -> None:
+        self._found: Dict[str, object] = {}
+
+    def __call__(self, path) -> object:
+        """``sniff`` of ``path``'s file: its kind's name, or the BadInput it raised."""
+        key = os.path.abspath(path)
+        if key not in self._found:
+            from .kinds.registry import sniff
+
+            try:
+                self._found[key] = sniff(Path(path))
+            except LegalizeError as e:
+                self._found[key] = e
+        return self._found[key]
+
+    def kind(self, word: str) -> Optional[Kind]:
+        """The model kind (``kinds.base.Kind``) of the file ``word`` names, or None."""
+        from .kinds.registry import named
+
+        if not os.path.isfile(word):
+            return None
+        found = self(word)
+        return named(found) if isinstance(found, str) else None
 
 
-def _sniffed(path) -> object:
-    """``sniff`` of ``path``'s file: its kind, or the BadInput it raised; asked once."""
-    key = os.path.abspath(path)
-    if key not in _SNIFFED:
-        from .kinds.registry import sniff
-
-        try:
-            _SNIFFED[key] = sniff(Path(path))
-        except LegalizeError as e:
-            _SNIFFED[key] = e
-    return _SNIFFED[key]
-
-
-def _kind(word: str) -> Optional[Kind]:
-    """The model kind (``kinds.base.Kind``) of the file ``word`` names, or None."""
-    from .kinds.registry import named
-
-    if not os.path.isfile(word):
-        return None
-    kind = _sniffed(word)
-    return named(kind) if isinstance(kind, str) else None
-
-
-def _runtimes(argv: List[str]) -> tuple:
+def _runtimes(argv: List[str], sniffs: Optional[Sniffs] = None) -> tuple:
     """The runtimes the check of the models ``argv`` names will run (``Kind.runtimes``:
     of its content, as the run reads it: a TFLite file named .bin is run on LiteRT;
     onnxruntime where it names none: a folder's models are several kinds)."""
+    sniffs = sniffs if sniffs is not None else Sniffs()
     mods: List[str] = []
     for w in argv:
-        kind = _kind(w)
+        kind = sniffs.kind(w)
         for mod in kind.runtimes if kind is not None else ():
             if mod not in mods:
                 mods.append(mod)
     return tuple(mods) or ("onnxruntime",)
 
 
-def _infers_onnx_shapes(model: Path, emit: List[str]) -> bool:
+def _infers_onnx_shapes(model: Path, emit: List[str], sniffs: Sniffs) -> bool:
     """Whether reading ``model`` runs ONNX shape inference (an ONNX model), or the run will
     on its ONNX form (a TFLite model emitted as MLIR): the helper that does it is started
     ahead only then (a .pt2 is read, checked and written as its ATen graph: never)."""
-    kind = _kind(str(model))
+    kind = sniffs.kind(str(model))
     if kind is None:
         return False
     # a translated kind's form is inferred when an MLIR format (not ONNX, not its own) is emitted
@@ -781,7 +787,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     from . import atomic_files
 
     atomic_files.stop_requested = False  # (a run in a process that ran one before)
-    _SNIFFED.clear()  # (the files may have changed since)
+    sniffs = Sniffs()  # (this command line's: a run before in this process may have seen other files)
     if _will_check(sys.argv[1:] if argv is None else list(argv)):
         from .numeric import child
 
@@ -789,9 +795,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             words = sys.argv[1:] if argv is None else list(argv)
             # the folders of the files it names (models, --against, outputs): the child reads there
             child.readable(*(w for w in words if not w.startswith("-") and _names_place(w)))
-            child.prewarm(_runtimes(words))
+            child.prewarm(_runtimes(words, sniffs))
             for w in words:  # (a .pt2's program loads there while this process exports it)
-                kind = _kind(w)
+                kind = sniffs.kind(w)
                 if kind is not None and kind.preload is not None:
                     from .kinds.base import resolve
 
@@ -803,14 +809,14 @@ def main(argv: Optional[List[str]] = None) -> None:
         previous = {}
     hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
-        _main(argv)
+        _main(argv, sniffs)
     finally:
         sys.unraisablehook = hook
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
-def _main(argv: Optional[List[str]]) -> None:
+def _main(argv: Optional[List[str]], sniffs: Optional[Sniffs] = None) -> None:
     global _json_printed
     _json_printed = False
     args, command, prog = list(sys.argv[1:] if argv is None else argv), app, "legalize"
@@ -820,7 +826,7 @@ def _main(argv: Optional[List[str]]) -> None:
         args, prog = args[1:], "legalize view"
     try:
         # Without standalone mode, typer.Exit inside the command becomes the return value.
-        code = command(args=args, standalone_mode=False, prog_name=prog)
+        code = command(args=args, standalone_mode=False, prog_name=prog, obj=sniffs)
     except LegalizeError as e:
         from .console import error_lines
 
