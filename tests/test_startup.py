@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from needs import require
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "mlp_bias.onnx"
 
@@ -177,6 +179,8 @@ def test_the_shape_inference_helper_starts_ahead_only_for_a_run_that_infers(tmp_
     the run will infer ONNX shapes: an ONNX model, or a TFLite model emitted as MLIR
     (through its ONNX form); a TFLite run that emits TFLite starts nothing, nor does a
     checked .pt2 run (its ATen graph is read, checked and written: no ONNX is inferred)."""
+    if model.endswith(".pt2"):
+        require("torch")
     src = tmp_path / Path(model).name
     shutil.copy(ROOT / "models" / model, src)
     out = tmp_path / "started.json"
