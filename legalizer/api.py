@@ -122,11 +122,12 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
         return source
     if kind == "path":
         from .importers.reader import read_model as load_file, sniff
+        from .kinds.base import resolve
+        from .kinds.registry import named
 
-        if sniff(Path(source)) == "pt2":  # the library's Model of a .pt2 is its ONNX export, as for a module
-            from .importers.pytorch import load_pt2
-
-            return load_pt2(Path(source), infer=infer, trust=trust_pt2)
+        kind = named(sniff(Path(source)))
+        if kind is not None and kind.library_read is not None:
+            return resolve(kind.library_read)(Path(source), infer=infer, trust=trust_pt2)
         return load_file(Path(source), infer=infer, trust_pt2=trust_pt2)
     if kind == "torch":
         from .importers.pytorch import load_module
@@ -368,6 +369,8 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     from .numeric.settings import CheckSettings
     from .importers.reader import check_external_data, sniff
     from .formats import of_kind
+    from .kinds.base import resolve
+    from .kinds.registry import named
     from .pipeline import range_hints, unchecked
 
     for name, size in (dims or {}).items():  # as the command line's --dim
@@ -377,14 +380,11 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
     # the folders the child may read (Landlock): named before it starts, so that it starts once
     child.readable(*(m for m in (original, legalized) if _is_path(m)))
 
-    if _is_path(original) and _is_path(legalized) and sniff(Path(original)) == sniff(Path(legalized)) == "pt2":
-        # two torch.export programs (``legalize m.pt2``'s output): both run in PyTorch
-        from .importers.aten import declaration, load_pt2, user_inputs
-        from .numeric.torch_ref import check_programs
-
-        model = load_pt2(Path(original), trust=trust_pt2)
-        result = check_programs(model.aten.original, declaration(model), user_inputs(model.aten.program), legalized,
-                                CheckSettings(provider, rtol, atol), dims=dims, inputs=as_arrays(inputs))
+    pair = named(sniff(Path(original))) if _is_path(original) and _is_path(legalized) else None
+    if pair is not None and pair.pair_check is not None and sniff(Path(legalized)) == pair.name:
+        # two files of a kind with its own runtime (``legalize m.pt2``'s output: both run in PyTorch)
+        result = resolve(pair.pair_check)(Path(original), Path(legalized), CheckSettings(provider, rtol, atol),
+                                          dims=dims, inputs=as_arrays(inputs), trust=trust_pt2)
         if require_check and unchecked(result):
             raise NotLegal(f"the check is required (require_check) and {unchecked(result)}")
         return result

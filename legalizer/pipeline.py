@@ -211,7 +211,7 @@ def _read(plan: Prepared, step: _Timer) -> Read:
     model = read_model(path, trust_pt2=options.trust_pt2, kind=plan.kind)
     fmt = format_of(model)
     profile = options.profile or fmt.input_profile
-    if options.trust_pt2 and fmt.name != "pt2" and not options.dims_where_present:  # (a batch's may hold .pt2s)
+    if options.trust_pt2 and not fmt.unpickled and not options.dims_where_present:  # (a batch's may hold .pt2s)
         raise UsageError(f"--trust-pt2 loads a .pt2 with torch's unsafe unpickling; {path} is {fmt.title}, not a"
                          " .pt2: leave it out")
     if fmt.written is None and not options.verify_only:
@@ -322,7 +322,7 @@ def _rewrite(verified: Verified, outputs: Optional[Outputs]) -> Optional[Legaliz
                        f" keeps the model's interface: {', '.join(over)}")
     refused_before = spec.refused(model.graphs, options.level)
     specialize = False
-    if spec.static_shapes and fmt.name == "onnx":  # (the target's: --dim's sizes, else 1)
+    if spec.static_shapes and fmt.static_for_target:
         specialize = True
     elif options.static or (spec.backend is not None and dims):  # a backend takes static shapes
         if not fmt.static_shapes:

@@ -23,6 +23,8 @@ class Kind(NamedTuple):
     title: str  # what its files hold, in messages ("the legalized model is ONNX")
     suffixes: Tuple[str, ...]  # its files' suffixes
     read: str  # (path, infer, trust_pt2) -> Model
+    library_read: Optional[str] = None  # (path, infer, trust) -> Model: the library's ``load``, where not ``read``
+    pair_check: Optional[str] = None  # the library's ``check`` of two files of this kind: its own runtime, not ONNX's
     formats: Tuple[Tuple[str, str], ...] = ()  # its behaviours (``kinds.behaviour.Format``), by name, its own first
     magic: Optional[Callable[[Path, bytes], bool]] = None  # its signature in a file's first 64 bytes
     guess: Optional[Callable[[Path, bytes], bool]] = None  # weaker evidence: asked after every signature

@@ -60,7 +60,9 @@ class Format:
     golden = False  # stored inputs and outputs (--load-*, --save-*) feed its check
     reduces = False  # --reduce writes its subgraphs
     static_shapes = False  # --static makes its shapes static
+    static_for_target = False  # a target that takes static shapes specializes it (--dim's sizes, else 1)
     against: Tuple[str, ...] = ()  # the reference formats --against compares it with
+    unpickled = False  # its files may hold pickles: --trust-pt2 loads them with torch's unsafe unpickling
     runs_as_file = True  # a runtime runs its file as it is (a .pt2 is loaded: its ONNX export, and PyTorch)
 
     # -- the inputs the user binds --------------------------------------------------

@@ -20,6 +20,7 @@ class AtenFormat(Format):
     title = ".pt2"
     written = "pt2"
     runtime = "torch"
+    unpickled = True
     runs_as_file = False
 
     def declared(self, model: Model):
@@ -102,3 +103,15 @@ class _written:
 
     def __exit__(self, *exc):
         return self.staged.__exit__(*exc)
+
+
+def check_pair(original: Path, legalized: Path, settings, *, dims=None, inputs=None, trust: bool = False):
+    """The library's check of two torch.export programs (a ``.pt2`` and ``legalize``'s
+    legal form of it): both run in PyTorch at the same bindings, the original read by the
+    safe loader unless ``trust``."""
+    from ...importers.aten import declaration, load_pt2, user_inputs
+    from ...numeric.torch_ref import check_programs
+
+    model = load_pt2(original, trust=trust)
+    return check_programs(model.aten.original, declaration(model), user_inputs(model.aten.program), legalized,
+                          settings, dims=dims, inputs=inputs)
