@@ -796,12 +796,6 @@ def main(argv: Optional[List[str]] = None) -> None:
             # the folders of the files it names (models, --against, outputs): the child reads there
             child.readable(*(w for w in words if not w.startswith("-") and _names_place(w)))
             child.prewarm(_runtimes(words, sniffs))
-            for w in words:  # (a .pt2's program loads there while this process exports it)
-                kind = sniffs.kind(w)
-                if kind is not None and kind.preload is not None:
-                    from .kinds.base import resolve
-
-                    resolve(kind.preload)(w, "--trust-pt2" in words)
     signals = (signal.SIGINT, signal.SIGTERM)
     try:
         previous = {s: signal.signal(s, _interrupted) for s in signals}

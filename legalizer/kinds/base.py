@@ -35,7 +35,6 @@ class Kind(NamedTuple):
     records_constraints: bool = False  # legalize records its input's runtime constraints (the xla form's asserts)
     runtimes: Tuple[str, ...] = ()  # the modules its check's runtimes import: started ahead by the CLI
     warm: Tuple[str, ...] = ()  # the modules a batch's workers import ahead for a model of this kind
-    preload: Optional[str] = None  # (path, trust_pt2): what the check's child loads while the file is read
     infers_onnx_shapes: bool = False  # reading it runs ONNX shape inference (the helper started ahead)
     translation: Optional[str] = None  # (model, results=) -> its ONNX-op form, a ModelProto
     explorer_ids: Optional[str] = None  # (path) -> Model Explorer's graphs and node ids of its files

@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -188,7 +188,7 @@ class _Process:
         self.owner = os.getpid()
         self.readable = frozenset(_readable)  # the folders it may read (Landlock, where the kernel has it)
         # Requests whose replies nobody waits for yet, read before the next: None for a
-        # warm-up (``prewarm``), or the Remote being built ahead (``preload``).
+        # warm-up (``prewarm``), or a Remote being built ahead (``ChildRunner.begin``).
         self.pending: List[Optional["Remote"]] = []
 
     def limit(self, memory: int) -> int:
@@ -416,7 +416,7 @@ class Remote:
             if proc is None or self.generation != _generations.get(self.pool):
                 raise RunFault(self.model, self.runtime, "its process was stopped by an earlier fault")
             try:
-                while proc.pending:  # a warm-up's or a preload's reply (not this call's time)
+                while proc.pending:  # a warm-up's or a model's built ahead (not this call's time)
                     ahead = wire.receive(proc.replies, time.monotonic() + max(timeout, 120.0), _reply_limit(lim.memory))
                     waiting = proc.pending.pop(0)
                     if waiting is not None:
@@ -471,29 +471,6 @@ def _reply_limit(memory: int) -> int:
     return min(wire.MAX_REPLY, max(memory, 1 << 20))
 
 
-_preloaded: Dict[Tuple, Remote] = {}
-
-
-def preload(key: Tuple, factory, *args, model: str = "the model", **kwargs) -> None:
-    """Have the run child build and activate ``factory(*args, **kwargs)`` now, while this
-    process goes on (a ``.pt2`` program, which PyTorch takes seconds to load); ``take``
-    finds it by ``key``."""
-    if not available():
-        return
-    with _lock:
-        _preloaded[key] = Remote(factory, *args, model=model, runtime=getattr(factory, "name", ""), activate=True,
-                                 wait=False, **kwargs)
-
-
-def take(key: Tuple) -> Optional[Remote]:
-    """The Remote ``preload`` started for ``key`` in this process's live child, or None."""
-    with _lock:
-        remote = _preloaded.pop(key, None)
-        if remote is None or _live(remote.pool) is None or remote.generation != _generations.get(remote.pool):
-            return None
-        return remote
-
-
 def _names_file(arg) -> bool:
     if not isinstance(arg, (str, os.PathLike)):
         return False
@@ -517,15 +494,13 @@ class ChildRunner(Runner):
     (``values``, ``all_names``, ``sizes``, ``sketches``) are asked of the runner in the
     child, which need not be activated for them (nor is it, for them alone)."""
 
-    def __init__(self, factory, *args, model: str = "the model", fetch: Sequence[str] = (),
-                 preloaded: Optional[Remote] = None, **kwargs):
+    def __init__(self, factory, *args, model: str = "the model", fetch: Sequence[str] = (), **kwargs):
         super().__init__()
         self.factory, self.args, self.kwargs = factory, args, kwargs
         self.name = factory.name
         self.model_label = model
         self.fetch = tuple(fetch)
-        self.remote: Optional[Remote] = preloaded  # built ahead (``preload``): activated once it is ready
-        self.preloaded = preloaded is not None  # (built from the arguments ``preload`` had, not these)
+        self.remote: Optional[Remote] = None
         self._built_unloaded = False  # the remote was built for values alone, its runner not activated
         self._begun = False  # its loading was begun without waiting (``begin``)
         self._provider = ""

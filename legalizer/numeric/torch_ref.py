@@ -5,7 +5,6 @@ onnxruntime check (whose reference is the original ONNX export)."""
 
 from __future__ import annotations
 
-import os
 from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -13,7 +12,6 @@ import numpy as np
 from ..errors import first_line
 from .compare import Pairing, unless_compared
 from .inputs import InputSpec, make_feeds
-from .child import ChildRunner
 from .ort import bindings_for, input_specs, model_key, runner, source_of
 from .plan import Artifact, Comparison, Feed, Plan, Session, run_plan
 from .results import CheckResult, OutputResult
@@ -40,76 +38,20 @@ class TorchRunner(Runner):
         return positional(pytorch.run_program(self.source, feed))
 
 
-class TorchFileRunner(Runner):
-    """A ``.pt2`` file's program run by PyTorch, built where it runs (in the child:
-    ``child.py``): loaded as the importer loads it (``trust``: torch's own loader),
-    fed by the ONNX names of its user inputs (``input_names``, in its flat order)."""
-
-    name = "torch"
-
-    def __init__(self, path: str, trust: bool, input_names: Sequence[str] = ()):
-        super().__init__()
-        self.path, self.trust, self.input_names = path, trust, list(input_names)
-        self.source = None
-
-    def use_inputs(self, input_names: Sequence[str]) -> None:
-        """The ONNX names of its user inputs (known once the parent has exported it:
-        ``child.preload`` loads the program before)."""
-        self.input_names = list(input_names)
-        if self.source is not None:
-            self.source.input_names = self.input_names
-
-    def activate_impl(self) -> None:
-        from pathlib import Path
-
-        from ..importers import pytorch
-
-        if self.trust:
-            program = pytorch._load_trusted(Path(self.path))  # noqa: SLF001 - the importer's loader, as it is
-        else:
-            from ..importers.pt2_safety import load_untrusted
-
-            program = load_untrusted(Path(self.path))
-        self.source = pytorch.TorchSource(program, None, self.input_names)
-
-    def input_specs(self) -> List[InputSpec]:
-        raise NotImplementedError("the parent makes the inputs from the ONNX export")
-
-    def infer_impl(self, feed):
-        from ..importers import pytorch
-
-        return positional(pytorch.run_program(self.source, feed))
-
-
-def preload_key(path, trust: bool) -> tuple:
-    """What ``child.preload`` files a ``.pt2`` program's runner under."""
-    return ("torch", os.path.abspath(str(path)), bool(trust))
-
-
-def preload(path, trust: bool) -> None:
-    """Start loading the program of ``path`` in the child now (``child.preload``): it
-    loads while this process reads and exports it."""
-    from . import child
-
-    child.preload(preload_key(path, trust), TorchFileRunner, str(path), bool(trust), model=str(path))
-
-
 def check_torch(source, legalized, settings: Optional[CheckSettings] = None, *,
                 dims: Optional[Mapping[str, int]] = None, inputs: Optional[Mapping[str, np.ndarray]] = None,
-                choices: Optional[Mapping[str, List[int]]] = None, searched: bool = False, path=None,
-                trust: bool = False, session: Optional[Session] = None, **changes) -> CheckResult:
+                choices: Optional[Mapping[str, List[int]]] = None, searched: bool = False,
+                session: Optional[Session] = None, **changes) -> CheckResult:
     """Compare PyTorch running ``source.program`` (a ``TorchSource``) with
     ``legalized`` (a ModelProto or a path) on onnxruntime. The result's ``provider``
     is ``"torch"``; a binding the program rejects (a guard on a dim's range) is
     skipped, as the onnxruntime check skips one the original rejects. ``searched``:
-    ``choices`` are what the onnxruntime check's search found. ``path``: the ``.pt2``
-    the program was read from (``trust``: as it was read), so that the child reads it
-    again and runs it there; without it (a program this process was handed, through the
-    API) PyTorch runs it here, where its caller already ran it. ``settings`` and
+    ``choices`` are what the onnxruntime check's search found. PyTorch runs the program
+    here, where the library's caller handed it (and already ran it). ``settings`` and
     ``session`` (the legalized model loaded once for the ONNX check and this one): as
     ``ort.check``'s."""
     return run_plan(_torch_plan(source, legalized, settings_of(settings, **changes), dims=dims, inputs=inputs,
-                                choices=choices, searched=searched, path=path, trust=trust), session)
+                                choices=choices, searched=searched), session)
 
 
 def program_feeds(declared, settings: CheckSettings, dims, inputs, choices, searched: bool = False) -> List[Feed]:
@@ -122,20 +64,8 @@ def program_feeds(declared, settings: CheckSettings, dims, inputs, choices, sear
                                         choices)]
 
 
-def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, choices, searched, path, trust) -> Plan:
-    def torch() -> Runner:
-        if path is None:
-            return TorchRunner(source)
-        from . import child
-
-        return ChildRunner(TorchFileRunner, str(path), trust, list(source.input_names), model=str(path),
-                           preloaded=child.take(preload_key(path, trust)))
-
-    def named(runner: Runner) -> None:
-        if isinstance(runner, ChildRunner) and runner.preloaded:  # loaded before the export named its inputs
-            runner.call("use_inputs", list(source.input_names))
-
-    ref = Artifact("the program", torch, loaded=named, refused=lambda e, _: CheckResult(
+def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, choices, searched) -> Plan:
+    ref = Artifact("the program", lambda: TorchRunner(source), refused=lambda e, _: CheckResult(
         False, "torch", error=f"PyTorch cannot load the program: {first_line(e)}"))
     new = Artifact("the legalized model", lambda: runner(legalized, settings.provider, "the legalized model"),
                    key=model_key(legalized, settings.provider),
@@ -148,7 +78,7 @@ def _torch_plan(source, legalized, settings: CheckSettings, *, dims, inputs, cho
                           refused=lambda e: f"torch fails: {first_line(e)}", candidate_first=True)
     return Plan([compared], settings.rtol, settings.atol, "torch",
                 lambda result: unless_compared(result, "PyTorch fails on every input binding tried: "),
-                reads=(legalized, path) if path is not None else (legalized,))
+                reads=(legalized,))
 
 
 def _original_pairing(declared, what: str) -> Pairing:

@@ -34,7 +34,6 @@ KIND = Kind(
     pair_check="legalizer.kinds.pt2.format:check_pair",
     formats=(("pt2", "legalizer.kinds.pt2.format:AtenFormat"),),
     written=".pt2", native_only="a torch.export program (.pt2)", every_subgraph=True, runtimes=("torch", "onnxruntime"),
-    preload="legalizer.numeric.torch_ref:preload",
     # its run's overlays: the legalized model's alone, as ONNX's ids name them; the view does
     # not draw it (Model Explorer's .pt2 adapter unpickles)
     explorer_ids="legalizer.explorer_ids:onnx_file_ids")
