@@ -26,6 +26,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -144,6 +145,27 @@ def workspace(tmp_path_factory) -> Tuple[Path, dict]:
     return ws, env
 
 
+@contextmanager
+def _tables_kept():
+    """What a Python example registers (a target, a profile, a pass, a kind, a runtime)
+    is gone after it: the worker that ran it runs other test files next, which see the
+    shipped tables (``test_add_profile`` registers a ``gpu4`` of its own)."""
+    from legalizer.kinds.registry import KINDS
+    from legalizer.numeric.runtimes import RUNTIMES
+    from legalizer.passes import base
+    from legalizer.targets import TARGETS
+    from legalizer.verifier import PROFILE_RECORDS
+
+    saved = [(table, table.copy()) for table in (TARGETS, PROFILE_RECORDS, base.PASSES, base._BY_FUNCTION, KINDS,
+                                                 RUNTIMES)]
+    try:
+        yield
+    finally:
+        for table, copy in saved:
+            table.clear()
+            table.update(copy) if isinstance(table, dict) else table.extend(copy)
+
+
 def _run(command: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=600, stdin=subprocess.DEVNULL)
@@ -212,7 +234,8 @@ def test_example(example: Example, workspace, monkeypatch):
     ws, env = workspace
     if example.kind == "python":
         monkeypatch.chdir(ws)
-        exec(compile(example.code, example.id, "exec"), {})  # noqa: S102 - the docs' own code
+        with _tables_kept():
+            exec(compile(example.code, example.id, "exec"), {})  # noqa: S102 - the docs' own code
         return
     p = _run(example.code, ws, env)
     got, shown = normalize(p.stdout, ws), normalize(example.shown)
