@@ -72,6 +72,14 @@ class Value:
         return f"%{self.name}: {self.type}"
 
 
+def op_name(domain: str, op_type: str) -> str:
+    """How an op is named (``Node.op``): ``Add`` for the default ONNX domain,
+    ``domain.op_type`` otherwise."""
+    if domain in ("", "ai.onnx"):
+        return op_type
+    return f"{domain}.{op_type}"
+
+
 @dataclass(eq=False, slots=True)
 class Node:
     """An operator (``kind == "op"``) or a graph input, constant or output.
@@ -96,9 +104,7 @@ class Node:
     @property
     def op(self) -> str:
         """``Add`` for the default ONNX domain, ``domain.op_type`` otherwise."""
-        if self.domain in ("", "ai.onnx"):
-            return self.op_type
-        return f"{self.domain}.{self.op_type}"
+        return op_name(self.domain, self.op_type)
 
     @property
     def output(self) -> Value:

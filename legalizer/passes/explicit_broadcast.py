@@ -32,6 +32,7 @@ from onnx import helper
 from ..ir.graph import OP, Graph, Node, Value
 from ..ir.types import Dim, TensorType, all_static
 from ..shapes import IncompatibleDims, infer_result_shape, same_shape
+from ..oprules import RuleLookup
 from .base import PassContext, register_pass
 from .frontend_ops import ops_for
 from .rewrite import RankExpander, index_const
@@ -192,7 +193,9 @@ RESULT_DIM_SOURCES = {"Gemm": _gemm_sources}
 
 def _plan(node: Node, rule):
     """(operand indices to broadcast, the shape they go to, where its dims come from,
-    whether each source equals its dim exactly) - or None when it cannot be known."""
+    whether each source equals its dim exactly) - or None when it cannot be known. Where
+    the dims come from is a function of no arguments: asked only of a node that has an
+    operand to broadcast (most nodes have none)."""
     if rule.broadcast == "unidirectional":
         idx = [i for i in rule.broadcasts if i < len(node.inputs) and node.inputs[i] is not None]
         if rule.onto == "result":
@@ -201,19 +204,20 @@ def _plan(node: Node, rule):
             sources = find(node) if find is not None else None
             if shape is None or sources is None or len(sources) != len(shape):
                 return None
-            return idx, tuple(shape), sources, True
+            return idx, tuple(shape), lambda: sources, True
         ref = node.inputs[0]
         if ref is None or ref.type.shape is None:
             return None
         shape = tuple(ref.type.shape)
-        return idx, shape, _operand_sources([ref], len(shape)), True
+        return idx, shape, lambda: _operand_sources([ref], len(shape)), True
     operands = [v for v in node.inputs if v is not None]
     if any(v.type.shape is None for v in operands):
         return None
     shape = _result_shape(tuple(tuple(v.type.shape) for v in operands))
     if shape is None:
         return None  # the input verification has said so
-    return [i for i, v in enumerate(node.inputs) if v is not None], shape, _operand_sources(operands, len(shape)), False
+    return ([i for i, v in enumerate(node.inputs) if v is not None], shape,
+            lambda: _operand_sources(operands, len(shape)), False)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -254,11 +258,12 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
     changed = False
     builder = _ShapeBuilder(graph, ctx)
     made = builder.made
+    lookup = RuleLookup(graph, ctx.rules)
     for node in graph.ops():
-        rule = ctx.rules.get(node.op)
-        if rule is None or rule.mode_at(graph.opset_of(node)) != "numpy":
+        ruled = lookup(node)
+        if ruled is None or ruled[1] != "numpy":
             continue
-        found = _todo(node, rule)
+        found = _todo(node, ruled[0])
         if found is None:
             continue
         (idx, target, sources, exact), todo = found
@@ -267,7 +272,7 @@ def explicit_broadcast(graph: Graph, ctx: PassContext) -> bool:
         key = ("target", target) if not exact and None not in target else None
         dims_value = made.get(key) if key is not None else None
         if dims_value is None:
-            dims_value = _result_dims(node, target, sources, exact, builder, ctx)
+            dims_value = _result_dims(node, target, sources(), exact, builder, ctx)
         if dims_value is None:
             dims_value = builder.const(f"{node.name or node.output.name}_shape", [int(d) for d in target])
         # A dim computed at run time gets a symbol of its own, so the broadcast operands

@@ -90,7 +90,10 @@ def same_shape(a: Shape, b: Shape) -> bool:
     symbol (an anonymous ``?`` is never known to equal anything)."""
     if a is None or b is None or len(a) != len(b):
         return False
-    return all(x == y and x is not None for x, y in zip(a, b))
+    if type(a) is not type(b):
+        a, b = tuple(a), tuple(b)
+    # (compared in C: asked of every operand of every node by explicit_broadcast)
+    return a == b and None not in a
 
 
 def expand_rank(shape: Sequence[Dim], rank: int) -> Tuple[Dim, ...]:
