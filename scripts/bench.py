@@ -44,6 +44,12 @@ many ADDs (tests/tflite_build.add_chain) for tosa; the median of --repeat rounds
 run a whole process, the runs of a round one after the other; with --baseline DIR, that
 checkout's three legalize runs beside (up to --baseline-max nodes).
 
+--profile: where the time and the memory of legalize --no-check (tosa) go on the ONNX
+chains of --sizes: each size in two fresh processes, one under cProfile (each stage's
+share of the run, and the functions with the most time of their own), one under
+tracemalloc (the Python bytes a node after the import, and the lines that allocated
+them); --baseline DIR profiles that checkout beside (before and after in one run).
+
 With --targets, instead: the legal forms side by side (tosa; xla; xla in strict
 symbolic mode, --assume-dynamic-not-one) for the sample models of models/ (all but
 incompatible_add.onnx) and the onnx wheel's light models: nodes each form adds, the
@@ -63,6 +69,7 @@ Usage: python scripts/bench.py [--nodes 1000000] [--repeat 1] [--only SUBSTR] [-
        python scripts/bench.py --baseline DIR [--sizes 100000] [--repeat 5] [--json out.json]
        python scripts/bench.py --each-once [--sizes 10000,100000,1000000] [--repeat 3] [--baseline DIR]
                                [--baseline-max 100000] [--json out.json]
+       python scripts/bench.py --profile [--sizes 10000,100000,1000000] [--baseline DIR] [--json out.json]
        python scripts/bench.py --targets [--runs 50] [--warmup 5] [--threads 1] [--models SUBSTR]
                                [--opt all|extended|basic|none] [--dim NAME=SIZE ...] [--json out.json]
 """
@@ -132,6 +139,90 @@ _CHILD = textwrap.dedent("""
     out["maxrss_mb"] = (int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
     print(json.dumps(out))
 """)
+
+
+_PROFILE_CHILD = textwrap.dedent("""
+    import cProfile, json, pstats, sys, tracemalloc
+    from pathlib import Path
+    path, how = Path(sys.argv[1]), sys.argv[2]
+    from legalizer.pipeline import RunOptions, run
+    out = {}
+    short = lambda f: "/".join(Path(f).parts[-2:])  # (a package's module: importers/onnx.py)
+    if how == "cprofile":
+        options = RunOptions(output=Path(str(path) + ".bench-copy" + path.suffix), force=True, target="tosa",
+                             check=False)
+        prof = cProfile.Profile()
+        prof.enable()
+        r = run(path, options)
+        prof.disable()
+        stats = pstats.Stats(prof).stats  # (file, line, name) -> (calls, all calls, own s, cumulative s, callers)
+        out["exit"] = r.exit_code
+        out["stages"] = dict(r.timings)
+        out["own_s"] = sum(v[2] for v in stats.values())
+        out["top"] = [{"function": f"{short(k[0])}:{k[1]}({k[2]})", "own_s": v[2], "calls": v[1]}
+                      for k, v in sorted(stats.items(), key=lambda kv: -kv[1][2])[:int(sys.argv[3])]]
+    else:  # tracemalloc, over the import alone
+        from legalizer.api import load
+        tracemalloc.start()
+        m = load(path)
+        snap = tracemalloc.take_snapshot()
+        out["traced_b"], out["traced_peak_b"] = tracemalloc.get_traced_memory()
+        out["nodes"] = sum(len(g) for top in m.graphs for g in top.graphs())
+        out["top"] = [{"line": f"{short(st.traceback[0].filename)}:{st.traceback[0].lineno}", "b": st.size,
+                       "count": st.count} for st in snap.statistics("lineno")[:int(sys.argv[3])]]
+    print(json.dumps(out))
+""")
+
+
+def profile_run(path: Path, how: str, root: Path = ROOT, top: int = 8) -> dict:
+    """One fresh process of ``root``'s legalize on ``path``: under cProfile (``how`` =
+    "cprofile": the whole --no-check tosa run) or tracemalloc ("tracemalloc": the import)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", _PROFILE_CHILD, str(path), how, str(top)], cwd=root, env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def profile(sizes: list, baseline: Optional[Path]) -> list:
+    """Where the time and the Python memory go, per size of the ONNX chain and per tree."""
+    rows = []
+    for n in sizes:
+        path = synthetic_model(n)
+        for tree, root in (("this", ROOT),) + ((("before", baseline),) if baseline is not None else ()):
+            row = {"nodes": n, "tree": tree, "cprofile": profile_run(path, "cprofile", root),
+                   "tracemalloc": profile_run(path, "tracemalloc", root)}
+            rows.append(row)
+            print(f"{n:,} nodes, {tree}: {row['cprofile']['own_s']:.2f} s profiled,"
+                  f" {row['tracemalloc']['traced_b'] / max(1, row['tracemalloc']['nodes']):.0f} B a node",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def print_profile(rows: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=200)
+    t = Table(title="legalize --no-check (tosa) under cProfile: each stage's share, and the functions with the most"
+              " time of their own")
+    for col in ("nodes", "tree", "s (profiled)", "load", "verify", "passes", "save", "most own time"):
+        t.add_column(col, justify="left" if col == "most own time" else "right")
+    for row in rows:
+        c = row["cprofile"]
+        total = sum(c["stages"].values()) or 1
+        share = {k: f"{100 * c['stages'].get(k, 0) / total:.0f}%" for k in ("load", "verify", "passes", "save")}
+        top = "; ".join(f"{f['function']} {100 * f['own_s'] / c['own_s']:.0f}%" for f in c["top"][:5])
+        t.add_row(f"{row['nodes']:,}", row["tree"], f"{total:.2f}", *share.values(), top)
+    console.print(t)
+    t = Table(title="The import under tracemalloc: Python bytes a node, and the lines that allocated them")
+    for col in ("nodes", "tree", "B a node", "peak B a node", "by line (B a node)"):
+        t.add_column(col, justify="left" if col.startswith("by line") else "right")
+    for row in rows:
+        m = row["tracemalloc"]
+        n = max(1, m["nodes"])
+        t.add_row(f"{row['nodes']:,}", row["tree"], f"{m['traced_b'] / n:.0f}", f"{m['traced_peak_b'] / n:.0f}",
+                  "; ".join(f"{x['line']} {x['b'] / n:.0f}" for x in m["top"][:6]))
+    console.print(t)
 
 
 def synthetic_model(nodes: int) -> Path:
@@ -641,6 +732,9 @@ def main() -> None:
                     " floor, tosa, xla and the TFLite chain (median of --repeat rounds; --baseline beside)")
     ap.add_argument("--baseline-max", type=int, default=100_000, help="with --each-once --baseline: the largest"
                     " size the baseline runs at")
+    ap.add_argument("--profile", action="store_true", help="where the time (cProfile) and the Python memory"
+                    " (tracemalloc, the import) of legalize --no-check go on the ONNX chains of --sizes; --baseline"
+                    " beside")
     ap.add_argument("--targets", action="store_true", help="compare the legal forms (tosa, xla, xla strict) of the"
                     " sample and light models instead: nodes added, runtime broadcast checks, latency")
     ap.add_argument("--runs", type=int, default=50, help="latency runs per model")
@@ -652,7 +746,7 @@ def main() -> None:
     ap.add_argument("--models", metavar="SUBSTR", help="with --targets: only the models whose file name contains SUBSTR")
     args = ap.parse_args()
     if args.json is None:
-        mode = "targets" if args.targets else "scaling" if args.scaling else "big" if args.big else \
+        mode = "targets" if args.targets else "profile" if args.profile else "scaling" if args.scaling else "big" if args.big else \
             "peers" if args.peers else "each-once" if args.each_once else "baseline" if args.baseline else "models"
         CACHE.mkdir(parents=True, exist_ok=True)
         args.json = CACHE / f"{mode}.json"
@@ -685,6 +779,13 @@ def main() -> None:
             args.json.write_text(json.dumps({"peers": rows, "cap_s": args.peer_timeout, "load_average": load,
                                              "baseline": str(args.baseline) if args.baseline else None,
                                              "repeat": args.repeat},
+                                            indent=2) + "\n")
+        return
+    if args.profile:
+        rows = profile([int(x) for x in args.sizes.split(",")], args.baseline)
+        print_profile(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"profile": rows, "baseline": str(args.baseline) if args.baseline else None},
                                             indent=2) + "\n")
         return
     if args.each_once:

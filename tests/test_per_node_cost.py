@@ -550,3 +550,30 @@ def test_tflite_tables_kept_for_writing_back_leave_defaults_out(tmp_path):
         for v in n.outputs:
             v.info = FbTable("Tensor", {k: d for k, d in _defaults("Tensor").items() if k != "type" and k != "buffer"})
     assert to_tflite(model) == written
+
+
+# ---- the bench's profile ----------------------------------------------------------
+
+def test_bench_profile_names_the_stages_and_where_the_memory_goes(tmp_path):
+    """``scripts/bench.py --profile`` (issue 31's tables of where the time and memory of a
+    node go): a 300-node chain, its cProfile run and its traced import, in JSON."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "profile.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--profile", "--sizes", "300",
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["profile"]
+    assert row["nodes"] == 300 and row["tree"] == "this"
+    run = row["cprofile"]
+    assert run["exit"] == 0 and set(run["stages"]) >= {"load", "verify", "passes", "save"}
+    assert len(run["top"]) == 8 and all(f["own_s"] >= 0 and f["calls"] >= 1 for f in run["top"])
+    traced = row["tracemalloc"]
+    # the chain's 300 ops, its input, output and three constants
+    assert traced["nodes"] == 305
+    assert traced["traced_b"] > 305 * 500  # the IR's objects: ~1.4 KB a node
+    assert any(x["line"].startswith(("ir/graph.py:", "importers/onnx.py:", "onnx/importer.py:"))
+               for x in traced["top"])
+    assert "under cProfile" in done.stdout and "under tracemalloc" in done.stdout
