@@ -176,6 +176,30 @@ def test_inference_note_comes_first_and_a_failed_inference_leaves_declared_types
     assert g.value("bias").type == TensorType("float", (64,))
 
 
+def test_inference_out_of_memory_without_data_propagation_is_said(monkeypatch):
+    """Where ONNX shape inference runs out of its memory even without data propagation
+    (a 1M-node chain's did at 32 B a byte of the model, and nothing said so: its types
+    came from legalize's own rank rules), the helper answers ``M`` and the run warns,
+    naming the allowance; a model inference cannot read is still ``-``, said by no one."""
+    from legalizer import bounded_helper
+    from legalizer.importers import onnx_infer
+
+    def out_of_memory(serialized, data_prop):
+        raise MemoryError
+
+    monkeypatch.setattr(onnx_infer, "infer_bytes", out_of_memory)
+    assert onnx_infer.infer_here(b"", data_prop=False) == b"M"
+    assert onnx_infer.infer_here(b"", data_prop=True) == b"M"  # with it, then without it
+    monkeypatch.setattr(onnx_infer, "infer_bytes", lambda serialized, data_prop: int("bad"))
+    assert onnx_infer.infer_here(b"", data_prop=False) == b"-"
+
+    answers = iter([b"M", b"-"])
+    monkeypatch.setattr(bounded_helper, "call", lambda fn, arg, memory, timeout: next(answers))
+    assert onnx_importer._infer(b"x" * (40 << 20), False) == (
+        None, "ONNX shape inference ran out of its memory (2.5 GiB); the shapes are those the model declares")
+    assert onnx_importer._infer(b"x" * 100, False) == (None, None)
+
+
 def test_a_node_of_a_large_graph_costs_under_1_5_kb():
     """The Python objects an imported chain holds per node: the Node and its Values,
     their lists and names, networkx's successor and predecessor tables; the Node is

@@ -470,7 +470,10 @@ def _needs_data_propagation(model: ModelProto, serialized: bytes) -> bool:
 # how long: its data propagation allocates by a dim's size (``Mul(x[2^62], z[2^62])``, a
 # model of 90 bytes, grows until the machine runs out), which no legal model needs.
 INFER_MEMORY = 1 << 30
-INFER_MEMORY_PER_BYTE = 32  # and this much per byte of the model without its weights
+# and this much per byte of the model without its weights: inference without data
+# propagation grows the helper by 26-31 B a byte (the 100k- and 1M-node chains; 32 was
+# too few at 1M, whose inference then ran out and its types came from legalize's rules)
+INFER_MEMORY_PER_BYTE = 64
 INFER_TIMEOUT_S = 300.0
 
 
@@ -481,14 +484,17 @@ def _infer(serialized: bytes, data_prop: bool = True) -> Tuple[Optional[Any], Op
     data propagation (a warning), or None."""
     from .. import bounded_helper
 
+    memory = max(INFER_MEMORY, INFER_MEMORY_PER_BYTE * len(serialized))
     try:
         out = bounded_helper.call(functools.partial(_infer_here, data_prop=data_prop), serialized,
-                           timeout=INFER_TIMEOUT_S,
-                           memory=max(INFER_MEMORY, INFER_MEMORY_PER_BYTE * len(serialized)))
+                                  timeout=INFER_TIMEOUT_S, memory=memory)
     except bounded_helper.Failed as e:
         return None, f"ONNX shape inference did not finish ({e}); the shapes are those the model declares"
     if out[:1] == b"-":
         return None, None  # inference fails on this model: the verifier judges its shapes
+    if out[:1] == b"M":
+        return None, (f"ONNX shape inference ran out of its memory ({memory / 2**30:.1f} GiB); the shapes are"
+                      " those the model declares")
     note = None
     if out[:1] == b"m":
         note = ("ONNX shape inference with data propagation ran out of its memory"

@@ -33,7 +33,8 @@ def _c_infer_shapes() -> Optional[Callable]:
 def infer_here(serialized: bytes, data_prop: bool = True) -> bytes:
     """``_infer``'s work, in the helper: the inferred model's bytes after a tag: ``+``
     with data propagation, ``m`` without it after it ran out of memory, ``0`` without it
-    after it failed, ``-`` for none."""
+    after it failed; ``M`` alone where it ran out of memory without it too, ``-`` where
+    it failed."""
     tag, model = b"0", None
     if data_prop:
         try:
@@ -45,6 +46,8 @@ def infer_here(serialized: bytes, data_prop: bool = True) -> bytes:
     if model is None:
         try:
             model = infer_bytes(serialized, False)
+        except MemoryError:  # the bound, not the model: the caller says so
+            return b"M"
         except Exception:  # noqa: BLE001
             return b"-"
     return tag + model
