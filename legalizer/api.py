@@ -26,7 +26,7 @@ import onnx
 from .numeric.ort import ATOL, RTOL
 from .errors import NotLegal  # noqa: F401 - the API's error, importable from here too
 from .job import RunOptions, RunResult
-from .exporters.onnx import save_model
+from .kinds.onnx.exporter import save_model
 from .exporters.as_onnx import to_onnx
 from .model import Model
 
@@ -130,12 +130,12 @@ def load(source, infer: bool = True, *, example_inputs=None, dynamic_shapes=None
             return resolve(kind.library_read)(Path(source), infer=infer, trust=trust_pt2)
         return load_file(Path(source), infer=infer, trust_pt2=trust_pt2)
     if kind == "torch":
-        from .importers.pytorch import load_module
+        from .kinds.pt2.onnx_export import load_module
 
         return load_module(source, example_inputs, dynamic_shapes, infer=infer)
     if kind == "graph":
         raise TypeError("load takes a model, not a Graph")
-    from .importers.onnx import import_model
+    from .kinds.onnx.importer import import_model
 
     proto = _ir_to_proto(source) if kind == "ir" else source
     return import_model(proto, None, infer=infer)
@@ -147,7 +147,7 @@ def save(model, path, *, force: bool = False, inspect=None) -> Path:
 
     A ``Model`` is written in its own format (ONNX or TFLite; a model from PyTorch as
     ONNX); a ModelProto or an ``onnx_ir.Model`` as ONNX. External data stays external
-    (see ``exporters.onnx.save_model``, also for ``inspect``, a look at the written
+    (see ``kinds.onnx.exporter.save_model``, also for ``inspect``, a look at the written
     file before it takes its name)."""
     kind = _kind(model)
     if kind in ("proto", "ir"):
@@ -217,7 +217,7 @@ def legalize_proto(proto: onnx.ModelProto, target: str = "tosa", *, debug: bool 
                    assume_dynamic_not_one: bool = False, level: Optional[str] = None) -> Tuple[onnx.ModelProto, Any]:
     """``proto`` legalized: a new ModelProto and the ``LegalizeResult`` (stats,
     warnings). ``proto`` itself is not modified."""
-    from .importers.onnx import import_model
+    from .kinds.onnx.importer import import_model
 
     model = import_model(proto, None)
     done = _legalize_model(model, target, debug, assume_dynamic_not_one, level)

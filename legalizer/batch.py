@@ -346,7 +346,7 @@ def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover 
     signal.signal(signal.SIGTERM, _terminate_gracefully)
     from . import bounded_helper
 
-    bounded_helper.start(("legalizer.importers.onnx_infer",))  # it starts while the run reads the model
+    bounded_helper.start(("legalizer.kinds.onnx.infer",))  # it starts while the run reads the model
     try:
         outcome = run_one(model, settings)
     except KeyboardInterrupt:
@@ -390,7 +390,7 @@ def _crashed(model: Path, exitcode: Optional[int], pid: Optional[int]) -> Outcom
 # What a run imports on first use (the check's runtimes above all): imported once by the
 # fork server, each model's process starts warm rather than importing them again. A
 # kind's own modules are its record's (``Kind.warm``).
-WARM = {"any": ["legalizer.console", "legalizer.importers.onnx", "numpy.random"],
+WARM = {"any": ["legalizer.console", "legalizer.kinds.onnx.importer", "numpy.random"],
         "check": ["onnxruntime"],
         "tables": ["rich.console", "rich.table", "rich.text"]}
 

@@ -479,7 +479,7 @@ def legalize(
 
         # The helper (a fresh interpreter) imports what shape inference needs while
         # this process imports the pipeline's libraries.
-        bounded_helper.start(("legalizer.importers.onnx_infer",))
+        bounded_helper.start(("legalizer.kinds.onnx.infer",))
     from .api import RunOptions
     from .pipeline import prepare
 

@@ -77,7 +77,7 @@ def onnx_form(model: Model, purpose: str = "write it as ONNX"):
     from .exporters.as_onnx import to_onnx
 
     if model.aten is not None:  # a torch.export program: its legal program's ONNX export
-        from .exporters.aten import legal_program, onnx_export
+        from .kinds.pt2.exporter import legal_program, onnx_export
 
         return onnx_export(legal_program(model))
 
@@ -109,7 +109,7 @@ def _as_onnx_ir(model: Model, spec: Target, level: Optional[str] = None, purpose
         return model
     from .errors import CheckUnavailable
     from .exporters.as_onnx import to_onnx
-    from .importers.onnx import import_model
+    from .kinds.onnx.importer import import_model
     from .target_passes import legalize_for
 
     purpose = purpose or f"emit {spec.dialect} (made from its ONNX form)"
@@ -186,9 +186,9 @@ def bound_dims(model: Model, dims: Optional[Dict[str, int]]) -> Iterator[Model]:
 
 def _inferred_with(model: Model, dims: Dict[str, int]) -> Dict[str, TensorType]:
     """The types one ONNX shape inference of ``model``'s form finds with the dims of
-    its inputs that ``dims`` names bound (``importers.onnx.inferred_types``)."""
+    its inputs that ``dims`` names bound (``kinds.onnx.importer.inferred_types``)."""
     from .exporters.as_onnx import to_onnx
-    from .importers.onnx import inferred_types
+    from .kinds.onnx.importer import inferred_types
 
     proto = to_onnx(model)
     g = proto.graph

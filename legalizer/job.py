@@ -67,7 +67,7 @@ class RunOptions:
     emit: List[str] = field(default_factory=list)  # formats to write (default: the input's)
     against: Optional[Path] = None  # a TOSA MLIR input: run it and compare with this model
     regions: bool = False  # record the rewritten regions (for the HTML report)
-    trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (importers.pt2_safety)
+    trust_pt2: bool = False  # load a .pt2 with torch's unsafe unpickling (kinds.pt2.safety)
     require_check: bool = False  # a check that did not run, or ran in part, fails the run (exit 1)
     # A deployment target's partial placement is accepted: the ops it still refuses after
     # legalizing stay on the CPU (listed in the report) and the run exits 0.

@@ -23,7 +23,7 @@ class Model:
     # A model exported from PyTorch (a .pt2, an nn.Module): its TorchSource (the
     # program, its original ONNX export), the check's reference. None otherwise.
     torch: Any = None
-    # A torch.export program read as its Core ATen graph (an ``importers.aten.AtenSource``:
+    # A torch.export program read as its Core ATen graph (a ``kinds.pt2.importer.AtenSource``:
     # the program the exporter writes the legal form with). None otherwise.
     aten: Any = None
     # The runtime constraints (a ConstraintSet) of the graph before ``legalize`` rewrote

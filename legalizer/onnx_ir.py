@@ -48,7 +48,7 @@ class LegalizePass(onnx_ir.passes.InPlacePass):
         # bytes): the model into legalize's IR, and the result back only if rewritten.
         from .api import legalize
         from .exporters.as_onnx import to_onnx
-        from .importers.onnx import import_model
+        from .kinds.onnx.importer import import_model
 
         ours = import_model(onnx_ir.serde.serialize_model(model), None)
         done = legalize(ours, self.target, debug=self.debug, assume_dynamic_not_one=self.assume_dynamic_not_one).legalized

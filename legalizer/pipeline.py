@@ -374,7 +374,7 @@ def _suggest_fixes(verified: Verified, spec) -> None:
     """The report's ``suggested_fixes`` (torch.export's form) where the program's
     legality depends on its dynamic dims: what the target still refuses over them, the
     runtime constraints, a target that takes static shapes only."""
-    from .importers.aten_fixes import for_model, to_json
+    from .kinds.pt2.suggested_fixes import for_model, to_json
 
     model, report = verified.model, verified.report
     static = f"target '{spec.name}' takes static shapes only" if spec.static_shapes else None

@@ -118,7 +118,7 @@ class Report:
     # (an addition: legalizing runs only).
     target_rules: Optional[dict] = None
     # A torch.export program: the fixes to its dynamic_shapes that make it legal, in
-    # torch.export's form (``importers.aten_fixes.to_json``; an addition, when any).
+    # torch.export's form (``kinds.pt2.suggested_fixes.to_json``; an addition, when any).
     suggested_fixes: Optional[dict] = None
 
     def add_verification(self, result: VerifyResult, stage: str, graph=None) -> None:

@@ -110,14 +110,14 @@ def _raise_opset(model: Model, version: int, needs: str) -> list:
     changes between versions are its job), after the legacy broadcasts are explicit,
     and import the result."""
     from .exporters.as_onnx import to_onnx
-    from .importers.onnx import import_model, weightless
+    from .kinds.onnx.importer import import_model, weightless
 
     proto = to_onnx(model)
     old = model.graph.opsets.get("", 1)
     # The converter reads the model's bytes: it is given the model without its large
     # weights, which go back into its result as they were (not serialized and parsed).
     # An adapter that reads a tensor reads axes, pads, scales or a shape: a few numbers,
-    # never one of these (as for shape inference: importers.onnx._INFER_DATA_LIMIT).
+    # never one of these (as for shape inference: kinds.onnx.importer._INFER_DATA_LIMIT).
     stub = weightless(proto)
     try:
         try:

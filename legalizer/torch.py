@@ -4,10 +4,10 @@
     from legalizer.torch import legalize
     legal = legalize(ep, target="coreml")      # an ExportedProgram, every tensor at rank <= 5
 
-The program's Core ATen calls are the IR (``importers.aten``); the target's passes run
+The program's Core ATen calls are the IR (``kinds.pt2.importer``); the target's passes run
 on them (``passes.aten_ranks`` lowers each op over its rank limit) and the result is
 written back with the program's signature, state dict, constants, range constraints and
-source metadata (``exporters.aten``). ``run`` gives the program with its report: what
+source metadata (``kinds.pt2.exporter``). ``run`` gives the program with its report: what
 the passes changed and what the target still refuses, naming each tensor.
 
 ``LegalizeRanks`` is the same as a pass ExecuTorch runs before lowering:
@@ -37,7 +37,7 @@ class TorchResult:
     profile: Dict[str, Any] = field(default_factory=dict)
 
     # The program's dynamic input dims and the fixes that make it legal
-    # (``importers.aten_fixes``): its symbols, each named as the program names it.
+    # (``kinds.pt2.suggested_fixes``): its symbols, each named as the program names it.
     dims: List[Any] = field(default_factory=list)
     fixes: List[Any] = field(default_factory=list)
 
@@ -51,7 +51,7 @@ class TorchResult:
         ``torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes``
         applies: each dim named as ``dynamic_shapes`` (torch.export's argument) names
         it, else by its symbol; "" when none helps."""
-        from .importers.aten_fixes import renamed, text
+        from .kinds.pt2.suggested_fixes import renamed, text
 
         return text(self.fixes, renamed(self.dims, dynamic_shapes))
 
@@ -59,7 +59,7 @@ class TorchResult:
         out = {"target": self.target, "profile": self.profile, "stats": dict(self.stats),
                "refused_before": self.refused_before, "refused_after": self.refused_after}
         if self.fixes:
-            from .importers.aten_fixes import to_json
+            from .kinds.pt2.suggested_fixes import to_json
 
             out["suggested_fixes"] = to_json(self.dims, self.fixes)
         return out
@@ -78,8 +78,8 @@ def run(program, target: str = "coreml", *, level: Optional[str] = None) -> Torc
     _require_torch()
     import torch
 
-    from .exporters.aten import export_program
-    from .importers.aten import import_program
+    from .kinds.pt2.exporter import export_program
+    from .kinds.pt2.importer import import_program
     from .target_passes import legalize_for as run_passes
     from .targets import target as target_named
 
@@ -91,7 +91,7 @@ def run(program, target: str = "coreml", *, level: Optional[str] = None) -> Torc
     done = run_passes(model, spec, level=level)
     after = spec.refused(model.graphs, level)
     legal = export_program(model)
-    from .importers.aten_fixes import for_model
+    from .kinds.pt2.suggested_fixes import for_model
 
     static = f"target '{spec.name}' takes static shapes only" if spec.static_shapes else None
     dims, fixes = for_model(model, program, refused=after, constraints=model.constraints, static=static)

@@ -272,7 +272,7 @@ def transformer_model(layers: int = 24, width: int = 512) -> Path:
 
     sys.path.append(str(ROOT / "tests"))
     from sample_models import TORCH_OPSET, _torch_modules, strip
-    from legalizer.importers.pytorch import quiet_torch
+    from legalizer.kinds.pt2.onnx_export import quiet_torch
 
     block, _ = _torch_modules()["transformer_block"]
 

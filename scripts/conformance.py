@@ -5,7 +5,7 @@ Every ONNX node test (``onnx.backend.test.loader.load_model_tests(kind="node")``
 every model of the onnx wheel's ``light``, ``pytorch-converted``, ``pytorch-operator``
 and ``simple`` folders goes through:
 
-1. import (``legalizer.load`` for files, ``importers.onnx.import_model`` for the
+1. import (``legalizer.load`` for files, ``kinds.onnx.importer.import_model`` for the
    in-memory node tests) and ``verify(graph, "mlir")``: an input with violations is a
    category of its own and is not legalized;
 2. ``target_passes.legalize(model, TARGET, assume_dynamic_not_one=...)``, then
@@ -254,7 +254,7 @@ def _exc(e: BaseException) -> str:
 
 def run_case(name: str, target: str = "tosa", assume_dynamic_not_one: bool = False) -> dict:
     import legalizer
-    from legalizer.importers.onnx import import_model
+    from legalizer.kinds.onnx.importer import import_model
     from legalizer.target_passes import legalize
 
     case = suite.case_by_name(name)
@@ -545,7 +545,7 @@ def latency(cases: List[suite.Case], runs: int, warmup: int, threads: int, opt: 
     import onnxruntime as ort
 
     import legalizer
-    from legalizer.importers.onnx import import_model
+    from legalizer.kinds.onnx.importer import import_model
     from legalizer.target_passes import legalize
 
     rows = []

@@ -75,7 +75,7 @@ def main() -> None:
                 samples.save_pt2(fname[:-len(".pt2")], args.out / fname)
                 print(f"wrote {args.out / fname}")
     if args.only in ("all", "tflite"):
-        from legalizer.exporters.tflite import to_tflite
+        from legalizer.kinds.tflite.exporter import to_tflite
         from tflite_models import tflite_models  # tests/tflite_models.py
 
         (args.out / "tflite").mkdir(exist_ok=True)

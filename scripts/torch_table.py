@@ -96,7 +96,7 @@ def corpus_table(target: str) -> None:
     import tempfile
 
     from corpus_models import CACHE, cached, legalize_row, select
-    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.kinds.pt2.safety import load_untrusted
     from legalizer.torch import run
 
     paths = cached(CACHE, [n for n in select(["pt2_*"])])

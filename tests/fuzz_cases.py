@@ -542,7 +542,7 @@ def _child(argv: List[str], out_path: str, err_path: str, memory: int) -> None: 
         os._exit(code)
 
 
-_PRELOAD = ["legalizer.cli", "legalizer.pipeline", "legalizer.importers.onnx", "legalizer.importers.tflite",
+_PRELOAD = ["legalizer.cli", "legalizer.pipeline", "legalizer.kinds.onnx.importer", "legalizer.kinds.tflite.importer",
             "legalizer.numeric.ort", "legalizer.numeric.tflite", "onnxruntime", "numpy"]
 _CTX = None
 

@@ -14,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper
 
 import legalizer
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"f32": TensorProto.FLOAT, "i1": TensorProto.BOOL, "i32": TensorProto.INT32, "i64": TensorProto.INT64}

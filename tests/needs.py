@@ -42,7 +42,7 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
 
 
 def _tosa_opt() -> Optional[str]:
-    from legalizer.importers.mlir_tool import SETUP_HINT, find_tosa_opt
+    from legalizer.kinds.mlir.tool import SETUP_HINT, find_tosa_opt
 
     return None if find_tosa_opt() else SETUP_HINT
 

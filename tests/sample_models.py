@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from legalizer.importers.torch_logs import quiet_torch
+from legalizer.kinds.pt2.torch_logs import quiet_torch
 
 OPSET = 17
 

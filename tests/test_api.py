@@ -297,8 +297,8 @@ def test_pass_converts_each_way_once_and_back_only_when_rewritten(rewritten, mon
     """The onnx_ir model becomes legalize's IR once (one import, one shape inference);
     the IR is written back as ONNX and read into onnx_ir once if it was rewritten, and
     not at all if not (the model's graph is then the very one it had)."""
-    import legalizer.exporters.onnx as onnx_exporter
-    import legalizer.importers.onnx as onnx_importer
+    import legalizer.kinds.onnx.exporter as onnx_exporter
+    import legalizer.kinds.onnx.importer as onnx_importer
     from legalizer.onnx_ir import LegalizePass
 
     calls = {"import_model": 0, "_infer": 0, "export_graph": 0, "deserialize_model": 0}

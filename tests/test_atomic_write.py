@@ -167,7 +167,7 @@ def test_a_stop_lost_in_a_destructor_still_stops_before_the_commit(tmp_path, mon
         def __del__(self):
             cli._interrupted(signal.SIGINT, None)
 
-    from legalizer.exporters import onnx as onnx_writer
+    from legalizer.kinds.onnx import exporter as onnx_writer
 
     made = onnx_writer.temp_beside
 

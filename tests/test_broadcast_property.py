@@ -35,7 +35,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.pipeline import EXIT_VIOLATIONS, RunOptions, run
 from runtime_forms import check_legal_at_run_time, probe, session
 from slow import sample

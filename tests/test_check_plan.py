@@ -170,7 +170,7 @@ def test_a_tflite_model_of_two_subgraphs_loads_once_per_runtime(tmp_path, monkey
     """``two_signatures.tflite``: each subgraph's outputs compared on LiteRT and on its
     ONNX form, with the original and the legalized model each loaded into LiteRT once
     (the old check loaded both once per subgraph: 4 loads)."""
-    from legalizer.exporters.tflite import to_tflite
+    from legalizer.kinds.tflite.exporter import to_tflite
     from legalizer.numeric import child
     from legalizer.numeric.tflite import check_tflite
 

@@ -37,7 +37,7 @@ except ImportError:
     pass
 from legalizer import bounded_helper
 from legalizer.cli import main
-from legalizer.importers.onnx_infer import infer_here
+from legalizer.kinds.onnx.infer import infer_here
 
 model, out, folder = sys.argv[1:4]
 data = open(model, "rb").read()
@@ -153,13 +153,13 @@ def _crash(arg: bytes) -> bytes:
 def test_the_mlir_tools_run_capped_without_a_fork_of_this_process():
     """iree-opt and tosa-opt run under an address-space limit that a shell sets before it
     becomes the tool: no Python runs in a fork of this process (a preexec_fn did)."""
-    from legalizer.importers import mlir_tool
+    from legalizer.kinds.mlir import tool as mlir_tool
 
     probe = [sys.executable, "-c", "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0])"]
     p = subprocess.run(mlir_tool._capped(probe, 1 << 30), capture_output=True, text=True, timeout=120)
     assert p.stdout.strip() == str(1 << 30), p.stderr
     script = ("import os, sys\nforks = []\nos.register_at_fork(before=lambda: forks.append(1))\n"
-              "from legalizer.importers import mlir_tool\n"
+              "from legalizer.kinds.mlir import tool as mlir_tool\n"
               "out, _ = mlir_tool._run(sys.executable, b'', 'm.mlir', ['-c', 'import sys; sys.exit(3)'])\n"
               "print(type(out).__name__, forks)\n")
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 import legalizer
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 
 import onnx_suite as suite
 from helpers import op_model, verify_proto

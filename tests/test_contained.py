@@ -284,7 +284,7 @@ def _embedding(tmp_path: Path):
     """A TFLite model of two GATHERs (a [10,8] table looked up at input ids, an input
     gathered at constant indices along axis 1), written by legalize's TFLite writer, and
     the TOSA module tosa-converter-for-tflite 2026.2 makes of it (generic form)."""
-    from legalizer.exporters.tflite import to_tflite
+    from legalizer.kinds.tflite.exporter import to_tflite
     from tflite_models import NONE, Builder, _model
 
     table = np.random.default_rng(0).standard_normal((10, 8)).astype(np.float32)

@@ -102,7 +102,7 @@ def _deployed(path, legal, row):
     the executorch extra is installed); its original has a rank-6 tensor."""
     from needs import has
 
-    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.kinds.pt2.safety import load_untrusted
 
     def rank(program):
         return max(len(n.meta["val"].shape) for n in program.graph.nodes if hasattr(n.meta.get("val"), "shape"))

@@ -123,7 +123,7 @@ def test_tflite_models_onnx_form_is_made_once_for_every_mlir_format(tmp_path, le
     """The ONNX-op IR the StableHLO text and bytecode are emitted from is made (imported
     and legalized) once, by the pipeline, and gives the same text as one made alone."""
     require("jax")
-    import legalizer.importers.onnx as onnx_importer
+    import legalizer.kinds.onnx.importer as onnx_importer
     from legalizer.emit_formats import render_mlir
     from legalizer.importers.reader import read_model
     from legalizer.target_passes import legalize as legalize_model
@@ -252,7 +252,7 @@ def test_tosa_of_a_torch_export_program_with_bound_dims_is_one_line(tmp_path, le
 def test_emit_tosa_with_bound_dims_reads_the_model_once(tmp_path, legalize_in_process, monkeypatch):
     """--emit tosa with --dim: the model is imported once (its own read); the dims are
     bound on the legalized IR itself, not on a second import of its ONNX form."""
-    import legalizer.importers.onnx as onnx_importer
+    import legalizer.kinds.onnx.importer as onnx_importer
 
     src = tmp_path / "cnn.onnx"
     src.write_bytes((ROOT / "models/small_cnn.dynamo.onnx").read_bytes())

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
 from legalizer.numeric.ort import check
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.ir.graph import OP
 from legalizer.passes import PassContext, PassManager, dead_code_elimination, fold_ranks
 from legalizer.targets import target
@@ -194,7 +194,7 @@ def test_a_result_used_outside_the_region_is_reshaped_back(onnx_model):
 def test_a_tflite_rank5_chain_folds_and_litert_agrees(tmp_path):
     import tflite_build as tb
     from legalizer.numeric.tflite import check_tflite
-    from legalizer.exporters.tflite import to_tflite
+    from legalizer.kinds.tflite.exporter import to_tflite
 
     c = RNG.standard_normal([4, 5, 6]).astype(np.float32)
     g = RNG.standard_normal([2, 3, 1, 1, 1]).astype(np.float32)

@@ -4,7 +4,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from legalizer.errors import BadInput
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.ir import CONST, INPUT, OP, OUTPUT, Graph, Node, TensorType, Value, format_graph
 
 

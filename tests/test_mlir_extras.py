@@ -56,7 +56,7 @@ def test_without_mlirs_parser_the_api_says_the_same(no_iree):
 
 @pytest.mark.needs("mlir")
 def test_without_tosa_opt_the_converters_syntax_names_the_extra(monkeypatch, legalize_in_process):
-    from legalizer.importers import mlir_tool
+    from legalizer.kinds.mlir import tool as mlir_tool
 
     monkeypatch.setattr(mlir_tool, "find_tosa_opt", lambda: None)
     path = CONVERTER / "mobilenet_like.mlir"
@@ -73,7 +73,7 @@ def test_tosa_opt_is_found_in_the_environment_legalize_runs_in(monkeypatch, tmp_
     says), before a checkout's .venv-tosa-tools and PATH; LEGALIZE_TOSA_OPT first."""
     from importlib import metadata
 
-    from legalizer.importers import mlir_tool
+    from legalizer.kinds.mlir import tool as mlir_tool
 
     site = tmp_path / "site-packages"
     (site / "bin").mkdir(parents=True)

@@ -35,7 +35,7 @@ def test_a_missing_extra_skips_naming_it(monkeypatch):
 
 
 def test_a_missing_tool_skips_saying_how_to_set_it_up(monkeypatch):
-    from legalizer.importers import mlir_tool
+    from legalizer.kinds.mlir import tool as mlir_tool
 
     monkeypatch.setattr(mlir_tool, "find_tosa_opt", lambda: None)
     needs.missing.cache_clear()

@@ -122,7 +122,7 @@ def test_any_negative_size_is_dynamic_and_verify_only_says_so(tmp_path, legalize
 
 
 def test_negative_dims_in_many_places_are_named_up_to_ten_then_counted():
-    from legalizer.importers.onnx import NEGATIVE_DIM_WARNINGS
+    from legalizer.kinds.onnx.importer import NEGATIVE_DIM_WARNINGS
 
     n = NEGATIVE_DIM_WARNINGS + 3
     nodes = [helper.make_node("Relu", [f"v{k}"], [f"v{k + 1}"], name=f"relu{k}") for k in range(n)]

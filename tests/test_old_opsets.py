@@ -175,7 +175,7 @@ def test_a_converter_that_fails_without_the_weights_is_given_the_whole_model(tmp
 
 def test_a_weight_the_converter_changed_or_dropped_has_the_whole_model_converted():
     """The weights go back only into initializers left as the converter was given them."""
-    from legalizer.importers.onnx import weightless
+    from legalizer.kinds.onnx.importer import weightless
     from legalizer.target_passes import _weights_back
 
     big = numpy_helper.from_array(np.ones((128, 256), np.float32), "w")

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.importers.reader import read_model
 from legalizer.passes import ContractError, PassContext, PassManager, register_pass
 from legalizer.target_passes import ALWAYS, _contracts

@@ -10,7 +10,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.passes import PASSES, PassContext, PassManager, dead_code_elimination
 from legalizer.passes.patterns import Op, Rule, Var, match, register_rules
 

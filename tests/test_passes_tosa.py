@@ -8,7 +8,7 @@ import numpy as np
 
 import legalizer
 from legalizer.numeric.ort import check
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.passes import PassContext, PassManager
 from legalizer.targets import target
 

@@ -18,9 +18,9 @@ from hypothesis import given, settings, strategies as st
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.exporters.onnx import export_model
-from legalizer.importers import onnx as onnx_importer
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.exporter import export_model
+from legalizer.kinds.onnx import importer as onnx_importer
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.ir import CONST, INPUT, OP, OUTPUT, Graph, Node, TensorType, Value
 from legalizer.ir.gc import paused_gc
 from legalizer.ir.graph import ONE_USE
@@ -539,7 +539,7 @@ def test_a_tflite_op_costs_under_1_5_kb_as_an_onnx_node_does(tmp_path):
     dtype and shape (2.03 KB before; the ONNX chain's node is under 1.5 KB too)."""
     import tracemalloc
 
-    from legalizer.importers.tflite import load_tflite
+    from legalizer.kinds.tflite.importer import load_tflite
 
     small, big = _tflite_chain(tmp_path, 10), _tflite_chain(tmp_path, 20_000)
     load_tflite(small)  # what is made once (the schema's tables, the readers)
@@ -560,8 +560,8 @@ def test_tflite_tables_kept_for_writing_back_leave_defaults_out(tmp_path):
     """An imported operator keeps of its table only the fields not at their default,
     a tensor none at all when nothing is left; written back, the file is the same as
     with every default put back (the writer leaves a default out)."""
-    from legalizer.exporters.tflite import to_tflite
-    from legalizer.importers.tflite import load_tflite
+    from legalizer.kinds.tflite.exporter import to_tflite
+    from legalizer.kinds.tflite.importer import load_tflite
     from legalizer.kinds.tflite.schema import FbTable, _defaults
 
     model = load_tflite(_tflite_chain(tmp_path, 5))

@@ -25,7 +25,7 @@ from legalizer.errors import BadInput
 require("torch", module=True)
 import torch  # noqa: E402
 
-from legalizer.importers import pt2_safety  # noqa: E402 - needs torch
+from legalizer.kinds.pt2 import safety as pt2_safety  # noqa: E402 - needs torch
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "models" / "mlp.pt2"

@@ -56,8 +56,8 @@ def test_pt2_cli_writes_a_legal_pt2_checked_in_pytorch(tmp_path, name, target, l
     target as its Core ATen graph, with the program's symbolic dims and ranges, checked
     against the original program in PyTorch (size-1 dims among the bindings)."""
     require("torch")
-    from legalizer.importers.aten import import_program
-    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.kinds.pt2.importer import import_program
+    from legalizer.kinds.pt2.safety import load_untrusted
     from legalizer.pipeline import verify_model
     from legalizer.targets import target as target_named
 
@@ -178,7 +178,7 @@ def test_a_difference_from_the_original_fails_the_check(tmp_path, monkeypatch):
     nothing written, the report says by how much."""
     require("torch")
     from legalizer import pipeline
-    from legalizer.importers import pytorch
+    from legalizer.kinds.pt2 import onnx_export as pytorch
 
     real = pytorch.run_program
     originals = []
@@ -190,7 +190,7 @@ def test_a_difference_from_the_original_fails_the_check(tmp_path, monkeypatch):
     monkeypatch.setattr(pytorch, "run_program", run_program)
     src = tmp_path / "mlp.pt2"
     shutil.copy(MODELS / "mlp.pt2", src)
-    from legalizer.importers import aten
+    from legalizer.kinds.pt2 import importer as aten
 
     real_import = aten.import_program
 

@@ -17,7 +17,7 @@ import legalizer
 from legalizer.numeric.ort import check
 from legalizer.numeric.runtime_shapes import describe, verify_run_time
 from legalizer.exporters.as_onnx import to_onnx
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.target_passes import legalize
 
 from helpers import vi

@@ -25,7 +25,7 @@ import pytest
 import legalizer
 from helpers import op_model, save
 from runtime_forms import check_legal_at_run_time, probe, session
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.pipeline import EXIT_VIOLATIONS, RunOptions, run
 
 CPU = ["CPUExecutionProvider"]

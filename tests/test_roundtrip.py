@@ -23,8 +23,8 @@ import numpy as np
 import onnx
 import pytest
 
-from legalizer.exporters.onnx import export_model
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.exporter import export_model
+from legalizer.kinds.onnx.importer import import_model
 
 import onnx_suite as suite
 from onnx_suite import Case

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import legalizer
-from legalizer.exporters.onnx import export_model
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.exporter import export_model
+from legalizer.kinds.onnx.importer import import_model
 
 import onnx_suite as suite
 

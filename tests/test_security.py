@@ -457,7 +457,7 @@ def _mul_bomb(path: Path, shape_op: bool = False) -> Path:
 
 
 def test_shape_inference_stops_at_its_memory_bound(tmp_path):
-    from legalizer.importers.onnx import _infer_here
+    from legalizer.kinds.onnx.importer import _infer_here
 
     data = _mul_bomb(tmp_path / "bomb.onnx").read_bytes()
     assert len(data) < 120
@@ -581,7 +581,7 @@ def test_a_value_read_by_too_many_operands_is_refused_before_any_inference(neste
     the proto's counts before shape inference or the IR (a million took 44 s and 2.9 GB
     before it was refused; now 6 s and 0.56 GB, most of it onnx.load), in a branch too."""
     from legalizer.errors import BadInput
-    from legalizer.importers import onnx as onnx_importer
+    from legalizer.kinds.onnx import importer as onnx_importer
 
     monkeypatch.setattr(onnx_importer, "_infer", lambda *a, **k: pytest.fail("shape inference ran"))
     n = 70_000

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
 
-from legalizer.exporters import onnx as exporter
+from legalizer.kinds.onnx import exporter as exporter
 
 from helpers import lines
 

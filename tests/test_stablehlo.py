@@ -46,7 +46,7 @@ def _legalize(source):
 
 
 def _load_proto(proto: onnx.ModelProto):
-    from legalizer.importers.onnx import import_model
+    from legalizer.kinds.onnx.importer import import_model
 
     return import_model(proto, None)
 

@@ -187,4 +187,4 @@ def test_the_shape_inference_helper_starts_ahead_only_for_a_run_that_infers(tmp_
     p = subprocess.run([sys.executable, "-c", HELPER_PROBE, str(src), *args, "-q"], capture_output=True, text=True,
                        cwd=ROOT, env={**os.environ, "STARTED_OUT": str(out)}, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert json.loads(out.read_text()) == ([["legalizer.importers.onnx_infer"]] if started else [])
+    assert json.loads(out.read_text()) == ([["legalizer.kinds.onnx.infer"]] if started else [])

@@ -63,7 +63,7 @@ def test_a_region_that_neither_broadcasts_nor_batches_keeps_its_shape(tmp_path):
     MobileNetV2: 1,079,700 cycles either way, 1,102,000 with its ADDs folded to rank 1)."""
     from deploy_cases import _Model  # noqa: PLC0415
 
-    from legalizer.importers.tflite import load_tflite  # noqa: PLC0415
+    from legalizer.kinds.tflite.importer import load_tflite  # noqa: PLC0415
     m = _Model("INT8")
     a, b = m.input("a", [1, 8, 8, 16]), m.input("b", [1, 8, 8, 16])
     data, _ = m.build(m.binary("ADD", a, b, [1, 8, 8, 16], "y"))

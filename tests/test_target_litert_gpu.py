@@ -15,7 +15,7 @@ from deploy_cases import AXIS_CASES, CASES, feeds
 from needs import require
 from tflite_build import build_tflite, op, tensor
 
-from legalizer.importers.tflite import load_tflite
+from legalizer.kinds.tflite.importer import load_tflite
 from legalizer.passes.deploy_forms import _folded_broadcast
 from legalizer.pipeline import RunOptions, run
 

@@ -20,7 +20,7 @@ from needs import require
 from onnx import TensorProto, helper
 
 import legalizer
-from legalizer.importers.onnx import import_model
+from legalizer.kinds.onnx.importer import import_model
 from legalizer.numeric.runtimes import QNN_TOLERANCE
 from legalizer.passes import PassContext, PassManager, dead_code_elimination, fold_ranks, fold_transposes
 from legalizer.passes.fold_ranks import _block_swaps, _transpose_groups

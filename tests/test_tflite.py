@@ -13,7 +13,7 @@ import pytest
 
 import legalizer
 from legalizer.numeric.ort import ATOL
-from legalizer.exporters.tflite import to_tflite
+from legalizer.kinds.tflite.exporter import to_tflite
 from legalizer.ir.graph import OP
 from legalizer.pipeline import RunOptions, is_output, run, verify_model
 from legalizer.kinds.tflite.schema import FbTable, read, serialize
@@ -543,7 +543,7 @@ def test_float_rounding_that_compounds_is_judged_op_by_op(tmp_path):
 def test_op_by_op_judges_a_float_op_against_its_own_scale(tmp_path, monkeypatch):
     """Each FULLY_CONNECTED translated 0.01 off: within the tolerance of h (magnitude
     ~3,000), not of y (~0.02): op by op, y's op is named."""
-    from legalizer.exporters.tflite_onnx.registry import OPS
+    from legalizer.kinds.tflite.onnx_form.registry import OPS
 
     fc = OPS["FULLY_CONNECTED"]
     monkeypatch.setitem(OPS, "FULLY_CONNECTED",
@@ -561,7 +561,7 @@ def test_op_by_op_names_the_op_that_differs(tmp_path, monkeypatch):
     """A MEAN translated 3 steps off (a stand-in for a translation bug) fails op by op,
     named, while LiteRT still matches."""
     from legalizer.numeric.tflite import check_tflite
-    from legalizer.exporters.tflite_onnx.registry import OPS
+    from legalizer.kinds.tflite.onnx_form.registry import OPS
 
     reduce = OPS["MEAN"]
     monkeypatch.setitem(OPS, "MEAN",

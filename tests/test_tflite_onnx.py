@@ -11,7 +11,7 @@ import pytest
 
 from legalizer.numeric.ort_session import session
 from legalizer.errors import CheckUnavailable
-from legalizer.exporters.tflite_onnx import tflite_to_onnx
+from legalizer.kinds.tflite.onnx_form import tflite_to_onnx
 from legalizer.ir.constdata import ConstData
 from legalizer.ir.dtypes import dtype_of_array
 from legalizer.ir.graph import CONST, INPUT, OUTPUT, Graph, Node, Value

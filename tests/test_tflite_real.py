@@ -17,8 +17,8 @@ import tflite_build as tb
 from legalizer.numeric.litert import LiteRTModel
 from legalizer.numeric.ort import ATOL, RTOL, compare
 from legalizer.numeric.ort_session import session
-from legalizer.exporters.tflite import to_tflite
-from legalizer.exporters.tflite_onnx import tflite_to_onnx
+from legalizer.kinds.tflite.exporter import to_tflite
+from legalizer.kinds.tflite.onnx_form import tflite_to_onnx
 from legalizer.pipeline import RunOptions, run
 from legalizer.kinds.tflite.schema import read, serialize
 from helpers import assert_clean

@@ -36,7 +36,7 @@ def _calls(program):
 def test_case_is_legal_for_coreml_and_computes_the_same(name, programs, tmp_path):
     import torch
 
-    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.kinds.pt2.safety import load_untrusted
     from legalizer.torch import run
 
     module, args, ep = programs[name]
@@ -222,7 +222,7 @@ def test_a_transformers_swin_keeps_its_dynamic_batch(tmp_path):
     import transformers
     from torch.export import Dim
 
-    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.kinds.pt2.safety import load_untrusted
     from legalizer.torch import run
 
     torch.manual_seed(0)
@@ -318,7 +318,7 @@ def test_cli_legalizes_a_pt2_for_coreml_and_names_what_it_cannot(tmp_path, legal
 
     import torch
 
-    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.kinds.pt2.safety import load_untrusted
 
     module, args = cases()["swin_windows"]
     src = tmp_path / "swin.pt2"
@@ -358,7 +358,7 @@ def test_cli_suggested_fixes_round_trip_through_torch_export(tmp_path, legalize)
     from torch.export import Dim
     from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
 
-    from legalizer.importers.pt2_safety import load_untrusted
+    from legalizer.kinds.pt2.safety import load_untrusted
 
     module, args = cases()["groupnorm_5d"]
     src = tmp_path / "gn.pt2"
@@ -406,7 +406,7 @@ def test_fixes_for_runtime_constraints_and_static_targets():
     from torch.export import Dim
     from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
 
-    from legalizer.importers.aten_fixes import DynamicDim, suggest, text
+    from legalizer.kinds.pt2.suggested_fixes import DynamicDim, suggest, text
 
     dims = [DynamicDim("s0", "x", 0, 2, None, 3), DynamicDim("s1", "y", 0, 1, 9, 5), DynamicDim("s2", "y", 1, 2, 8, 6)]
     assert text(suggest(dims, refused={}, constraints=[("eq", "s0", "s2")])) == "Suggested fixes:\n  s2 = s0"
@@ -428,7 +428,7 @@ def test_fixes_for_runtime_constraints_and_static_targets():
 
     ep = torch.export.export(Add(), (torch.randn(5, 3), torch.randn(5, 3)),
                              dynamic_shapes={"x": {0: Dim("a", min=2, max=9)}, "y": {0: Dim("a", min=2, max=9)}})
-    from legalizer.importers.aten_fixes import dynamic_dims
+    from legalizer.kinds.pt2.suggested_fixes import dynamic_dims
 
     (d,) = dynamic_dims(ep)
     assert (d.input, d.axis, d.min, d.max, d.size) == ("x", 0, 2, 9, 5) and d.name == str(next(iter(ep.range_constraints)))
@@ -493,7 +493,7 @@ def test_executorch_check_tells_a_pte_that_differs(tmp_path):
     file that ExecuTorch cannot read leaves the check not run."""
     import torch
 
-    from legalizer.importers.aten import declaration, import_program, user_inputs
+    from legalizer.kinds.pt2.importer import declaration, import_program, user_inputs
     from legalizer.numeric.executorch_run import check_executorch
 
     class Twice(torch.nn.Module):

@@ -21,7 +21,7 @@ from legalizer.numeric.ort import synthesize
 from legalizer.emit_formats import bound_dims
 from legalizer.exporters.tosa import emit_tosa
 from legalizer.pipeline import is_output
-from legalizer.importers.mlir import MlirAttr, OpSource, load_mlir, parse_mlir
+from legalizer.kinds.mlir.importer import MlirAttr, OpSource, load_mlir, parse_mlir
 from legalizer.ir.graph import CONST, INPUT, OP, OUTPUT
 from legalizer.oprules import parse_rules
 from needs import require
@@ -383,7 +383,7 @@ def test_unsupported_ops_are_all_named_on_one_line():
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("r", "idx", "nz", "reshaped", "mod")],
         [numpy_helper.from_array(np.asarray([2], np.int64), "k")])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    from legalizer.importers.onnx import import_model
+    from legalizer.kinds.onnx.importer import import_model
 
     model = import_model(proto, None)
     with pytest.raises(legalizer.BadInput) as e:
@@ -535,7 +535,7 @@ def test_parses_llvm_test_style_files_with_several_functions():
 
 @pytest.mark.needs("iree")
 def test_tosa_syntax_iree_does_not_take_needs_tosa_opt(monkeypatch):
-    from legalizer.importers import mlir_tool
+    from legalizer.kinds.mlir import tool as mlir_tool
 
     monkeypatch.setattr(mlir_tool, "find_tosa_opt", lambda: None)
     with pytest.raises(legalizer.BadInput) as e:  # IREE's own word, where tosa-opt is not there, and the extra
@@ -713,7 +713,7 @@ def _doubling(levels: int) -> str:
 
 
 def test_an_alias_bomb_is_refused_from_its_text():
-    from legalizer.importers.mlir_bounds import check_aliases
+    from legalizer.kinds.mlir.bounds import check_aliases
 
     text = _doubling(40)  # about 900 bytes, 2^40 leaves once expanded
     with pytest.raises(legalizer.BadInput) as e:
@@ -749,7 +749,7 @@ def _doubling_up(levels: int) -> str:
 def test_twenty_doubling_levels_are_refused_in_under_a_second():
     """Bounded by the expanded size, not the depth: 20 levels (493 bytes, 2^20 leaves,
     9.4 MB of text once expanded) went through, and took 200 MB and seconds to walk."""
-    from legalizer.importers.mlir_bounds import check_aliases
+    from legalizer.kinds.mlir.bounds import check_aliases
 
     text = _doubling_up(20)
     assert len(text) == 493

@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from legalizer.importers.tflite import TFLITE_TYPES
+from legalizer.kinds.tflite.importer import TFLITE_TYPES
 from legalizer.ir.dtypes import dtype_of_array
 from legalizer.kinds.tflite.schema import FbTable, builtin_code, enum_value, options_type, serialize
 

@@ -68,7 +68,7 @@ class Builder:
 
 def _model(*builders: Builder, signatures: Optional[List[FbTable]] = None) -> Model:
     graphs = [b.g for b in builders]
-    from legalizer.importers.tflite import TFLiteSource
+    from legalizer.kinds.tflite.importer import TFLiteSource
 
     fields = {"version": 3, "description": "legalize sample model"}
     if signatures:

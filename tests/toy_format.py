@@ -19,7 +19,7 @@ MAGIC = b"TOY1"
 def read(path: Path, infer: bool, trust_pt2: bool) -> Model:
     import onnx
 
-    from legalizer.importers.onnx import import_model
+    from legalizer.kinds.onnx.importer import import_model
 
     model = import_model(onnx.load_model_from_string(path.read_bytes()[len(MAGIC):]), path.resolve().parent,
                          infer=infer)
@@ -43,7 +43,7 @@ class ToyFormat(Format):
     @contextmanager
     def stage(self, model: Model, path: Path, *, force: bool = False):
         from legalizer.atomic_files import staged_output
-        from legalizer.exporters.onnx import export_model
+        from legalizer.kinds.onnx.exporter import export_model
 
         data = MAGIC + export_model(model.graph, model.proto).SerializeToString()
         with staged_output(path, force=force, protect=model.source) as staged:

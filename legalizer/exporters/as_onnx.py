@@ -8,7 +8,7 @@ import onnx
 from ..kinds.base import resolve
 from ..kinds.registry import named
 from ..model import Model
-from .onnx import export_model
+from ..kinds.onnx.exporter import export_model
 
 
 def translated(model: Model) -> bool:
@@ -22,7 +22,7 @@ def to_onnx(model: Model, results=None) -> onnx.ModelProto:
     """The ONNX ModelProto of ``model``'s IR, with every header field carried over; for
     a TFLite model, its first subgraph translated to ONNX ops (``CheckUnavailable``
     naming every op that has none; ``results``, a dict, is given the form's tensors that
-    hold an op's result, as ``tflite_onnx.onnx_form`` gives them)."""
+    hold an op's result, as ``kinds.tflite.onnx_form.onnx_form`` gives them)."""
     if translated(model):
         return resolve(named(model.format).translation)(model, results=results)
     return export_model(model.graph, model.proto)

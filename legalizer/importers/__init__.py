@@ -1,1 +1,2 @@
-"""Importers: translate a model file into the IR."""
+"""Importers: a model file of any kind into the IR (``reader``); each kind's own
+importer is in its package (``kinds/<kind>/importer.py``)."""

@@ -44,7 +44,7 @@ def files_read(paths: Sequence[Path], outputs: Sequence[Path] = (),
 
 def read_model(path, infer: bool = True, trust_pt2: bool = False, kind: Optional[str] = None) -> Model:
     """Load a model file of any supported format into the IR (a ``.pt2`` through its
-    ONNX export: ``importers.pytorch``, the optional torch extra; read so that nothing
+    ONNX export: ``kinds.pt2.onnx_export``, the optional torch extra; read so that nothing
     in it runs unless ``trust_pt2``). ``kind``: what ``sniff`` found, where it was asked
     already (a run's plan); else it is asked here."""
     path = Path(path)

@@ -28,8 +28,8 @@ from .settings import CheckSettings, settings_of
 def module_text(path: Path) -> str:
     """A TOSA module file's text as IREE's parser reads it: MLIR bytecode printed; text
     as written, or, in the TOSA syntax IREE's build does not take, tosa-opt's generic form."""
-    from ..importers.mlir import BYTECODE_MAGIC, bytecode_to_text
-    from ..importers.mlir_tool import iree_text
+    from ..kinds.mlir.importer import BYTECODE_MAGIC, bytecode_to_text
+    from ..kinds.mlir.tool import iree_text
 
     data = path.read_bytes()
     return bytecode_to_text(data, str(path)) if data.startswith(BYTECODE_MAGIC) else iree_text(data, str(path))

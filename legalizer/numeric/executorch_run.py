@@ -39,7 +39,7 @@ def lower(program, shapes: Optional[Sequence[Sequence[int]]] = None) -> bytes:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from ..importers.aten import user_inputs
+    from ..kinds.pt2.importer import user_inputs
 
     if shapes is not None:
         vals = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
@@ -58,7 +58,7 @@ class Lowerer:
     def __init__(self, path: str):
         from pathlib import Path
 
-        from ..importers.pt2_safety import load_untrusted
+        from ..kinds.pt2.safety import load_untrusted
 
         self.program = load_untrusted(Path(path))
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import BadInput, CheckUnavailable
 from ..extras import install_hint
-from ..importers.mlir_bounds import non_utf8_literal
+from ..kinds.mlir.bounds import non_utf8_literal
 from .inputs import InputSpec, graph_input_specs
 from .runner import Runner, positional
 
@@ -121,7 +121,7 @@ def compilable(text: str) -> str:
     refers to another dialect; then printed again from what was checked, without
     locations and without discardable attributes of other dialects (``tf.*``,
     ``hal.*``, ``iree.*``: nothing IREE should act on). TosaError if MLIR cannot parse it."""
-    from ..importers.mlir import check_text
+    from ..kinds.mlir.importer import check_text
 
     check_text(text, "the module")  # MLIR's parser recurses as deep as the text nests, and expands aliases
     _compiler()
@@ -512,7 +512,7 @@ class IreeRunner(Runner):
 
     def input_specs(self) -> List[InputSpec]:
         """``@main``'s arguments as the MLIR importer reads them."""
-        from ..importers.mlir import parse_mlir
+        from ..kinds.mlir.importer import parse_mlir
 
         return graph_input_specs(parse_mlir(self.text).graph)
 

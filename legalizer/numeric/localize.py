@@ -508,7 +508,7 @@ def localize_mlir(text: str, reference, feeds, settings: CheckSettings, *,
     results that differed when the whole module ran. When the module's values take
     more than ``chunk`` bytes, they are matched on ``sketch``es and compared a chunk
     at a time (``_mlir_chunked``), the module cut at a chunk of them per run."""
-    from ..importers.mlir import parse_mlir
+    from ..kinds.mlir.importer import parse_mlir
     from .iree_run import TosaError, bind_dims, printed
 
     t0 = time.perf_counter()

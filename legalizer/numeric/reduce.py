@@ -272,7 +272,7 @@ def reduce_onnx_violation(candidate: onnx.ModelProto, graph, code: str, node: st
                           force: bool = False, protect: Sequence[Path] = ()) -> Reduced:
     """The smallest subgraph of ``candidate`` (``graph`` its IR, for the declared types)
     in which the verifier still reports ``code`` at ``node``."""
-    from ..importers.onnx import import_model
+    from ..kinds.onnx.importer import import_model
     from ..verifier import verify
 
     steps = onnx_steps(candidate)
@@ -319,7 +319,7 @@ class _Module:
     """A printed module's ``@main``: each op's text, value types, alias lines."""
 
     def __init__(self, text: str):
-        from ..importers.mlir import parse_mlir
+        from ..kinds.mlir.importer import parse_mlir
         from .iree_run import parse
         from .iree_run import main_func
 
@@ -400,7 +400,7 @@ def reduce_mlir_violation(text: str, code: str, node: str, profile: str, path: P
                           protect: Sequence[Path] = ()) -> Reduced:
     """The smallest part of a TOSA module in which the verifier still reports ``code``
     at ``node`` (an op's label, ``%7``)."""
-    from ..importers.mlir import parse_mlir
+    from ..kinds.mlir.importer import parse_mlir
     from ..verifier import verify
 
     module = _Module(text)

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper
 
 from ..errors import first_line
-from ..importers.onnx import import_model
+from ..kinds.onnx.importer import import_model
 from ..ir.graph import OP, Value
 from ..ir.types import shape_str
 from ..oprules import RuleLookup, builtin_rules

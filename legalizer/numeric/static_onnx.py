@@ -72,7 +72,7 @@ def specialize_onnx(model: Model, sizes: Mapping[str, int], default: int = 1) ->
 
 def _reimported(proto: onnx.ModelProto, base_dir) -> Model:
     """``proto`` imported with every shape inferred anew (from its inputs' static sizes)."""
-    from ..importers.onnx import import_model
+    from ..kinds.onnx.importer import import_model
 
     for vi in proto.graph.output:
         if vi.type.HasField("tensor_type"):

@@ -87,7 +87,7 @@ class _OnnxSide:
 
     def __init__(self, model: Model, k: int, settings: CheckSettings, quantized: Mapping[str, bool], prefix: str,
                  op_by_op=None, given=None):
-        from ..exporters.tflite_onnx import onnx_form
+        from ..kinds.tflite.onnx_form import onnx_form
 
         self.graph = model.graphs[k]
         self.provider, self.quantized, self.prefix = settings.provider, quantized, prefix

@@ -33,7 +33,7 @@ class TorchRunner(Runner):
         return input_specs(self.source.onnx)
 
     def infer_impl(self, feed):
-        from ..importers import pytorch
+        from ..kinds.pt2 import onnx_export as pytorch
 
         return positional(pytorch.run_program(self.source, feed))
 
@@ -94,7 +94,7 @@ def against_original(original, declared, input_names: Sequence[str], new: Artifa
     running ``original`` (an ``ExportedProgram``) on ``feeds``, outputs paired by
     position; a binding the original's guards reject is skipped. ``new`` loads first:
     its refusal is the one reported."""
-    from ..importers import pytorch
+    from ..kinds.pt2 import onnx_export as pytorch
 
     ref = Artifact("the original program",
                    lambda: TorchRunner(pytorch.TorchSource(original, declared, list(input_names))))
@@ -113,8 +113,8 @@ def check_programs(original, declared, input_names: Sequence[str], legalized_pat
     ``"torch"``; a binding the original's guards reject is skipped."""
     from pathlib import Path
 
-    from ..importers import pytorch
-    from ..importers.pt2_safety import load_untrusted
+    from ..kinds.pt2 import onnx_export as pytorch
+    from ..kinds.pt2.safety import load_untrusted
 
     settings = settings_of(settings, **changes)
     new = Artifact("the legal program", lambda: TorchRunner(pytorch.TorchSource(

@@ -17,7 +17,7 @@ import os
 import subprocess
 from typing import Optional, Sequence, Tuple
 
-from ..importers.mlir_tool import SETUP_HINT, find_tosa_opt  # the one lookup: MLIR's parser uses it too
+from ..kinds.mlir.tool import SETUP_HINT, find_tosa_opt  # the one lookup: MLIR's parser uses it too
 
 PROFILES = ("pro_int", "pro_fp")
 EXTENSIONS: Tuple[str, ...] = ()

@@ -217,7 +217,7 @@ class XlaRunner(Runner):
 
     def input_specs(self) -> List[InputSpec]:
         """``@main``'s arguments as the MLIR importer reads them."""
-        from ..importers.mlir import parse_mlir
+        from ..kinds.mlir.importer import parse_mlir
 
         return graph_input_specs(parse_mlir(self.text).graph)
 

@@ -202,7 +202,7 @@ def _view_dims(shape: Sequence) -> List[int]:
 
 
 class AtenOps:
-    """Core ATen calls (``importers.aten``): a node holds the ``AtenCall`` it is written
+    """Core ATen calls (``kinds.pt2.importer``): a node holds the ``AtenCall`` it is written
     back as; sizes are Python lists in the call, not tensors. A view reads a contiguous
     tensor: a permute's or an expand's result is copied (``clone``) first."""
 

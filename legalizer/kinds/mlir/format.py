@@ -82,7 +82,7 @@ class MlirFormat(Format):
 def _printed_label(model: Model, text: str, node: str) -> str:
     """The label of op ``node`` (of the module as read) in ``text``, the module as MLIR
     prints it: the printer renumbers SSA names, the ops keep their order."""
-    from ...importers.mlir import parse_mlir
+    from .importer import parse_mlir
     from ...ir.graph import CONST, OP
 
     mine = [n.label for n in model.graph.nodes() if n.kind in (OP, CONST)]

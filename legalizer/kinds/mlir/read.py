@@ -1,10 +1,10 @@
-"""A TOSA MLIR module, text or bytecode, read into the IR (``importers.mlir``)."""
+"""A TOSA MLIR module, text or bytecode, read into the IR (``kinds.mlir.importer``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ...importers.mlir import load_mlir
+from .importer import load_mlir
 from ...model import Model
 
 

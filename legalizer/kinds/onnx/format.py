@@ -29,7 +29,7 @@ def range_hints(source) -> Dict[str, list]:
     if source is None:
         return {}
     from ...numeric.search import sizes_in_range
-    from ...importers.pytorch import dim_ranges
+    from ..pt2.onnx_export import dim_ranges
 
     return {key: sizes_in_range(lo, hi) for key, (lo, hi) in dim_ranges(source).items()}
 
@@ -52,7 +52,7 @@ class OnnxFormat(Format):
         return path
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
-        from ...exporters.onnx import export_model, staged_model
+        from .exporter import export_model, staged_model
 
         # The initializers and nodes are streamed into the file, not copied into a new ModelProto.
         inits: list = []

@@ -1,5 +1,5 @@
 """Reading an ONNX file: its ModelProto (its weights left where they are), its
-external data, and its IR (``importers.onnx``)."""
+external data, and its IR (``kinds.onnx.importer``)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def load_onnx_proto(path: Path) -> onnx.ModelProto:
     if not model.HasField("graph") or model.ir_version <= 0:
         raise BadInput(f"{path}: not an ONNX model ({size} bytes that parse as no ModelProto"
                        " with a graph and an IR version)")
-    # Its strings are checked for UTF-8 by the importer (importers.onnx._check_strings).
+    # Its strings are checked for UTF-8 by the importer (kinds.onnx.importer._check_strings).
     return model
 
 
@@ -60,7 +60,7 @@ class OnnxExternalData:
 
 
 def read(path: Path, infer: bool, trust_pt2: bool) -> Model:
-    from ...importers.onnx import import_model
+    from .importer import import_model
 
     proto = load_onnx_proto(path)
     try:

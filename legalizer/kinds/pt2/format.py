@@ -1,4 +1,4 @@
-"""A ``torch.export`` program, legalized as its Core ATen graph (``importers.aten``) and
+"""A ``torch.export`` program, legalized as its Core ATen graph (``kinds.pt2.importer``) and
 written back as a ``torch.export`` program (``.pt2``). Its check is PyTorch: the
 original program and the legal one as written, read back by the safe loader, run at the
 same bindings (``--dim``, ``--input``) and compared output by output; where the
@@ -24,19 +24,19 @@ class AtenFormat(Format):
     runs_as_file = False
 
     def declared(self, model: Model):
-        from ...importers.aten import declaration
+        from .importer import declaration
         from ...numeric.ort import declared_shapes
 
         return declared_shapes(declaration(model))
 
     def input_types(self, model: Model) -> Dict[str, int]:
-        from ...importers.aten import declaration
+        from .importer import declaration
 
         return {vi.name: vi.type.tensor_type.elem_type for vi in declaration(model).graph.input}
 
     def hints(self, model: Model) -> Dict[str, list]:
         """Per symbol, the sizes at the bounds of its range (the range constraints)."""
-        from ...importers.pytorch import TorchSource, dim_ranges
+        from .onnx_export import TorchSource, dim_ranges
         from ...numeric.search import sizes_in_range
 
         ranges = dim_ranges(TorchSource(model.aten.program, None))
@@ -44,13 +44,13 @@ class AtenFormat(Format):
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
         from ...atomic_files import staged_output
-        from ...exporters.aten import legal_program, save_program
+        from .exporter import legal_program, save_program
 
         program = legal_program(model)
         return _written(staged_output(path, force=force, protect=model.source), program, save_program)
 
     def check(self, subject: Subject, written: Path):
-        from ...importers.aten import declaration, user_inputs
+        from .importer import declaration, user_inputs
         from ...numeric.torch_ref import check_programs
 
         from ...numeric.executorch_run import check_executorch, installed
@@ -71,7 +71,7 @@ class AtenFormat(Format):
         """Per symbol, the sizes the check binds it to: the usual ones (a small size and
         1) that its range takes, else the bounds of its range (``Dim('time', min=37)``:
         37), so that every binding is one the program accepts."""
-        from ...importers.pytorch import TorchSource, dim_ranges
+        from .onnx_export import TorchSource, dim_ranges
         from ...numeric.inputs import SMALL
         from ...numeric.search import sizes_in_range
 
@@ -109,7 +109,7 @@ def check_pair(original: Path, legalized: Path, settings, *, dims=None, inputs=N
     """The library's check of two torch.export programs (a ``.pt2`` and ``legalize``'s
     legal form of it): both run in PyTorch at the same bindings, the original read by the
     safe loader unless ``trust``."""
-    from ...importers.aten import declaration, load_pt2, user_inputs
+    from .importer import declaration, load_pt2, user_inputs
     from ...numeric.torch_ref import check_programs
 
     model = load_pt2(original, trust=trust)

@@ -30,7 +30,7 @@ KIND = Kind(
     magic=lambda path, head: head.startswith(b"PK\x03\x04") and zip_kind(path) == "pt2",
     read="legalizer.kinds.pt2.read:read",
     # the library's Model of a .pt2 is its ONNX export, as for a module
-    library_read="legalizer.importers.pytorch:load_pt2",
+    library_read="legalizer.kinds.pt2.onnx_export:load_pt2",
     pair_check="legalizer.kinds.pt2.format:check_pair",
     formats=(("pt2", "legalizer.kinds.pt2.format:AtenFormat"),),
     written=".pt2", native_only="a torch.export program (.pt2)", every_subgraph=True, runtimes=("torch", "onnxruntime"),

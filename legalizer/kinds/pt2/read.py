@@ -1,11 +1,11 @@
-"""A ``torch.export`` program read as its Core ATen graph (``importers.aten``: the optional
+"""A ``torch.export`` program read as its Core ATen graph (``kinds.pt2.importer``: the optional
 torch extra), so that nothing in it runs unless ``trust_pt2``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ...importers.aten import load_pt2
+from .importer import load_pt2
 from ...model import Model
 
 

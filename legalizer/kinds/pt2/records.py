@@ -1,7 +1,7 @@
 """What the IR keeps of a ``torch.export`` program's calls, for its export: each node of
-domain ``aten`` (``importers.aten``) and each node a pass makes in ATen's ops
+domain ``aten`` (``kinds.pt2.importer``) and each node a pass makes in ATen's ops
 (``passes.frontend_ops.AtenOps``) holds the call it is written back as
-(``exporters.aten``)."""
+(``kinds.pt2.exporter``)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ class TfliteFormat(Format):
     against = ("tflite",)
 
     def stage(self, model: Model, path: Path, *, force: bool = False):
-        from ...exporters.tflite import staged_tflite
+        from .exporter import staged_tflite
 
         return staged_tflite(model, path, force=force, protect=model.source)
 

@@ -31,9 +31,9 @@ KIND = Kind(
     formats=(("tflite", "legalizer.kinds.tflite.format:TfliteFormat"),),
     written=".tflite", native_only="a TFLite model", in_folders=True, every_subgraph=True,
     runtimes=("ai_edge_litert.interpreter", "onnxruntime"),
-    warm=("legalizer.importers.tflite", "legalizer.exporters.tflite", "legalizer.exporters.tflite_onnx",
+    warm=("legalizer.kinds.tflite.importer", "legalizer.kinds.tflite.exporter", "legalizer.kinds.tflite.onnx_form",
           "legalizer.numeric.tflite", "legalizer.numeric.litert"),
-    translation="legalizer.exporters.tflite_onnx:tflite_to_onnx",
+    translation="legalizer.kinds.tflite.onnx_form:tflite_to_onnx",
     explorer_ids="legalizer.explorer_ids:tflite_ids",
     # (the built-in flatbuffer reader: no extension registry is asked)
     explorer_adapter="model_explorer.builtin_tflite_flatbuffer_adapter:BuiltinTfliteFlatbufferAdapter")

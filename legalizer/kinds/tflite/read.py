@@ -1,10 +1,10 @@
-"""A TFLite file read into the IR (``importers.tflite``)."""
+"""A TFLite file read into the IR (``kinds.tflite.importer``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ...importers.tflite import load_tflite
+from .importer import load_tflite
 from ...model import Model
 
 

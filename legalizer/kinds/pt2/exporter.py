@@ -1,4 +1,4 @@
-"""The IR of a ``torch.export`` program (``importers.aten``) written back as an
+"""The IR of a ``torch.export`` program (``kinds.pt2.importer``) written back as an
 ``ExportedProgram``.
 
 Each node is the call it was read as, or the call a pass made (``AtenCall``); the
@@ -17,9 +17,9 @@ import dataclasses
 import operator
 from typing import Any, Dict
 
-from ..kinds.pt2.records import In, call_of
-from ..errors import BadInput, first_line
-from ..ir.graph import CONST, OP, Graph, Node
+from .records import In, call_of
+from ...errors import BadInput, first_line
+from ...ir.graph import CONST, OP, Graph, Node
 
 # fx metadata that describes the tensors (computed again), not where the node came from.
 _TENSOR_META = ("val", "tensor_meta", "unbacked_bindings", "example_value")
@@ -69,7 +69,7 @@ def inherit_meta(graph: Graph) -> int:
 
 
 def export_program(model):
-    """The legal form of ``model`` (read by ``importers.aten``) as an ``ExportedProgram``."""
+    """The legal form of ``model`` (read by ``kinds.pt2.importer``) as an ``ExportedProgram``."""
     import torch
     import torch.fx
     from torch._guards import detect_fake_mode

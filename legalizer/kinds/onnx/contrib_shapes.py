@@ -22,8 +22,8 @@ from typing import Callable, Set
 
 from onnx import GraphProto, ModelProto, ValueInfoProto
 
-from ..ir.graph import OP, Graph
-from ..ir.types import TensorType
+from ...ir.graph import OP, Graph
+from ...ir.types import TensorType
 
 CONTRIB_DOMAINS = ("com.microsoft",)
 INFER_MEMORY = 1 << 30
@@ -65,7 +65,7 @@ def contrib_ranks(graph: Graph, serialized: bytes, tensor_type: Callable) -> int
     symbolic inference found for them; return how many got one. ``serialized`` is the
     model, its large weights left out; ``tensor_type`` reads a TypeProto (the ONNX
     importer's)."""
-    from .. import bounded_helper
+    from ... import bounded_helper
 
     try:
         found = GraphProto.FromString(bounded_helper.call(_infer_here, serialized, memory=INFER_MEMORY,

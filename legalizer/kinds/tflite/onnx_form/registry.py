@@ -11,9 +11,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, Dict, List, Optional
 
-from ...kinds.tflite.records import CUSTOM_DOMAIN, TFLITE_DOMAIN
-from ...ir.graph import Node
-from ...oprules import frontend_rules
+from ..records import CUSTOM_DOMAIN, TFLITE_DOMAIN
+from ....ir.graph import Node
+from ....oprules import frontend_rules
 from .emitter import Emitter, option
 
 _ELEMENTWISE = ("unary", "binary", "ternary", "unidirectional")  # rule categories the table translates

@@ -8,11 +8,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...ir.graph import Node, Value
+from ....ir.graph import Node, Value
 from .emitter import Emitter, NoForm, const_data, operand, option, static_sizes
 from .quantization import real_bias
 from .registry import custom_op, op
-from ...ir.types import all_static
+from ....ir.types import all_static
 
 _SAME, _VALID = 0, 1  # tflite.Padding
 _TFLITE_SAME, _TFLITE_VALID = 1, 2  # TfLitePadding, as a custom op's C struct holds it

@@ -11,9 +11,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from ..ir.dtypes import DTYPE_OF_MLIR, numpy_dtype
-from ..ir.types import UNKNOWN, Quantization, TensorType
-from .mlir_bounds import non_utf8_literal
+from ...ir.dtypes import DTYPE_OF_MLIR, numpy_dtype
+from ...ir.types import UNKNOWN, Quantization, TensorType
+from .bounds import non_utf8_literal
 
 
 # The quant dialect's types are read from their text (``element_dtype``); MLIR's tools

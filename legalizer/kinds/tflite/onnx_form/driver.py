@@ -9,12 +9,12 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import onnx
 from onnx import helper
 
-from ...errors import CheckUnavailable
-from ...kinds.tflite.records import CUSTOM_DOMAIN, TFLITE_DOMAIN
-from ...ir.graph import Graph, Node, Value
-from ...ir.types import TensorType
-from ...model import Model
-from ..onnx import value_info
+from ....errors import CheckUnavailable
+from ..records import CUSTOM_DOMAIN, TFLITE_DOMAIN
+from ....ir.graph import Graph, Node, Value
+from ....ir.types import TensorType
+from ....model import Model
+from ...onnx.exporter import value_info
 from .emitter import Emitter, NoForm, quantization
 from .registry import RAW, Stored, translator
 

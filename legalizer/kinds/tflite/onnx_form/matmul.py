@@ -18,7 +18,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 from onnx import TensorProto
 
-from ...ir.graph import Node, Value
+from ....ir.graph import Node, Value
 from .elementwise import int_floor_div
 from .emitter import Emitter, NoForm, const_data, operand, option, quantization
 from .quantization import real_bias

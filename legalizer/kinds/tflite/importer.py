@@ -28,17 +28,17 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import BadInput
-from ..ir.constdata import ConstData
-from ..ir.gc import paused_gc
-from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
-from ..ir.types import Quantization, TensorType
-from ..kinds.tflite.kind import KIND as TFLITE
-from ..model import Model
-from ..oprules import has_effects
-from ..kinds.tflite.schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read, without_defaults
+from ...errors import BadInput
+from ...ir.constdata import ConstData
+from ...ir.gc import paused_gc
+from ...ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ...ir.types import Quantization, TensorType
+from .kind import KIND as TFLITE
+from ...model import Model
+from ...oprules import has_effects
+from .schema import FILE_IDENTIFIER, SCHEMA_VERSION, FbTable, builtin_name, enum_name, read, without_defaults
 # (re-exported: the records are the importer's, kept below it so the exporters need not import it)
-from ..kinds.tflite.records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
+from .records import CUSTOM_DOMAIN, DTYPES, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource  # noqa: F401
 
 # TFLite TensorType -> numpy dtype, by IR dtype name.
 NUMPY = {"float": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8, "int64": np.int64,

@@ -8,7 +8,7 @@ from typing import List, Sequence
 import onnx
 from onnx import TensorProto, helper
 
-from ...ir.dtypes import elem_type
+from ....ir.dtypes import elem_type
 from .driver import translate_all
 from .emitter import Emitter, NoForm, option
 from .registry import op

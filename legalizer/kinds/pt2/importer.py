@@ -18,12 +18,12 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from ..kinds.pt2.records import ATEN_CALL, DOMAIN, AtenCall, In
-from ..errors import BadInput, first_line
-from ..ir.graph import INPUT, OP, OUTPUT, Graph, Node, Value
-from ..ir.types import TensorType
-from ..kinds.pt2.kind import KIND as PT2
-from ..model import Model
+from .records import ATEN_CALL, DOMAIN, AtenCall, In
+from ...errors import BadInput, first_line
+from ...ir.graph import INPUT, OP, OUTPUT, Graph, Node, Value
+from ...ir.types import TensorType
+from .kind import KIND as PT2
+from ...model import Model
 
 @dataclass
 class AtenSource:
@@ -34,7 +34,7 @@ class AtenSource:
     program: Any  # torch.export.ExportedProgram, decomposed to Core ATen
     original: Any  # the program as given (the check's reference)
     declared: Any = None  # its inputs and outputs declared as ONNX (``declaration``)
-    legal: Any = None  # the legal program, once written (``exporters.aten``)
+    legal: Any = None  # the legal program, once written (``kinds.pt2.exporter``)
 
 
 _DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "double", "int64": "int64",
@@ -195,14 +195,14 @@ def load_pt2(path, trust: bool = False) -> Model:
     so that nothing in it runs unless ``trust`` (``pytorch.load_pt2``'s rules)."""
     from pathlib import Path
 
-    from .pytorch import _load_trusted, require_torch
+    from .onnx_export import _load_trusted, require_torch
 
     path = Path(path)
     require_torch(f"{path}: is a torch.export archive (.pt2); reading it")
     if trust:
         program = _load_trusted(path)
     else:
-        from .pt2_safety import load_untrusted
+        from .safety import load_untrusted
 
         program = load_untrusted(path)
     model = import_program(program, what=str(path))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from ...ir.dtypes import elem_type
-from ...ir.graph import Value
+from ....ir.dtypes import elem_type
+from ....ir.graph import Value
 from .emitter import FLOATS, Emitter, NoForm, option
 from .registry import op
 

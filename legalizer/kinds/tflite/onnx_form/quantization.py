@@ -6,9 +6,9 @@ from typing import Optional
 
 import numpy as np
 
-from ...ir.dtypes import elem_type
-from ...ir.graph import Value
-from ...ir.types import Quantization
+from ....ir.dtypes import elem_type
+from ....ir.graph import Value
+from ....ir.types import Quantization
 from .emitter import FLOATS, Emitter, const_data, quantization
 from .registry import op
 

@@ -10,9 +10,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ...ir.dtypes import elem_type, numpy_dtype
-from ...ir.graph import CONST, Graph, Node, Value
-from ...ir.types import Quantization
+from ....ir.dtypes import elem_type, numpy_dtype
+from ....ir.graph import CONST, Graph, Node, Value
+from ....ir.types import Quantization
 
 FLOATS = ("float", "float16", "double", "bfloat16")
 

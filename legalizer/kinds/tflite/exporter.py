@@ -18,15 +18,15 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import BadInput
-from ..atomic_files import Staged, staged_output
-from ..ir.gc import paused_gc
-from ..ir.graph import CONST, OP, Graph, Node, Value
-from ..ir.types import Quantization
-from ..model import Model
-from ..oprules import frontend_rules
-from ..kinds.tflite.schema import SCHEMA_VERSION, FbTable, builtin_code, enum_name, options_type, serialize
-from ..kinds.tflite.records import CUSTOM_DOMAIN, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource
+from ...errors import BadInput
+from ...atomic_files import Staged, staged_output
+from ...ir.gc import paused_gc
+from ...ir.graph import CONST, OP, Graph, Node, Value
+from ...ir.types import Quantization
+from ...model import Model
+from ...oprules import frontend_rules
+from .schema import SCHEMA_VERSION, FbTable, builtin_code, enum_name, options_type, serialize
+from .records import CUSTOM_DOMAIN, TFLITE_DOMAIN, TFLITE_TYPES, OpRecord, TFLiteSource
 
 CUSTOM_CODE = 32
 # BuiltinOperator codes above 127 do not fit the int8 deprecated_builtin_code field,

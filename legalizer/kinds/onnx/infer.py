@@ -1,4 +1,4 @@
-"""ONNX shape inference as the bounded helper runs it (``importers.onnx._infer``): a
+"""ONNX shape inference as the bounded helper runs it (``kinds.onnx.importer._infer``): a
 module of its own that imports none of onnx's Python package, only onnx's C extension
 that does the work, so that the helper, a fresh interpreter, is ready for it at once
 (importing onnx takes ten times as long as starting Python)."""

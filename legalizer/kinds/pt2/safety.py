@@ -43,7 +43,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Tuple
 
-from ..errors import BadInput, first_line
+from ...errors import BadInput, first_line
 
 TRUST_HINT = "pass --trust-pt2 only for a file you trust"
 UNPICKLING = "needs unsafe unpickling (arbitrary code)"

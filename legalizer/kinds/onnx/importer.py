@@ -19,18 +19,18 @@ import onnx
 import onnx.defs
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, TypeProto
 
-from ..errors import BadInput
-from ..ir.gc import paused_gc
-from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
-from ..ir.types import UNKNOWN, TensorType, names_a_dim
-from ..ir.constdata import ConstData, check_external, check_tensor
-from ..ir.dtypes import dtype_name
-from ..kinds.onnx.kind import KIND as ONNX
-from ..model import Model
-from ..shapes.ranks import infer_ranks
+from ...errors import BadInput
+from ...ir.gc import paused_gc
+from ...ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ...ir.types import UNKNOWN, TensorType, names_a_dim
+from ...ir.constdata import ConstData, check_external, check_tensor
+from ...ir.dtypes import dtype_name
+from .kind import KIND as ONNX
+from ...model import Model
+from ...shapes.ranks import infer_ranks
 from . import contrib_shapes
-from ..kinds.onnx.protoutil import copy_fields, parse_types, strings_are_utf8
-from .onnx_infer import infer_bytes as _infer_bytes, infer_here as _infer_here
+from .protoutil import copy_fields, parse_types, strings_are_utf8
+from .infer import infer_bytes as _infer_bytes, infer_here as _infer_here
 
 _ELEM_TYPES = frozenset(onnx.TensorProto.DataType.values())
 
@@ -482,7 +482,7 @@ def _infer(serialized: bytes, data_prop: bool = True) -> Tuple[Optional[Any], Op
     false: see ``_needs_data_propagation``; else without it), in the bounded helper;
     the inferred types (``protoutil.parse_types``) or None, and why not, or why without
     data propagation (a warning), or None."""
-    from .. import bounded_helper
+    from ... import bounded_helper
 
     memory = max(INFER_MEMORY, INFER_MEMORY_PER_BYTE * len(serialized))
     try:
@@ -532,7 +532,7 @@ def _check_strings(model: ModelProto, serialized: Optional[bytes]) -> None:
     parse of the model without its weights decides; only then is the field looked for."""
     if serialized is not None and strings_are_utf8(serialized):
         return
-    from ..kinds.onnx.protoutil import invalid_string_field
+    from .protoutil import invalid_string_field
 
     bad = invalid_string_field(model)
     if bad is not None:

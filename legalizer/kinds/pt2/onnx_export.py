@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from ..errors import BadInput, first_line
-from ..extras import install_hint
-from ..model import Model
+from ...errors import BadInput, first_line
+from ...extras import install_hint
+from ...model import Model
 from .torch_logs import quiet_torch
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def require_torch(what: str) -> None:
 def load_pt2(path: Path, infer: bool = True, trust: bool = False) -> Model:
     """A ``.pt2`` archive (``torch.export.save``) as a Model of its ONNX export.
 
-    An archive is pickle and more (``pt2_safety``): unless ``trust``, it is read so that
+    An archive is pickle and more (``safety``): unless ``trust``, it is read so that
     nothing in it runs, and one that would run code is refused (BadInput). ``trust``
     is ``torch.export.load`` as it is, unsafe fallbacks included, for a file the user
     vouches for."""
@@ -67,7 +67,7 @@ def load_pt2(path: Path, infer: bool = True, trust: bool = False) -> Model:
     if trust:
         program = _load_trusted(path)
     else:
-        from .pt2_safety import load_untrusted
+        from .safety import load_untrusted
 
         program = load_untrusted(path)
     model = from_program(program, what=str(path), infer=infer)
@@ -78,7 +78,7 @@ def load_pt2(path: Path, infer: bool = True, trust: bool = False) -> Model:
 def _load_trusted(path: Path):
     import torch
 
-    from .pt2_safety import invalid
+    from .safety import invalid
 
     try:
         with quiet_torch():
@@ -112,7 +112,7 @@ def from_program(program, what: str = "the program", infer: bool = True) -> Mode
     """Export ``program`` with the dynamo exporter and import the ONNX it makes."""
     import torch
 
-    from .onnx import import_model
+    from ..onnx.importer import import_model
 
     try:
         with quiet_torch(), torch.no_grad():

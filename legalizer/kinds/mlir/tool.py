@@ -21,8 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional, Sequence, Tuple, Union
 
-from ..errors import BadInput
-from ..extras import install_hint
+from ...errors import BadInput
+from ...extras import install_hint
 
 # Where tosa-opt is looked for: the tosa-tools distribution installed beside legalize
 # (the ``mlir`` extra; its wheel keeps the binary in its own ``bin/`` under

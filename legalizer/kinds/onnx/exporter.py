@@ -22,14 +22,14 @@ from typing import Callable, Iterator, List, Optional, Tuple
 import onnx.numpy_helper
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, helper
 
-from ..errors import BadInput, UsageError
-from ..atomic_files import Staged, check_output_path, commit, remove_temps, temp_beside
-from ..ir.constdata import external_data
-from ..ir.gc import paused_gc
-from ..ir.graph import CONST, INPUT, OP, Graph, Node, Value
-from ..ir.dtypes import elem_type
-from ..ir.types import TensorType
-from ..kinds.onnx.protoutil import copy_field, copy_fields as _copy_fields, model_tensors
+from ...errors import BadInput, UsageError
+from ...atomic_files import Staged, check_output_path, commit, remove_temps, temp_beside
+from ...ir.constdata import external_data
+from ...ir.gc import paused_gc
+from ...ir.graph import CONST, INPUT, OP, Graph, Node, Value
+from ...ir.dtypes import elem_type
+from ...ir.types import TensorType
+from .protoutil import copy_field, copy_fields as _copy_fields, model_tensors
 
 _NODE_REBUILT = {"input", "output", "attribute"}
 _GRAPH_REBUILT = {"node", "input", "output", "initializer", "sparse_initializer", "value_info"}

@@ -8,8 +8,8 @@ from typing import List, Sequence, Tuple
 import numpy as np
 from onnx import TensorProto, helper
 
-from ...ir.dtypes import elem_type
-from ...ir.graph import Node, Value
+from ....ir.dtypes import elem_type
+from ....ir.graph import Node, Value
 from .emitter import Emitter, NoForm, const_data, const_ints, option, static_sizes
 from .registry import op
 
@@ -296,4 +296,4 @@ def _batch_to_space_nd(e, n):
 
 @op("DENSIFY", raw=True)
 def _densify(e, n):
-    return [e.raw(n.inputs[0])]  # a sparse constant is read dense (importers.tflite)
+    return [e.raw(n.inputs[0])]  # a sparse constant is read dense (kinds.tflite.importer)

@@ -1,11 +1,11 @@
 """TOSA MLIR -> IR: ``load_mlir(path)`` and ``parse_mlir(text)``. Translates; never rewrites.
 
 MLIR's own parser reads the text: ``iree-opt`` (iree-base-compiler's), or ``tosa-opt``
-for the TOSA syntax IREE's build does not take, in a bounded subprocess (``mlir_tool``),
+for the TOSA syntax IREE's build does not take, in a bounded subprocess (``tool``),
 without verifying (legalize reads invalid TOSA, operands of mismatched ranks, to report
 it), writes it as bytecode; the Python bindings load that in a context with no dialects,
 so nothing is verified here either, and this module walks the ops. Bytecode input is
-printed as text first, under the bounds of ``mlir_bounds``.
+printed as text first, under the bounds of ``bounds``.
 
 What MLIR does not keep is read from the text at the positions MLIR records: SSA names
 (which carry the ONNX value names through the TOSA legalize emits) and each op's line.
@@ -44,15 +44,15 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import BadInput
-from ..ir.constdata import ConstData
-from ..ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
-from ..ir.types import TensorType
-from ..kinds.mlir.kind import KIND as MLIR
-from ..model import Model
-from .mlir_bounds import blank_locations, bytecode_to_text, check_names, check_nesting, check_text
-from .mlir_tool import bindings, to_bytecode
-from .mlir_types import MlirAttr, MType, attr_value, attributes, mtype, opaque_quant, text_of
+from ...errors import BadInput
+from ...ir.constdata import ConstData
+from ...ir.graph import CONST, INPUT, OP, OUTPUT, Graph, Node, Value
+from ...ir.types import TensorType
+from .kind import KIND as MLIR
+from ...model import Model
+from .bounds import blank_locations, bytecode_to_text, check_names, check_nesting, check_text
+from .tool import bindings, to_bytecode
+from .types import MlirAttr, MType, attr_value, attributes, mtype, opaque_quant, text_of
 
 __all__ = ["BYTECODE_MAGIC", "MlirAttr", "MlirSource", "OpSource", "bytecode_to_text", "check_nesting", "check_text",
            "load_mlir", "parse_mlir"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Tuple
 
-from ..errors import BadInput
-from .mlir_tool import bindings
+from ...errors import BadInput
+from .tool import bindings
 
 # Bounds on MLIR input, checked before anything parses or prints it recursively: MLIR's
 # parser, printer and bytecode writer (a 366 KB bytecode file of 20,000 nested regions
@@ -129,7 +129,7 @@ def check_text(text: str, source: str) -> None:
 # in it (escaped \XX), and its bindings abort the process on a name that is not UTF-8
 # (they cannot make it a str). Such a literal is refused before MLIR reads the text.
 # (An attribute's name is read where the bindings raise instead; a dictionary with such
-# a literal is kept as text: ``mlir_types``.)
+# a literal is kept as text: ``types``.)
 _LITERAL_OR_COMMENT = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"|//[^\n]*')
 _CALL = re.compile(r"\s*\(")
 _ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2}|.)", re.S)
@@ -227,7 +227,7 @@ def bytecode_to_text(data: bytes, source: str) -> str:
     (``MAX_OPERATIONS``, ``MAX_REGION_DEPTH``), and a printer that crashes or runs out
     of memory on it costs the helper, not the run."""
     bindings(source, "reading MLIR bytecode")  # only to say what is missing, before the helper starts
-    from .. import bounded_helper
+    from ... import bounded_helper
 
     try:
         out = bounded_helper.call(_print_bytecode, data, timeout=PRINT_TIMEOUT_S,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from ...ir.graph import Node
+from ....ir.graph import Node
 from .emitter import Emitter, const_ints, option
 from .registry import op
 
