@@ -344,9 +344,6 @@ def _terminate_gracefully(signum, frame):  # pragma: no cover - runs in a worker
 def _worker(model: Path, settings: Settings, conn) -> None:  # pragma: no cover - in a child
     # SIGTERM (the parent stopping early) unwinds like ^C, so that temporary files go.
     signal.signal(signal.SIGTERM, _terminate_gracefully)
-    from . import bounded_helper
-
-    bounded_helper.start(("legalizer.kinds.onnx.infer",))  # it starts while the run reads the model
     try:
         outcome = run_one(model, settings)
     except KeyboardInterrupt:

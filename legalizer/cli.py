@@ -476,10 +476,11 @@ def legalize(
     sniffs = ctx.obj if isinstance(ctx.obj, Sniffs) else Sniffs()
     if not _is_batch(paths, out_opt, jobs, executor) and _infers_onnx_shapes(paths[0], emit, sniffs):
         from . import bounded_helper
+        from .kinds.onnx.kind import INFER_PRELOAD
 
         # The helper (a fresh interpreter) imports what shape inference needs while
         # this process imports the pipeline's libraries.
-        bounded_helper.start(("legalizer.kinds.onnx.infer",))
+        bounded_helper.start(INFER_PRELOAD)
     from .api import RunOptions
     from .pipeline import prepare
 

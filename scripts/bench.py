@@ -147,7 +147,7 @@ _PROFILE_CHILD = textwrap.dedent("""
     path, how = Path(sys.argv[1]), sys.argv[2]
     from legalizer.pipeline import RunOptions, run
     out = {}
-    short = lambda f: "/".join(Path(f).parts[-2:])  # (a package's module: importers/onnx.py)
+    short = lambda f: "/".join(Path(f).parts[-2:])  # (a package's module: onnx/importer.py)
     if how == "cprofile":
         options = RunOptions(output=Path(str(path) + ".bench-copy" + path.suffix), force=True, target="tosa",
                              check=False)

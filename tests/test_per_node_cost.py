@@ -182,7 +182,7 @@ def test_inference_out_of_memory_without_data_propagation_is_said(monkeypatch):
     came from legalize's own rank rules), the helper answers ``M`` and the run warns,
     naming the allowance; a model inference cannot read is still ``-``, said by no one."""
     from legalizer import bounded_helper
-    from legalizer.importers import onnx_infer
+    from legalizer.kinds.onnx import infer as onnx_infer
 
     def out_of_memory(serialized, data_prop):
         raise MemoryError
@@ -598,6 +598,6 @@ def test_bench_profile_names_the_stages_and_where_the_memory_goes(tmp_path):
     # the chain's 300 ops, its input, output and three constants
     assert traced["nodes"] == 305
     assert traced["traced_b"] > 305 * 500  # the IR's objects: ~1.4 KB a node
-    assert any(x["line"].startswith(("ir/graph.py:", "importers/onnx.py:", "onnx/importer.py:"))
+    assert any(x["line"].startswith(("ir/graph.py:", "onnx/importer.py:"))
                for x in traced["top"])
     assert "under cProfile" in done.stdout and "under tracemalloc" in done.stdout

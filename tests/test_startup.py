@@ -187,4 +187,23 @@ def test_the_shape_inference_helper_starts_ahead_only_for_a_run_that_infers(tmp_
     p = subprocess.run([sys.executable, "-c", HELPER_PROBE, str(src), *args, "-q"], capture_output=True, text=True,
                        cwd=ROOT, env={**os.environ, "STARTED_OUT": str(out)}, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert json.loads(out.read_text()) == ([["legalizer.kinds.onnx.infer"]] if started else [])
+    # (the ONNX reader starts it too, as it parses the file: a no-op once started)
+    assert {tuple(x) for x in json.loads(out.read_text())} == ({("legalizer.kinds.onnx.infer",)} if started else set())
+
+
+def test_the_onnx_reader_starts_the_helper_before_it_parses_the_file(monkeypatch):
+    """A library run (``pipeline.run``, ``api.load``) has no command line to start the
+    shape inference helper ahead: the ONNX reader starts it, so that the helper's start
+    and imports overlap the file's parse; a read that infers nothing starts nothing."""
+    from legalizer import bounded_helper
+    from legalizer.kinds.onnx import read as onnx_read
+
+    did = []
+    monkeypatch.setattr(bounded_helper, "start", lambda preload=(): did.append(("start", tuple(preload))))
+    parse = onnx_read.load_onnx_proto
+    monkeypatch.setattr(onnx_read, "load_onnx_proto", lambda path: (did.append(("parse",)), parse(path))[1])
+    onnx_read.read(ROOT / "models" / "mlp_bias.onnx", infer=True, trust_pt2=False)
+    assert did == [("start", ("legalizer.kinds.onnx.infer",)), ("parse",)]
+    did.clear()
+    onnx_read.read(ROOT / "models" / "mlp_bias.onnx", infer=False, trust_pt2=False)
+    assert did == [("parse",)]

@@ -15,3 +15,8 @@ KIND = Kind(
     infers_onnx_shapes=True, explorer_ids="legalizer.explorer_ids:onnx_file_ids",
     explorer_adapter="model_explorer_onnx.main:ONNXAdapter",
     external_data="legalizer.kinds.onnx.read:OnnxExternalData")
+
+# What the helper that runs ONNX shape inference imports ahead (``kinds.onnx.infer``),
+# started as soon as a run knows it will infer: the command line, a batch's worker, and
+# the reader of an ONNX file (while it parses the file).
+INFER_PRELOAD = ("legalizer.kinds.onnx.infer",)

@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError
 from ...errors import BadInput
 from ...model import Model
 from ..base import looks_like_text
+from .kind import INFER_PRELOAD
 
 
 def load_onnx_proto(path: Path) -> onnx.ModelProto:
@@ -62,6 +63,10 @@ class OnnxExternalData:
 def read(path: Path, infer: bool, trust_pt2: bool) -> Model:
     from .importer import import_model
 
+    if infer:  # the helper that infers its shapes starts (imports) while the file is parsed
+        from ... import bounded_helper
+
+        bounded_helper.start(INFER_PRELOAD)
     proto = load_onnx_proto(path)
     try:
         model = import_model(proto, path.resolve().parent, infer=infer)
