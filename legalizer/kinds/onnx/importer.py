@@ -499,7 +499,7 @@ def _infer(serialized: bytes, data_prop: bool = True) -> Tuple[Optional[Any], Op
     if out[:1] == b"m":
         note = ("ONNX shape inference with data propagation ran out of its memory"
                 f" ({INFER_MEMORY / 2**30:.0f} GiB or more); shapes were inferred without it")
-    return parse_types(out[1:]), note
+    return parse_types(memoryview(out)[1:]), note  # (a slice would copy the reply)
 
 
 class _Inference:
