@@ -105,3 +105,14 @@ def test_tosa_opt_is_found_in_the_environment_legalize_runs_in(monkeypatch, tmp_
     monkeypatch.setattr(mlir_tool, "VENV_TOOL", tmp_path / "no-venv" / "tosa-opt")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert mlir_tool.find_tosa_opt() is None
+
+
+def test_a_checkouts_tosa_tools_venv_is_looked_for_at_its_root():
+    """``scripts/setup_tosa_tools.sh`` makes ``.venv-tosa-tools`` at the checkout's root:
+    that is where the tool is looked for (when the module moved a package deeper, the
+    path pointed into ``legalizer/`` and every tosa-opt test here skipped)."""
+    from legalizer.kinds.mlir import tool as mlir_tool
+
+    root = Path(__file__).resolve().parent.parent
+    assert mlir_tool.VENV_TOOL == root / ".venv-tosa-tools" / "bin" / "tosa-opt"
+    assert (mlir_tool.REPO_ROOT / "scripts" / "setup_tosa_tools.sh").is_file()

@@ -31,7 +31,7 @@ from ...extras import install_hint
 # top-level package names, kept out of the development venv).
 ENV_VAR = "LEGALIZE_TOSA_OPT"
 DISTRIBUTION = "tosa-tools"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 VENV_TOOL = REPO_ROOT / ".venv-tosa-tools" / "bin" / "tosa-opt"
 MLIR_EXTRA = "mlir"
 SETUP_HINT = (f"install the {MLIR_EXTRA} extra: {install_hint(MLIR_EXTRA)} (in a checkout: bash"
