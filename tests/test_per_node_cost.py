@@ -601,3 +601,26 @@ def test_bench_profile_names_the_stages_and_where_the_memory_goes(tmp_path):
     assert any(x["line"].startswith(("ir/graph.py:", "onnx/importer.py:"))
                for x in traced["top"])
     assert "under cProfile" in done.stdout and "under tracemalloc" in done.stdout
+
+
+def test_op_counts_name_each_op_of_every_graph_once():
+    """The report's op counts (before and after the passes) are counted by (kind, domain,
+    op type) and named as ``Node.op`` names them: every graph's ops, a subgraph's too, a
+    domain's ops under their domain, and no input, constant or output."""
+    from collections import Counter
+
+    from legalizer.pipeline import _op_counts
+
+    branch = helper.make_graph([helper.make_node("Neg", ["x"], ["b"]), helper.make_node("Abs", ["b"], ["c"])], "then",
+                               [], [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
+    m = chain(4)
+    g = m.graph
+    g.node.append(helper.make_node("Foo", ["v3"], ["f"], domain="com.example"))
+    g.node.append(helper.make_node("Add", ["f", "bias"], ["h"], domain="ai.onnx"))
+    g.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    g.node.append(helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch))
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    model = import_model(m)
+    counts = _op_counts(model)
+    assert counts == Counter({"Add": 2, "Mul": 1, "Tanh": 1, "Sub": 1, "com.example.Foo": 1, "If": 1, "Neg": 2, "Abs": 2})
+    assert counts == Counter(n.op for top in model.graphs for n in top.walk() if n.kind == OP)

@@ -17,6 +17,6 @@ KIND = Kind(
     external_data="legalizer.kinds.onnx.read:OnnxExternalData")
 
 # What the helper that runs ONNX shape inference imports ahead (``kinds.onnx.infer``),
-# started as soon as a run knows it will infer: the command line, a batch's worker, and
-# the reader of an ONNX file (while it parses the file).
+# started as soon as a run knows it will infer: by the command line, and by the reader
+# of an ONNX file (while it parses the file: a library run, a batch's worker).
 INFER_PRELOAD = ("legalizer.kinds.onnx.infer",)
