@@ -627,6 +627,35 @@ def test_one_write_tables_are_the_builders_bytes(source):
     assert serialize(table, len(data) + 7) == ours  # another start: the buffer grows less often
 
 
+def test_compiled_table_writers_write_the_builders_bytes_whatever_is_present_and_refuse_unknown_fields():
+    """The writer made once per type and set of fields (issue 31, item 6) writes what
+    the builder does for each mix of present, absent and default-valued fields, shares
+    equal tables of scalars alone, and names a field the schema lacks."""
+    import flatbuffers
+
+    from legalizer.kinds.tflite import schema
+
+    tensors = [FbTable("Tensor", {"name": f"t{i}", "type": t, "shape": shape, "buffer": buf, "is_variable": var})
+               for i, (t, shape, buf, var) in enumerate([(0, [1, 2], 0, False), (9, [3], 1, True), (0, None, 0, False),
+                                                         (2, np.array([4, 5, 6], np.int32), 0, False)])]
+    opts = [FbTable("AddOptions", {"fused_activation_function": a, "pot_scale_int16": p})
+            for a, p in [(0, True), (1, True), (0, False), (1, True)]]
+    ops = [FbTable("Operator", {"opcode_index": k % 2, "inputs": [k, -1], "outputs": [k + 1],
+                                "builtin_options_type": 11, "builtin_options": o}) for k, o in enumerate(opts)]
+    sg = FbTable("SubGraph", {"tensors": tensors, "operators": ops, "inputs": [0], "outputs": [3], "name": "g"})
+    model = FbTable("Model", {"version": 3, "subgraphs": [sg], "buffers": [FbTable("Buffer", {})] * 2,
+                              "description": "mix"})
+    for start in (1024, 1031):  # another alignment of the buffer's end
+        assert serialize(model, start) == serialize(model, start, by_builder=True)
+    b = flatbuffers.Builder(64)
+    w = schema._Writer(b)
+    assert w.table(opts[1]) == w.table(opts[3])  # equal: written once
+    assert w.table(opts[0]) != w.table(opts[1])
+    for by_builder in (False, True):
+        with pytest.raises(KeyError, match="table Operator has no field colour"):
+            schema.write(flatbuffers.Builder(64), FbTable("Operator", {"opcode_index": 1, "colour": 2}), by_builder)
+
+
 def test_a_file_of_more_table_layouts_than_a_writer_makes_is_refused_in_one_line(monkeypatch):
     """Each distinct layout costs the reader a compiled function: a crafted file of
     thousands (one every ~16 bytes) is bad input, not minutes and gigabytes."""

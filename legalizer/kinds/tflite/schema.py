@@ -466,6 +466,20 @@ class _Writer:
         self.by_builder = by_builder
 
     def table(self, t: FbTable) -> int:
+        fields = t.fields
+        if not self.by_builder:
+            names = (t.type, *fields)
+            write = _WRITERS.get(names)
+            if write is None:
+                write = _writer_of(names)
+            if write is not None:
+                return write(self, fields)
+        return self.generic(t)
+
+    def generic(self, t: FbTable) -> int:
+        """``table``'s work field by field: the reference the compiled writers
+        (``_writer_of``) are tested against, and the way for a table with a field of
+        another form (a call)."""
         plan = self.plans.get(t.type)
         if plan is None:
             plan = self.plans[t.type] = _plan(t.type)
@@ -537,6 +551,16 @@ class _Writer:
             self.tables[key] = off
         return off
 
+    def ref(self, t: str, p: _Put, value) -> int:
+        """The offset of a field's target: a table, a string, or a vector of either."""
+        if isinstance(value, FbTable):
+            return self.table(value)
+        if isinstance(value, str):
+            return self.string(value)
+        if isinstance(value, list):
+            return self.offsets([self.string(x) if isinstance(x, str) else self.table(x) for x in value])
+        raise TypeError(f"table {t}: field {p.key} holds a {type(value).__name__}")
+
     def object(self, layout: Tuple, offs: list, start: int) -> int:
         """The table whose fields' values (or targets' offsets) are ``offs``, laid out as
         ``layout`` says (``_object_layout``), in one write: byte for byte what
@@ -603,14 +627,41 @@ class _Writer:
             off = self.vectors.get(key)
             if off is not None:
                 return off
-        try:
-            data = struct.pack(f"<{n}{p.code}", *value)
-        except struct.error:  # a list of another type than the field's: numpy casts it
-            data = np.asarray(value, p.dtype).tobytes()
-        off = self.vector(data, n, p.width)
+        off = self.packed(p, value, n) if p.width <= 4 else None
+        if off is None:
+            try:
+                data = struct.pack(f"<{n}{p.code}", *value)
+            except struct.error:  # a list of another type than the field's: numpy casts it
+                data = np.asarray(value, p.dtype).tobytes()
+            off = self.vector(data, n, p.width)
         if key is not None:
             self.vectors[key] = off
         return off
+
+    def packed(self, p: _Put, value, n: int) -> Optional[int]:
+        """``vector``'s work for a list of ``n`` scalars of at most 4 bytes where the
+        buffer has room: its length and its elements packed in place at once. None
+        where it has no room, or where the list is not of the field's type (the caller
+        writes it then)."""
+        b = self.b
+        size = n * p.width
+        pad = (b.head - len(b.Bytes) - size) & 3
+        if b.head < pad + size + 8:
+            return None
+        head = b.head - pad - size - 4
+        fmt = _PACKED.get((p.code, n))
+        if fmt is None:
+            fmt = _PACKED[p.code, n] = struct.Struct(f"<I{n}{p.code}")
+        try:
+            fmt.pack_into(b.Bytes, head, n, *value)
+        except struct.error:
+            return None
+        if pad:
+            b.Bytes[b.head - pad:b.head] = bytes(pad)  # Pad's zeros
+        if b.minalign < 4:
+            b.minalign = 4
+        b.head = head
+        return len(b.Bytes) - head
 
     def vector(self, data: bytes, n: int, align: int) -> int:
         """A vector of ``n`` elements whose bytes are ``data``: its length and its bytes
@@ -693,6 +744,68 @@ def _object_layout(count: int, placed, start: int) -> Tuple:
     fmt = "<i" + "x" * pad + "".join(x[2] for x in reversed(placed)) + "x" * lead
     packing.reverse()
     return struct.Struct(fmt), packing, size, vt_key, vt_bytes, max(widest, 4)
+
+
+_PACKED: Dict[Tuple[str, int], struct.Struct] = {}  # (element's code, count) -> the vector's struct
+
+# (type, its field names in the table's order) -> the function that writes such a table
+# (``_writer_of``); None where one field is of another form (the generic way writes it).
+_WRITERS: Dict[Tuple, Any] = {}
+_MAX_WRITERS = 4096
+
+
+def _writer_of(names: Tuple) -> Any:
+    """The writer of tables of type ``names[0]`` whose fields are ``names[1:]``: what
+    ``_Writer.generic`` does for one, as straight-line code made once (a 300k-op model
+    is a million tables, and the generic walk over each one's fields was the most of
+    its writing). The code holds the schema's names and numbers alone: the field names
+    are checked against the schema before they are put in it."""
+    table, keys = names[0], names[1:]
+    plan = _plan(table)
+    unknown = set(keys) - set(plan.puts)
+    if unknown:
+        raise KeyError(f"table {table} has no field {', '.join(sorted(unknown))}")
+    ordered = sorted((plan.puts[k] for k in keys), key=lambda p: p.order)
+    if any(p.kind == "call" for p in ordered):
+        write = None
+    else:
+        env = {"P": ordered, "layouts": {}, "layout_of": _layout_of, "np": np, "float": float}
+        lines = ["def write(w, f):", "    mask = 0"]
+        for i, p in enumerate(ordered):
+            lines.append(f"    v{i} = f[{p.key!r}]")
+            test = f"v{i} is not None" + (f" and v{i} != P[{i}].default" if p.kind == "scalar" else "")
+            lines.append(f"    if {test}: mask |= {1 << i}")
+        if plan.shareable:  # equal tables of scalars alone are one
+            lines.append(f"    key = [{table!r}]")
+            for i, p in enumerate(ordered):
+                lines.append(f"    if mask & {1 << i}: key.append(({p.order}, float(v{i}).hex()"
+                             f" if isinstance(v{i}, (float, np.floating)) else v{i}))")
+            lines += ["    key = tuple(key)", "    hit = w.tables.get(key)", "    if hit is not None:",
+                      "        return hit"]
+        lines.append("    offs = []")
+        for i, p in enumerate(ordered):  # the targets first, in schema order, as the generic way writes them
+            value = {"scalar": f"v{i}", "vector": f"w.scalars(P[{i}], v{i})"}.get(p.kind, f"w.ref({table!r}, P[{i}], v{i})")
+            lines.append(f"    if mask & {1 << i}: offs.append({value})")
+        lines += ["    b = w.b", "    start = len(b.Bytes) - b.head", "    layout = layouts.get((mask, start & 7))",
+                  "    if layout is None:",
+                  f"        layout = layouts[mask, start & 7] = layout_of({plan.count}, P, mask, start & 7)",
+                  "    off = w.object(layout, offs, start)"]
+        if plan.shareable:
+            lines.append("    w.tables[key] = off")
+        lines.append("    return off")
+        exec(compile("\n".join(lines), f"<tflite_schema writer of {table}>", "exec"), env)
+        write = env["write"]
+    if len(_WRITERS) >= _MAX_WRITERS:  # (a long-lived process fed crafted files: bounded)
+        _WRITERS.clear()
+    _WRITERS[names] = write
+    return write
+
+
+def _layout_of(count: int, ordered: list, mask: int, start: int) -> Tuple:
+    """``_object_layout`` of the fields of ``ordered`` (schema order) that ``mask`` says
+    are present (what is placed where depends on which are, not on their values)."""
+    present = [(p, 0) for i, p in enumerate(ordered) if mask >> i & 1]
+    return _object_layout(count, _placed(present, [None if p.kind == "scalar" else 0 for p, _ in present]), start)
 
 
 def write(builder: flatbuffers.Builder, t: FbTable, by_builder: bool = False) -> int:
