@@ -82,6 +82,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -732,6 +733,9 @@ def main() -> None:
                     " floor, tosa, xla and the TFLite chain (median of --repeat rounds; --baseline beside)")
     ap.add_argument("--baseline-max", type=int, default=100_000, help="with --each-once --baseline: the largest"
                     " size the baseline runs at")
+    ap.add_argument("--light", action="store_true", help="the onnx wheel's light models (and models/*.onnx):"
+                    " onnx.load + onnx.save, the legalize command and onnxoptimizer (with the peers' venv) as whole"
+                    " processes and in process, median of --repeat rounds")
     ap.add_argument("--profile", action="store_true", help="where the time (cProfile) and the Python memory"
                     " (tracemalloc, the import) of legalize --no-check go on the ONNX chains of --sizes; --baseline"
                     " beside")
@@ -780,6 +784,15 @@ def main() -> None:
                                              "baseline": str(args.baseline) if args.baseline else None,
                                              "repeat": args.repeat},
                                             indent=2) + "\n")
+        return
+    if args.light:
+        paths = [p for p in sorted(wheel_model("").glob("*.onnx")) + sorted((ROOT / "models").glob("*.onnx"))
+                 if (not args.only or args.only in p.name) and "incompatible" not in p.name]
+        py = args.peers_python or ROOT / ".venv-peers" / "bin" / "python"
+        rows = light(paths, args.repeat, Path(py) if Path(py).exists() else None)
+        print_light(rows, args.repeat)
+        if args.json:
+            args.json.write_text(json.dumps({"light": rows, "repeat": args.repeat}, indent=2) + "\n")
         return
     if args.profile:
         rows = profile([int(x) for x in args.sizes.split(",")], args.baseline)
@@ -890,6 +903,91 @@ def each_once(sizes: list, repeat: int, baseline: Optional[Path], baseline_max: 
         print(f"{n:,} nodes: " + "; ".join(f"{k} {v['s']:.2f} s {v['maxrss_mb']:.0f} MB" for k, v in r.items()),
               file=sys.stderr, flush=True)
     return rows
+
+
+# ---- --light: small models, whole processes ---------------------------------------------
+# What a user waits for on a small model is the process: the interpreter, the imports
+# and the work. Each run here is timed from its spawn to its exit (and, inside it, from
+# the load to the save), the runs of a round one after the other, the median of the rounds.
+_LIGHT_FLOOR = "import sys, onnx\nm = onnx.load(sys.argv[1])\nonnx.save(m, sys.argv[2])"
+_LIGHT_CLI = "from legalizer.cli import console\nconsole()"
+
+
+def _process_s(argv: list, env: Optional[dict] = None) -> float:
+    """Seconds from spawning ``argv`` to its exit (it must succeed)."""
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    s = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, argv[:3]))} ...: exit status {r.returncode}:\n{r.stderr[-2000:]}")
+    return s
+
+
+def light(paths: list, repeat: int, peers: Optional[Path]) -> list:
+    """Per model: ``onnx.load`` + ``onnx.save``, the ``legalize --no-check`` command
+    and (with the peers' venv) onnxoptimizer, each as a whole process (spawn to exit),
+    and load-to-save inside the process (legalize's: ``pipeline.run``, which starts its
+    shape inference helper itself); median of ``repeat`` rounds."""
+    import statistics
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    rows = []
+    for path in paths:
+        out = path.with_name(path.name + ".bench-copy.onnx")
+        runs: Dict[str, list] = {}
+        nodes = None
+        for _ in range(repeat):
+            runs.setdefault("floor process", []).append(
+                _process_s([sys.executable, "-c", _LIGHT_FLOOR, str(path), str(out)], env))
+            runs.setdefault("legalize process", []).append(
+                _process_s([sys.executable, "-c", _LIGHT_CLI, str(path), "--no-check", "-o", str(out), "--force"], env))
+            runs.setdefault("floor in process", []).append(measure("onnx.load+save", path)["onnx.load+save"])
+            got = measure("legalize", path)
+            nodes = got["nodes_in"]
+            runs.setdefault("legalize in process", []).append(got["legalize"])
+            if peers is not None:
+                t0 = time.perf_counter()
+                peer = measure_peer(peers, "onnxoptimizer", path, 240)
+                runs.setdefault("onnxoptimizer process", []).append(time.perf_counter() - t0)
+                runs.setdefault("onnxoptimizer in process", []).append(peer.get("s", float("nan")))
+        for f in path.parent.glob(out.name + "*"):
+            f.unlink()
+        med = {k: statistics.median(v) for k, v in runs.items()}
+        row = {"model": path.name, "nodes": nodes, "s": med, "all_s": runs,
+               "legalize/floor (process)": med["legalize process"] / med["floor process"],
+               "legalize/floor (in process)": med["legalize in process"] / med["floor in process"]}
+        if peers is not None:
+            row["legalize/onnxoptimizer (process)"] = med["legalize process"] / med["onnxoptimizer process"]
+            row["legalize/onnxoptimizer (in process)"] = med["legalize in process"] / med["onnxoptimizer in process"]
+        rows.append(row)
+        print(f"{path.name}: " + ", ".join(f"{k} {v:.3f} s" for k, v in med.items()), file=sys.stderr, flush=True)
+    return rows
+
+
+def print_light(rows: list, repeat: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=220)
+    peers = bool(rows) and "onnxoptimizer process" in rows[0]["s"]
+    t = Table(title=f"Small models: seconds, whole processes (spawn to exit) and in process (load to save);"
+                    f" median of {repeat}; × onnx.load + onnx.save's")
+    cols = ["model", "nodes", "floor", "legalize", "legalize ×"] + (["onnxoptimizer", "legalize / onnxoptimizer"]
+                                                                   if peers else [])
+    for col in cols + ["floor (in)", "legalize (in)", "legalize × (in)"] + (["onnxoptimizer (in)"] if peers else []):
+        t.add_column(col, justify="right")
+    for r in rows:
+        s = r["s"]
+        cells = [r["model"], f"{r['nodes']:,}", f"{s['floor process']:.3f}", f"{s['legalize process']:.3f}",
+                 f"{r['legalize/floor (process)']:.2f}×"]
+        if peers:
+            cells += [f"{s['onnxoptimizer process']:.3f}", f"{r['legalize/onnxoptimizer (process)']:.2f}×"]
+        cells += [f"{s['floor in process'] * 1000:.1f} ms", f"{s['legalize in process'] * 1000:.1f} ms",
+                  f"{r['legalize/floor (in process)']:.0f}×"]
+        if peers:
+            cells.append(f"{s['onnxoptimizer in process'] * 1000:.1f} ms")
+        t.add_row(*cells)
+    console.print(t)
 
 
 def print_each_once(rows: list) -> None:
