@@ -23,7 +23,7 @@ from typing import Any, Optional, Tuple
 
 import onnx
 
-from .numeric.ort import ATOL, RTOL
+from .numeric import ATOL, RTOL
 from .errors import NotLegal  # noqa: F401 - the API's error, importable from here too
 from .job import RunOptions, RunResult
 from .kinds.onnx.exporter import save_model
@@ -419,7 +419,7 @@ def check(original, legalized=None, *, provider: str = "auto", dims=None, inputs
                            session=session, **kwargs)
         if source is not None:
             from .numeric.user_inputs import user_dims
-            from .numeric.ort import declared_shapes
+            from .numeric.user_inputs import declared_shapes
             from .numeric.torch_ref import check_torch
 
             keep = {"choices": kwargs["choices"]} if "choices" in kwargs else {}

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from . import emit_formats
 from .numeric.user_inputs import as_arrays, dynamic_keys
-from .numeric.ort import declared_shapes
 from .numeric.results import CheckResult
 from .errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_VIOLATIONS, BadInput, LegalizeError, UsageError  # noqa: F401 - the exit statuses, re-exported
 from .formats import Sides, Subject, default_output, format_of, is_output, of_kind  # noqa: F401 - re-exported
@@ -655,6 +654,8 @@ def file_bindables(path: Path, trust_pt2: bool = False) -> Optional[Tuple[List[s
     try:
         if sniff(path) == ONNX.name:  # (read from its graph inputs alone)
             import onnx
+
+            from .numeric.user_inputs import declared_shapes
 
             declared = declared_shapes(onnx.load_model(str(path), load_external_data=False))
             return dynamic_keys(declared), [name for name, _ in declared]

@@ -23,6 +23,9 @@ MODEL = ROOT / "models" / "mlp_bias.onnx"
 # command's own conversion of values: cli._Command).
 HEAVY = {"onnxruntime", "rich", "pydantic", "torch", "jax", "jaxlib", "iree", "ray", "tensorflow",
          "ai_edge_litert", "onnxscript", "onnx_ir", "transformers", "tflite", "flatbuffers"}
+# The check's modules, which a run without it has no use for.
+CHECK_MODULES = {f"legalizer.numeric.{m}" for m in ("ort", "plan", "ort_session", "runtime_shapes", "search",
+                                                     "samples", "tflite", "torch_ref")}
 # What any run that reads a model needs; --help needs none of it.
 MODEL_LIBRARIES = {"onnx", "numpy", "networkx", "google"}
 
@@ -30,21 +33,23 @@ PROBE = """
 import atexit, json, os, sys
 def dump():
     with open(os.environ["MODULES_OUT"], "w") as f:
-        json.dump(sorted({m.split(".")[0] for m in sys.modules}), f)
+        json.dump(sorted(sys.modules), f)
 atexit.register(dump)
 from legalizer.cli import main
 main(sys.argv[1:])
 """
 
 
-def imported(tmp_path: Path, *args) -> set:
-    """The top-level modules a ``legalize`` command had imported when it exited."""
+def imported(tmp_path: Path, *args, whole: bool = False) -> set:
+    """The top-level modules a ``legalize`` command had imported when it exited (with
+    ``whole``, every module by its full name)."""
     out = tmp_path / "modules.json"
     env = {**os.environ, "MODULES_OUT": str(out)}
     p = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=300)
     assert "Traceback" not in p.stderr, p.stderr
-    return set(json.loads(out.read_text())), p
+    names = json.loads(out.read_text())
+    return set(names) if whole else {m.split(".")[0] for m in names}, p
 
 
 def test_help_imports_no_model_library(tmp_path):
@@ -58,10 +63,12 @@ def test_help_imports_no_model_library(tmp_path):
                                   ["OUT", "--no-check", "-q"]])
 def test_a_run_without_the_check_imports_nothing_heavy(tmp_path, args):
     args = [str(tmp_path / "m.legal.onnx") if a == "OUT" else a for a in args]
-    mods, p = imported(tmp_path, MODEL, *args)
+    mods, p = imported(tmp_path, MODEL, *args, whole=True)
     assert p.returncode == 0, p.stderr
-    assert MODEL_LIBRARIES <= mods
-    assert not mods & HEAVY, sorted(mods & HEAVY)
+    assert MODEL_LIBRARIES <= {m.split(".")[0] for m in mods}
+    assert not {m.split(".")[0] for m in mods} & HEAVY, sorted({m.split(".")[0] for m in mods} & HEAVY)
+    # nor the check's own modules: its driver, its plan and sessions, the run-time shape checks
+    assert not mods & CHECK_MODULES, sorted(mods & CHECK_MODULES)
 
 
 def test_the_check_imports_onnxruntime_and_a_table_rich(tmp_path):
@@ -73,10 +80,13 @@ def test_the_check_imports_onnxruntime_and_a_table_rich(tmp_path):
     assert mods & HEAVY == {"rich"}
 
 
-def test_a_tflite_model_imports_the_tflite_reader(tmp_path):
-    mods, p = imported(tmp_path, ROOT / "models" / "tflite" / "broadcast_add.tflite", "--verify-only", "-q")
+@pytest.mark.parametrize("args", [["--verify-only", "-q"], ["OUT", "--no-check", "-q"]])
+def test_a_tflite_model_imports_the_tflite_reader(tmp_path, args):
+    args = [str(tmp_path / "m.legal.tflite") if a == "OUT" else a for a in args]
+    mods, p = imported(tmp_path, ROOT / "models" / "tflite" / "broadcast_add.tflite", *args, whole=True)
     assert p.returncode == 0, p.stderr
-    assert mods & HEAVY == {"flatbuffers", "tflite"}
+    assert {m.split(".")[0] for m in mods} & HEAVY == {"flatbuffers", "tflite"}
+    assert not mods & CHECK_MODULES, sorted(mods & CHECK_MODULES)
 
 
 def test_the_local_executor_never_imports_ray(tmp_path):

@@ -119,6 +119,14 @@ def graph_input_specs(graph) -> List[InputSpec]:
     return out
 
 
+def graph_declared(graph) -> List[Tuple[str, Optional[List[Union[int, str]]]]]:
+    """An IR graph's inputs as ``user_inputs.Declared`` describes a model's: per input,
+    its name and per axis its static size or its dim key (``input[axis]``)."""
+    return [(n.output.name, None if n.output.type.shape is None else
+             [d if isinstance(d, int) else dim_key(n.output.name, a) for a, d in enumerate(n.output.type.shape)])
+            for n in graph.inputs]
+
+
 def static_or_key(name: str, shape: Sequence[Optional[int]]) -> Tuple[Union[int, str], ...]:
     """A runtime's declared shape (a negative or missing size for a dynamic dim) with
     each dynamic dim keyed ``input[axis]``."""

@@ -17,11 +17,10 @@ import numpy as np
 import onnx
 
 from ..errors import CheckUnavailable, UsageError, first_line
-from ..ir.types import names_a_dim
 # (compare, BindingResult, OutputResult: the check's public names, kept importable from here)
 from .compare import ATOL, RTOL, Pairing, compare, unless_compared  # noqa: F401
 from .settings import CheckSettings, settings_of
-from .user_inputs import Declared, as_arrays, user_dims
+from .user_inputs import Declared, as_arrays, declared_shapes, dim_keys, user_dims  # noqa: F401 - declared_shapes: importable from here too
 from .inputs import SMALL, InputSpec, make_feeds
 from .results import BindingResult, CheckResult, OutputResult  # noqa: F401
 from .ort_session import OrtRunner, providers, session  # noqa: F401 - OrtRunner: importable from here too
@@ -33,32 +32,6 @@ from .search import PROBE_MEMORY, TooBig, graph_sizes, search, sizes_in_name
 
 
 # -- inputs ---------------------------------------------------------------------------
-
-def _static(d) -> bool:
-    """Whether a declared dim has a size: a negative ``dim_value`` (-1, as Paddle2ONNX
-    and older exporters write a dynamic dim) is dynamic, as onnxruntime and the
-    importer read it."""
-    return d.HasField("dim_value") and d.dim_value >= 0
-
-
-def declared_shapes(model: onnx.ModelProto) -> Declared:
-    """Each fed graph input (a tensor, not an initializer): its name and per axis its
-    static size or its dim key - the symbol, or ``input[axis]`` for an anonymous dim.
-    An unranked input has None."""
-    inits = {t.name for t in model.graph.initializer}
-    out: Declared = []
-    for vi in model.graph.input:
-        if vi.name in inits or not vi.type.HasField("tensor_type"):
-            continue
-        out.append((vi.name, _keys(vi) if vi.type.tensor_type.HasField("shape") else None))
-    return out
-
-
-def _keys(vi: onnx.ValueInfoProto) -> List:
-    """A tensor input's static sizes and dim keys (none when it is unranked)."""
-    return [d.dim_value if _static(d) else (d.dim_param if names_a_dim(d.dim_param) else f"{vi.name}[{k}]")
-            for k, d in enumerate(vi.type.tensor_type.shape.dim)]
-
 
 def _dims_of(model: onnx.ModelProto) -> List[Tuple[str, str, int]]:
     """(input name, dim key, axis) for every dynamic dim of the graph inputs."""
@@ -125,7 +98,7 @@ def input_specs(model: onnx.ModelProto) -> List[InputSpec]:
                                                               " tensor inputs only"))
             continue
         # an unranked input is made a scalar
-        out.append(InputSpec(vi.name, vi.type.tensor_type.elem_type, tuple(_keys(vi))))
+        out.append(InputSpec(vi.name, vi.type.tensor_type.elem_type, tuple(dim_keys(vi))))
     return out
 
 

@@ -37,8 +37,7 @@ from ..ir.dtypes import elem_type
 from ..ir.graph import Graph, Value
 from ..model import Model
 from .compare import STEP_DETAIL, Pairing, across_kernels, compare, tol_of, unless_compared
-from .user_inputs import Declared
-from .inputs import dim_key, graph_input_specs, make_feeds, small_then_one
+from .inputs import graph_declared, graph_input_specs, make_feeds, small_then_one
 from .child import Remote, RunFault
 from .ort import runner as onnx_runner
 from .plan import Artifact, Comparison, Feed, Plan, run_plan, stored
@@ -50,17 +49,10 @@ from .settings import CheckSettings, settings_of
 ORT, LITERT = "onnxruntime", "LiteRT"
 
 
-def declared_shapes(graph: Graph) -> Declared:
-    """Each input of ``graph``: its name and per axis its static size or its dim key."""
-    return [(n.output.name, None if n.output.type.shape is None else
-             [d if isinstance(d, int) else dim_key(n.output.name, a) for a, d in enumerate(n.output.type.shape)])
-            for n in graph.inputs]
-
-
 def bindings(graph: Graph, fixed: Mapping[str, int]) -> List[Dict[str, int]]:
     """A small size for every dynamic input dim, then 1 (where runtime broadcasting
     runs); ``fixed`` binds a dim for both."""
-    return small_then_one([d for _, shape in declared_shapes(graph) for d in shape or () if isinstance(d, str)], fixed)
+    return small_then_one([d for _, shape in graph_declared(graph) for d in shape or () if isinstance(d, str)], fixed)
 
 
 def _sample_dims(graph: Graph, dims: Optional[Mapping[str, int]], sample, j: int) -> Dict[str, int]:
@@ -69,7 +61,7 @@ def _sample_dims(graph: Graph, dims: Optional[Mapping[str, int]], sample, j: int
     from .user_inputs import user_dims
 
     try:
-        return user_dims(declared_shapes(graph), dims, None, sample)
+        return user_dims(graph_declared(graph), dims, None, sample)
     except UsageError as e:
         raise UsageError(f"sample {j}: {e}") from None
 

@@ -19,8 +19,35 @@ import numpy as np
 from onnx import helper
 
 from ..errors import UsageError, first_line
+from ..ir.types import names_a_dim
 
 Declared = List[Tuple[str, Optional[List[Union[int, str]]]]]
+
+
+def _sized(d) -> bool:
+    """Whether a declared dim has a size: a negative ``dim_value`` (-1, as Paddle2ONNX
+    and older exporters write a dynamic dim) is dynamic, as onnxruntime and the
+    importer read it."""
+    return d.HasField("dim_value") and d.dim_value >= 0
+
+
+def declared_shapes(model) -> Declared:
+    """Each fed graph input (a tensor, not an initializer): its name and per axis its
+    static size or its dim key - the symbol, or ``input[axis]`` for an anonymous dim.
+    An unranked input has None."""
+    inits = {t.name for t in model.graph.initializer}
+    out: Declared = []
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        out.append((vi.name, dim_keys(vi) if vi.type.tensor_type.HasField("shape") else None))
+    return out
+
+
+def dim_keys(vi) -> List:
+    """A tensor input's static sizes and dim keys (none when it is unranked)."""
+    return [d.dim_value if _sized(d) else (d.dim_param if names_a_dim(d.dim_param) else f"{vi.name}[{k}]")
+            for k, d in enumerate(vi.type.tensor_type.shape.dim)]
 
 
 NO_ELEMENT = "the check would compare no element"  # why a size-0 dim is refused

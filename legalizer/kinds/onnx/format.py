@@ -74,7 +74,7 @@ class OnnxFormat(Format):
                                         + f": {done.shapes_set} input dims, {done.folded} shape values folded")
 
     def declared(self, model: Model):
-        from ...numeric.ort import declared_shapes
+        from ...numeric.user_inputs import declared_shapes
 
         return declared_shapes(self.proto(model))
 

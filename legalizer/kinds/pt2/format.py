@@ -25,7 +25,7 @@ class AtenFormat(Format):
 
     def declared(self, model: Model):
         from .importer import declaration
-        from ...numeric.ort import declared_shapes
+        from ...numeric.user_inputs import declared_shapes
 
         return declared_shapes(declaration(model))
 

@@ -26,9 +26,9 @@ class TfliteFormat(Format):
         return staged_tflite(model, path, force=force, protect=model.source)
 
     def declared(self, model: Model):
-        from ...numeric.tflite import declared_shapes
+        from ...numeric.inputs import graph_declared
 
-        return declared_shapes(model.graph)
+        return graph_declared(model.graph)
 
     def input_types(self, model: Model) -> Dict[str, int]:
         from ...ir.dtypes import elem_type
@@ -38,9 +38,9 @@ class TfliteFormat(Format):
     def dim_keys(self, model: Model) -> Optional[List[str]]:
         """Of every subgraph: a --dim binds a dynamic dim of any of them."""
         from ...numeric.user_inputs import dynamic_keys
-        from ...numeric.tflite import declared_shapes
+        from ...numeric.inputs import graph_declared
 
-        return dynamic_keys([d for g in model.graphs for d in declared_shapes(g)])
+        return dynamic_keys([d for g in model.graphs for d in graph_declared(g)])
 
     def check(self, subject: Subject, written: Path):
         from ...numeric.tflite import check_tflite
