@@ -39,8 +39,10 @@ commit, e.g. `git worktree add /tmp/base COMMIT`): before and after in one run.
 synthetic chains of --sizes (total and per-stage seconds, best of --repeat, interleaved).
 
 --each-once: issue 31's figures on the chains of --sizes: onnx.load + onnx.save of the
-ONNX chain, legalize --no-check of it for tosa and for xla, and of the TFLite chain of as
-many ADDs (tests/tflite_build.add_chain) for tosa; the median of --repeat rounds, each
+ONNX chain, the same with the least an IR whose topology networkx holds costs between
+them (the nodes as a DiGraph and their order: a bound no legalize run can beat), legalize
+--no-check of it for tosa and for xla, and of the TFLite chain of as many ADDs
+(tests/tflite_build.add_chain) for tosa; the median of --repeat rounds, each
 run a whole process, the runs of a round one after the other; with --baseline DIR, that
 checkout's three legalize runs beside (up to --baseline-max nodes).
 
@@ -108,6 +110,22 @@ _CHILD = textwrap.dedent("""
         m = onnx.load(path)
         onnx.save(m, path + ".bench-copy.onnx")
         out["onnx.load+save"] = time.perf_counter() - t0
+    elif stage == "onnx.load+topology+save":
+        # the least an IR whose topology networkx holds can cost: the file's nodes as a
+        # DiGraph (int ids, an edge per value one node passes another), in order, and
+        # nothing else: no node object, no type, no pass
+        import onnx
+        import networkx as nx
+        t0 = time.perf_counter()
+        m = onnx.load(path)
+        g = nx.DiGraph()
+        nodes = m.graph.node
+        g.add_nodes_from(range(len(nodes)))
+        producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+        g.add_edges_from((producer[x], i) for i, n in enumerate(nodes) for x in n.input if x in producer)
+        order = list(nx.topological_sort(g))
+        onnx.save(m, path + ".bench-copy.onnx")
+        out[stage] = time.perf_counter() - t0
     elif stage == "read":  # TFLite baseline: the file's bytes
         t0 = time.perf_counter()
         data = open(path, "rb").read()
@@ -860,7 +878,9 @@ def tflite_chain(ops: int) -> Path:
 
 # What --each-once runs per size: (label, stage, model kind, target); each in a fresh
 # process, the rounds alternated, the median kept.
-EACH_ONCE_RUNS = (("onnx.load+save", "onnx.load+save", "onnx", "tosa"), ("tosa", "legalize", "onnx", "tosa"),
+EACH_ONCE_RUNS = (("onnx.load+save", "onnx.load+save", "onnx", "tosa"),
+                  ("networkx topology alone", "onnx.load+topology+save", "onnx", "tosa"),
+                  ("tosa", "legalize", "onnx", "tosa"),
                   ("xla", "legalize", "onnx", "xla"), ("tflite tosa", "legalize", "tflite", "tosa"))
 
 
@@ -895,7 +915,10 @@ def each_once(sizes: list, repeat: int, baseline: Optional[Path], baseline_max: 
             if "tosa" + suffix not in r:
                 continue
             tosa, xla, tfl = r["tosa" + suffix], r["xla" + suffix], r["tflite tosa" + suffix]
-            row["ratios" + suffix] = {"tosa/floor s": tosa["s"] / floor["s"],
+            bound = r["networkx topology alone"]
+            row["ratios" + suffix] = {"bound/floor s": bound["s"] / floor["s"],
+                                      "bound/floor rss": bound["maxrss_mb"] / floor["maxrss_mb"],
+                                      "tosa/floor s": tosa["s"] / floor["s"],
                                       "tosa/floor rss": tosa["maxrss_mb"] / floor["maxrss_mb"],
                                       "xla/tosa s": xla["s"] / tosa["s"], "tflite/onnx s": tfl["s"] / tosa["s"],
                                       "tflite/onnx cpu": tfl["cpu_s"] / tosa["cpu_s"]}
@@ -1003,7 +1026,8 @@ def print_each_once(rows: list) -> None:
             t.add_row(f"{row['nodes']:,}", label, f"{v['s']:.2f}", f"{v['cpu_s']:.2f}", f"{v['maxrss_mb']:.0f}")
     console.print(t)
     t = Table(title="Issue 31's ratios")
-    for col in ("nodes", "tree", "tosa / floor (s)", "tosa / floor (RSS)", "xla / tosa (s)", "TFLite / ONNX chain (s)",
+    for col in ("nodes", "tree", "topology alone / floor (s)", "topology alone / floor (RSS)", "tosa / floor (s)",
+                "tosa / floor (RSS)", "xla / tosa (s)", "TFLite / ONNX chain (s)",
                 "TFLite / ONNX chain (CPU s)"):
         t.add_column(col, justify="right")
     for row in rows:

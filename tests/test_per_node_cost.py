@@ -603,6 +603,50 @@ def test_bench_profile_names_the_stages_and_where_the_memory_goes(tmp_path):
     assert "under cProfile" in done.stdout and "under tracemalloc" in done.stdout
 
 
+def test_bench_each_once_measures_the_bound_a_networkx_topology_sets(tmp_path):
+    """``scripts/bench.py --each-once``: beside the I/O floor and legalize's runs, the
+    least an IR whose topology networkx holds costs (the file's nodes as a DiGraph, in
+    order), and issue 31's ratios of both to the floor."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "each.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--each-once", "--sizes", "300",
+                           "--repeat", "1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["each_once"]
+    assert row["nodes"] == 300
+    assert list(row["runs"]) == ["onnx.load+save", "networkx topology alone", "tosa", "xla", "tflite tosa"]
+    assert all(r["s"] > 0 and r["maxrss_mb"] > 0 for r in row["runs"].values())
+    ratios = row["ratios"]
+    assert set(ratios) == {"bound/floor s", "bound/floor rss", "tosa/floor s", "tosa/floor rss", "xla/tosa s",
+                           "tflite/onnx s", "tflite/onnx cpu"}
+    assert ratios["bound/floor s"] == row["runs"]["networkx topology alone"]["s"] / row["runs"]["onnx.load+save"]["s"]
+    assert "topology alone / floor" in done.stdout
+
+
+def test_bench_light_times_whole_processes_and_the_run_inside(tmp_path):
+    """``scripts/bench.py --light``: a small model's onnx.load + onnx.save and the
+    legalize command as whole processes and in process, and their ratios."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "light.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--light", "--only", "light_squeezenet",
+                           "--repeat", "1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["light"]
+    assert row["model"] == "light_squeezenet.onnx" and row["nodes"] == 105  # its 66 ops, input and constants
+    s = row["s"]
+    assert {"floor process", "legalize process", "floor in process", "legalize in process"} <= set(s)
+    assert s["floor process"] > s["floor in process"] > 0 and s["legalize process"] > s["legalize in process"] > 0
+    assert row["legalize/floor (process)"] == s["legalize process"] / s["floor process"]
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    assert not list(light.glob("light_squeezenet.onnx.bench-copy*"))  # its output, removed
+
+
 def test_op_counts_name_each_op_of_every_graph_once():
     """The report's op counts (before and after the passes) are counted by (kind, domain,
     op type) and named as ``Node.op`` names them: every graph's ops, a subgraph's too, a
