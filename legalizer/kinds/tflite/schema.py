@@ -521,17 +521,11 @@ class _Writer:
                 continue
             if kind == "vector":
                 off = self.scalars(p, value)
-            elif isinstance(value, FbTable):
-                off = self.table(value)
-            elif isinstance(value, str):
-                off = self.string(value)
-            elif isinstance(value, list):
-                off = self.offsets([self.string(x) if isinstance(x, str) else self.table(x) for x in value])
-            elif kind == "call":
+            elif kind == "call" and not isinstance(value, (FbTable, str, list)):
                 calls.append((p.add, value))
                 off = None
             else:
-                raise TypeError(f"table {t.type}: field {p.key} holds a {type(value).__name__}")
+                off = self.ref(t.type, p, value)
             offs.append(off)
         if calls or self.by_builder:
             b.StartObject(plan.count)
@@ -651,7 +645,9 @@ class _Writer:
         head = b.head - pad - size - 4
         fmt = _PACKED.get((p.code, n))
         if fmt is None:
-            fmt = _PACKED[p.code, n] = struct.Struct(f"<I{n}{p.code}")
+            fmt = struct.Struct(f"<I{n}{p.code}")
+            if n <= 64:  # (the lengths an op's operands come in: the cache stays small)
+                _PACKED[p.code, n] = fmt
         try:
             fmt.pack_into(b.Bytes, head, n, *value)
         except struct.error:
