@@ -932,18 +932,20 @@ def each_once(sizes: list, repeat: int, baseline: Optional[Path], baseline_max: 
 # What a user waits for on a small model is the process: the interpreter, the imports
 # and the work. Each run here is timed from its spawn to its exit (and, inside it, from
 # the load to the save), the runs of a round one after the other, the median of the rounds.
-_LIGHT_FLOOR = "import sys, onnx\nm = onnx.load(sys.argv[1])\nonnx.save(m, sys.argv[2])"
 _LIGHT_CLI = "from legalizer.cli import console\nconsole()"
 
 
-def _process_s(argv: list, env: Optional[dict] = None) -> float:
-    """Seconds from spawning ``argv`` to its exit (it must succeed)."""
+def _timed(fn, *args):
+    """(seconds ``fn(*args)`` took, its result): a child's from its spawn to its exit."""
     t0 = time.perf_counter()
+    got = fn(*args)
+    return time.perf_counter() - t0, got
+
+
+def _cli(argv: list, env: dict) -> None:
     r = subprocess.run(argv, capture_output=True, text=True, env=env)
-    s = time.perf_counter() - t0
     if r.returncode != 0:
-        raise SystemExit(f"{' '.join(map(str, argv[:3]))} ...: exit status {r.returncode}:\n{r.stderr[-2000:]}")
-    return s
+        raise SystemExit(f"legalize {' '.join(map(str, argv[3:]))}: exit status {r.returncode}:\n{r.stderr[-2000:]}")
 
 
 def light(paths: list, repeat: int, peers: Optional[Path]) -> list:
@@ -960,19 +962,19 @@ def light(paths: list, repeat: int, peers: Optional[Path]) -> list:
         runs: Dict[str, list] = {}
         nodes = None
         for _ in range(repeat):
-            runs.setdefault("floor process", []).append(
-                _process_s([sys.executable, "-c", _LIGHT_FLOOR, str(path), str(out)], env))
-            runs.setdefault("legalize process", []).append(
-                _process_s([sys.executable, "-c", _LIGHT_CLI, str(path), "--no-check", "-o", str(out), "--force"], env))
-            runs.setdefault("floor in process", []).append(measure("onnx.load+save", path)["onnx.load+save"])
-            got = measure("legalize", path)
-            nodes = got["nodes_in"]
-            runs.setdefault("legalize in process", []).append(got["legalize"])
+            got = {"floor": _timed(measure, "onnx.load+save", path),
+                   "legalize": _timed(_cli, [sys.executable, "-c", _LIGHT_CLI, str(path), "--no-check", "-o", str(out),
+                                             "--force"], env)}
             if peers is not None:
-                t0 = time.perf_counter()
-                peer = measure_peer(peers, "onnxoptimizer", path, 240)
-                runs.setdefault("onnxoptimizer process", []).append(time.perf_counter() - t0)
-                runs.setdefault("onnxoptimizer in process", []).append(peer.get("s", float("nan")))
+                got["onnxoptimizer"] = _timed(measure_peer, peers, "onnxoptimizer", path, 240)
+            inside = measure("legalize", path)  # (the command's own run has no timer to read)
+            nodes = inside["nodes_in"]
+            for name, (process_s, _) in got.items():
+                runs.setdefault(f"{name} process", []).append(process_s)
+            runs.setdefault("floor in process", []).append(got["floor"][1]["onnx.load+save"])
+            runs.setdefault("legalize in process", []).append(inside["legalize"])
+            if peers is not None:
+                runs.setdefault("onnxoptimizer in process", []).append(got["onnxoptimizer"][1].get("s", float("nan")))
         for f in path.parent.glob(out.name + "*"):
             f.unlink()
         med = {k: statistics.median(v) for k, v in runs.items()}

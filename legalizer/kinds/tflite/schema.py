@@ -460,9 +460,7 @@ class _Writer:
         self.vectors: Dict[Tuple, int] = {}  # a small vector of scalars -> its offset
         self.tables: Dict[Tuple, int] = {}  # a table of scalars alone -> its offset
         self.plans: Dict[str, _Plan] = {}
-        # (type, its field names) -> their puts in schema order, and the layouts of such
-        # tables by (which are present, where they start mod 8)
-        self.orders: Dict[Tuple, Tuple[list, Dict]] = {}
+        self.orders: Dict[Tuple, list] = {}  # (type, its field names) -> their puts in schema order
         self.by_builder = by_builder
 
     def table(self, t: FbTable) -> int:
@@ -477,33 +475,21 @@ class _Writer:
         return self.generic(t)
 
     def generic(self, t: FbTable) -> int:
-        """``table``'s work field by field: the reference the compiled writers
-        (``_writer_of``) are tested against, and the way for a table with a field of
-        another form (a call)."""
+        """``table``'s work field by field, each table through the builder's
+        ``StartObject``/``EndObject``: the reference the compiled writers (``_writer_of``)
+        are tested against, and the way for a table with a field of another form (a
+        call; none in today's schema)."""
         plan = self.plans.get(t.type)
         if plan is None:
             plan = self.plans[t.type] = _plan(t.type)
         fields = t.fields
-        # its fields' puts in schema order (the bytes depend on the table alone, not its
-        # dict's order), worked out once per type and set of keys, with the layouts of
-        # the tables of those keys (by which fields are present and where they start)
         names = (t.type, *fields)
-        entry = self.orders.get(names)
-        if entry is None:
-            puts = plan.puts
-            unknown = set(fields) - set(puts)
-            if unknown:
-                raise KeyError(f"table {t.type} has no field {', '.join(sorted(unknown))}")
-            entry = self.orders[names] = (sorted((puts[k] for k in fields), key=lambda p: p.order), {})
-        ordered, layouts = entry
-        present = []  # (put, value)
-        mask, bit = 0, 1
-        for p in ordered:
-            value = fields[p.key]
-            if value is not None and (p.kind != "scalar" or value != p.default):  # the builder leaves a default out
-                present.append((p, value))
-                mask |= bit
-            bit <<= 1
+        ordered = self.orders.get(names)
+        if ordered is None:
+            ordered = self.orders[names] = _ordered(names)
+        # (the builder leaves a scalar at its default out)
+        present = [(p, fields[p.key]) for p in ordered
+                   if fields[p.key] is not None and (p.kind != "scalar" or fields[p.key] != p.default)]
         key = None
         if plan.shareable:
             key = (t.type, *[(p.order, float(v).hex() if isinstance(v, (float, np.floating)) else v)
@@ -527,20 +513,13 @@ class _Writer:
             else:
                 off = self.ref(t.type, p, value)
             offs.append(off)
-        if calls or self.by_builder:
-            b.StartObject(plan.count)
-            placed = _placed(present, offs)
-            if placed:
-                self.place(placed)
-            for add, value in calls:
-                add(b, value)
-            off = b.EndObject()
-        else:
-            start = len(b.Bytes) - b.head  # StartObject's objectEnd
-            layout = layouts.get((mask, start & 7))
-            if layout is None:
-                layout = layouts[mask, start & 7] = _object_layout(plan.count, _placed(present, offs), start & 7)
-            off = self.object(layout, offs, start)
+        b.StartObject(plan.count)
+        placed = _placed(present, offs)
+        if placed:
+            self.place(placed)
+        for add, value in calls:
+            add(b, value)
+        off = b.EndObject()
         if key is not None:
             self.tables[key] = off
         return off
@@ -756,12 +735,9 @@ def _writer_of(names: Tuple) -> Any:
     is a million tables, and the generic walk over each one's fields was the most of
     its writing). The code holds the schema's names and numbers alone: the field names
     are checked against the schema before they are put in it."""
-    table, keys = names[0], names[1:]
+    table = names[0]
     plan = _plan(table)
-    unknown = set(keys) - set(plan.puts)
-    if unknown:
-        raise KeyError(f"table {table} has no field {', '.join(sorted(unknown))}")
-    ordered = sorted((plan.puts[k] for k in keys), key=lambda p: p.order)
+    ordered = _ordered(names)
     if any(p.kind == "call" for p in ordered):
         write = None
     else:
@@ -795,6 +771,17 @@ def _writer_of(names: Tuple) -> Any:
         _WRITERS.clear()
     _WRITERS[names] = write
     return write
+
+
+def _ordered(names: Tuple) -> list:
+    """The puts of fields ``names[1:]`` of a table of type ``names[0]`` in schema order
+    (the bytes depend on the table alone, not its dict's order); KeyError naming a field
+    the schema lacks."""
+    puts = _plan(names[0]).puts
+    unknown = set(names[1:]) - set(puts)
+    if unknown:
+        raise KeyError(f"table {names[0]} has no field {', '.join(sorted(unknown))}")
+    return sorted((puts[k] for k in names[1:]), key=lambda p: p.order)
 
 
 def _layout_of(count: int, ordered: list, mask: int, start: int) -> Tuple:
